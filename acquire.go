@@ -1,0 +1,73 @@
+package aegis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aegislab/aegis/internal/backoff"
+)
+
+// retry is the polling schedule of Acquire between attempts: short enough
+// that a freed key is taken within tens of milliseconds, capped so that many
+// waiters on one key do not flood the store.
+var retry = backoff.Backoff{Min: 5 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// Acquire retries TryAcquire (jittered backoff, or a backend's wake-up
+// notification where it has one) until it succeeds or ctx ends.
+//
+// A Locker that implements [Waiter] waits in its store's own queue instead.
+// Acquire returns at once on any error other than ErrHeld (bad input, an
+// unreachable store): waiting would not fix it. When ctx ends it returns an
+// error wrapping ctx.Err().
+func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lease, error) {
+	if w, ok := l.(Waiter); ok {
+		return w.Acquire(ctx, key, ttl)
+	}
+	n, _ := l.(Notifier)
+	for attempt := 0; ; attempt++ {
+		var wake <-chan struct{}
+		stop := func() {}
+		if n != nil {
+			// Subscribe before the attempt: a release that lands between a
+			// failed attempt and the wait still wakes us.
+			if ch, cancel, err := n.Notify(ctx, key); err == nil {
+				wake, stop = ch, cancel
+			}
+		}
+		lease, err := l.TryAcquire(ctx, key, ttl)
+		if !errors.Is(err, ErrHeld) {
+			stop()
+			return lease, err
+		}
+		woken, err := wait(ctx, wake, retry.Delay(attempt))
+		stop()
+		if err != nil {
+			return nil, fmt.Errorf("acquire %q: %w", key, err)
+		}
+		if woken {
+			attempt = -1 // the key was just freed: start the schedule again
+		}
+	}
+}
+
+// wait blocks for d, until wake fires, or until ctx ends. A closed wake
+// channel (a failed subscription) falls back to the timer.
+func wait(ctx context.Context, wake <-chan struct{}, d time.Duration) (woken bool, err error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case _, ok := <-wake:
+			if ok {
+				return true, nil
+			}
+			wake = nil
+		case <-timer.C:
+			return false, nil
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package aegis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// cleanupTimeout bounds a release that runs after the caller's context was
+// cancelled.
+const cleanupTimeout = 5 * time.Second
+
+// errReleased is the cause of a Held's context after Release.
+var errReleased = errors.New("aegis: lease released")
+
+// Held is a lease kept alive by a background renewal. Create it with [Hold]
+// or [Keep]; end it with [Held.Release] or [Held.ReleaseAfter]. Its methods
+// are safe for concurrent use.
+type Held struct {
+	locker Locker
+	ctx    context.Context // cancelled when the lease can no longer be trusted
+	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // ends the renewal loop
+	done   chan struct{}      // closed when the renewal loop has returned
+
+	mu    sync.Mutex
+	lease Lease // Deadline moves forward with each renewal
+
+	once sync.Once // the final release or hand-back, run exactly once
+	err  error
+}
+
+// Hold acquires and renews every ttl/3. Held.Context() is cancelled as soon
+// as a renewal fails or the local deadline passes without one, so work stops
+// before another owner can be granted the key.
+//
+// Hold blocks in [Acquire] until the key is granted or ctx ends. When ctx
+// ends after the grant, renewal stops and the lease is released. The caller
+// must call Release (or ReleaseAfter) to stop the renewal goroutine.
+func Hold(ctx context.Context, l Locker, key string, ttl time.Duration) (*Held, error) {
+	lease, err := Acquire(ctx, l, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return Keep(ctx, l, lease), nil
+}
+
+// Keep starts renewing a lease that was already granted (by TryAcquire, say)
+// with the same rules as [Hold].
+func Keep(ctx context.Context, l Locker, lease *Lease) *Held {
+	hctx, cancel := context.WithCancelCause(ctx)
+	loopCtx, stop := context.WithCancel(ctx)
+	h := &Held{
+		locker: l,
+		ctx:    hctx,
+		cancel: cancel,
+		stop:   stop,
+		done:   make(chan struct{}),
+		lease:  *lease,
+	}
+	go h.renew(loopCtx, ctx)
+	return h
+}
+
+// Context is cancelled when the lease is lost (a renewal failed, or the local
+// deadline passed without one), released, or when the context given to Hold
+// ends. context.Cause tells which; for a loss it wraps ErrLost.
+func (h *Held) Context() context.Context { return h.ctx }
+
+// Lease returns a copy of the lease, with the deadline of the last renewal.
+func (h *Held) Lease() Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
+// Token is the lease's fencing token: send it with every write.
+func (h *Held) Token() Token { return h.Lease().Token }
+
+// Err returns nil while the lease can be trusted, and otherwise why not (an
+// error wrapping ErrLost when it was lost). Unlike Context, it also compares
+// the local deadline with the clock at the moment of the call, so a process
+// resumed after a pause sees the loss before the renewal goroutine runs.
+func (h *Held) Err() error {
+	if err := context.Cause(h.ctx); err != nil {
+		return err
+	}
+	if d := h.Lease().Deadline; !time.Now().Before(d) {
+		err := fmt.Errorf("%w: local deadline passed without renewal", ErrLost)
+		h.cancel(err)
+		return context.Cause(h.ctx)
+	}
+	return nil
+}
+
+// Release stops renewing and releases the lease. It is idempotent: later
+// calls return the first call's result. It runs even when ctx is already
+// cancelled, with a short timeout of its own, so a cancelled caller cannot
+// strand a lease. It returns ErrLost when the lease had been lost.
+func (h *Held) Release(ctx context.Context) error {
+	return h.finish(ctx, 0)
+}
+
+// ReleaseAfter stops renewing and leaves the lease to expire keep from now
+// instead of releasing it: ShedLock's lockAtLeastFor for a job that ended
+// early. keep <= 0 releases at once. Like Release it is idempotent and
+// returns ErrLost when the lease had been lost.
+func (h *Held) ReleaseAfter(ctx context.Context, keep time.Duration) error {
+	return h.finish(ctx, keep)
+}
+
+func (h *Held) finish(ctx context.Context, keep time.Duration) error {
+	h.stop()
+	<-h.done
+	h.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		lease := h.Lease()
+		if keep > 0 {
+			h.err = h.locker.Renew(ctx, &lease, keep)
+		} else {
+			h.err = h.locker.Release(ctx, &lease)
+		}
+		h.cancel(errReleased)
+	})
+	return h.err
+}
+
+// renew runs until loopCtx ends or the lease is lost. parent is the context
+// given to Hold: when it ends, the lease is released.
+func (h *Held) renew(loopCtx, parent context.Context) {
+	defer close(h.done)
+	lease := h.Lease()
+	interval := lease.TTL / 3
+	for {
+		next := time.NewTimer(interval)
+		expire := time.NewTimer(time.Until(lease.Deadline))
+		select {
+		case <-loopCtx.Done():
+		case <-expire.C:
+		case <-next.C:
+		}
+		next.Stop()
+		expire.Stop()
+		if loopCtx.Err() != nil {
+			if parent.Err() != nil {
+				h.cancel(context.Cause(parent))
+				h.once.Do(func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), cleanupTimeout)
+					defer cancel()
+					h.err = h.locker.Release(ctx, &lease)
+				})
+			}
+			return
+		}
+		// After a pause both timers may be due; the deadline decides.
+		if !time.Now().Before(lease.Deadline) {
+			h.cancel(fmt.Errorf("%w: local deadline passed without renewal", ErrLost))
+			return
+		}
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(loopCtx, lease.Deadline)
+		err := h.locker.Renew(ctx, &lease, lease.TTL)
+		cancel()
+		if err != nil {
+			if loopCtx.Err() != nil {
+				continue // stopped while renewing: the top of the loop decides
+			}
+			if !errors.Is(err, ErrLost) {
+				err = fmt.Errorf("%w: renew: %w", ErrLost, err)
+			}
+			h.cancel(err)
+			return
+		}
+		lease.Deadline = LocalDeadline(start, lease.TTL)
+		h.mu.Lock()
+		h.lease.Deadline = lease.Deadline
+		h.mu.Unlock()
+	}
+}

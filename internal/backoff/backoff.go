@@ -1,0 +1,30 @@
+// Package backoff computes jittered exponential delays.
+package backoff
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff is exponential backoff with "equal jitter": the n-th delay is
+// uniformly distributed in [d/2, d], where d = min(Max, Min·2ⁿ). Half the
+// delay is random, so waiters that failed together spread out, and the
+// other half keeps the sequence growing.
+type Backoff struct {
+	Min time.Duration
+	Max time.Duration
+}
+
+// Delay returns the delay before retry number attempt (0 for the first retry).
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := b.Min
+	for i := 0; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}

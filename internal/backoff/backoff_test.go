@@ -1,0 +1,39 @@
+package backoff
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDelayBounds(t *testing.T) {
+	t.Parallel()
+	b := Backoff{Min: 10 * time.Millisecond, Max: 400 * time.Millisecond}
+	tests := []struct {
+		attempt int
+		lo, hi  time.Duration
+	}{
+		{0, 5 * time.Millisecond, 10 * time.Millisecond},
+		{1, 10 * time.Millisecond, 20 * time.Millisecond},
+		{3, 40 * time.Millisecond, 80 * time.Millisecond},
+		{5, 160 * time.Millisecond, 320 * time.Millisecond},
+		{6, 200 * time.Millisecond, 400 * time.Millisecond},
+		{1000, 200 * time.Millisecond, 400 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := b.Delay(tt.attempt)
+			require.GreaterOrEqual(t, d, tt.lo, "attempt %d", tt.attempt)
+			require.LessOrEqual(t, d, tt.hi, "attempt %d", tt.attempt)
+			seen[d] = true
+		}
+		require.Greater(t, len(seen), 1, "attempt %d: delays are not jittered", tt.attempt)
+	}
+}
+
+func TestDelayZero(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, time.Duration(0), Backoff{}.Delay(3))
+}

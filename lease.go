@@ -1,0 +1,140 @@
+package aegis
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Token is a fencing token: for one key, every grant's token is greater than
+// every earlier grant's. Tokens are issued by the store, never by the client.
+type Token int64
+
+// Lease is one grant of a key to one owner.
+type Lease struct {
+	Key   string
+	Token Token
+	// Owner is unique per grant (random). For Redis it is the secret that
+	// release and renew compare, so it is never logged or put in an error.
+	Owner string
+	TTL   time.Duration
+	// Deadline is local and conservative: the time, on this process's
+	// monotonic clock, before which work under the lease must stop. It is the
+	// moment the grant (or the last renewal) was requested plus TTL minus a
+	// drift margin, so it passes before the store can expire the lease.
+	Deadline time.Time
+}
+
+// String describes the lease without its owner, which may be a secret.
+func (l *Lease) String() string {
+	return fmt.Sprintf("lease %q token %d ttl %s", l.Key, l.Token, l.TTL)
+}
+
+// Locker grants leases on keys. Implementations are safe for concurrent use.
+//
+// Every method validates its key and TTL with [CheckKey] and [CheckTTL] (or a
+// backend's stricter rules) and returns an error naming what is wrong, never
+// ErrHeld, for bad input. Errors of the underlying client are wrapped, so a
+// caller can tell a lost lease (ErrLost) from an unreachable store.
+type Locker interface {
+	// TryAcquire makes one attempt; ErrHeld if another owner's lease is live.
+	TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error)
+	// Renew extends a lease this owner still holds to now+ttl (store time);
+	// ErrLost if it expired or another owner took the key. On success it sets
+	// l.TTL to ttl and moves l.Deadline forward.
+	Renew(ctx context.Context, l *Lease, ttl time.Duration) error
+	// Release frees the key only if l still holds it; ErrLost otherwise,
+	// changing nothing.
+	Release(ctx context.Context, l *Lease) error
+}
+
+// Notifier is implemented by a Locker that can tell a waiter when a key may
+// have been freed (a Redis pub/sub message, a PostgreSQL NOTIFY, a channel).
+// [Acquire] subscribes before each attempt, so a release between a failed
+// attempt and the wait is not missed; it still polls with backoff, so a
+// notification that never comes (an expiry) only costs latency.
+type Notifier interface {
+	// Notify returns a channel that receives a value when key may have
+	// become free, and a function that ends the subscription. The channel
+	// may be closed when the subscription fails; Acquire then polls.
+	Notify(ctx context.Context, key string) (<-chan struct{}, func(), error)
+}
+
+// Waiter is implemented by a Locker whose store queues waiters itself (the
+// etcd and ZooKeeper recipes, where a waiter watches only its predecessor).
+// [Acquire] calls it instead of retrying TryAcquire.
+type Waiter interface {
+	// Acquire blocks until the key is granted to this caller or ctx ends.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (*Lease, error)
+}
+
+// MaxKeyLen is the longest key, in bytes, that every backend accepts.
+const MaxKeyLen = 200
+
+// MaxTTL is the longest TTL every backend accepts unless it documents more.
+const MaxTTL = 24 * time.Hour
+
+// CheckKey reports whether key is a valid lease key: non-empty, at most
+// MaxKeyLen bytes of UTF-8, no NUL byte. The error names what is wrong and
+// wraps ErrInvalid.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: key is empty", ErrInvalid)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key is %d bytes, at most %d are allowed", ErrInvalid, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return fmt.Errorf("%w: key contains a NUL byte at offset %d", ErrInvalid, i)
+		}
+	}
+	return nil
+}
+
+// CheckTTL reports whether ttl is a valid lease TTL: positive and at most
+// max (MaxTTL when max is zero). The error names the value and wraps
+// ErrInvalid.
+func CheckTTL(ttl, max time.Duration) error {
+	if max <= 0 {
+		max = MaxTTL
+	}
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("%w: ttl %s is not positive", ErrInvalid, ttl)
+	case ttl > max:
+		return fmt.Errorf("%w: ttl %s is longer than the maximum %s", ErrInvalid, ttl, max)
+	}
+	return nil
+}
+
+// CheckLease reports whether l can be passed to Renew or Release: non-nil,
+// with a valid key and an owner.
+func CheckLease(l *Lease) error {
+	if l == nil {
+		return fmt.Errorf("%w: lease is nil", ErrInvalid)
+	}
+	if err := CheckKey(l.Key); err != nil {
+		return err
+	}
+	if l.Owner == "" {
+		return fmt.Errorf("%w: lease for %q has no owner", ErrInvalid, l.Key)
+	}
+	return nil
+}
+
+// LocalDeadline is the conservative local deadline of a lease of ttl
+// requested at start: start + ttl − drift, where drift allows 1% of the TTL
+// plus 2ms for the rate difference between this clock and the store's (the
+// margin Redlock uses). start must be read before the request is sent.
+func LocalDeadline(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(ttl - Drift(ttl))
+}
+
+// Drift is the clock-drift margin LocalDeadline subtracts from ttl.
+func Drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
