@@ -1,0 +1,131 @@
+// Package migrate applies numbered schema migrations, once, to PostgreSQL or
+// SQLite, safely when several processes start at the same time.
+//
+// Applied versions are recorded per component in aegis_migrations. Each run
+// holds a lock for its whole transaction (an advisory lock on PostgreSQL, the
+// write lock of BEGIN IMMEDIATE on SQLite), because concurrent
+// "CREATE TABLE IF NOT EXISTS" statements can fail on PostgreSQL.
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Dialect is the SQL dialect of a database.
+type Dialect int
+
+const (
+	Postgres Dialect = iota
+	SQLite
+)
+
+// Migration is one numbered schema change. Versions of a component start at
+// 1 and never change once released; a change is a new version.
+type Migration struct {
+	Version int
+	SQL     string
+}
+
+// lockID is the PostgreSQL advisory lock key of migrations ("aegis" in ASCII).
+const lockID = 0x6165676973
+
+// Apply applies the migrations of component that are not yet recorded, in
+// version order, in one transaction.
+func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration) (err error) {
+	for i, m := range ms {
+		if m.Version != i+1 {
+			return fmt.Errorf("migrate %s: migration %d has version %d; versions must be 1, 2, 3, ...", component, i+1, m.Version)
+		}
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", component, err)
+	}
+	defer conn.Close()
+
+	begin := "BEGIN"
+	if d == SQLite {
+		begin = "BEGIN IMMEDIATE" // take the write lock now: no upgrade later
+	}
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
+		return fmt.Errorf("migrate %s: %w", component, err)
+	}
+	defer func() {
+		if err != nil {
+			// Roll back even when ctx is cancelled: the connection returns
+			// to the pool and must not carry an open transaction.
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if d == Postgres {
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockID); err != nil {
+			return fmt.Errorf("migrate %s: lock: %w", component, err)
+		}
+	}
+	const table = `CREATE TABLE IF NOT EXISTS aegis_migrations (
+	component  text    NOT NULL,
+	version    integer NOT NULL,
+	PRIMARY KEY (component, version)
+)`
+	if _, err := conn.ExecContext(ctx, table); err != nil {
+		return fmt.Errorf("migrate %s: %w", component, err)
+	}
+	var applied int
+	row := conn.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM aegis_migrations WHERE component = $1", component)
+	if err := row.Scan(&applied); err != nil {
+		return fmt.Errorf("migrate %s: %w", component, err)
+	}
+	if applied > len(ms) {
+		return fmt.Errorf("migrate %s: the database is at version %d, newer than this program's %d", component, applied, len(ms))
+	}
+	for _, m := range ms[applied:] {
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migrate %s to version %d: %w", component, m.Version, err)
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO aegis_migrations (component, version) VALUES ($1, $2)", component, m.Version); err != nil {
+			return fmt.Errorf("migrate %s to version %d: %w", component, m.Version, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("migrate %s: commit: %w", component, err)
+	}
+	return nil
+}
+
+// Detect tells whether db is SQLite or PostgreSQL.
+func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v); err == nil {
+		return SQLite, nil
+	}
+	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
+		return 0, fmt.Errorf("detect the database: %w", err)
+	}
+	if !strings.HasPrefix(v, "PostgreSQL") {
+		return 0, fmt.Errorf("detect the database: %q is neither PostgreSQL nor SQLite", v)
+	}
+	return Postgres, nil
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Table checks a table name, optionally schema-qualified ("billing.lease"),
+// and returns it quoted for SQL. An error names the config field.
+func Table(field, name string) (string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", errors.New(field + ": " + fmt.Sprintf("%q has more than one dot", name))
+	}
+	for i, p := range parts {
+		if !identifier.MatchString(p) {
+			return "", fmt.Errorf("%s: %q is not a valid table name (letters, digits and _, at most 63, optionally schema.table)", field, name)
+		}
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, "."), nil
+}

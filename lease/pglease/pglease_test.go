@@ -1,0 +1,37 @@
+package pglease_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func pool(t *testing.T) *pgxpool.Pool {
+	p, err := pgxpool.New(t.Context(), os.Getenv("AEGIS_POSTGRES_URL"))
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestLocktest(t *testing.T) {
+	t.Parallel()
+	locktest.Run(t, locktest.Config{
+		// A pool per instance, as separate processes would have.
+		New: func(t *testing.T) aegis.Locker {
+			l, err := pglease.New(t.Context(), pool(t), nil)
+			require.NoError(t, err)
+			return l
+		},
+		TTL: 500 * time.Millisecond,
+	})
+}

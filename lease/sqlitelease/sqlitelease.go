@@ -1,0 +1,254 @@
+// Package sqlitelease is an aegis.Locker on a SQLite lease table: the
+// embedded default, for several processes on one host.
+//
+// It has pglease's semantics: a key is one row that is never deleted, the
+// grant increments the token in the same statement, renew and release
+// compare owner and token. Every operation runs in a BEGIN IMMEDIATE
+// transaction, which takes SQLite's write lock before reading, so two
+// processes never both see a key as free; a busy database is waited for
+// (Config.BusyTimeout), not failed.
+//
+// Guarantees: on one host, at most one live grant per key across every
+// process that opens the same database file, and strictly increasing tokens.
+// Expiry reads the host's wall clock inside SQLite: a clock stepped forward
+// (NTP) ends leases early, one stepped back lengthens them; the fence is what
+// makes an early expiry harmless. The database file must be on a local disk:
+// SQLite's locking is not reliable on network file systems. It does not
+// coordinate separate hosts.
+//
+// Open opens a database with the settings this package expects (WAL, a busy
+// timeout, synchronous=FULL so that a token, once granted, survives a power
+// loss).
+package sqlitelease
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/owner"
+)
+
+var _ aegis.Locker = (*Locker)(nil)
+
+// Config configures a Locker. The zero value is valid.
+type Config struct {
+	// Table is the lease table. Default "aegis_lease".
+	Table string
+	// BusyTimeout is how long an operation waits for another process's
+	// write transaction to end. Default 5s.
+	BusyTimeout time.Duration
+}
+
+// Locker is a SQLite lease table. It is safe for concurrent use, and
+// separate processes may each have one on the same database file.
+type Locker struct {
+	db                      *sql.DB
+	busy                    string // PRAGMA busy_timeout statement
+	acquire, renew, release string
+}
+
+// Open opens (creating when missing) the SQLite database at path with WAL
+// journaling, a 5s busy timeout, synchronous=FULL and foreign keys on.
+func Open(path string) (*sql.DB, error) {
+	if path == "" {
+		return nil, errors.New("sqlitelease: database path is empty")
+	}
+	q := url.Values{}
+	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(5000)", "synchronous(FULL)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// New returns a Locker on db, creating the lease table when it is missing.
+// db should come from Open, or be opened with WAL journaling. A nil cfg
+// means defaults.
+func New(ctx context.Context, db *sql.DB, cfg *Config) (*Locker, error) {
+	l, err := newLocker(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := Migrate(ctx, db, cfg); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Migrate creates the lease table of cfg when it is missing. New does the
+// same.
+func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
+	c, table, err := config(cfg)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return errors.New("sqlitelease: db is nil")
+	}
+	ms := make([]migrate.Migration, len(migrations))
+	for i, m := range migrations {
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, table)}
+	}
+	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms); err != nil {
+		return fmt.Errorf("sqlitelease: %w", err)
+	}
+	return nil
+}
+
+func config(cfg *Config) (Config, string, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Table = cmp.Or(c.Table, "aegis_lease")
+	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
+	if c.BusyTimeout < 0 {
+		return c, "", fmt.Errorf("sqlitelease: Config.BusyTimeout %s is negative", c.BusyTimeout)
+	}
+	table, err := migrate.Table("sqlitelease: Config.Table", c.Table)
+	return c, table, err
+}
+
+func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
+	if db == nil {
+		return nil, errors.New("sqlitelease: db is nil")
+	}
+	c, table, err := config(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{
+		db:      db,
+		busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
+		acquire: fmt.Sprintf(acquireSQL, table),
+		renew:   fmt.Sprintf(renewSQL, table),
+		release: fmt.Sprintf(releaseSQL, table),
+	}, nil
+}
+
+// ms converts a TTL to whole milliseconds, rounding up: the store never
+// expires a lease before its local deadline.
+func ms(ttl time.Duration) int64 {
+	return int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
+}
+
+// TryAcquire grants key for ttl unless another owner's lease is live
+// (ErrHeld).
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return nil, err
+	}
+	id := owner.New()
+	start := time.Now()
+	var token int64
+	err := l.immediate(ctx, func(conn *sql.Conn) error {
+		return conn.QueryRowContext(ctx, l.acquire, key, id, ms(ttl)).Scan(&token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, aegis.ErrHeld
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlitelease: acquire %q: %w", key, err)
+	}
+	return &aegis.Lease{
+		Key:      key,
+		Token:    aegis.Token(token),
+		Owner:    id,
+		TTL:      ttl,
+		Deadline: aegis.LocalDeadline(start, ttl),
+	}, nil
+}
+
+// Renew extends lease to now+ttl if it still holds its key; ErrLost
+// otherwise.
+func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := l.exec(ctx, "renew", l.renew, lease, ms(ttl)); err != nil {
+		return err
+	}
+	lease.TTL = ttl
+	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	return nil
+}
+
+// Release frees lease's key if lease still holds it; ErrLost otherwise,
+// changing nothing.
+func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	return l.exec(ctx, "release", l.release, lease)
+}
+
+// exec runs a statement that compares owner and token; no row means lost.
+func (l *Locker) exec(ctx context.Context, op, stmt string, lease *aegis.Lease, args ...any) error {
+	var n int64
+	err := l.immediate(ctx, func(conn *sql.Conn) error {
+		res, err := conn.ExecContext(ctx, stmt, append([]any{lease.Key, lease.Owner, int64(lease.Token)}, args...)...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitelease: %s %q: %w", op, lease.Key, err)
+	}
+	if n == 0 {
+		return aegis.ErrLost
+	}
+	return nil
+}
+
+// immediate runs fn in a BEGIN IMMEDIATE transaction on one connection.
+func (l *Locker) immediate(ctx context.Context, fn func(*sql.Conn) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, l.busy); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Also when ctx is cancelled: the connection goes back to the
+			// pool and must not keep the write lock.
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if err := fn(conn); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
+}
