@@ -1,7 +1,7 @@
 package pglease_test
 
 import (
-	"os"
+	"context"
 	"testing"
 	"time"
 
@@ -10,14 +10,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func pool(t *testing.T) *pgxpool.Pool {
-	p, err := pgxpool.New(t.Context(), os.Getenv("AEGIS_POSTGRES_URL"))
+// pool is a pool of its own on the test database's public schema: every
+// locktest instance gets one, as separate processes would.
+func pool(t *testing.T) *pgxpool.Pool { return testenvPool(t) }
+
+func testenvPool(t testing.TB) *pgxpool.Pool {
+	p, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	return p
