@@ -1,0 +1,43 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/memlease"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+)
+
+func openMemory(context.Context, Servers) (aegis.Locker, func(), error) {
+	return memlease.New(), func() {}, nil
+}
+
+func openPostgres(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	pool, err := pgxpool.New(ctx, s.PostgresURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: %w", err)
+	}
+	l, err := pglease.New(ctx, pool, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return l, pool.Close, nil
+}
+
+func openSQLite(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	db, err := sqlitelease.Open(s.SQLitePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := sqlitelease.New(ctx, db, nil)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, func() { db.Close() }, nil
+}
