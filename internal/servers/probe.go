@@ -15,6 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Probe checks once, within ctx, that the server of kind at addr serves,
+// as the Start functions and [Inspect] do: PostgreSQL accepts a login as
+// postgres, Redis answers PING, an etcd member reports a healthy cluster,
+// a ZooKeeper member serves.
+func Probe(ctx context.Context, kind Kind, addr string) error { return probe(ctx, kind, addr) }
+
 // probe checks once that the server of kind at addr serves: PostgreSQL
 // accepts a login, Redis answers PING, an etcd member reports a healthy
 // cluster (it has a leader), a ZooKeeper member serves (it is in a quorum,
