@@ -121,7 +121,8 @@ func newSchema(t testing.TB) (baseURL, schema string) {
 		defer conn.Close(ctx)
 		// A connection the test left open in a transaction holds locks:
 		// fail rather than hang.
-		if _, err := conn.Exec(ctx, "set lock_timeout = '5s'"); err == nil {
+		_, err = conn.Exec(ctx, "set lock_timeout = '5s'")
+		if err == nil {
 			_, err = conn.Exec(ctx, "drop schema if exists "+ident+" cascade")
 		}
 		if err != nil {
