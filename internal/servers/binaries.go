@@ -22,7 +22,9 @@ type MissingError struct {
 
 func (e *MissingError) Error() string {
 	where := "on PATH"
-	if len(e.Looked) > 0 {
+	if strings.HasSuffix(e.Program, ".jar") {
+		where = "in " + strings.Join(e.Looked, ", ")
+	} else if len(e.Looked) > 0 {
 		where += " or in " + strings.Join(e.Looked, ", ")
 	}
 	return fmt.Sprintf("servers: %s needs %s, which is not installed (not found %s); it is in the Debian package %s: run `scripts/services install` (as root) or `apt-get install %s`",

@@ -1,13 +1,17 @@
 package servers
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +20,44 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain checks, after the tests passed, that they left no goroutine
+// and no process behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if code == 0 && os.Getenv(helperEnv) == "" {
+		if kids := children(); len(kids) > 0 {
+			fmt.Fprintf(os.Stderr, "servers: tests left processes behind: %s\n", strings.Join(kids, "; "))
+			code = 1
+		}
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "servers: tests left goroutines behind: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// children lists this process's child processes from /proc.
+func children() []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			out = append(out, fmt.Sprintf("pid %d state %s: %s", pid, f[0], strings.ReplaceAll(string(cmd), "\x00", " ")))
+		}
+	}
+	return out
 }
 
 func testContext(t *testing.T) context.Context {
@@ -322,4 +362,50 @@ func TestFreePorts(t *testing.T) {
 		require.GreaterOrEqual(t, p, pickLo)
 		require.Less(t, p, pickHi)
 	}
+}
+
+const helperEnv = "AEGIS_SERVERS_HELPER_DIR"
+
+// TestServerDiesWithItsStarter kills (SIGKILL) a process that started a
+// Redis server and checks that the server dies too: a crashed test binary
+// or lab leaves nothing running.
+func TestServerDiesWithItsStarter(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartRedisAndWait$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	var pid int
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		if n, ok := strings.CutPrefix(lines.Text(), "redis pid "); ok {
+			pid, err = strconv.Atoi(n)
+			require.NoError(t, err)
+			break
+		}
+	}
+	require.NotZero(t, pid, "the helper did not start redis")
+	state, _, err := processStat(pid)
+	require.NoError(t, err)
+	require.NotEqual(t, byte('Z'), state)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	require.Eventually(t, func() bool {
+		state, _, err := processStat(pid)
+		return err != nil || state == 'Z' // a zombie of an init that does not reap
+	}, 10*time.Second, 10*time.Millisecond, "redis (pid %d) outlived the process that started it", pid)
+}
+
+func TestHelperStartRedisAndWait(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		return // only run as TestServerDiesWithItsStarter's child
+	}
+	r, err := StartRedis(context.Background(), dir, nil)
+	require.NoError(t, err)
+	fmt.Printf("redis pid %d\n", r.Pid())
+	time.Sleep(time.Minute) // until the parent kills us
 }
