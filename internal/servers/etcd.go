@@ -190,8 +190,9 @@ func (e *Etcd) Leader(ctx context.Context) (*Proc, error) {
 }
 
 // Stop stops every member gracefully and waits: the followers first, at
-// once, then the leader (a leader stopped while its followers stop too
-// waits seconds for a leadership transfer that cannot happen).
+// once, then the leader once it has noticed (a leader stopped while it
+// believes a follower is still there waits seconds for a leadership
+// transfer that cannot happen).
 func (e *Etcd) Stop() error {
 	defer lockAll(e.members)()
 	return stopEtcdMembers(e.members)
@@ -219,7 +220,28 @@ func stopEtcdMembers(members []*Proc) error {
 			first = append(first, m)
 		}
 	}
-	return errors.Join(stopMembers(first), stopMembers(last))
+	err := stopMembers(first)
+	for _, m := range last {
+		waitNoActivePeers(m.Addr(), 3*time.Second)
+	}
+	return errors.Join(err, stopMembers(last))
+}
+
+// waitNoActivePeers waits, within bound, until the etcd member at addr
+// counts no active peer (its etcd_network_active_peers gauges are all 0):
+// a leader that still believes a stopped follower is connected spends
+// seconds trying to hand its leadership over to it before it stops.
+func waitNoActivePeers(addr string, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		active, err := etcdActivePeers(ctx, addr)
+		cancel()
+		if err != nil || active == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Heal resumes paused members, starts stopped or killed ones, and waits

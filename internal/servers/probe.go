@@ -178,6 +178,35 @@ func etcdMemberStatus(ctx context.Context, addr string) (etcdStatus, error) {
 	return st, nil
 }
 
+// etcdActivePeers sums the etcd_network_active_peers gauges of the member
+// at addr: how many peers it holds a live connection to.
+func etcdActivePeers(ctx context.Context, addr string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("etcd: /metrics answered %s", resp.Status)
+	}
+	n := 0
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		line := lines.Text()
+		if !strings.HasPrefix(line, "etcd_network_active_peers{") {
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 && f[1] != "0" {
+			n++
+		}
+	}
+	return n, lines.Err()
+}
+
 // ZooKeeperCommand sends a four-letter command ("ruok", "srvr", "mntr") to
 // the ZooKeeper server at addr and returns its answer.
 func ZooKeeperCommand(ctx context.Context, addr, cmd string) (string, error) {

@@ -112,6 +112,8 @@ func redisConf(dir string, port int, c RedisConfig) string {
 	b.WriteString("# Written by aegis on every start; edits are lost.\n")
 	fmt.Fprintf(&b, "bind 127.0.0.1\nport %d\ndaemonize no\ndir %q\nlogfile \"\"\n", port, dir)
 	b.WriteString("save \"\"\nappendonly no\n")
+	// Replicas sync at once (the default waits 5 s for more replicas).
+	b.WriteString("repl-diskless-sync-delay 0\n")
 	if c.ReplicaOf != "" {
 		host, p, _ := net.SplitHostPort(c.ReplicaOf)
 		fmt.Fprintf(&b, "replicaof %s %s\n", host, p)
