@@ -154,6 +154,11 @@ func postgresCommand(ctx context.Context, dir, data string, port int, c Postgres
 	if err := os.WriteFile(filepath.Join(data, "aegis.conf"), []byte(postgresSettings(dir, port, c)), 0o644); err != nil {
 		return nil, err
 	}
+	for _, lock := range []string{filepath.Join(data, "postmaster.pid"), filepath.Join(dir, ".s.PGSQL."+strconv.Itoa(port)+".lock")} {
+		if err := removeStaleLock(lock); err != nil {
+			return nil, err
+		}
+	}
 	cmd := exec.Command(bins.postgres, "-D", data)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	cmd.Env = env
@@ -187,6 +192,29 @@ func postgresSettings(dir string, port int, c PostgresConfig) string {
 		fmt.Fprintf(&b, "%s = '%s'\n", kv[0], strings.ReplaceAll(kv[1], "'", "''"))
 	}
 	return b.String()
+}
+
+// removeStaleLock removes a PostgreSQL lock file whose process is gone or
+// a zombie. PostgreSQL removes such a file itself, except when the pid is
+// a zombie (the orphan of a killed detached server, where init does not
+// reap): then it takes the server for alive and refuses to start.
+func removeStaleLock(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil // no lock
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return nil // not ours to judge: PostgreSQL will say what is wrong
+	}
+	if state, _, err := processStat(pid); err == nil && state != 'Z' {
+		return nil // alive: PostgreSQL refuses to start, and says why
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 // postgresEnv is our environment with the C locale: minimal machines have

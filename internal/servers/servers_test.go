@@ -409,3 +409,21 @@ func TestHelperStartRedisAndWait(t *testing.T) {
 	fmt.Printf("redis pid %d\n", r.Pid())
 	time.Sleep(time.Minute) // until the parent kills us
 }
+
+func TestRemoveStaleLock(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.pid")
+	require.NoError(t, os.WriteFile(live, []byte(strconv.Itoa(os.Getpid())+"\n/data\n"), 0o644))
+	require.NoError(t, removeStaleLock(live))
+	require.FileExists(t, live, "the lock of a live process was removed")
+
+	cmd := exec.Command("true")
+	require.NoError(t, cmd.Run()) // reaped: its pid names no process now
+	stale := filepath.Join(dir, "stale.pid")
+	require.NoError(t, os.WriteFile(stale, []byte(strconv.Itoa(cmd.Process.Pid)+"\n/data\n"), 0o644))
+	require.NoError(t, removeStaleLock(stale))
+	require.NoFileExists(t, stale)
+
+	require.NoError(t, removeStaleLock(filepath.Join(dir, "missing.pid")))
+}
