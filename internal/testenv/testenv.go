@@ -1,7 +1,8 @@
 // Package testenv connects tests to the shared test servers that
 // scripts/services starts (PostgreSQL, Redis, etcd, ZooKeeper) and isolates
-// each test on them: a fresh PostgreSQL schema per call, a unique key prefix
-// for Redis, etcd and ZooKeeper.
+// each test on them: a fresh PostgreSQL schema (per call of Postgres and
+// PostgresSQL, per test for PostgresURL), a unique key prefix for Redis,
+// etcd and ZooKeeper.
 //
 // Servers are found through AEGIS_POSTGRES_URL, AEGIS_REDIS_ADDRS,
 // AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS, each defaulting to the shared
@@ -41,25 +42,48 @@ import (
 // checkTimeout bounds the reachability check of one server kind.
 const checkTimeout = 2 * time.Second
 
-// PostgresURL returns a connection URL for a fresh schema of its own on the
-// test PostgreSQL server: its search_path is set (through the options
+// PostgresURL returns a connection URL for a schema of the test's own on
+// the test PostgreSQL server: its search_path is set (through the options
 // parameter, which pgx and libpq both understand), so unqualified names
-// land in that schema. The schema is dropped when the test ends.
+// land in that schema. Unlike [Postgres], calls with the same t return the
+// same URL, so that the pools or processes of one test (the instances of a
+// conformance test, the nodes of a lab run) share one schema; every test,
+// subtests included, gets its own. The schema is dropped when the test
+// ends.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
-	base, schema := newSchema(t)
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("testenv: %s is not a URL: %v", servers.EnvPostgresURL, err)
+	v, _ := testURLs.LoadOrStore(t, &testURL{})
+	tu := v.(*testURL)
+	tu.once.Do(func() {
+		t.Cleanup(func() { testURLs.Delete(t) })
+		base, schema := newSchema(t)
+		u, err := url.Parse(base)
+		if err != nil {
+			tu.err = fmt.Errorf("testenv: %s is not a URL: %v", servers.EnvPostgresURL, err)
+			return
+		}
+		q := u.Query()
+		q.Set("options", "-csearch_path="+schema)
+		u.RawQuery = q.Encode()
+		tu.url = u.String()
+	})
+	if tu.err != nil || tu.url == "" {
+		t.Fatalf("testenv: no PostgreSQL URL for %s: %v", t.Name(), tu.err)
 	}
-	q := u.Query()
-	q.Set("options", "-csearch_path="+schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return tu.url
+}
+
+// testURLs holds PostgresURL's URL for each running test.
+var testURLs sync.Map // testing.TB → *testURL
+
+type testURL struct {
+	once sync.Once
+	url  string
+	err  error
 }
 
 // Postgres returns a pgx pool whose connections use a fresh schema of
-// their own (search_path). The pool is closed and the schema dropped when
+// their own (search_path): each call, another schema. The pool is closed and the schema dropped when
 // the test ends.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
@@ -78,7 +102,8 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 }
 
 // PostgresSQL returns a database/sql handle (pgx's stdlib driver) whose
-// connections use a fresh schema of their own (search_path). It is closed
+// connections use a fresh schema of their own (search_path): each call,
+// another schema. It is closed
 // and the schema dropped when the test ends.
 func PostgresSQL(t testing.TB) *sql.DB {
 	t.Helper()

@@ -60,6 +60,11 @@ func TestPostgresURLAndSQL(t *testing.T) {
 	var schema string
 	require.NoError(t, conn.QueryRow(ctx, "select schemaname from pg_tables where tablename = 't' and schemaname = $1", path).Scan(&schema))
 
+	require.Equal(t, u, PostgresURL(t), "one test, one URL")
+	t.Run("sub", func(t *testing.T) {
+		require.NotEqual(t, u, PostgresURL(t), "a subtest gets its own schema")
+	})
+
 	db := PostgresSQL(t)
 	require.NoError(t, db.QueryRowContext(ctx, "show search_path").Scan(&path))
 	require.Regexp(t, `^t_testpostgresurlandsql_[0-9a-f]{8}$`, path)
