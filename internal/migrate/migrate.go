@@ -10,7 +10,6 @@ package migrate
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -39,7 +38,7 @@ const lockID = 0x6165676973
 func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration) (err error) {
 	for i, m := range ms {
 		if m.Version != i+1 {
-			return fmt.Errorf("migrate %s: migration %d has version %d; versions must be 1, 2, 3, ...", component, i+1, m.Version)
+			return fmt.Errorf("migrate %s: migration %d has version %d; versions must count up from 1", component, i+1, m.Version)
 		}
 	}
 	conn, err := db.Conn(ctx)
@@ -119,7 +118,7 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 func Table(field, name string) (string, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", errors.New(field + ": " + fmt.Sprintf("%q has more than one dot", name))
+		return "", fmt.Errorf("%s: %q has more than one dot", field, name)
 	}
 	for i, p := range parts {
 		if !identifier.MatchString(p) {

@@ -1,0 +1,41 @@
+# The commands a developer and CI run. `make test` starts the shared test
+# servers (installing them first when missing, as root), then checks
+# formatting, vets, lints and tests every package against those servers.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := $(PATH):/usr/local/go/bin
+
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Commands that need the servers get their addresses (AEGIS_*) this way.
+WITH_ENV := eval "$$(scripts/services env)" &&
+
+.PHONY: test services services-stop lab bench fmt fmt-check vet staticcheck
+
+test: services fmt-check vet staticcheck
+	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
+
+services:
+	scripts/services start
+
+services-stop:
+	scripts/services stop
+
+lab: services
+	$(WITH_ENV) $(GO) run ./examples/invoice
+
+bench: services
+	$(WITH_ENV) $(GO) test -run '^$$' -bench . ./...
+
+fmt:
+	gofmt -w .
+
+fmt-check:
+	@files=$$(gofmt -l .); if [ -n "$$files" ]; then echo "not gofmt'ed (run make fmt):"; echo "$$files"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...

@@ -1,0 +1,310 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// The environment variables that tell tests, the lab and the CLI where the
+// servers are.
+const (
+	EnvPostgresURL   = "AEGIS_POSTGRES_URL"   // postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable
+	EnvRedisAddrs    = "AEGIS_REDIS_ADDRS"    // host:port,...; the first is the single-node one
+	EnvEtcdEndpoints = "AEGIS_ETCD_ENDPOINTS" // http://host:port,...
+	EnvZKServers     = "AEGIS_ZK_SERVERS"     // host:port,...
+	EnvScratch       = "AEGIS_SCRATCH"        // the shared servers' directory
+)
+
+// SetConfig configures [StartSet]. The zero value starts everything on free
+// ports: PostgreSQL, six independent Redis primaries, a 3-member etcd
+// cluster and a 3-member ZooKeeper ensemble.
+type SetConfig struct {
+	// Kinds are the kinds to start. Default: all of them.
+	Kinds []Kind
+	// Postgres, Etcd and ZooKeeper configure those servers; their Detach
+	// fields are ignored (see Detach below).
+	Postgres  PostgresConfig
+	Etcd      EtcdConfig
+	ZooKeeper ZooKeeperConfig
+	// Redis has one entry per Redis server. Default: six primaries on free
+	// ports with DEBUG allowed from loopback.
+	Redis []RedisConfig
+	// Detach runs every server detached and makes the start idempotent
+	// (see [RedisConfig.Detach]): the shared test servers.
+	Detach bool
+	// AllowMissing starts what is installed and records in
+	// Set.Unavailable each kind whose program is missing, instead of
+	// failing. Default: false.
+	AllowMissing bool
+}
+
+// Set is the servers of a [StartSet] call. A field is nil (or empty) when
+// its kind was not asked for or is unavailable.
+type Set struct {
+	Dir       string
+	Postgres  *Postgres
+	Redis     []*Redis
+	Etcd      *Etcd
+	ZooKeeper *ZooKeeper
+	// Unavailable holds, with SetConfig.AllowMissing, the [MissingError]
+	// of each kind that could not start because its program is missing.
+	Unavailable map[Kind]error
+}
+
+// SharedDir returns the shared test servers' directory: $AEGIS_SCRATCH,
+// or /tmp/aegis-services.
+func SharedDir() string {
+	if d := os.Getenv(EnvScratch); d != "" {
+		return d
+	}
+	return "/tmp/aegis-services"
+}
+
+// The shared test servers' fixed ports.
+const (
+	sharedPostgresPort = 15432
+	sharedRedisPort    = 16379 // and the next five
+	sharedRedisCount   = 6
+)
+
+var (
+	sharedEtcdClient  = []int{12379, 12381, 12383}
+	sharedEtcdPeer    = []int{12380, 12382, 12384}
+	sharedZKClient    = []int{12181, 12182, 12183}
+	sharedZKQuorum    = []int{12881, 12882, 12883}
+	sharedZKElection  = []int{12891, 12892, 12893}
+	defaultRedisExtra = map[string]string{"enable-debug-command": "local"}
+)
+
+// SharedConfig returns the configuration of the shared test servers that
+// scripts/services starts: detached, on fixed loopback ports (PostgreSQL
+// 15432; Redis 16379–16384; etcd clients 12379/12381/12383, peers
+// 12380/12382/12384; ZooKeeper clients 12181–12183, quorum 12881–12883,
+// election 12891–12893).
+func SharedConfig() *SetConfig {
+	c := &SetConfig{
+		Postgres:  PostgresConfig{Port: sharedPostgresPort},
+		Etcd:      EtcdConfig{ClientPorts: sharedEtcdClient, PeerPorts: sharedEtcdPeer},
+		ZooKeeper: ZooKeeperConfig{ClientPorts: sharedZKClient, QuorumPorts: sharedZKQuorum, ElectionPorts: sharedZKElection},
+		Detach:    true,
+	}
+	for i := range sharedRedisCount {
+		c.Redis = append(c.Redis, RedisConfig{Port: sharedRedisPort + i, Config: defaultRedisExtra})
+	}
+	return c
+}
+
+// SharedEnv returns the environment variables that point at the shared
+// test servers, in the order of [Kinds]: what `aegis services env` prints
+// and the defaults tests use when a variable is unset.
+func SharedEnv() [][2]string {
+	c := SharedConfig()
+	var redis []string
+	for _, r := range c.Redis {
+		redis = append(redis, hostPort(r.Port))
+	}
+	var etcd, zk []string
+	for _, p := range c.Etcd.ClientPorts {
+		etcd = append(etcd, "http://"+hostPort(p))
+	}
+	for _, p := range c.ZooKeeper.ClientPorts {
+		zk = append(zk, hostPort(p))
+	}
+	return [][2]string{
+		{EnvPostgresURL, "postgres://aegis@" + hostPort(c.Postgres.Port) + "/aegis?sslmode=disable"},
+		{EnvRedisAddrs, strings.Join(redis, ",")},
+		{EnvEtcdEndpoints, strings.Join(etcd, ",")},
+		{EnvZKServers, strings.Join(zk, ",")},
+	}
+}
+
+// EnvKind returns the kind of server an AEGIS_* variable points at.
+func EnvKind(name string) Kind {
+	switch name {
+	case EnvPostgresURL:
+		return KindPostgres
+	case EnvRedisAddrs:
+		return KindRedis
+	case EnvEtcdEndpoints:
+		return KindEtcd
+	case EnvZKServers:
+		return KindZooKeeper
+	}
+	return ""
+}
+
+// StartSet starts the servers cfg asks for in dir, each kind in its own
+// subdirectory (postgres, redis-1…, etcd, zookeeper), the kinds at once.
+// cfg may be nil.
+//
+// When a server fails to start, StartSet stops every server it started
+// and returns the error; with cfg.Detach it leaves the others running (a
+// second call starts only what is missing). The caller stops the set with
+// [Set.Stop], typically deferred; a program that handles Ctrl-C with
+// signal.NotifyContext gets its deferred Stop run. Servers that are not
+// detached get SIGKILL if the caller dies without stopping them.
+func StartSet(ctx context.Context, dir string, cfg *SetConfig) (*Set, error) {
+	c := SetConfig{}
+	if cfg != nil {
+		c = *cfg
+	}
+	kinds := c.Kinds
+	if len(kinds) == 0 {
+		kinds = Kinds
+	}
+	if c.Redis == nil {
+		for range sharedRedisCount {
+			c.Redis = append(c.Redis, RedisConfig{Config: defaultRedisExtra})
+		}
+	}
+	c.Postgres.Detach, c.Etcd.Detach, c.ZooKeeper.Detach = c.Detach, c.Detach, c.Detach
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Dir: dir, Unavailable: map[Kind]error{}}
+
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	record := func(kind Kind, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c.AllowMissing && IsMissing(err) {
+			s.Unavailable[kind] = err
+			return
+		}
+		errs = append(errs, err)
+	}
+	if slices.Contains(kinds, KindPostgres) {
+		wg.Go(func() {
+			pg, err := StartPostgres(ctx, filepath.Join(dir, "postgres"), &c.Postgres)
+			if err != nil {
+				record(KindPostgres, err)
+				return
+			}
+			s.Postgres = pg
+		})
+	}
+	if slices.Contains(kinds, KindRedis) {
+		wg.Go(func() {
+			rs := make([]*Redis, len(c.Redis))
+			for i, rc := range c.Redis {
+				rc.Detach = c.Detach
+				r, err := StartRedis(ctx, filepath.Join(dir, fmt.Sprintf("redis-%d", i+1)), &rc)
+				if err != nil {
+					for _, r := range rs[:i] {
+						if !c.Detach {
+							_ = r.Stop()
+						}
+					}
+					record(KindRedis, err)
+					return
+				}
+				rs[i] = r
+			}
+			s.Redis = rs
+		})
+	}
+	if slices.Contains(kinds, KindEtcd) {
+		wg.Go(func() {
+			e, err := StartEtcd(ctx, filepath.Join(dir, "etcd"), &c.Etcd)
+			if err != nil {
+				record(KindEtcd, err)
+				return
+			}
+			s.Etcd = e
+		})
+	}
+	if slices.Contains(kinds, KindZooKeeper) {
+		wg.Go(func() {
+			z, err := StartZooKeeper(ctx, filepath.Join(dir, "zookeeper"), &c.ZooKeeper)
+			if err != nil {
+				record(KindZooKeeper, err)
+				return
+			}
+			s.ZooKeeper = z
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		if !c.Detach {
+			_ = s.Stop()
+		}
+		return nil, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+// Procs returns every process of the set: PostgreSQL, the Redis servers,
+// the etcd members, the ZooKeeper members.
+func (s *Set) Procs() []*Proc {
+	var out []*Proc
+	if s.Postgres != nil {
+		out = append(out, s.Postgres.Proc)
+	}
+	for _, r := range s.Redis {
+		out = append(out, r.Proc)
+	}
+	if s.Etcd != nil {
+		out = append(out, s.Etcd.Members()...)
+	}
+	if s.ZooKeeper != nil {
+		out = append(out, s.ZooKeeper.Members()...)
+	}
+	return out
+}
+
+// Env returns NAME=value pairs for the AEGIS_* variables of the servers
+// that run, for a child process's environment.
+func (s *Set) Env() []string {
+	var env []string
+	if s.Postgres != nil {
+		env = append(env, EnvPostgresURL+"="+s.Postgres.URL())
+	}
+	if len(s.Redis) > 0 {
+		var a []string
+		for _, r := range s.Redis {
+			a = append(a, r.Addr())
+		}
+		env = append(env, EnvRedisAddrs+"="+strings.Join(a, ","))
+	}
+	if s.Etcd != nil {
+		env = append(env, EnvEtcdEndpoints+"="+strings.Join(s.Etcd.Endpoints(), ","))
+	}
+	if s.ZooKeeper != nil {
+		env = append(env, EnvZKServers+"="+strings.Join(s.ZooKeeper.Addrs(), ","))
+	}
+	return env
+}
+
+// Stop stops every server of the set, the kinds at once, and waits for
+// them.
+func (s *Set) Stop() error {
+	var stops []func() error
+	if s.Postgres != nil {
+		stops = append(stops, s.Postgres.Stop)
+	}
+	for _, r := range s.Redis {
+		stops = append(stops, r.Stop)
+	}
+	if s.Etcd != nil {
+		stops = append(stops, s.Etcd.Stop)
+	}
+	if s.ZooKeeper != nil {
+		stops = append(stops, s.ZooKeeper.Stop)
+	}
+	errs := make([]error, len(stops))
+	var wg sync.WaitGroup
+	for i, stop := range stops {
+		wg.Go(func() { errs[i] = stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
