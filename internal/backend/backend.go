@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/servers"
 )
 
 // Servers are the addresses of the servers backends connect to. They come
@@ -24,30 +25,19 @@ type Servers struct {
 	SQLitePath    string   // AEGIS_SQLITE_PATH
 }
 
-// Defaults are the loopback addresses of scripts/services.
-var Defaults = Servers{
-	PostgresURL:   "postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable",
-	RedisAddrs:    []string{"127.0.0.1:16379", "127.0.0.1:16380", "127.0.0.1:16381", "127.0.0.1:16382", "127.0.0.1:16383", "127.0.0.1:16384"},
-	EtcdEndpoints: []string{"http://127.0.0.1:12379", "http://127.0.0.1:12381", "http://127.0.0.1:12383"},
-	ZKServers:     []string{"127.0.0.1:12181", "127.0.0.1:12182", "127.0.0.1:12183"},
-	SQLitePath:    "aegis.db",
-}
-
-// FromEnv returns the servers named by the AEGIS_* variables, with Defaults
-// for the unset ones.
+// FromEnv returns the servers named by the AEGIS_* variables, with the
+// shared test servers of scripts/services for the unset ones.
 func FromEnv() Servers {
-	list := func(name string, def []string) []string {
-		if v := os.Getenv(name); v != "" {
-			return strings.Split(v, ",")
-		}
-		return def
+	env := map[string]string{}
+	for _, kv := range servers.SharedEnv() {
+		env[kv[0]] = cmp.Or(os.Getenv(kv[0]), kv[1])
 	}
 	return Servers{
-		PostgresURL:   cmp.Or(os.Getenv("AEGIS_POSTGRES_URL"), Defaults.PostgresURL),
-		RedisAddrs:    list("AEGIS_REDIS_ADDRS", Defaults.RedisAddrs),
-		EtcdEndpoints: list("AEGIS_ETCD_ENDPOINTS", Defaults.EtcdEndpoints),
-		ZKServers:     list("AEGIS_ZK_SERVERS", Defaults.ZKServers),
-		SQLitePath:    cmp.Or(os.Getenv("AEGIS_SQLITE_PATH"), Defaults.SQLitePath),
+		PostgresURL:   env[servers.EnvPostgresURL],
+		RedisAddrs:    strings.Split(env[servers.EnvRedisAddrs], ","),
+		EtcdEndpoints: strings.Split(env[servers.EnvEtcdEndpoints], ","),
+		ZKServers:     strings.Split(env[servers.EnvZKServers], ","),
+		SQLitePath:    cmp.Or(os.Getenv("AEGIS_SQLITE_PATH"), "aegis.db"),
 	}
 }
 

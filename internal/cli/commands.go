@@ -4,5 +4,6 @@ package cli
 // them. Adding one is a line here and a file beside this one that defines
 // its command value.
 var commands = []command{
+	benchCommand,
 	servicesCommand,
 }

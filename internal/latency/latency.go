@@ -3,6 +3,7 @@
 package latency
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -84,4 +85,49 @@ func Bench(b *testing.B, goroutines int, op func(g int) error) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 	rec.Report(b)
+}
+
+// Result is what Run measured.
+type Result struct {
+	Ops       int
+	OpsPerSec float64
+	P50, P99  time.Duration
+}
+
+// Run calls op from the given number of goroutines until d has passed or
+// ctx ends, and returns the throughput and the latency percentiles. It stops
+// at the first error and returns it.
+func Run(ctx context.Context, goroutines int, d time.Duration, op func(g int) error) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		rec   Recorder
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	start := time.Now()
+	for g := range goroutines {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if err := rec.Time(func() error { return op(g) }); err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { first = err; cancel() })
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return Result{}, first
+	}
+	return Result{
+		Ops:       rec.Count(),
+		OpsPerSec: float64(rec.Count()) / elapsed.Seconds(),
+		P50:       rec.Percentile(50),
+		P99:       rec.Percentile(99),
+	}, nil
 }

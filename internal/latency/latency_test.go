@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -19,4 +20,21 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, 99*time.Millisecond, r.Percentile(99))
 	require.Equal(t, 100*time.Millisecond, r.Percentile(100))
 	require.Equal(t, 1*time.Millisecond, r.Percentile(0.1))
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	r, err := Run(t.Context(), 4, 50*time.Millisecond, func(int) error {
+		time.Sleep(time.Millisecond)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Positive(t, r.Ops)
+	require.Positive(t, r.OpsPerSec)
+	require.GreaterOrEqual(t, r.P50, time.Millisecond)
+	require.GreaterOrEqual(t, r.P99, r.P50)
+
+	boom := errors.New("boom")
+	_, err = Run(t.Context(), 2, time.Minute, func(int) error { return boom })
+	require.ErrorIs(t, err, boom, "the first error ends the run")
 }

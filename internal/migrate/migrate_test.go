@@ -1,0 +1,64 @@
+package migrate_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+)
+
+var ms = []migrate.Migration{
+	{Version: 1, SQL: "CREATE TABLE IF NOT EXISTS m (id integer PRIMARY KEY)"},
+	{Version: 2, SQL: "ALTER TABLE m ADD COLUMN name text"},
+}
+
+func TestApply(t *testing.T) {
+	t.Parallel()
+	sqlite, err := sqlitelease.Open(filepath.Join(t.TempDir(), "m.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlite.Close() })
+	for name, db := range map[string]*sql.DB{"postgres": testenv.PostgresSQL(t), "sqlite": sqlite} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			d, err := migrate.Detect(ctx, db)
+			require.NoError(t, err)
+			require.Equal(t, map[string]migrate.Dialect{"postgres": migrate.Postgres, "sqlite": migrate.SQLite}[name], d)
+			// Many processes starting at once: every Apply succeeds, and
+			// the non-idempotent version 2 runs once.
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for range 8 {
+				wg.Go(func() { errs <- migrate.Apply(ctx, db, d, "test", ms) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			_, err = db.ExecContext(ctx, "INSERT INTO m (id, name) VALUES (1, 'x')")
+			require.NoError(t, err)
+			require.ErrorContains(t, migrate.Apply(ctx, db, d, "test", ms[:1]), "newer than this program's 1")
+			require.ErrorContains(t, migrate.Apply(ctx, db, d, "other", ms[1:]), "has version 2")
+			require.ErrorContains(t, migrate.Apply(ctx, db, d, "bad", []migrate.Migration{{Version: 1, SQL: "NOT SQL"}}), "migrate bad to version 1")
+		})
+	}
+}
+
+func TestTable(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]string{"aegis_lease": `"aegis_lease"`, "billing.lease": `"billing"."lease"`} {
+		got, err := migrate.Table("Config.Table", name)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	for _, bad := range []string{"", "a b", `x"; DROP TABLE y; --`, "a.b.c", "1abc"} {
+		_, err := migrate.Table("Config.Table", bad)
+		require.ErrorContains(t, err, "Config.Table", bad)
+	}
+}
