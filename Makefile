@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab bench fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab bench bench-peers fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -25,8 +25,12 @@ services-stop:
 lab: services
 	$(WITH_ENV) $(GO) run ./examples/invoice
 
+# Benchmarks of the library, then against its peers (the bench module).
 bench: services
 	$(WITH_ENV) $(GO) test -run '^$$' -bench . ./...
+
+bench-peers: services
+	$(WITH_ENV) cd bench && $(GO) test -run '^$$' -bench . ./...
 
 fmt:
 	gofmt -w .

@@ -1,0 +1,10 @@
+// Package bench compares Aegis with its peers (redsync, bsm/redislock,
+// etcd's concurrency.Mutex, go-zookeeper's Lock, River) on the same servers
+// in the same run. It is a module of its own so that the peers never enter
+// the library's go.mod.
+//
+//	make bench-peers   (or: cd bench && go test -run '^$' -bench . ./...)
+//
+// The servers are the shared ones of scripts/services, found through the
+// AEGIS_* variables.
+package bench
