@@ -44,7 +44,7 @@ func TestLocktest(t *testing.T) {
 			require.NoError(t, err)
 			return l
 		},
-		TTL: 500 * time.Millisecond,
+		TTL: time.Second,
 	})
 }
 
