@@ -1,0 +1,144 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis/internal/servers"
+)
+
+// Config is one run: a strategy, its parameters and its faults. The flags
+// of `aegis lab run` fill it; [DefaultConfig] has their defaults.
+type Config struct {
+	// Scenario is the preset the run belongs to, "" for none.
+	Scenario string
+	Strategy string
+	// Fence writes through the fence. It changes nothing for a strategy
+	// without a token (none, pg-unique, pg-advisory), whose report says
+	// fenced false.
+	Fence    bool
+	Nodes    int
+	Duration time.Duration // ticks = Duration / Tick
+	Tick     time.Duration
+	Work     time.Duration
+	TTL      time.Duration
+	Chaos    []Chaos
+	// OutDir is where the checker's visualisation of a violation is
+	// written; "" writes none.
+	OutDir string
+}
+
+// DefaultConfig returns the defaults of `aegis lab run`: fenced, 3 nodes,
+// 20 s of 1 s ticks, 300 ms of work, a 2 s TTL.
+func DefaultConfig() Config {
+	return Config{Fence: true, Nodes: 3, Duration: 20 * time.Second, Tick: time.Second, Work: 300 * time.Millisecond, TTL: 2 * time.Second}
+}
+
+// Limits of a run's parameters.
+const (
+	MaxNodes = 16
+	MaxTicks = 1000
+)
+
+// Ticks is how many ticks the run fires.
+func (c Config) Ticks() int {
+	if c.Tick <= 0 {
+		return 0
+	}
+	return int(c.Duration / c.Tick)
+}
+
+// Window is how long a tick stays due: a node keeps trying a tick nobody
+// has executed until its window ends, so that a holder paused or killed
+// past its TTL is replaced within the same tick. It is 2 × TTL + work +
+// tick; a tick nobody executed by then is missed.
+func (c Config) Window() time.Duration { return 2*c.TTL + c.Work + c.Tick }
+
+// Validate checks the configuration and says what is wrong, naming the
+// flag.
+func (c Config) Validate() error {
+	s, ok := LookupStrategy(c.Strategy)
+	switch {
+	case c.Strategy == "":
+		return fmt.Errorf("--strategy is required (%s)", strings.Join(StrategyNames(), ", "))
+	case !ok:
+		return fmt.Errorf("--strategy %q: unknown (known: %s)", c.Strategy, strings.Join(StrategyNames(), ", "))
+	case c.Nodes < 1 || c.Nodes > MaxNodes:
+		return fmt.Errorf("--nodes %d: want 1 to %d", c.Nodes, MaxNodes)
+	case c.Tick < 10*time.Millisecond:
+		return fmt.Errorf("--tick %s: want at least 10ms", c.Tick)
+	case c.Duration < c.Tick:
+		return fmt.Errorf("--duration %s: want at least one tick (%s)", c.Duration, c.Tick)
+	case c.Ticks() > MaxTicks:
+		return fmt.Errorf("--duration %s / --tick %s is %d ticks: want at most %d", c.Duration, c.Tick, c.Ticks(), MaxTicks)
+	case c.Work < 0:
+		return fmt.Errorf("--work %s: must not be negative", c.Work)
+	case c.TTL <= 0:
+		return fmt.Errorf("--ttl %s: must be positive", c.TTL)
+	case c.TTL > time.Hour:
+		return fmt.Errorf("--ttl %s: want at most 1h", c.TTL)
+	}
+	var errs []error
+	for _, ch := range c.Chaos {
+		if err := c.checkChaos(s, ch); err != nil {
+			errs = append(errs, fmt.Errorf("--chaos %s: %w", ch, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) checkChaos(s Strategy, ch Chaos) error {
+	if n := ch.Node(); n > c.Nodes {
+		return fmt.Errorf("node%d does not exist: the run has %d nodes", n, c.Nodes)
+	}
+	if ch.At > c.Duration {
+		return fmt.Errorf("@%s is after the run's %s", ch.At, c.Duration)
+	}
+	switch ch.Kind {
+	case Failover:
+		if s.Name != "redis" {
+			return errors.New("failover:redis needs --strategy redis (a primary with a replica)")
+		}
+	case Restart:
+		if !slices.Contains(s.Needs, servers.KindRedis) {
+			return fmt.Errorf("restart:redis needs a Redis strategy (redis or redlock), not %s", s.Name)
+		}
+	case Partition:
+		if s.Name == "sqlite" {
+			return errors.New("sqlite has no network to partition; the lab's proxies sit between nodes and servers")
+		}
+	case Latency:
+		if k := servers.Kind(ch.Target); !slices.Contains(s.Needs, k) && k != servers.KindPostgres {
+			return fmt.Errorf("%s does not use %s", s.Name, ch.Target)
+		}
+	}
+	return nil
+}
+
+// fenced reports whether the run's writes go through a fence.
+func (c Config) fenced() bool {
+	s, _ := LookupStrategy(c.Strategy)
+	return c.Fence && s.Fenceable()
+}
+
+// String describes the run in one line.
+func (c Config) String() string {
+	fence := "unfenced"
+	if c.fenced() {
+		fence = "fenced"
+	} else if s, _ := LookupStrategy(c.Strategy); !s.Fenceable() {
+		fence = "no token to fence with"
+	}
+	var chaos []string
+	for _, ch := range c.Chaos {
+		chaos = append(chaos, ch.String())
+	}
+	line := fmt.Sprintf("%s, %s, %d nodes, %d ticks of %s, work %s, ttl %s", c.Strategy, fence, c.Nodes, c.Ticks(), c.Tick, c.Work, c.TTL)
+	if len(chaos) > 0 {
+		line += "; chaos " + strings.Join(chaos, " ")
+	}
+	return line
+}

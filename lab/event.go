@@ -1,0 +1,54 @@
+package lab
+
+// Event is one thing that happened in a run: a node's step (from its
+// output), a tick firing, a fault injected, or a harm the lab saw
+// (a duplicate applied, a missed tick). Events stream live from
+// [Run.Subscribe] and end up in the report.
+type Event struct {
+	// T is when it happened, in seconds since the run's first tick fired
+	// (negative before it). A node's events carry the node's real clock,
+	// not its skewed one.
+	T    float64 `json:"t"`
+	Kind string  `json:"kind"`
+	// Node is the node's number (from 1); 0 for the lab's own events.
+	Node int `json:"node,omitempty"`
+	// Tick is the tick's number (from 1); 0 when the event is not about a
+	// tick.
+	Tick int `json:"tick,omitempty"`
+	// Token is the lease's or claim's fencing token; 0 when the strategy
+	// has none.
+	Token int64 `json:"token,omitempty"`
+	// Attempt names one critical section (node.incarnation.sequence): its
+	// enter, entered, executed or stale events share it.
+	Attempt string `json:"attempt,omitempty"`
+	// Value is the balance read (entered) or written (executed).
+	Value *int64 `json:"value,omitempty"`
+	// Detail says more, in words: an error, what a fault did.
+	Detail string `json:"detail,omitempty"`
+}
+
+// The kinds of event. Node events first (see the node's protocol), then
+// the lab's.
+const (
+	EventReady    = evReady
+	EventAcquired = evAcquired
+	EventEnter    = evEnter
+	EventEntered  = evEntered
+	EventSkipped  = evSkipped
+	EventStale    = evStale
+	EventExecuted = evExecuted
+	EventReleased = evReleased
+	EventLost     = evLost
+	EventGaveUp   = evGaveUp
+	EventError    = evError
+	EventAbandon  = evAbandon
+	EventFinished = evFinished
+
+	EventTick      = "tick"      // a tick fired (the lab's clock)
+	EventChaos     = "chaos"     // a fault began (Detail: the spec and what it did)
+	EventHealed    = "healed"    // a fault ended: a node resumed, a partition healed
+	EventStarted   = "started"   // a node process started (Detail: pid)
+	EventExited    = "exited"    // a node process ended (Detail: how)
+	EventDuplicate = "duplicate" // a tick's effect was committed more than once
+	EventMissed    = "missed"    // a tick's window ended with no execution
+)

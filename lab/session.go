@@ -1,0 +1,349 @@
+package lab
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/aegislab/aegis/internal/backend"
+	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+)
+
+// Servers are existing servers for the lab to use. A kind left empty is
+// started by the lab itself, the first time a run needs it.
+type Servers struct {
+	PostgresURL   string   // AEGIS_POSTGRES_URL, --postgres-url
+	RedisAddrs    []string // AEGIS_REDIS_ADDRS, --redis-addrs; the first is the single-node one
+	EtcdEndpoints []string // AEGIS_ETCD_ENDPOINTS, --etcd-endpoints
+	ZKServers     []string // AEGIS_ZK_SERVERS, --zk-servers
+}
+
+// Options configures a Session. The zero value starts every server the
+// runs need in a temporary directory.
+type Options struct {
+	// Dir is the scratch directory for the servers the lab starts and the
+	// SQLite files. Default: a new temporary directory, removed by Close.
+	Dir string
+	// Servers are existing servers to use instead of starting them. The
+	// lab never kills, pauses or restarts a server it did not start:
+	// faults that would (failover:redis, restart:redis) need the lab's
+	// own Redis.
+	Servers Servers
+	// Executable is the program whose `node` subcommand runs a node.
+	// Default: os.Executable() (the aegis command).
+	Executable string
+	// NodeEnv are extra NAME=value variables for node processes.
+	NodeEnv []string
+	// Log receives progress lines (servers starting, nodes restarted).
+	// Default: none.
+	Log io.Writer
+}
+
+// Session is a lab session: the servers it started (reused across its
+// runs, stopped by Close) and its store of record. Runs of one session
+// may run at the same time.
+type Session struct {
+	opts    Options
+	dir     string
+	tempDir bool
+
+	mu          sync.Mutex
+	pg          *servers.Postgres
+	redis       []*servers.Redis
+	replica     *servers.Redis // of redis[0], for failover:redis
+	etcd        *servers.Etcd
+	zk          *servers.ZooKeeper
+	unavailable map[servers.Kind]error
+	store       *sql.DB
+	storeURL    string // a PostgreSQL URL, or sqlite:PATH
+	closed      bool
+	redisBusy   bool // a run with Redis faults holds the lab's Redis
+}
+
+// NewSession returns a session; it starts no server until a run needs
+// one.
+func NewSession(opts Options) (*Session, error) {
+	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}}
+	if s.opts.Log == nil {
+		s.opts.Log = io.Discard
+	}
+	if s.opts.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("lab: find the aegis executable: %w", err)
+		}
+		s.opts.Executable = exe
+	}
+	if opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "aegis-lab-")
+		if err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		s.dir, s.tempDir = dir, true
+	} else {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		dir, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("lab: %w", err)
+		}
+		s.dir = dir
+	}
+	return s, nil
+}
+
+// Dir returns the session's scratch directory.
+func (s *Session) Dir() string { return s.dir }
+
+// Close stops the servers the session started and removes its temporary
+// directory. Runs still going are not waited for: stop them first.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.store != nil {
+		errs = append(errs, s.store.Close())
+	}
+	var stops []func() error
+	if s.pg != nil {
+		stops = append(stops, s.pg.Stop)
+	}
+	for _, r := range append(slices.Clone(s.redis), s.replica) {
+		if r != nil {
+			stops = append(stops, r.Stop)
+		}
+	}
+	if s.etcd != nil {
+		stops = append(stops, s.etcd.Stop)
+	}
+	if s.zk != nil {
+		stops = append(stops, s.zk.Stop)
+	}
+	var wg sync.WaitGroup
+	stopErrs := make([]error, len(stops))
+	for i, stop := range stops {
+		wg.Go(func() { stopErrs[i] = stop() })
+	}
+	wg.Wait()
+	errs = append(errs, stopErrs...)
+	if s.tempDir {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// given reports whether the kind's servers were given in Options.
+func (s *Session) given(k servers.Kind) bool {
+	g := s.opts.Servers
+	switch k {
+	case servers.KindPostgres:
+		return g.PostgresURL != ""
+	case servers.KindRedis:
+		return len(g.RedisAddrs) > 0
+	case servers.KindEtcd:
+		return len(g.EtcdEndpoints) > 0
+	case servers.KindZooKeeper:
+		return len(g.ZKServers) > 0
+	}
+	return false
+}
+
+// ensure starts the servers of kind unless they were given or already
+// started. It returns the MissingError (or start error) when they cannot
+// run; the error is remembered, so a missing program is looked for once.
+func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("lab: session closed")
+	}
+	if s.given(k) {
+		return nil
+	}
+	if err, ok := s.unavailable[k]; ok {
+		return err
+	}
+	var err error
+	switch k {
+	case servers.KindPostgres:
+		if s.pg != nil {
+			return nil
+		}
+		fmt.Fprintf(s.opts.Log, "lab: starting PostgreSQL in %s\n", s.dir)
+		s.pg, err = servers.StartPostgres(ctx, filepath.Join(s.dir, "postgres"), nil)
+	case servers.KindRedis:
+		if s.redis != nil {
+			return nil
+		}
+		fmt.Fprintf(s.opts.Log, "lab: starting 6 Redis primaries and a replica of the first in %s\n", s.dir)
+		err = s.startRedis(ctx)
+	case servers.KindEtcd:
+		if s.etcd != nil {
+			return nil
+		}
+		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member etcd cluster in %s\n", s.dir)
+		s.etcd, err = servers.StartEtcd(ctx, filepath.Join(s.dir, "etcd"), nil)
+	case servers.KindZooKeeper:
+		if s.zk != nil {
+			return nil
+		}
+		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member ZooKeeper ensemble in %s\n", s.dir)
+		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), nil)
+	}
+	if err != nil {
+		if servers.IsMissing(err) {
+			s.unavailable[k] = err
+		}
+		return err
+	}
+	return nil
+}
+
+// startRedis starts six primaries (the first is the single-node one,
+// Redlock uses them all) and a replica of the first. The caller holds mu.
+func (s *Session) startRedis(ctx context.Context) error {
+	cfg := &servers.RedisConfig{Config: map[string]string{"enable-debug-command": "local"}}
+	var rs []*servers.Redis
+	stop := func() {
+		for _, r := range rs {
+			_ = r.Stop()
+		}
+	}
+	for i := range 6 {
+		r, err := servers.StartRedis(ctx, filepath.Join(s.dir, fmt.Sprintf("redis-%d", i+1)), cfg)
+		if err != nil {
+			stop()
+			return err
+		}
+		rs = append(rs, r)
+	}
+	replica, err := servers.StartRedis(ctx, filepath.Join(s.dir, "redis-replica"), &servers.RedisConfig{ReplicaOf: rs[0].Addr(), Config: cfg.Config})
+	if err != nil {
+		stop()
+		return err
+	}
+	s.redis, s.replica = rs, replica
+	return nil
+}
+
+// serverAddrs returns the addresses of kind's servers (started or given).
+func (s *Session) serverAddrs(k servers.Kind) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.opts.Servers
+	switch k {
+	case servers.KindPostgres:
+		if g.PostgresURL != "" {
+			return []string{g.PostgresURL}
+		}
+		if s.pg != nil {
+			return []string{s.pg.URL()}
+		}
+	case servers.KindRedis:
+		if len(g.RedisAddrs) > 0 {
+			return g.RedisAddrs
+		}
+		var a []string
+		for _, r := range s.redis {
+			a = append(a, r.Addr())
+		}
+		return a
+	case servers.KindEtcd:
+		if len(g.EtcdEndpoints) > 0 {
+			return g.EtcdEndpoints
+		}
+		if s.etcd != nil {
+			return s.etcd.Endpoints()
+		}
+	case servers.KindZooKeeper:
+		if len(g.ZKServers) > 0 {
+			return g.ZKServers
+		}
+		if s.zk != nil {
+			return s.zk.Addrs()
+		}
+	}
+	return nil
+}
+
+// openStore opens the store of record: PostgreSQL when the lab has it
+// (given, or installed so that it can start it), else SQLite in the
+// scratch directory.
+func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
+	s.mu.Lock()
+	if s.store != nil {
+		defer s.mu.Unlock()
+		return s.store, s.storeURL, nil
+	}
+	s.mu.Unlock()
+	url := ""
+	if err := s.ensure(ctx, servers.KindPostgres); err == nil {
+		url = s.serverAddrs(servers.KindPostgres)[0]
+	} else if !servers.IsMissing(err) {
+		return nil, "", err
+	}
+	var db *sql.DB
+	var err error
+	if url != "" {
+		db, err = sql.Open("pgx", url)
+	} else {
+		path := filepath.Join(s.dir, "store.db")
+		url = "sqlite:" + path
+		db, err = sqlitelease.Open(path)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("lab: open the store: %w", err)
+	}
+	if err := migrateStore(ctx, db); err != nil {
+		db.Close()
+		return nil, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.store != nil { // a concurrent run opened it first
+		db.Close()
+		return s.store, s.storeURL, nil
+	}
+	s.store, s.storeURL = db, url
+	return db, url, nil
+}
+
+// Availability says whether strategy can run in this session: nil, or an
+// error that says what is missing and how to get it. It starts the
+// servers the strategy needs (which is how it finds out).
+func (s *Session) Availability(ctx context.Context, strategy string) error {
+	st, ok := LookupStrategy(strategy)
+	if !ok {
+		return fmt.Errorf("unknown strategy %q", strategy)
+	}
+	if st.Lease() && !slices.Contains(backend.Names(), st.Backend) {
+		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
+	}
+	if st.Name == "queue" {
+		return errors.New("the queue package is not in this build of aegis")
+	}
+	for _, k := range st.Needs {
+		if err := s.ensure(ctx, k); err != nil {
+			return err
+		}
+	}
+	if _, url, err := s.openStore(ctx); err != nil {
+		return err
+	} else if st.needsPostgresStore() && strings.HasPrefix(url, "sqlite:") {
+		return fmt.Errorf("%s runs its SQL in the store of record, which is SQLite here: PostgreSQL is missing", st.Name)
+	}
+	return nil
+}
