@@ -132,11 +132,16 @@ func (c Config) String() string {
 	} else if s, _ := LookupStrategy(c.Strategy); !s.Fenceable() {
 		fence = "no token to fence with"
 	}
+	return fmt.Sprintf("%s, %s, %s", c.Strategy, fence, c.Params())
+}
+
+// Params describes the run's parameters and faults, without the strategy.
+func (c Config) Params() string {
 	var chaos []string
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
 	}
-	line := fmt.Sprintf("%s, %s, %d nodes, %d ticks of %s, work %s, ttl %s", c.Strategy, fence, c.Nodes, c.Ticks(), c.Tick, c.Work, c.TTL)
+	line := fmt.Sprintf("%d nodes, %d ticks of %s, work %s, ttl %s", c.Nodes, c.Ticks(), c.Tick, c.Work, c.TTL)
 	if len(chaos) > 0 {
 		line += "; chaos " + strings.Join(chaos, " ")
 	}

@@ -341,7 +341,7 @@ func (n *node) leaseTick(ctx context.Context, tick int) bool {
 
 func (n *node) uniqueTick(ctx context.Context, tick int) bool {
 	for ctx.Err() == nil {
-		res, err := n.db.ExecContext(ctx, uniqueClaimSQL, n.c.Run, tick, n.c.Node)
+		res, err := n.db.ExecContext(ctx, uniqueClaimSQL, n.c.Run, tick, n.c.Node, n.now().UnixMilli())
 		if err != nil {
 			if ctx.Err() == nil {
 				n.fail(tick, "claim", err)
@@ -445,7 +445,7 @@ var (
 // returns the new version. A claim is stealable once its until_ms, set by
 // the claimer's clock, is behind this node's clock.
 func (n *node) optimisticClaim(ctx context.Context, tick int) (int64, error) {
-	if _, err := n.db.ExecContext(ctx, optimisticRowSQL, n.c.Run, tick); err != nil {
+	if _, err := n.db.ExecContext(ctx, optimisticRowSQL, n.c.Run, tick, n.now().UnixMilli()); err != nil {
 		return 0, err
 	}
 	var version, until int64
@@ -460,7 +460,7 @@ func (n *node) optimisticClaim(ctx context.Context, tick int) (int64, error) {
 	case state == "RUNNING" && now.UnixMilli() < until:
 		return 0, errClaimed
 	}
-	res, err := n.db.ExecContext(ctx, optimisticClaimSQL, n.c.Run, tick, n.c.Node, version, now.Add(n.c.TTL).UnixMilli())
+	res, err := n.db.ExecContext(ctx, optimisticClaimSQL, n.c.Run, tick, n.c.Node, version, now.Add(n.c.TTL).UnixMilli(), now.UnixMilli())
 	if err != nil {
 		return 0, err
 	}

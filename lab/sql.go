@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS aegis_lab_claim (
 	token    bigint  NOT NULL, -- the claim's version: the tick's fencing token
 	state    text    NOT NULL, -- PENDING, RUNNING, DONE
 	until_ms bigint  NOT NULL, -- optimistic: claimed until, by the claimer's clock
+	at_ms    bigint  NOT NULL, -- claimed at, by the claimer's clock
 	PRIMARY KEY (run, tick)
 )`}}
 
@@ -54,15 +55,15 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	auditRowsSQL = `SELECT attempt, tick, node, token, status, value, at_ms FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
 
 	// pg-unique: the primary key is the exclusion.
-	uniqueClaimSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms)
-VALUES ($1, $2, $3, 0, 'RUNNING', 0) ON CONFLICT (run, tick) DO NOTHING`
+	uniqueClaimSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
+VALUES ($1, $2, $3, 0, 'RUNNING', 0, $4) ON CONFLICT (run, tick) DO NOTHING`
 
 	// optimistic: a row per tick, claimed by compare-and-set on its version.
-	optimisticRowSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms)
-VALUES ($1, $2, 0, 0, 'PENDING', 0) ON CONFLICT (run, tick) DO NOTHING`
+	optimisticRowSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
+VALUES ($1, $2, 0, 0, 'PENDING', 0, $3) ON CONFLICT (run, tick) DO NOTHING`
 	optimisticReadSQL  = `SELECT token, state, until_ms FROM aegis_lab_claim WHERE run = $1 AND tick = $2`
 	optimisticClaimSQL = `UPDATE aegis_lab_claim
-SET token = token + 1, node = $3, state = 'RUNNING', until_ms = $5
+SET token = token + 1, node = $3, state = 'RUNNING', until_ms = $5, at_ms = $6
 WHERE run = $1 AND tick = $2 AND token = $4 -- compare-and-set on the version read
   AND state <> 'DONE'`
 	// optimisticDoneSQL finishes a claim, fenced: the version must still

@@ -41,6 +41,10 @@ func TestHelp(t *testing.T) {
 	code, stdout, _ = run(t, "help", "services")
 	require.Equal(t, 0, code)
 	golden(t, "help-services.golden", stdout)
+
+	code, stdout, _ = run(t, "help", "lab")
+	require.Equal(t, 0, code)
+	golden(t, "help-lab.golden", stdout)
 }
 
 func TestServicesEnv(t *testing.T) {

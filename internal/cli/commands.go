@@ -5,5 +5,8 @@ package cli
 // its command value.
 var commands = []command{
 	benchCommand,
+	inspectCommand,
+	labCommand,
+	nodeCommand,
 	servicesCommand,
 }

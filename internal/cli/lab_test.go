@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/testenv"
+)
+
+// The JSON report is a contract (DESIGN.md section 8): one object on
+// standard output, exactly these fields.
+func TestLabRunJSON(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, "lab", "run", "--strategy", "none", "--nodes", "2", "--duration", "1s", "--tick", "250ms",
+		"--work", "40ms", "--json", "--out", t.TempDir(), "--dir", t.TempDir(), "--postgres-url", testenv.PostgresURL(t))
+	require.Equal(t, 0, code, stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got), "stdout is one JSON object: %s", stdout)
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	require.Equal(t, []string{"checker", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
+		"lost_updates", "missed_ticks", "nodes", "scenario", "stale_rejected", "strategy", "ticks"}, keys)
+	require.Equal(t, "none", got["strategy"])
+	require.Equal(t, false, got["fenced"], "none has no token to fence with")
+	require.EqualValues(t, 4, got["ticks"])
+	require.EqualValues(t, 8, got["executions"])
+	require.EqualValues(t, 4, got["duplicate_ticks"])
+	require.NotEmpty(t, got["events"])
+}
+
+func TestLabUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lab"}, "the dashboard (aegis lab) is not built yet"},
+		{[]string{"lab", "walk"}, `unknown action "walk"`},
+		{[]string{"lab", "run"}, "--strategy is required"},
+		{[]string{"lab", "run", "--strategy", "mutex"}, `--strategy "mutex": unknown`},
+		{[]string{"lab", "run", "--strategy", "none", "--nodes", "0"}, "--nodes 0: want 1 to 16"},
+		{[]string{"lab", "run", "--strategy", "none", "--chaos", "nap:holder@1s"}, `chaos "nap:holder@1s": unknown kind "nap"`},
+		{[]string{"lab", "run", "--strategy", "none", "--chaos", "pause:node4@1s+1s"}, "node4 does not exist: the run has 3 nodes"},
+		{[]string{"lab", "run", "--strategy", "pg-lease", "--chaos", "failover:redis@1s"}, "failover:redis needs --strategy redis"},
+		{[]string{"lab", "run", "--strategy", "sqlite", "--chaos", "partition:holder@1s+1s"}, "sqlite has no network to partition"},
+		{[]string{"lab", "run", "--scenario", "nope"}, `--scenario "nope": unknown`},
+		{[]string{"lab", "run", "--scenario", "aegis", "--nodes", "2"}, "--scenario aegis sets the runs itself: drop --nodes"},
+		{[]string{"inspect", "--postgres-url", "", "stuck"}, "--postgres-url (or AEGIS_POSTGRES_URL) is required"},
+		{[]string{"inspect", "--postgres-url", "postgres://x", "who"}, `unknown query "who"`},
+	}
+	for _, tt := range tests {
+		code, _, stderr := run(t, tt.args...)
+		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
+		require.Contains(t, stderr, tt.want, "%v", tt.args)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	code, _, stderr := run(t, "lab", "run", "--strategy", "none", "--nodes", "2", "--duration", "500ms", "--tick", "250ms",
+		"--work", "40ms", "--json", "--out", t.TempDir(), "--dir", t.TempDir(), "--postgres-url", url)
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr := run(t, "inspect", "--postgres-url", url)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "stuck — stuck RUNNING")
+	require.Contains(t, stdout, "expired — ")
+	require.Contains(t, stdout, "(skipped: no table aegis_lease here)")
+	require.Contains(t, stdout, "duplicates — recent duplicate executions")
+	require.Regexp(t, `aegis-lab/\S+\s+0\s+1\s+1\s+EXECUTED`, stdout, "the token history lists the lab's rows")
+	require.Regexp(t, `\S+\s+1\s+2\s+(1:t0, 2:t0|2:t0, 1:t0)`, stdout, "none applies tick 1 twice")
+}
