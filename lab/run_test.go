@@ -105,3 +105,71 @@ func TestPauseFencedRefusesStaleWrite(t *testing.T) {
 		})
 	}
 }
+
+// A holder killed inside its critical section is replaced once its lease
+// expires, and restarted; nothing is applied twice.
+func TestKillHolder(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("pg-lease", true, "kill:holder@500ms"))
+	require.Zero(t, rep.DuplicatesApplied)
+	require.Zero(t, rep.MissedTicks, "the tick of the killed holder is taken over within its window")
+	require.Equal(t, lab.CheckOK, rep.Checker)
+	var killed, restarted bool
+	for _, e := range rep.Events {
+		killed = killed || (e.Kind == lab.EventChaos && strings.Contains(e.Detail, "killed with SIGKILL"))
+		restarted = restarted || (e.Kind == lab.EventStarted && strings.Contains(e.Detail, "incarnation 2"))
+	}
+	require.True(t, killed)
+	require.True(t, restarted)
+}
+
+// A holder cut from its servers loses its lease; when the partition heals,
+// its retried write reaches the store: unfenced it lands, fenced it is
+// refused.
+func TestPartitionHolder(t *testing.T) {
+	t.Parallel()
+	for _, fence := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
+			t.Parallel()
+			rep := run(t, session(t), short("pg-lease", fence, "partition:holder@500ms+900ms"))
+			if fence {
+				require.Zero(t, rep.DuplicatesApplied)
+				require.GreaterOrEqual(t, rep.StaleRejected, 1)
+				require.Equal(t, lab.CheckOK, rep.Checker)
+			} else {
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+				require.Equal(t, lab.CheckViolation, rep.Checker)
+			}
+		})
+	}
+}
+
+// pg-advisory: the paused holder keeps its connection, so it keeps the
+// lock: no duplicate, the other nodes wait.
+func TestAdvisoryPause(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("pg-advisory", true, "pause:holder@500ms+1s"))
+	require.False(t, rep.Fenced, "pg-advisory has no token to fence with")
+	require.Zero(t, rep.DuplicateTicks)
+	require.Zero(t, rep.DuplicatesApplied)
+	require.Equal(t, lab.CheckOK, rep.Checker)
+}
+
+// optimistic: a claim older than its TTL is stolen from the paused
+// claimer; its version is the tick's fencing token.
+func TestOptimisticPause(t *testing.T) {
+	t.Parallel()
+	for _, fence := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
+			t.Parallel()
+			rep := run(t, session(t), short("optimistic", fence, "pause:holder@500ms+1500ms"))
+			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the claim was stolen")
+			if fence {
+				require.Zero(t, rep.DuplicatesApplied)
+				require.GreaterOrEqual(t, rep.StaleRejected, 1)
+			} else {
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+			}
+		})
+	}
+}
