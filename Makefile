@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab bench bench-peers fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab invoice bench bench-peers fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -22,7 +22,15 @@ services:
 services-stop:
 	scripts/services stop
 
+# The lab's aegis preset: every strategy, fenced and not, under the same
+# pause of the holder; one table. It uses the shared servers (the pause is
+# of node processes, not of servers); a violation's visualisation goes to
+# $TMPDIR.
 lab: services
+	$(WITH_ENV) $(GO) run ./cmd/aegis lab run --scenario aegis --out "$${TMPDIR:-/tmp}"
+
+# Seed 000's invoice export, told step by step against PostgreSQL.
+invoice: services
 	$(WITH_ENV) $(GO) run ./examples/invoice
 
 # Benchmarks of the library, then against its peers (the bench module).

@@ -53,7 +53,7 @@ var Scenarios = []Scenario{
 	{
 		Name:  "seat-assignment",
 		Seed:  "seed 000, exercise 2: a Redis SET NX PX lock around seat assignment",
-		Watch: "unfenced, the Redis lock double-books the seat when the holder pauses past the TTL; the unique constraint and the fenced write do not",
+		Watch: "unfenced, the Redis lock books the seat twice (duplicates_applied) when the holder pauses past the TTL; fenced, the late write is refused; the unique constraint never books a tick twice, though it does not order different ticks (a paused winner's late write shows as a lost update)",
 		Runs: []Config{
 			preset("redis", false, 3, 8*time.Second, pauseHolder),
 			preset("redis", true, 3, 8*time.Second, pauseHolder),

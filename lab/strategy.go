@@ -65,7 +65,7 @@ var Strategies = []Strategy{
 	{
 		Name: "pg-unique", Needs: []servers.Kind{servers.KindPostgres}, Token: NoToken,
 		Summary:       "INSERT … ON CONFLICT DO NOTHING of one row per tick: the constraint is the exclusion",
-		NotGuaranteed: "that a tick whose winner crashed runs at all: the row stays claimed until a reaper (none here) reclaims it",
+		NotGuaranteed: "exclusion beyond its row: a paused winner's late write can overwrite a later tick's (a lost update), and a crashed winner's tick stays undone until a reaper reclaims it",
 	},
 	{
 		Name: "pg-advisory", Needs: []servers.Kind{servers.KindPostgres}, Token: NoToken,
