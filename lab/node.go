@@ -251,12 +251,12 @@ func (n *node) fail(tick int, what string, err error) {
 	n.emit(nodeEvent{Kind: evError, Tick: tick, Detail: msg})
 }
 
-// run processes the ticks in order. A (re)started node begins with the
+// run processes the ticks in order. A restarted node begins with the
 // first tick that has not fired yet by its clock: like a scheduler, it
 // does not know what happened before it started.
 func (n *node) run(ctx context.Context, start time.Time) {
 	first := 1
-	if elapsed := n.now().Sub(start); elapsed > 0 {
+	if elapsed := n.now().Sub(start); elapsed > 0 && n.c.Incarnation > 1 {
 		first = int(elapsed/n.c.Tick) + 2
 	}
 	for tick := first; tick <= n.c.Ticks; tick++ {

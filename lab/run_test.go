@@ -173,3 +173,42 @@ func TestOptimisticPause(t *testing.T) {
 		})
 	}
 }
+
+// A skewed node fires its ticks by its own clock: with its clock 400 ms
+// ahead, it enters each tick well before the others (margin: half the
+// skew).
+func TestSkew(t *testing.T) {
+	t.Parallel()
+	c := short("none", false, "skew:node2=+400ms")
+	c.Tick, c.Duration = 600*time.Millisecond, 4*600*time.Millisecond
+	rep := run(t, session(t), c)
+	first := map[[2]int]float64{} // (tick, node) → entered at
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventEntered {
+			first[[2]int{e.Tick, e.Node}] = e.T
+		}
+	}
+	require.Equal(t, 12, rep.Executions, "every node runs every tick, tick 1 included")
+	// Tick 1 fires 200 ms after the start line: node2 runs it at once.
+	for tick := 2; tick <= rep.Ticks; tick++ {
+		skewed, ok2 := first[[2]int{tick, 2}]
+		honest, ok1 := first[[2]int{tick, 1}]
+		require.True(t, ok1 && ok2, "tick %d", tick)
+		require.Less(t, skewed, honest-0.2, "tick %d: node2 (clock +400ms) entered at %.3fs, node1 at %.3fs", tick, skewed, honest)
+	}
+}
+
+// Latency through the proxies slows every round trip but changes no
+// outcome.
+func TestLatency(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("pg-lease", true, "latency:postgres=15ms"))
+	require.Zero(t, rep.DuplicatesApplied)
+	require.Zero(t, rep.MissedTicks)
+	require.Equal(t, lab.CheckOK, rep.Checker)
+	var applied bool
+	for _, e := range rep.Events {
+		applied = applied || (e.Kind == lab.EventChaos && e.Detail == "latency:postgres=15ms")
+	}
+	require.True(t, applied)
+}
