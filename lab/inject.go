@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"syscall"
 	"time"
 
@@ -270,28 +271,25 @@ func (r *Run) setLatency(ch Chaos) {
 	}
 }
 
-// failover loses the primary before it replicates a grant: the replica is
-// paused, the next grant lands on the primary only, the primary is killed,
-// the replica resumed and promoted, and every node's proxy switched to it.
+// failover loses the primary before it replicates a grant: the
+// replication link is cut, the next grant lands on the primary only, the
+// primary is killed, the replica promoted, and every node's proxy switched
+// to it.
 func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	r.s.mu.Lock()
-	primary, replica := r.s.redis[0], r.s.replica
+	primary, replica, link := r.s.redis[0], r.s.replica, r.s.replLink
 	r.s.mu.Unlock()
-	if err := replica.Pause(); err != nil {
-		return err
-	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: replica %s paused; waiting for the next grant on the primary %s", ch, replica.Addr(), primary.Addr())})
+	link.Partition()
+	r.mu.Lock()
+	r.failedOver = true // from here on, the end of the run heals Redis
+	r.mu.Unlock()
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: replication from the primary %s to its replica %s cut; waiting for the next grant", ch, primary.Addr(), replica.Addr())})
 	begin(nil)
 	e, err := r.waitEvent(ctx, func(e Event) bool { return e.Kind == EventAcquired })
 	if err != nil {
-		_ = replica.Resume()
-		return errors.New("no grant after the replica was paused: nothing to lose")
+		return errors.New("no grant after replication was cut: nothing to lose")
 	}
 	if err := primary.Kill(); err != nil {
-		_ = replica.Resume()
-		return err
-	}
-	if err := replica.Resume(); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -300,7 +298,6 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 		return fmt.Errorf("promote the replica: %w", err)
 	}
 	r.mu.Lock()
-	r.failedOver = true
 	for _, np := range r.nodes {
 		for _, p := range np.proxies[servers.KindRedis] {
 			if p.Upstream() == primary.Addr() {
@@ -310,7 +307,7 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	}
 	r.mu.Unlock()
 	r.labEvent(Event{Kind: EventChaos, Node: e.Node, Tick: e.Tick, Token: e.Token, Detail: fmt.Sprintf(
-		"%s: primary %s killed right after it granted token %d to node%d, before its replica saw it; replica %s promoted and the nodes switched to it",
+		"%s: primary %s killed right after it granted token %d to node%d, which its replica never received; replica %s promoted and the nodes switched to it",
 		ch, primary.Addr(), e.Token, e.Node, replica.Addr())})
 	return nil
 }
@@ -339,25 +336,17 @@ func (r *Run) healRedis() {
 		return
 	}
 	r.s.mu.Lock()
-	primary, replica := r.s.redis[0], r.s.replica
+	primary, replica, link := r.s.redis[0], r.s.replica, r.s.replLink
 	r.s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := primary.Start(ctx); err != nil {
+	if err := primary.Start(ctx); err != nil { // a no-op when it still runs
 		r.note("heal Redis after the failover: %v", err)
 		return
 	}
-	host, port := splitAddr(primary.Addr())
+	link.Heal()
+	host, port, _ := net.SplitHostPort(link.Addr())
 	if _, err := servers.RedisCommand(ctx, replica.Addr(), "REPLICAOF", host, port); err != nil {
 		r.note("heal Redis after the failover: %v", err)
 	}
-}
-
-func splitAddr(addr string) (string, string) {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[:i], addr[i+1:]
-		}
-	}
-	return addr, ""
 }

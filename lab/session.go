@@ -14,6 +14,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tcpproxy"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
@@ -59,6 +60,7 @@ type Session struct {
 	pg          *servers.Postgres
 	redis       []*servers.Redis
 	replica     *servers.Redis // of redis[0], for failover:redis
+	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
 	etcd        *servers.Etcd
 	zk          *servers.ZooKeeper
 	unavailable map[servers.Kind]error
@@ -131,6 +133,9 @@ func (s *Session) Close() error {
 	}
 	if s.zk != nil {
 		stops = append(stops, s.zk.Stop)
+	}
+	if s.replLink != nil {
+		stops = append(stops, s.replLink.Close)
 	}
 	var wg sync.WaitGroup
 	stopErrs := make([]error, len(stops))
@@ -230,12 +235,21 @@ func (s *Session) startRedis(ctx context.Context) error {
 		}
 		rs = append(rs, r)
 	}
-	replica, err := servers.StartRedis(ctx, filepath.Join(s.dir, "redis-replica"), &servers.RedisConfig{ReplicaOf: rs[0].Addr(), Config: cfg.Config})
+	// The replica follows the primary through a proxy, so that a failover
+	// can cut replication before a grant: a paused replica would still
+	// receive the grant into its socket buffer.
+	link, err := tcpproxy.New(rs[0].Addr())
 	if err != nil {
 		stop()
 		return err
 	}
-	s.redis, s.replica = rs, replica
+	replica, err := servers.StartRedis(ctx, filepath.Join(s.dir, "redis-replica"), &servers.RedisConfig{ReplicaOf: link.Addr(), Config: cfg.Config})
+	if err != nil {
+		link.Close()
+		stop()
+		return err
+	}
+	s.redis, s.replica, s.replLink = rs, replica, link
 	return nil
 }
 
