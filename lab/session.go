@@ -59,7 +59,7 @@ type Session struct {
 	mu          sync.Mutex
 	pg          *servers.Postgres
 	redis       []*servers.Redis
-	replica     *servers.Redis // of redis[0], for failover:redis
+	replica     *servers.Redis  // of redis[0], for failover:redis
 	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
 	etcd        *servers.Etcd
 	zk          *servers.ZooKeeper
