@@ -131,7 +131,7 @@ func TestPartitionHolder(t *testing.T) {
 	for _, fence := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
 			t.Parallel()
-			rep := run(t, session(t), short("pg-lease", fence, "partition:holder@500ms+900ms"))
+			rep := run(t, session(t), short("pg-lease", fence, "partition:holder@500ms+800ms"))
 			if fence {
 				require.Zero(t, rep.DuplicatesApplied)
 				require.GreaterOrEqual(t, rep.StaleRejected, 1)

@@ -59,6 +59,7 @@ var Scenarios = []Scenario{
 			preset("redis", true, 3, 8*time.Second, pauseHolder),
 			preset("pg-unique", false, 3, 8*time.Second, pauseHolder),
 		},
+		Parallel: 3,
 	},
 	{
 		Name:     "aegis",
