@@ -69,6 +69,10 @@ func (r *Run) buildReport() (*Report, error) {
 	if rep.Events == nil {
 		rep.Events = []Event{}
 	}
+	if r.stopped && r.fired < rep.Ticks {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, rep.Ticks))
+		rep.Ticks = r.fired
+	}
 
 	// What the store says was committed, by attempt and by tick.
 	committed := map[string]bool{}

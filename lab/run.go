@@ -58,6 +58,8 @@ type Run struct {
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
+	fired      int  // the last tick that fired
+	stopped    bool // the run was stopped before its end
 	clients    map[[2]int]int
 }
 
@@ -740,6 +742,9 @@ func (r *Run) supervise() {
 		case <-changed:
 			continue
 		case <-r.ctx.Done():
+			r.mu.Lock()
+			r.stopped = true
+			r.mu.Unlock()
 		case <-hard.C:
 			r.note("the run did not end by itself in time: its nodes were stopped")
 		}
@@ -791,6 +796,9 @@ func (r *Run) tickEvents() {
 			return
 		}
 		if !m.missed {
+			r.mu.Lock()
+			r.fired = m.tick
+			r.mu.Unlock()
 			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +91,9 @@ func TestRunStop(t *testing.T) {
 	rep, err := r.Wait(ctx)
 	require.NoError(t, err)
 	require.Less(t, rep.Executions, 3*100)
+	require.Less(t, rep.Ticks, 100, "the counts cover the ticks that fired")
+	require.LessOrEqual(t, rep.MissedTicks, rep.Ticks, "ticks that never fired are not missed")
+	require.Contains(t, strings.Join(rep.Notes, "\n"), "stopped early")
 	for _, n := range r.Status().Nodes {
 		require.False(t, pidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
 	}
