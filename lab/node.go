@@ -163,6 +163,10 @@ type node struct {
 
 	skew atomic.Int64 // nanoseconds; the lab can change it
 
+	// writeFn is the critical section's write; nil means n.write. The
+	// queue strategy's handler sets it for its job.
+	writeFn func(ctx context.Context, tick int, token aegis.Token, attempt string, value int64, fenced bool) error
+
 	lastErr   string
 	lastErrAt time.Time
 }
@@ -227,9 +231,22 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 		}
 		cancel()
 	}()
+	if loop := strategyLoops[c.Strategy]; loop != nil {
+		loop(ctx, n, time.Unix(0, sl.Start))
+		return nil
+	}
 	n.run(ctx, time.Unix(0, sl.Start))
 	return nil
 }
+
+// strategyLoops are the node loops of strategies that do not go tick by
+// tick through node.tick (the queue, whose workers take the ticks' jobs).
+// A strategy's file registers its loop in init.
+var strategyLoops = map[string]func(ctx context.Context, n *node, start time.Time){}
+
+// storeSetups prepare the store of record for a strategy before its nodes
+// start (the queue's tables), given the store's PostgreSQL URL.
+var storeSetups = map[string]func(ctx context.Context, url string) error{}
 
 // now is the node's clock: the real clock plus its skew.
 func (n *node) now() time.Time { return time.Now().Add(time.Duration(n.skew.Load())) }
@@ -523,7 +540,11 @@ func (n *node) critical(ctx context.Context, tick int, token aegis.Token, checkD
 	// until the tick's window ends, as a client with retries does.
 	next := value + 1
 	for {
-		err = n.write(context.WithoutCancel(ctx), tick, token, attempt, next, fenced)
+		write := n.write
+		if n.writeFn != nil {
+			write = n.writeFn
+		}
+		err = write(context.WithoutCancel(ctx), tick, token, attempt, next, fenced)
 		if err == nil || isUniqueViolation(err) { // a retry of a commit that landed
 			e = ev
 			e.Kind, e.Value = evExecuted, &next

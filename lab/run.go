@@ -131,6 +131,11 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 			return nil, err
 		}
 	}
+	if setup := storeSetups[cfg.Strategy]; setup != nil {
+		if err := setup(ctx, storeURL); err != nil {
+			return nil, fmt.Errorf("lab: prepare the store for %s: %w", cfg.Strategy, err)
+		}
+	}
 	if _, err := db.ExecContext(ctx, insertBalanceSQL, r.ID); err != nil {
 		r.releaseRedis()
 		return nil, fmt.Errorf("lab: %w", err)
