@@ -133,6 +133,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	if setup := storeSetups[cfg.Strategy]; setup != nil {
 		if err := setup(ctx, storeURL); err != nil {
+			r.releaseRedis()
 			return nil, fmt.Errorf("lab: prepare the store for %s: %w", cfg.Strategy, err)
 		}
 	}
