@@ -100,7 +100,7 @@ var Strategies = []Strategy{
 	{
 		Name: "queue", Needs: []servers.Kind{servers.KindPostgres}, Token: ClaimToken,
 		Summary:       "one job per tick through package queue (SKIP LOCKED, fenced completion)",
-		NotGuaranteed: "that a worker paused past its job's lease stops: the reaper hands the job on, the fenced completion refuses the late write",
+		NotGuaranteed: "exclusion across jobs (two ticks' jobs run at once after a backlog: a lost update on a shared balance); a worker paused past its lease is stopped only by the fenced completion",
 	},
 }
 
