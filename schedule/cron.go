@@ -52,10 +52,10 @@ type Schedule interface {
 //     repeated hour; use [Every], or a spec in UTC, for a job that must fire
 //     at a constant rate.
 type Cron struct {
-	spec                                string
-	sec, min, hour, dom, month, dow     uint64 // bit i set: value i matches
-	domStar, dowStar                    bool   // the field was * or ?
-	loc                                 *time.Location
+	spec                            string
+	sec, min, hour, dom, month, dow uint64 // bit i set: value i matches
+	domStar, dowStar                bool   // the field was * or ?
+	loc                             *time.Location
 }
 
 // Location is the time zone whose wall clock the spec names.
