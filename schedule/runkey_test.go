@@ -87,7 +87,11 @@ func TestRunKeyClockSkew(t *testing.T) {
 	for _, f := range sortedTicks(ticks) {
 		require.Equal(t, 1, ticks[f], "tick %s ran %d times", f, ticks[f])
 	}
-	require.GreaterOrEqual(t, len(log.eventsOf(schedule.EventSkipped)), 2*len(ticks)-3, "the other replicas found each tick taken")
+	skippers := map[string]bool{}
+	for _, e := range log.eventsOf(schedule.EventSkipped) {
+		skippers[e.Node] = true
+	}
+	require.GreaterOrEqual(t, len(skippers), 2, "the replicas fired the same ticks and found them taken: %v", skippers)
 }
 
 // The same setup with a naive lock — a lease taken at fire time and

@@ -261,8 +261,17 @@ func (j *job) loop(ctx context.Context) {
 				break
 			}
 		}
-		for _, f := range j.plan(due, skipped, now) {
-			j.fire(ctx, f)
+		ticks := j.plan(due, skipped, now)
+		for i, f := range ticks {
+			done := j.fire(ctx, f)
+			if done != nil && i < len(ticks)-1 && j.Overlap != OverlapAllow {
+				// Catching up: one tick after the other, not overlapping.
+				select {
+				case <-done:
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
 	}
 }
@@ -317,19 +326,20 @@ func (j *job) deadline(f time.Time) time.Duration {
 // retry spaces attempts at a store call that failed.
 var retry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 
-// fire runs tick f under the mode's exclusion.
-func (j *job) fire(ctx context.Context, f time.Time) {
+// fire runs tick f under the mode's exclusion. It returns a channel that
+// is closed when the run ends, or nil when this node does not run it.
+func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
 	if !j.overlap(f) {
-		return
+		return nil
 	}
 	var err error
 	for attempt := 0; ; attempt++ {
 		var retryable bool
 		switch j.s.mode {
 		case modeRunKey:
-			retryable, err = j.fireRunKey(ctx, f)
+			done, retryable, err = j.fireRunKey(ctx, f)
 		case modeLease:
-			retryable, err = j.fireLease(ctx, f)
+			done, retryable, err = j.fireLease(ctx, f)
 		}
 		if err == nil || !retryable || ctx.Err() != nil {
 			break
@@ -339,19 +349,20 @@ func (j *job) fire(ctx context.Context, f time.Time) {
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
 		if j.s.cfg.Clock.Now().Sub(f) > j.deadline(f) {
 			j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Reason: "the store did not answer before the starting deadline", Err: err, Attempt: 1})
-			return
+			return nil
 		}
 		t := time.NewTimer(retry.Delay(attempt))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 	}
 	if err != nil && ctx.Err() == nil {
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
 	}
+	return done
 }
 
 // overlap applies the overlap policy to this node's runs of the job and
@@ -388,20 +399,20 @@ func (j *job) overlap(f time.Time) bool {
 }
 
 // fireRunKey claims tick f's run row and runs it if this node won.
-func (j *job) fireRunKey(ctx context.Context, f time.Time) (retryable bool, err error) {
+func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
 	st := j.s.cfg.Store
 	start := time.Now() // before the claim is sent: the local deadline's start
 	token, state, won, err := st.claim(ctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
 	if err != nil {
-		return true, err
+		return nil, true, err
 	}
 	switch {
 	case !won:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another node has the tick"})
-		return false, nil
+		return nil, false, nil
 	case state == "skipped":
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Token: token, Reason: "overlap forbid: a run of the job is still going"})
-		return false, nil
+		return nil, false, nil
 	}
 	if j.Overlap == OverlapReplace {
 		if n, err := st.replace(ctx, j.Name, f); err != nil {
@@ -410,16 +421,15 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (retryable bool, err 
 			j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: f, Token: token, Reason: fmt.Sprintf("replaced %d running predecessors", n)})
 		}
 	}
-	j.startRunKey(ctx, f, token, 1, start)
-	return false, nil
+	return j.startRunKey(ctx, f, token, 1, start), false, nil
 }
 
 // startRunKey runs a claimed (or reclaimed) run row in a goroutine.
-func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time) {
+func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time) <-chan struct{} {
 	st := j.s.cfg.Store
 	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
 	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt}
-	j.launch(ctx, run, lease, &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
+	return j.launch(ctx, run, lease, &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
 		state, text := "succeeded", ""
 		if jobErr != nil {
 			state, text = "failed", jobErr.Error()
@@ -440,7 +450,7 @@ func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, a
 }
 
 // fireLease runs tick f under the job's lease, if this node acquires it.
-func (j *job) fireLease(ctx context.Context, f time.Time) (retryable bool, err error) {
+func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
 	locker := j.s.cfg.Locker
 	key := j.Name
 	if j.Overlap == OverlapAllow {
@@ -450,13 +460,13 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (retryable bool, err e
 	lease, err := locker.TryAcquire(ctx, key, j.LockAtMostFor)
 	if errors.Is(err, aegis.ErrHeld) {
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "the job's lease is held"})
-		return false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return !errors.Is(err, aegis.ErrInvalid), err
+		return nil, !errors.Is(err, aegis.ErrInvalid), err
 	}
 	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1}
-	j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
+	done = j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -476,13 +486,13 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (retryable bool, err e
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: lease.Token, Reason: "release", Err: err})
 		}
 	})
-	return false, nil
+	return done, false, nil
 }
 
 // launch runs the job in a goroutine under lease (kept alive through
 // keeper unless keep-alive is off), then calls end with the job's error and
 // the keep-alive (nil without), which end must release.
-func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper aegis.Locker, end func(error, *aegis.Held)) {
+func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
 	rctx, cancel := context.WithCancelCause(ctx)
 	a := &active{fire: run.Fire, cancel: cancel, done: make(chan struct{})}
 	j.mu.Lock()
@@ -521,6 +531,7 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 		cancel(nil)
 		j.s.emit(Event{Kind: EventDone, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	})
+	return a.done
 }
 
 // call runs the job, turning a panic into an error.
