@@ -51,7 +51,7 @@ func newStore(t testing.TB, url string) *store {
 	require.NoError(t, err)
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close(); pool.Close() })
-	locker, err := pglease.New(ctx, pool, nil)
+	locker, err := pglease.New(pool, nil)
 	require.NoError(t, err)
 	board, err := elect.NewSQLBoard(ctx, db, nil)
 	require.NoError(t, err)
@@ -308,7 +308,7 @@ func child(url, node string) int {
 	}
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
-	locker, err := pglease.New(ctx, pool, nil)
+	locker, err := pglease.New(pool, nil)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -434,7 +434,7 @@ func TestLeaderProcesses(t *testing.T) {
 	_, err := s.db.ExecContext(t.Context(), `CREATE TABLE leader_writes (id bigserial PRIMARY KEY, node text NOT NULL, token bigint NOT NULL)`)
 	require.NoError(t, err)
 	// Let every child migrate before the race: they share the schema.
-	_, err = pglease.New(t.Context(), s.pool, nil)
+	_, err = pglease.New(s.pool, nil)
 	require.NoError(t, err)
 
 	a, b := startChild(t, url, "a"), startChild(t, url, "b")

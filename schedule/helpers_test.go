@@ -40,7 +40,7 @@ func pgReplica(t testing.TB, url string) *replica {
 	t.Cleanup(func() { db.Close(); pool.Close() })
 	store, err := schedule.NewStore(ctx, db, nil)
 	require.NoError(t, err)
-	locker, err := pglease.New(ctx, pool, nil)
+	locker, err := pglease.New(pool, nil)
 	require.NoError(t, err)
 	return &replica{pool: pool, db: db, store: store, locker: locker}
 }
@@ -52,7 +52,7 @@ func sqliteReplica(t testing.TB, path string) *replica {
 	t.Cleanup(func() { db.Close() })
 	store, err := schedule.NewStore(ctx, db, nil)
 	require.NoError(t, err)
-	locker, err := sqlitelease.New(ctx, db, nil)
+	locker, err := sqlitelease.New(db, nil)
 	require.NoError(t, err)
 	return &replica{db: db, store: store, locker: locker}
 }
