@@ -455,14 +455,17 @@ func TestLeaderProcesses(t *testing.T) {
 	require.Equal(t, "LEADER", f[0])
 	t3, _ := strconv.ParseInt(f[1], 10, 64)
 	require.Greater(t, t3, t2)
+	// The paused leader may hold its fence row's lock in an open
+	// transaction (paused mid-write), which blocks the new leader's write
+	// until it resumes: resume it now.
+	require.NoError(t, other.cmd.Process.Signal(syscall.SIGCONT))
+	f = other.expect(t, 5*time.Second)
+	require.Contains(t, []string{"LOST", "STALE"}, f[0], "the resumed leader stops: %v", f)
 	var firstOfC int64
 	require.Eventually(t, func() bool {
 		err := s.db.QueryRowContext(t.Context(), `SELECT coalesce(min(id), 0) FROM leader_writes WHERE token = $1`, t3).Scan(&firstOfC)
 		return err == nil && firstOfC > 0
 	}, 5*time.Second, 10*time.Millisecond, "the third leader writes")
-	require.NoError(t, other.cmd.Process.Signal(syscall.SIGCONT))
-	f = other.expect(t, 5*time.Second)
-	require.Contains(t, []string{"LOST", "STALE"}, f[0], "the resumed leader stops: %v", f)
 	var late int
 	require.NoError(t, s.db.QueryRowContext(t.Context(),
 		`SELECT count(*) FROM leader_writes WHERE token = $1 AND id > $2`, t2, firstOfC).Scan(&late))
