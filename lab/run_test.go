@@ -212,3 +212,13 @@ func TestLatency(t *testing.T) {
 	}
 	require.True(t, applied)
 }
+
+// pg-advisory: a partition drops the holder's connection, and the lock
+// with it; another node takes it while the holder still works, and the
+// holder's retried write lands when the partition heals.
+func TestAdvisoryPartition(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("pg-advisory", true, "partition:holder@500ms+800ms"))
+	require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+	require.Equal(t, lab.CheckViolation, rep.Checker)
+}
