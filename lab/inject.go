@@ -142,7 +142,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		if err != nil {
 			return err
 		}
-		r.eachProxy(np, func(p proxy) { p.Partition() })
+		r.eachProxy(np, func(p proxy) { p.Cut() })
 		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from its servers for %s (connections dropped, new ones refused)%s", ch, np.n, ch.For, detail)})
 		begin(nil)
 		sleep(ctx, ch.For)
@@ -244,7 +244,7 @@ func (r *Run) signal(np *nodeProc, sig syscall.Signal) (int, error) {
 
 // proxy is what faults need of a proxy.
 type proxy interface {
-	Partition()
+	Cut()
 	Heal()
 	SetLatency(time.Duration)
 	SetUpstream(string)
@@ -279,7 +279,7 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	r.s.mu.Lock()
 	primary, replica, link := r.s.redis[0], r.s.replica, r.s.replLink
 	r.s.mu.Unlock()
-	link.Partition()
+	link.Cut()
 	r.mu.Lock()
 	r.failedOver = true // from here on, the end of the run heals Redis
 	r.mu.Unlock()

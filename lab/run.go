@@ -360,7 +360,7 @@ func (r *Run) Status() Status {
 func (r *Run) partitionedLocked(np *nodeProc) bool {
 	for _, ps := range np.proxies {
 		for _, p := range ps {
-			if p.Partitioned() {
+			if p.IsCut() {
 				return true
 			}
 		}

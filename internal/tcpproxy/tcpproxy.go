@@ -1,14 +1,14 @@
 // Package tcpproxy is a loopback TCP proxy that a test or the lab puts
-// between a client and a server to inject network faults: a partition
-// (every connection dropped, new ones refused until Heal), added latency,
-// and a switch of the server behind it (a failover the client does not
-// see, as behind a virtual IP).
+// between a client and a server to inject network faults while the server
+// keeps running: drop every connection and refuse new ones (Cut), keep
+// connections open and forward nothing (Stall, a partition without
+// resets), add latency, or switch the server behind it (a failover the
+// client does not see, as behind a virtual IP).
 package tcpproxy
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -22,12 +22,21 @@ type Proxy struct {
 	done chan struct{}
 	once sync.Once
 
-	mu          sync.Mutex
-	upstream    string
-	latency     time.Duration
-	partitioned bool
-	conns       map[*pair]struct{}
+	mu       sync.Mutex
+	upstream string
+	latency  time.Duration
+	state    state
+	flow     chan struct{} // closed when a stall ends
+	conns    map[*pair]struct{}
 }
+
+type state int
+
+const (
+	flowing state = iota
+	cut
+	stalled
+)
 
 // pair is one proxied connection: the client's and the upstream's side.
 type pair struct{ client, server net.Conn }
@@ -80,27 +89,47 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency = max(d, 0)
 }
 
-// Partition drops every connection and refuses new ones (closing them at
-// once) until Heal.
-func (p *Proxy) Partition() {
+// Cut drops every connection and, until Heal, closes new ones as soon as
+// they are accepted: the client sees its connections reset and refused.
+func (p *Proxy) Cut() {
 	p.mu.Lock()
-	p.partitioned = true
+	p.setLocked(cut)
 	p.mu.Unlock()
 	p.dropAll()
 }
 
-// Heal ends a partition: new connections are forwarded again.
+// Stall stops forwarding, in both directions, on every connection, old and
+// new, until Heal: bytes sent meanwhile wait in the proxy, as they would in
+// a partitioned network, and nothing is reset.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setLocked(stalled)
+}
+
+// Heal ends a Cut or a Stall: stalled bytes are delivered, new connections
+// reach the upstream.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.partitioned = false
+	p.setLocked(flowing)
 }
 
-// Partitioned reports whether the proxy is partitioned.
-func (p *Proxy) Partitioned() bool {
+// IsCut reports whether the proxy is cut.
+func (p *Proxy) IsCut() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.partitioned
+	return p.state == cut
+}
+
+func (p *Proxy) setLocked(s state) {
+	if p.state == stalled && s != stalled {
+		close(p.flow)
+	}
+	if s == stalled && p.state != stalled {
+		p.flow = make(chan struct{})
+	}
+	p.state = s
 }
 
 // Close stops listening, drops every connection and waits for the
@@ -109,6 +138,9 @@ func (p *Proxy) Close() error {
 	var err error
 	p.once.Do(func() {
 		close(p.done)
+		p.mu.Lock()
+		p.setLocked(flowing) // release stalled pipes, which then fail on closed conns
+		p.mu.Unlock()
 		err = p.ln.Close()
 		p.dropAll()
 		p.wg.Wait()
@@ -126,11 +158,20 @@ func (p *Proxy) dropAll() {
 	}
 }
 
+func (p *Proxy) closed() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || p.closed() {
 				return
 			}
 			select {
@@ -146,9 +187,9 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) serve(client net.Conn) {
 	p.mu.Lock()
-	upstream, partitioned := p.upstream, p.partitioned
+	upstream, refuse := p.upstream, p.state == cut
 	p.mu.Unlock()
-	if partitioned {
+	if refuse || p.closed() {
 		_ = client.Close()
 		return
 	}
@@ -159,7 +200,7 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	c := &pair{client: client, server: server}
 	p.mu.Lock()
-	if p.partitioned || p.upstream != upstream || p.closed() {
+	if p.state == cut || p.upstream != upstream || p.closed() {
 		p.mu.Unlock()
 		c.close()
 		return
@@ -177,12 +218,16 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) closed() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
+// waitFlow blocks while the proxy is stalled.
+func (p *Proxy) waitFlow() {
+	p.mu.Lock()
+	s, flow := p.state, p.flow
+	p.mu.Unlock()
+	if s == stalled {
+		select {
+		case <-flow:
+		case <-p.done:
+		}
 	}
 }
 
@@ -192,15 +237,28 @@ type chunk struct {
 	due time.Time
 }
 
-// forward copies src to dst. Data from the client (delayed set) waits for
-// the proxy's latency, in order; a delay line keeps reading meanwhile, so
-// the delay adds to each round trip once, not once per buffer.
+// forward copies src to dst, holding bytes while the proxy is stalled.
+// Data from the client (delayed set) also waits for the proxy's latency,
+// in order; a delay line keeps reading meanwhile, so the delay adds to
+// each round trip once, not once per buffer. When either side fails it
+// closes both.
 func (p *Proxy) forward(dst, src net.Conn, delayed bool) {
 	defer dst.Close()
 	defer src.Close()
 	if !delayed {
-		_, _ = io.Copy(dst, src)
-		return
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.waitFlow()
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}
 	line := make(chan chunk, 256)
 	var wg sync.WaitGroup
@@ -233,6 +291,7 @@ func (p *Proxy) forward(dst, src net.Conn, delayed bool) {
 				t.Stop()
 			}
 		}
+		p.waitFlow()
 		if _, err := dst.Write(c.b); err != nil {
 			_ = src.Close()
 			break

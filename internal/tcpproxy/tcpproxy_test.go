@@ -80,7 +80,7 @@ func dial(t *testing.T, p *tcpproxy.Proxy) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
-func TestForwardPartitionHeal(t *testing.T) {
+func TestForwardCutHeal(t *testing.T) {
 	t.Parallel()
 	p, err := tcpproxy.New(echo(t, "a:"))
 	require.NoError(t, err)
@@ -91,13 +91,13 @@ func TestForwardPartitionHeal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "a:hello", got)
 
-	p.Partition()
-	require.True(t, p.Partitioned())
+	p.Cut()
+	require.True(t, p.IsCut())
 	_, err = roundTrip(c, r, "lost")
-	require.Error(t, err, "a partition drops the open connection")
+	require.Error(t, err, "a cut drops the open connection")
 	c2, r2 := dial(t, p) // accepted by the proxy, then closed at once
 	_, err = roundTrip(c2, r2, "refused")
-	require.Error(t, err, "a partition refuses new connections")
+	require.Error(t, err, "a cut refuses new connections")
 
 	p.Heal()
 	c3, r3 := dial(t, p)
@@ -165,4 +165,30 @@ func TestCloseDropsConnections(t *testing.T) {
 	require.NoError(t, p.Close(), "Close is idempotent")
 	_, err = roundTrip(c, r, "y")
 	require.Error(t, err)
+}
+
+func TestStallHoldsBytesUntilHeal(t *testing.T) {
+	t.Parallel()
+	p, err := tcpproxy.New(echo(t, "s:"))
+	require.NoError(t, err)
+	defer p.Close()
+	c, r := dial(t, p)
+	got, err := roundTrip(c, r, "before")
+	require.NoError(t, err)
+	require.Equal(t, "s:before", got)
+
+	p.Stall()
+	_, err = io.WriteString(c, "held\n")
+	require.NoError(t, err)
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err = r.ReadString('\n')
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "nothing is forwarded while stalled, and nothing is reset: %v", err)
+
+	p.Heal()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "s:held\n", line, "the held bytes are delivered after Heal")
 }
