@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -148,5 +149,50 @@ func TestSessionStartsAndStopsItsServers(t *testing.T) {
 	require.NoError(t, err)
 	for _, x := range st {
 		require.Equal(t, servers.StateDead, x.State, "%s still runs after Close", x.Name)
+	}
+}
+
+// A clock stepped forward (skew injected during the run, as NTP does)
+// lets a node that waits behind a live optimistic claim see it expired and
+// steal it: unfenced, the paused claimer's late write lands too.
+func TestSkewStepStealsOptimisticClaim(t *testing.T) {
+	t.Parallel()
+	for _, fence := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
+			t.Parallel()
+			c := short("optimistic", fence, "pause:holder@300ms+1500ms") // shorter than the TTL: nobody steals…
+			c.TTL, c.Tick, c.Duration = 2*time.Second, 300*time.Millisecond, 4*300*time.Millisecond
+			r, err := session(t).Start(t.Context(), c)
+			require.NoError(t, err)
+			events, cancel := r.Subscribe(0)
+			defer cancel()
+			paused := 0
+			for e := range events {
+				if e.Kind == lab.EventChaos && strings.Contains(e.Detail, "paused with SIGSTOP") {
+					paused = e.Node
+					break
+				}
+			}
+			require.NotZero(t, paused)
+			thief := paused%3 + 1
+			// …until a clock jumps ahead: 3 s is past the claim's 2 s TTL and
+			// within the tick's 4.36 s window, so the thief tries the tick
+			// whether or not it had started it when its clock jumped.
+			step, err := lab.ParseChaos(fmt.Sprintf("skew:node%d=+3s", thief))
+			require.NoError(t, err)
+			require.NoError(t, r.Inject(t.Context(), step))
+			rep, err := r.Wait(t.Context())
+			require.NoError(t, err)
+			var b strings.Builder
+			_ = rep.WriteSummary(&b)
+			t.Log("\n" + b.String())
+			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "node%d stole node%d's live claim", thief, paused)
+			if fence {
+				require.Zero(t, rep.DuplicatesApplied)
+				require.GreaterOrEqual(t, rep.StaleRejected, 1)
+			} else {
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+			}
+		})
 	}
 }
