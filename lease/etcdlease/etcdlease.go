@@ -64,6 +64,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/keypath"
@@ -269,7 +271,11 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 // to. Checking first means a forged lease refreshes nothing; a lease that
 // expires between the two steps fails the keep-alive.
 func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) error {
-	resp, err := l.client.Txn(ctx).If(held(g, lease.Token)...).Then(clientv3.OpGet(g.path)).Commit()
+	var resp *clientv3.TxnResponse
+	err := retryRead(ctx, func() (err error) {
+		resp, err = l.client.Txn(ctx).If(held(g, lease.Token)...).Then(clientv3.OpGet(g.path)).Commit()
+		return err
+	})
 	if err != nil {
 		return l.fail("renew", lease.Key, err)
 	}
@@ -277,7 +283,11 @@ func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) err
 	if !resp.Succeeded || len(kvs) == 0 {
 		return aegis.ErrLost
 	}
-	ka, err := l.client.KeepAliveOnce(ctx, clientv3.LeaseID(kvs[0].Lease))
+	var ka *clientv3.LeaseKeepAliveResponse
+	err = retryRead(ctx, func() (err error) {
+		ka, err = l.client.KeepAliveOnce(ctx, clientv3.LeaseID(kvs[0].Lease))
+		return err
+	})
 	if err != nil {
 		return l.fail("renew", lease.Key, err)
 	}
@@ -340,6 +350,39 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 		l.revoke(ctx, clientv3.LeaseID(prev[0].Lease))
 	}
 	return nil
+}
+
+// retryRead runs a read-only request until it gets an answer or ctx ends.
+// etcd's client does not retry transactions, even read-only ones, when a
+// member answers Unavailable ("leader changed", "no leader", a member going
+// away); a read is safe to send again, and a leader election takes about an
+// election timeout.
+func retryRead(ctx context.Context, read func() error) error {
+	wait := 10 * time.Millisecond
+	for {
+		err := read()
+		if !unavailable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// unavailable reports whether err says a member could not serve the
+// request for now; the client hands these over as an rpctypes.EtcdError.
+func unavailable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
 }
 
 // revoke revokes an etcd lease, deleting the keys attached to it, even when

@@ -106,10 +106,14 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 // fails with errCampaignLost when g's key no longer exists.
 func (l *Locker) predecessor(ctx context.Context, key string, g grant, rev int64) (string, int64, error) {
 	last := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
-	resp, err := l.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(g.path), "=", rev)).
-		Then(clientv3.OpGet(g.prefix, last...)).
-		Commit()
+	var resp *clientv3.TxnResponse
+	err := retryRead(ctx, func() (err error) {
+		resp, err = l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(g.path), "=", rev)).
+			Then(clientv3.OpGet(g.prefix, last...)).
+			Commit()
+		return err
+	})
 	if err != nil {
 		return "", 0, l.fail("acquire", key, err)
 	}
@@ -168,7 +172,10 @@ func (l *Locker) waitDelete(ctx context.Context, id clientv3.LeaseID, pred strin
 // keepAliveWaiting refreshes a waiting campaign's etcd lease, turning a
 // missing lease into errCampaignLost.
 func (l *Locker) keepAliveWaiting(ctx context.Context, id clientv3.LeaseID) error {
-	_, err := l.client.KeepAliveOnce(ctx, id)
+	err := retryRead(ctx, func() error {
+		_, err := l.client.KeepAliveOnce(ctx, id)
+		return err
+	})
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return errCampaignLost
 	}
