@@ -44,49 +44,41 @@ var errCampaignLost = errors.New("zklease: campaign lost its node while waiting"
 
 // campaign is one place in key's queue, from the create to the grant.
 func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration) (_ *aegis.Lease, err error) {
-	start := time.Now()
-	undo := func(n node) { l.deleteQuietly(n.path, n.stat.Version) }
-	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, undo)
+	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
 	}
 	defer func() {
-		if err != nil { // leave the queue, even when ctx ended
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			_, _ = call(l, cctx, func() (struct{}, error) { undo(n); return struct{}{}, nil }, nil)
+		if err != nil {
+			l.drop(n) // leave the queue, even when ctx ended
 		}
 	}()
-	for !n.first() {
-		if n.predecessor() == "" { // not among its siblings: the session ended
-			return nil, errCampaignLost
-		}
-		if err := l.waitFor(ctx, n); err != nil {
-			return nil, l.fail("acquire", key, err)
-		}
+	var start time.Time
+	for checked := false; !checked; {
 		start = time.Now()
-		if _, err := call(l, ctx, func() (struct{}, error) { return struct{}{}, l.look(&n) }, nil); err != nil {
-			if errors.Is(err, zk.ErrNoNode) {
+		err := l.settle(ctx, &n)
+		if err == nil && !n.first() {
+			if n.predecessor() == "" { // not among its siblings: the session ended
 				return nil, errCampaignLost
 			}
-			return nil, l.fail("acquire", key, err)
-		}
-		if n.stat.EphemeralOwner != l.conn.SessionID() {
-			return nil, errCampaignLost
-		}
-		if !n.first() {
+			if err := l.waitFor(ctx, n); err != nil {
+				return nil, l.fail("acquire", key, err)
+			}
 			continue
 		}
-		// First, as a server may have told us: confirm through the leader
-		// that the node (so the session) is still there.
-		_, err := call(l, ctx, func() (struct{}, error) {
-			res, err := l.conn.Multi(&zk.CheckVersionRequest{Path: n.path, Version: n.stat.Version})
-			return struct{}{}, multiErr(res, err)
-		}, nil)
-		if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrSessionExpired) {
-			return nil, errCampaignLost
+		if err == nil {
+			// First, as a server may have told us: confirm through the
+			// leader that the node (so the session) is still there.
+			err = l.retryOn(ctx, n.session, func() error {
+				res, err := l.conn.Multi(&zk.CheckVersionRequest{Path: n.path, Version: n.stat.Version})
+				return multiErr(res, err)
+			})
+			checked = err == nil
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrSessionExpired):
+			return nil, errCampaignLost
+		case err != nil:
 			return nil, l.fail("acquire", key, err)
 		}
 	}

@@ -284,18 +284,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		return nil, l.fail("acquire", key, err)
 	}
 	start := time.Now()
-	n, err := call(l, ctx, func() (node, error) {
-		n, err := l.create(key)
-		if err != nil {
-			return n, err
-		}
-		if !n.first() {
-			l.deleteQuietly(n.path, n.stat.Version)
-			return n, aegis.ErrHeld
-		}
-		return n, nil
-	}, func(n node) { l.deleteQuietly(n.path, n.stat.Version) })
+	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
 	if err != nil {
+		return nil, l.fail("acquire", key, err)
+	}
+	if err := l.settle(ctx, &n); err != nil || !n.first() {
+		l.drop(n)
+		if err == nil {
+			err = aegis.ErrHeld
+		}
 		return nil, l.fail("acquire", key, err)
 	}
 	return l.hold(ctx, key, n, start, ttl)
@@ -309,7 +306,7 @@ func (l *Locker) hold(ctx context.Context, key string, n node, start time.Time, 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.deleteQuietly(n.path, n.stat.Version)
+		_ = l.conn.Delete(n.path, n.stat.Version) // best effort: the session takes it otherwise
 		return nil, l.fail("acquire", key, errClosed)
 	}
 	l.leases[r.path] = r
@@ -333,6 +330,7 @@ func (l *Locker) hold(ctx context.Context, key string, n node, start time.Time, 
 // siblings as read after the create.
 type node struct {
 	name, path string
+	session    int64
 	seq        int64
 	stat       *zk.Stat
 	siblings   []string // names, including name, lowest sequence first
@@ -355,11 +353,14 @@ func (n node) predecessor() string {
 }
 
 // create creates this grant's ephemeral sequential node under key's lock
-// node, creating the lock node (and the root) when missing, then reads the
-// siblings and the node's stat together.
+// node, creating the lock node (and the root) when missing. The node's
+// session is the connection's at the create. When the answer is lost with
+// the connection, the create may still have landed: the node, found by its
+// random name, is discarded so that it does not block the key.
 func (l *Locker) create(key string) (node, error) {
 	dir := l.dir(key)
 	name := owner.New() + "-"
+	session := l.conn.SessionID()
 	var path string
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -373,23 +374,74 @@ func (l *Locker) create(key string) (node, error) {
 		}
 		break
 	}
-	if errors.Is(err, zk.ErrConnectionClosed) {
-		// The create may have landed before the connection dropped: find
-		// our node by its random prefix so it does not block the key.
-		if children, _, cerr := l.conn.Children(dir); cerr == nil {
-			for _, c := range children {
-				if strings.HasPrefix(c, name) {
-					l.deleteQuietly(dir+"/"+c, 0)
-				}
-			}
-		}
+	if transient(err) {
+		l.discard(dir, name, session)
 	}
 	if err != nil {
 		return node{}, err
 	}
-	n := node{name: path[len(dir)+1:], path: path}
+	n := node{name: path[len(dir)+1:], path: path, session: session}
 	n.seq, _ = sequence(n.name)
-	return n, l.look(&n)
+	return n, nil
+}
+
+// settle looks at n (its siblings and stat) until it gets an answer: a
+// dropped connection is waited out, as long as n's session lasts.
+func (l *Locker) settle(ctx context.Context, n *node) error {
+	for {
+		_, _, changed := l.sessNow()
+		if l.conn.SessionID() != n.session {
+			return zk.ErrSessionExpired
+		}
+		_, err := call(l, ctx, func() (struct{}, error) { return struct{}{}, l.look(n) }, nil)
+		if err == nil && n.stat.EphemeralOwner != n.session {
+			return zk.ErrSessionExpired
+		}
+		if !transient(err) {
+			return err
+		}
+		if err := l.waitEvent(ctx, changed); err != nil {
+			return err
+		}
+	}
+}
+
+// discard deletes, in the background, the nodes under dir whose names
+// start with prefix (a node's full name, or the random part of one whose
+// create lost its answer), retrying across disconnections until they are
+// gone, their session ended, or the Locker closed: a node nobody waits for
+// must not block the key while the session lives on.
+func (l *Locker) discard(dir, prefix string, session int64) {
+	if !l.enter() {
+		return
+	}
+	go func() {
+		defer l.wg.Done()
+		for {
+			_, _, changed := l.sessNow()
+			if l.conn.SessionID() != session {
+				return // the session, and its nodes, are gone
+			}
+			children, _, err := l.conn.Children(dir)
+			if err == nil {
+				for _, c := range children {
+					if strings.HasPrefix(c, prefix) {
+						if derr := l.conn.Delete(dir+"/"+c, -1); transient(derr) {
+							err = derr
+						}
+					}
+				}
+			}
+			if !transient(err) {
+				return
+			}
+			select {
+			case <-changed:
+			case <-l.stop:
+				return
+			}
+		}
+	}()
 }
 
 // look reads n's siblings and n's stat, two requests in flight at once
@@ -467,10 +519,10 @@ func (l *Locker) ensure(path string, flags int32) error {
 	return err
 }
 
-// deleteQuietly deletes a node of ours, dropping errors: what it fails to
-// delete goes with the session.
-func (l *Locker) deleteQuietly(path string, version int32) {
-	_ = l.conn.Delete(path, version)
+// drop deletes a node created for a grant that is not going ahead, in the
+// background, retrying across disconnections (see discard).
+func (l *Locker) drop(n node) {
+	l.discard(n.path[:len(n.path)-len(n.name)-1], n.name, n.session)
 }
 
 // Renew checks, through the leader, that lease's node still exists and
@@ -500,7 +552,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return l.fail("renew", lease.Key, errTooLong(ttl, timeout))
 	}
 	start := time.Now()
-	err := l.retry(ctx, r, func() error {
+	err := l.retryOn(ctx, r.session, func() error {
 		res, err := l.conn.Multi(&zk.CheckVersionRequest{Path: r.path, Version: r.version})
 		return multiErr(res, err)
 	})
@@ -539,7 +591,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := l.usable(r); err != nil {
 		return err
 	}
-	err := l.retry(ctx, r, func() error { return l.conn.Delete(r.path, r.version) })
+	err := l.retryOn(ctx, r.session, func() error { return l.conn.Delete(r.path, r.version) })
 	if err != nil {
 		return l.lost(r, "release", lease.Key, err)
 	}
@@ -577,13 +629,16 @@ func (l *Locker) usable(r *record) error {
 	return nil
 }
 
-// retry runs op until it succeeds or fails for good. A dropped connection
+// retryOn runs op until it succeeds or fails for good. A dropped connection
 // (ErrConnectionClosed, ErrNoServer) is not an answer: it waits for the
 // next session event and tries again, unless the session changed, ctx
 // ended or the Locker closed.
-func (l *Locker) retry(ctx context.Context, r *record, op func() error) error {
+func (l *Locker) retryOn(ctx context.Context, session int64, op func() error) error {
 	for {
 		_, _, changed := l.sessNow()
+		if l.conn.SessionID() != session {
+			return zk.ErrSessionExpired // its ephemeral nodes are gone
+		}
 		_, err := call(l, ctx, func() (struct{}, error) { return struct{}{}, op() }, nil)
 		if !transient(err) {
 			return err
@@ -594,9 +649,6 @@ func (l *Locker) retry(ctx context.Context, r *record, op func() error) error {
 			return ctx.Err()
 		case <-l.stop:
 			return errClosed
-		}
-		if l.conn.SessionID() != r.session && l.conn.State() == zk.StateHasSession {
-			return zk.ErrSessionExpired
 		}
 	}
 }
@@ -658,7 +710,7 @@ func (l *Locker) expire(r *record) {
 	}
 	if l.conn.SessionID() == r.session {
 		// retry ends when the Locker closes.
-		_ = l.retry(context.Background(), r, func() error { return l.conn.Delete(r.path, r.version) })
+		_ = l.retryOn(context.Background(), r.session, func() error { return l.conn.Delete(r.path, r.version) })
 	}
 	l.forget(r)
 }
