@@ -10,6 +10,7 @@ require (
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.17.0
+	google.golang.org/grpc v1.83.2
 	modernc.org/sqlite v1.62.0
 )
 
@@ -36,7 +37,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
