@@ -75,14 +75,20 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// New returns a Locker on db, creating the lease table when it is missing.
-// db should come from Open, or be opened with WAL journaling. A nil cfg
-// means defaults.
-func New(ctx context.Context, db *sql.DB, cfg *Config) (*Locker, error) {
+// migrateTimeout bounds the table creation that New runs.
+const migrateTimeout = 30 * time.Second
+
+// New returns a Locker on db, creating the lease table when it is missing
+// (within 30s; call Migrate first to control that with a context of your
+// own). db should come from Open, or be opened with WAL journaling. A nil
+// cfg means defaults.
+func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	l, err := newLocker(db, cfg)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	defer cancel()
 	if err := Migrate(ctx, db, cfg); err != nil {
 		return nil, err
 	}
