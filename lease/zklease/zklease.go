@@ -81,10 +81,6 @@ var (
 	_ aegis.Waiter = (*Locker)(nil)
 )
 
-// cleanupTimeout bounds a deletion that runs after the caller's context
-// ended.
-const cleanupTimeout = 5 * time.Second
-
 var errClosed = errors.New("zklease: locker closed")
 
 // Config configures a Locker. Connect returns one filled in; with a
