@@ -44,7 +44,9 @@ func TestLocktest(t *testing.T) {
 			require.NoError(t, err)
 			return l
 		},
-		TTL: time.Second,
+		// 2s: every subtest shares one database file, and SQLite's busy
+		// handler can keep a writer waiting for a second on a loaded machine.
+		TTL: 2 * time.Second,
 	})
 }
 
