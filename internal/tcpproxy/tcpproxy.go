@@ -3,11 +3,14 @@
 // proxy's loopback address, the proxy forwards to the target, and a test
 // can drop every connection and refuse new ones (Cut), or keep connections
 // open and forward nothing (Stall, a partition without resets), until Heal.
+// The lab also adds latency (SetLatency) and moves a proxy to another
+// server (SetUpstream, a failover behind a virtual IP).
 package tcpproxy
 
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards connections from a loopback listener to one target. Its
@@ -17,11 +20,12 @@ type Proxy struct {
 	target string
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	state  state
-	flow   chan struct{} // closed when forwarding may go on (Heal, Close)
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu      sync.Mutex
+	state   state
+	flow    chan struct{} // closed when forwarding may go on (Heal, Close)
+	conns   map[net.Conn]struct{}
+	closed  bool
+	latency time.Duration // added before forwarding what a client sends
 }
 
 type state int
@@ -45,6 +49,39 @@ func New(target string) (*Proxy, error) {
 
 // Addr is the proxy's address (127.0.0.1:port), for the client.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Upstream returns the address new connections are forwarded to.
+func (p *Proxy) Upstream() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// SetUpstream forwards new connections to target (host:port) and closes
+// the current ones, as a failover behind a virtual IP does.
+func (p *Proxy) SetUpstream(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// SetLatency delays each chunk a client sends by d before it is forwarded,
+// so a request-response round trip takes d longer. Zero removes it.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = max(d, 0)
+}
+
+// IsCut reports whether the proxy is cut (between Cut and Heal).
+func (p *Proxy) IsCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == cut
+}
 
 // Cut closes every connection and, until Heal, closes new ones as soon as
 // they are accepted: the client sees its connections reset and refused.
@@ -110,33 +147,33 @@ func (p *Proxy) accept() {
 			return // closed
 		}
 		p.mu.Lock()
-		refuse := p.state == cut || p.closed
+		refuse, target := p.state == cut || p.closed, p.target
 		p.mu.Unlock()
 		if refuse {
 			client.Close()
 			continue
 		}
-		upstream, err := net.Dial("tcp", p.target)
+		upstream, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue
 		}
-		if !p.track(client, upstream) {
+		if !p.track(client, upstream, target) {
 			client.Close()
 			upstream.Close()
 			continue
 		}
-		p.wg.Go(func() { p.pipe(upstream, client) })
-		p.wg.Go(func() { p.pipe(client, upstream) })
+		p.wg.Go(func() { p.pipe(upstream, client, true) })
+		p.wg.Go(func() { p.pipe(client, upstream, false) })
 	}
 }
 
-// track registers a connection pair, unless the proxy was cut or closed
-// meanwhile.
-func (p *Proxy) track(a, b net.Conn) bool {
+// track registers a connection pair, unless the proxy was cut, closed or
+// moved to another target meanwhile.
+func (p *Proxy) track(a, b net.Conn, target string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.state == cut || p.closed {
+	if p.state == cut || p.closed || p.target != target {
 		return false
 	}
 	p.conns[a] = struct{}{}
@@ -144,9 +181,10 @@ func (p *Proxy) track(a, b net.Conn) bool {
 	return true
 }
 
-// pipe copies src to dst, holding bytes while the proxy is stalled. When
-// either side fails it closes both.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, holding bytes while the proxy is stalled, and
+// delaying what the client sends (fromClient) by the latency. When either
+// side fails it closes both.
+func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, src)
@@ -159,6 +197,9 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if fromClient {
+				p.delay()
+			}
 			p.waitFlow()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -168,6 +209,17 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// delay sleeps for the latency, or until the proxy closes.
+func (p *Proxy) delay() {
+	p.mu.Lock()
+	d, closed := p.latency, p.closed
+	p.mu.Unlock()
+	if d <= 0 || closed {
+		return
+	}
+	time.Sleep(d) // bounded by SetLatency's caller; Close waits at most d
 }
 
 // waitFlow blocks while the proxy is stalled.
