@@ -17,7 +17,12 @@ func session(t *testing.T) *lab.Session {
 	t.Helper()
 	s, err := lab.NewSession(lab.Options{
 		Dir:     t.TempDir(),
-		Servers: lab.Servers{PostgresURL: testenv.PostgresURL(t), RedisAddrs: testenv.RedisAddrs(t)},
+		Servers: lab.Servers{
+			PostgresURL:   testenv.PostgresURL(t),
+			RedisAddrs:    testenv.RedisAddrs(t),
+			EtcdEndpoints: testenv.EtcdEndpoints(t),
+			ZKServers:     testenv.ZKServers(t),
+		},
 		NodeEnv: []string{nodeEnv},
 	})
 	require.NoError(t, err)
@@ -221,4 +226,38 @@ func TestAdvisoryPartition(t *testing.T) {
 	rep := run(t, session(t), short("pg-advisory", true, "partition:holder@500ms+800ms"))
 	require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
 	require.Equal(t, lab.CheckViolation, rep.Checker)
+}
+
+// etcd: a session lease; the test servers' minimum lease is 1 s.
+func TestEtcdPause(t *testing.T) {
+	t.Parallel()
+	for _, fence := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
+			t.Parallel()
+			c := short("etcd", fence, "pause:holder@500ms+2s")
+			c.TTL = time.Second
+			rep := run(t, session(t), c)
+			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the paused holder's lease expired and another node entered")
+			if fence {
+				require.Zero(t, rep.DuplicatesApplied)
+				require.GreaterOrEqual(t, rep.StaleRejected, 1)
+				require.Equal(t, lab.CheckOK, rep.Checker)
+			} else {
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+				require.Equal(t, lab.CheckViolation, rep.Checker)
+			}
+		})
+	}
+}
+
+// zookeeper: a zklease lease ends TTL after its last renewal by a timer in
+// the holder's process, or when its session expires. A paused process
+// runs no timer, and internal/backend asks for a 60 s session: a pause
+// shorter than that loses nothing, even unfenced. The others wait.
+func TestZooKeeperPauseShorterThanSession(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("zookeeper", false, "pause:holder@500ms+1500ms"))
+	require.Zero(t, rep.DuplicateTicks)
+	require.Zero(t, rep.DuplicatesApplied)
+	require.Equal(t, lab.CheckOK, rep.Checker)
 }
