@@ -568,13 +568,23 @@ func (n *node) critical(ctx context.Context, tick int, token aegis.Token, checkD
 	}
 }
 
-// read is the critical section's first transaction.
+// read is the critical section's first transaction. Fenced, it presents
+// the token first: the fence's row lock waits for an older holder's write
+// in flight, so that the check for an EXECUTED row and the read that follow
+// (each a fresh snapshot under READ COMMITTED) see that write.
 func (n *node) read(ctx context.Context, tick int, token aegis.Token, checkDone, fenced bool) (int64, error) {
 	tx, err := n.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback()
+	if fenced && n.strat.Token == LeaseToken {
+		// Presenting the token when reading registers it: an older
+		// holder's pending write can no longer land on what we read.
+		if err := fence.CheckSQL(ctx, tx, balanceResource(n.c.Run), token); err != nil {
+			return 0, err
+		}
+	}
 	if checkDone {
 		var executed int
 		if err := tx.QueryRowContext(ctx, tickDoneSQL, n.c.Run, tick).Scan(&executed); err != nil {
@@ -582,13 +592,6 @@ func (n *node) read(ctx context.Context, tick int, token aegis.Token, checkDone,
 		}
 		if executed > 0 {
 			return 0, errTickDone
-		}
-	}
-	if fenced && n.strat.Token == LeaseToken {
-		// Presenting the token when reading registers it: an older
-		// holder's pending write can no longer land on what we read.
-		if err := fence.CheckSQL(ctx, tx, balanceResource(n.c.Run), token); err != nil {
-			return 0, err
 		}
 	}
 	var value int64
