@@ -96,6 +96,12 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("lab: session closed")
+	}
 	strat, _ := LookupStrategy(cfg.Strategy)
 	if err := s.Availability(ctx, cfg.Strategy); err != nil {
 		return nil, &UnavailableError{Strategy: cfg.Strategy, Err: err}
@@ -142,7 +148,22 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		r.cancel()
+		r.releaseRedis()
+		return nil, errors.New("lab: session closed")
+	}
+	s.runs[r] = struct{}{}
+	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.runs, r)
+		s.mu.Unlock()
+	}
 	if err := r.startNodes(ctx); err != nil {
+		forget()
 		r.cancel()
 		r.stopNodes()
 		r.closeProxies()
@@ -157,7 +178,10 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		case <-r.done:
 		}
 	})
-	r.bg.Go(r.supervise)
+	r.bg.Go(func() {
+		r.supervise()
+		forget()
+	})
 	return r, nil
 }
 

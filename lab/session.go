@@ -68,12 +68,13 @@ type Session struct {
 	storeURL    string // a PostgreSQL URL, or sqlite:PATH
 	closed      bool
 	redisBusy   bool // a run with Redis faults holds the lab's Redis
+	runs        map[*Run]struct{}
 }
 
 // NewSession returns a session; it starts no server until a run needs
 // one.
 func NewSession(opts Options) (*Session, error) {
-	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}}
+	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}, runs: map[*Run]struct{}{}}
 	if s.opts.Log == nil {
 		s.opts.Log = io.Discard
 	}
@@ -106,15 +107,26 @@ func NewSession(opts Options) (*Session, error) {
 // Dir returns the session's scratch directory.
 func (s *Session) Dir() string { return s.dir }
 
-// Close stops the servers the session started and removes its temporary
-// directory. Runs still going are not waited for: stop them first.
+// Close stops the runs still going (and waits for them), stops the servers
+// the session started and removes its temporary directory.
 func (s *Session) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	var runs []*Run
+	for r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.Stop()
+		<-r.done
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
 	if s.store != nil {
 		errs = append(errs, s.store.Close())

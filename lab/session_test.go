@@ -196,3 +196,24 @@ func TestSkewStepStealsOptimisticClaim(t *testing.T) {
 		})
 	}
 }
+
+// Close stops the runs still going before it stops the servers.
+func TestCloseStopsRuns(t *testing.T) {
+	t.Parallel()
+	s := session(t)
+	c := short("none", false)
+	c.Duration = 100 * c.Tick
+	r, err := s.Start(t.Context(), c)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("the run still goes after Close")
+	}
+	for _, n := range r.Status().Nodes {
+		require.False(t, pidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
+	}
+	_, err = s.Start(t.Context(), c)
+	require.ErrorContains(t, err, "session closed")
+}
