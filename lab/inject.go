@@ -312,12 +312,17 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	return nil
 }
 
-// restartRedis restarts the single-node Redis (also the first Redlock
-// node) without persistence: it comes back empty, its token counters
-// gone.
+// restartRedis restarts a Redis server of the strategy without
+// persistence: it comes back empty, its token counters gone. For redis it
+// is the single-node one (the first address); for redlock the first
+// Redlock node (the second address: of six or more, the first is the
+// single-node one).
 func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
+	if r.strat.Name == "redlock" && len(r.s.redis) >= 6 {
+		primary = r.s.redis[1]
+	}
 	r.s.mu.Unlock()
 	if err := primary.Restart(context.WithoutCancel(ctx)); err != nil {
 		return err

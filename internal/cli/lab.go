@@ -44,7 +44,8 @@ Chaos (repeatable; AT from the first tick):
 	skew:nodeN=±D             the node's clock is D off, for the whole run
 	latency:SERVER=D          every round trip to SERVER takes D longer
 	failover:redis@AT         the primary dies before replicating a grant; its replica is promoted
-	restart:redis@AT          Redis restarts without persistence
+	restart:redis@AT          a Redis server restarts without persistence (redis: the single
+	                          node; redlock: the first Redlock node)
 TARGET is holder (the node in the critical section then, or the next to
 enter it) or nodeN; SERVER is postgres, redis, etcd or zookeeper.
 
