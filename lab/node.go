@@ -167,6 +167,8 @@ type node struct {
 	// queue strategy's handler sets it for its job.
 	writeFn func(ctx context.Context, tick int, token aegis.Token, attempt string, value int64, fenced bool) error
 
+	fatal error // set when the node cannot go on
+
 	lastErr   string
 	lastErrAt time.Time
 }
@@ -236,7 +238,7 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 		return nil
 	}
 	n.run(ctx, time.Unix(0, sl.Start))
-	return nil
+	return n.fatal
 }
 
 // strategyLoops are the node loops of strategies that do not go tick by
@@ -285,6 +287,10 @@ func (n *node) run(ctx context.Context, start time.Time) {
 		tctx, cancel := context.WithTimeout(ctx, deadline.Sub(n.now()))
 		done := n.tick(tctx, tick)
 		cancel()
+		if n.fatal != nil {
+			n.emit(nodeEvent{Kind: evError, Tick: tick, Detail: n.fatal.Error()})
+			return
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -322,6 +328,12 @@ func (n *node) leaseTick(ctx context.Context, tick int) bool {
 	key := "aegis-lab/" + n.c.Run
 	for ctx.Err() == nil {
 		lease, err := aegis.Acquire(ctx, n.locker, key, n.c.TTL)
+		if errors.Is(err, aegis.ErrInvalid) {
+			// A TTL the backend refuses (etcd's minimum, ZooKeeper's
+			// session): retrying cannot help.
+			n.fatal = fmt.Errorf("acquire: %w", err)
+			return false
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				n.fail(tick, "acquire", err)

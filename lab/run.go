@@ -81,6 +81,7 @@ type nodeProc struct {
 	critical string // the attempt inside the critical section
 	holding  int64  // the token held, or -1 when holding nothing
 	tick     int
+	lastErr  string // the detail of its last error event
 }
 
 type waiter struct {
@@ -627,7 +628,7 @@ func (r *Run) spawn(np *nodeProc) error {
 		}
 		err := cmd.Wait()
 		r.mu.Lock()
-		killed, finished := np.killed, np.finished
+		killed, finished, lastErr := np.killed, np.finished, np.lastErr
 		np.critical, np.holding = "", -1
 		r.mu.Unlock()
 		how := "exited"
@@ -636,7 +637,10 @@ func (r *Run) spawn(np *nodeProc) error {
 		}
 		r.labEvent(Event{Kind: EventExited, Node: np.n, Detail: how})
 		if !killed && !finished && r.ctx.Err() == nil {
-			r.note("node%d %s before it finished (log %s)", np.n, how, logf.Name())
+			if lastErr != "" {
+				how += " after: " + lastErr
+			}
+			r.note("node%d %s, before it finished (log %s)", np.n, how, logf.Name())
 		}
 	})
 	return nil
@@ -727,6 +731,8 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		np.critical = ""
 	case evFinished:
 		np.finished = true
+	case evError:
+		np.lastErr = ev.Detail
 	}
 	r.addLocked(e)
 	for _, d := range derived {

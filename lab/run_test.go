@@ -261,3 +261,15 @@ func TestZooKeeperPauseShorterThanSession(t *testing.T) {
 	require.Zero(t, rep.DuplicatesApplied)
 	require.Equal(t, lab.CheckOK, rep.Checker)
 }
+
+// A TTL the backend refuses ends the nodes at once with the backend's
+// reason, instead of retrying for the whole run.
+func TestRefusedTTLEndsTheNodes(t *testing.T) {
+	t.Parallel()
+	c := short("zookeeper", true)
+	c.TTL = 2 * time.Minute // longer than internal/backend's 60 s ZooKeeper session
+	rep := run(t, session(t), c)
+	require.Zero(t, rep.Executions)
+	require.Len(t, rep.Notes, 3)
+	require.Contains(t, rep.Notes[0], "aegis: invalid argument: ttl 2m0s")
+}
