@@ -126,7 +126,9 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 			r.mu.Unlock()
 			return nil
 		}
+		r.mu.Lock()
 		np.cfg.Incarnation++
+		r.mu.Unlock()
 		if err := r.spawn(np); err != nil {
 			return err
 		}
