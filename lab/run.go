@@ -583,7 +583,10 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 
 // spawn starts np's process (a new incarnation after a kill).
 func (r *Run) spawn(np *nodeProc) error {
-	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, np.cfg.args()...)...)
+	r.mu.Lock()
+	cfg := np.cfg
+	r.mu.Unlock()
+	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.args()...)...)
 	cmd.Env = np.env
 	// Its own process group: a Ctrl-C reaches the lab, which stops the
 	// nodes in order; SIGKILL when the lab dies.
@@ -612,7 +615,7 @@ func (r *Run) spawn(np *nodeProc) error {
 	np.cmd, np.stdin, np.ready, np.exited = cmd, stdin, ready, exited
 	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, np.cfg.Incarnation)})
+	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
 	r.bg.Go(func() {
 		defer logf.Close()
 		defer close(exited)
