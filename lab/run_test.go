@@ -16,7 +16,7 @@ import (
 func session(t *testing.T) *lab.Session {
 	t.Helper()
 	s, err := lab.NewSession(lab.Options{
-		Dir:     t.TempDir(),
+		Dir: t.TempDir(),
 		Servers: lab.Servers{
 			PostgresURL:   testenv.PostgresURL(t),
 			RedisAddrs:    testenv.RedisAddrs(t),
