@@ -3,11 +3,13 @@ package cli
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/lab"
 )
 
 // The JSON report is a contract (DESIGN.md section 8): one object on
@@ -75,4 +77,19 @@ func TestInspect(t *testing.T) {
 	require.Contains(t, stdout, "duplicates — recent duplicate executions")
 	require.Regexp(t, `aegis-lab/\S+\s+0\s+1\s+1\s+EXECUTED`, stdout, "the token history lists the lab's rows")
 	require.Regexp(t, `\S+\s+1\s+2\s+(1:t0, 2:t0|2:t0, 1:t0)`, stdout, "none applies tick 1 twice")
+}
+
+// A preset of several runs prints one object: the scenario, its runs'
+// reports, and the strategies that could not run.
+func TestScenarioJSON(t *testing.T) {
+	t.Parallel()
+	sc, ok := lab.LookupScenario("seat-assignment")
+	require.True(t, ok)
+	reports := []*lab.Report{
+		{Scenario: sc.Name, Strategy: "redis", Unavailable: "the redis backend is not in this build"},
+		{Scenario: sc.Name, Strategy: "pg-unique", Nodes: 3, DurationS: 8, Ticks: 8, Executions: 8, Checker: lab.CheckOK, Events: []lab.Event{}},
+	}
+	var b strings.Builder
+	require.NoError(t, writeReports(&b, sc, reports, true))
+	golden(t, "scenario.json.golden", b.String())
 }
