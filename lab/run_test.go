@@ -252,13 +252,30 @@ func TestEtcdPause(t *testing.T) {
 
 // zookeeper: a zklease lease ends TTL after its last renewal by a timer in
 // the holder's process, or when its session expires. A paused process
-// runs no timer, and internal/backend asks for a 60 s session: a pause
-// shorter than that loses nothing, even unfenced. The others wait.
+// runs no timer, and internal/backend asks for a 60 s session: while the
+// holder is paused, no other node is granted the lock. (When it resumes,
+// its timer deletes its node at once, and the next node races its write.)
 func TestZooKeeperPauseShorterThanSession(t *testing.T) {
 	t.Parallel()
-	rep := run(t, session(t), short("zookeeper", false, "pause:holder@500ms+1500ms"))
-	require.Zero(t, rep.DuplicateTicks)
-	require.Zero(t, rep.DuplicatesApplied)
+	rep := run(t, session(t), short("zookeeper", true, "pause:holder@500ms+1500ms"))
+	var paused int
+	var from, to float64
+	for _, e := range rep.Events {
+		switch {
+		case e.Kind == lab.EventChaos && strings.Contains(e.Detail, "paused with SIGSTOP"):
+			paused, from = e.Node, e.T
+		case e.Kind == lab.EventHealed && e.Node == paused:
+			to = e.T
+		}
+	}
+	require.NotZero(t, paused)
+	require.Greater(t, to, from)
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventAcquired && e.T > from && e.T < to {
+			t.Fatalf("node%d was granted the lock at %.3fs while node%d was paused (%.3fs to %.3fs)", e.Node, e.T, paused, from, to)
+		}
+	}
+	require.Zero(t, rep.DuplicatesApplied, "fenced")
 	require.Equal(t, lab.CheckOK, rep.Checker)
 }
 
