@@ -30,8 +30,11 @@ func session(t *testing.T) *lab.Session {
 	return s
 }
 
+// short is a run of six 250 ms ticks. The work (200 ms) is the margin the
+// lab has to pause or cut the holder after it reports it entered the
+// critical section, before it writes: ample on a loaded 2-core machine.
 func short(strategy string, fence bool, chaos ...string) lab.Config {
-	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 250 * time.Millisecond, Tick: 250 * time.Millisecond, Work: 60 * time.Millisecond, TTL: 500 * time.Millisecond}
+	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 250 * time.Millisecond, Tick: 250 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 500 * time.Millisecond}
 	for _, spec := range chaos {
 		ch, err := lab.ParseChaos(spec)
 		if err != nil {
