@@ -1,0 +1,203 @@
+// Package redisscript holds the Lua scripts, key names and error
+// translation that the Redis backends (lease/redislease and lease/redlock)
+// share: the single-node lease that issues a fencing token.
+//
+// A lease key K under prefix P lives in three names that share one hash
+// slot, so the scripts work on Redis Cluster:
+//
+//	{P K}           the lock: its value is the grant's random owner, with a TTL
+//	{P K}:fence     the token counter: INCR on every grant, never expires
+//	{P K}:released  the pub/sub channel a release publishes to
+//
+// The hash tag is "P K" up to the first '}' (P holds no brace and is not
+// empty, so the tag is never empty and is the same for all three names).
+// Lock names end in '}', fence names in ":fence": no key K's lock name is
+// another key's fence name.
+//
+// Every script is one round trip: it runs by SHA (EVALSHA) and falls back
+// to EVAL once when the server does not have it cached (after a restart or a
+// failover), which loads it for the next calls.
+package redisscript
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is the key prefix of the backends' Config.Prefix default.
+const DefaultPrefix = "aegis:"
+
+// CheckPrefix reports whether prefix can prefix lease keys: not empty, no
+// brace (it is the start of a hash tag), no NUL, at most 64 bytes. field
+// names the configuration field in the error.
+func CheckPrefix(field, prefix string) error {
+	switch {
+	case prefix == "":
+		return fmt.Errorf("%s is empty", field)
+	case len(prefix) > 64:
+		return fmt.Errorf("%s is %d bytes, at most 64 are allowed", field, len(prefix))
+	case strings.ContainsAny(prefix, "{}\x00"):
+		return fmt.Errorf("%s %q holds '{', '}' or NUL; it starts a hash tag, so it may not", field, prefix)
+	}
+	return nil
+}
+
+// Names are the Redis names of one lease key.
+type Names struct {
+	Lock, Fence, Channel string
+}
+
+// NamesFor returns the names of key under prefix.
+func NamesFor(prefix, key string) Names {
+	lock := "{" + prefix + key + "}"
+	return Names{Lock: lock, Fence: lock + ":fence", Channel: lock + ":released"}
+}
+
+// ACLRules returns the rules of a least-privilege Redis user for prefix:
+// only the prefix's keys and channels, only the commands the scripts and
+// the client send. The backends' package docs list them; their tests create
+// a user with exactly these rules.
+func ACLRules(prefix string) []string {
+	return []string{
+		"resetkeys", "~{" + prefix + "*",
+		"resetchannels", "&{" + prefix + "*",
+		"-@all",
+		// the scripts, run by SHA with the EVAL fallback (no SCRIPT LOAD)
+		"+evalsha", "+eval",
+		// what the scripts call
+		"+set", "+get", "+incr", "+pttl", "+pexpire", "+del", "+publish",
+		// wake-ups: the one pub/sub connection, its health check
+		"+subscribe", "+unsubscribe", "+ping",
+		// Config.WaitReplicas
+		"+wait",
+	}
+}
+
+// The scripts. KEYS[1] is always the lock, KEYS[2] the fence. Each one
+// reads and writes only those two keys (and publishes on the key's
+// channel), so it runs on the node of their hash slot.
+var (
+	// acquire grants the lock if it is free and bumps the token in the same
+	// atomic step. It returns the token (> 0), or, when the lock is held,
+	// minus its remaining TTL in ms (<= 0; 0 when it has none, which only a
+	// foreign writer can cause).
+	acquire = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then left = 0 end
+return -left`)
+
+	// renew extends the lock's TTL when it still holds this grant's owner
+	// (ARGV[1]) and, when ARGV[2] is not empty, when the counter still
+	// equals this grant's token: a lease with another token is not this
+	// grant. It returns 1, or 0 when the lease is lost.
+	renew = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[3])`)
+
+	// release deletes the lock under the same comparison as renew and
+	// publishes on the key's channel (ARGV[3]) so that waiters wake at once.
+	// It returns 1, or 0 when the lease was lost (nothing changes).
+	release = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[3], '')
+return 1`)
+
+	// raise sets the counter (KEYS[1], a fence key) to ARGV[1] when it is
+	// lower, and returns the counter. Redlock uses it so that every node of
+	// a grant's majority ends at least at the grant's token.
+	raise = redis.NewScript(`
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+local t = tonumber(ARGV[1])
+if c < t then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return t
+end
+return c`)
+)
+
+// Millis is ttl in whole milliseconds for PX and PEXPIRE, rounded up so
+// that the server never holds a lease shorter than asked.
+func Millis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Acquire runs the acquire script on c. It returns the token when the lock
+// was granted, or token 0 and the lock's remaining TTL when it is held.
+func Acquire(ctx context.Context, c redis.Scripter, n Names, owner string, ttl time.Duration) (token int64, left time.Duration, err error) {
+	v, err := acquire.Run(ctx, c, []string{n.Lock, n.Fence}, owner, Millis(ttl)).Int64()
+	if err != nil {
+		return 0, 0, err
+	}
+	if v > 0 {
+		return v, 0, nil
+	}
+	return 0, time.Duration(-v) * time.Millisecond, nil
+}
+
+// Grant identifies a grant to renew or release: its owner value and, when
+// CheckToken is set, its token, which the script compares with the counter.
+// Redlock's nodes hold different counters, so it checks the owner only.
+type Grant struct {
+	Owner      string
+	Token      int64
+	CheckToken bool
+}
+
+func (g Grant) tokenArg() string {
+	if !g.CheckToken {
+		return ""
+	}
+	return strconv.FormatInt(g.Token, 10)
+}
+
+// Renew runs the renew script on c and reports whether the grant still
+// held its lock (and is now extended).
+func Renew(ctx context.Context, c redis.Scripter, n Names, g Grant, ttl time.Duration) (bool, error) {
+	v, err := renew.Run(ctx, c, []string{n.Lock, n.Fence}, g.Owner, g.tokenArg(), Millis(ttl)).Int64()
+	return v == 1, err
+}
+
+// Release runs the release script on c and reports whether the grant still
+// held its lock (and is now deleted, its waiters notified).
+func Release(ctx context.Context, c redis.Scripter, n Names, g Grant) (bool, error) {
+	v, err := release.Run(ctx, c, []string{n.Lock, n.Fence}, g.Owner, g.tokenArg(), n.Channel).Int64()
+	return v == 1, err
+}
+
+// Raise runs the raise script on c: the fence counter becomes at least
+// token. It returns the counter after the call.
+func Raise(ctx context.Context, c redis.Scripter, n Names, token int64) (int64, error) {
+	return raise.Run(ctx, c, []string{n.Fence}, token).Int64()
+}
+
+// Translate turns an error of the Redis client into the backends' error for
+// op ("acquire", "renew", "release") on key. It is the one place where
+// go-redis errors are interpreted: a context error stays matchable with
+// errors.Is, a missing permission says so, and redis.Nil (no script of
+// ours returns nil) becomes a protocol error. It never adds the owner value
+// to the message.
+func Translate(op, key string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("%s %q: unexpected nil reply from Redis", op, key)
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return fmt.Errorf("%s %q: the Redis user lacks a permission the lease needs (see the ACL rules in the package doc): %w", op, key, err)
+	case redis.HasErrorPrefix(err, "READONLY"):
+		return fmt.Errorf("%s %q: the server is a read-only replica, not the primary: %w", op, key, err)
+	}
+	return fmt.Errorf("%s %q: %w", op, key, err)
+}
