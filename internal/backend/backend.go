@@ -49,6 +49,8 @@ type Opener func(ctx context.Context, s Servers) (aegis.Locker, func(), error)
 var openers = map[string]Opener{
 	"memory":   openMemory,
 	"postgres": openPostgres,
+	"redis":    openRedis,
+	"redlock":  openRedlock,
 	"sqlite":   openSQLite,
 }
 

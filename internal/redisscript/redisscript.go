@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/aegislab/aegis"
 )
 
 // DefaultPrefix is the key prefix of the backends' Config.Prefix default.
@@ -79,14 +81,14 @@ func ACLRules(prefix string) []string {
 	}
 }
 
-// The scripts. KEYS[1] is always the lock, KEYS[2] the fence. Each one
-// reads and writes only those two keys (and publishes on the key's
-// channel), so it runs on the node of their hash slot.
+// The scripts. KEYS[1] is always the lock. Each one reads and writes only
+// the lock and its counter (and publishes on the key's channel), so it runs
+// on the node of their hash slot.
 var (
-	// acquire grants the lock if it is free and bumps the token in the same
-	// atomic step. It returns the token (> 0), or, when the lock is held,
-	// minus its remaining TTL in ms (<= 0; 0 when it has none, which only a
-	// foreign writer can cause).
+	// acquire grants the lock (KEYS[1]) if it is free and bumps the token
+	// (KEYS[2], the fence key) in the same atomic step. It returns the token
+	// (> 0), or, when the lock is held, minus its remaining TTL in ms (<= 0;
+	// 0 when it has none, which only a foreign writer can cause).
 	acquire = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
@@ -95,24 +97,24 @@ local left = redis.call('PTTL', KEYS[1])
 if left < 0 then left = 0 end
 return -left`)
 
-	// renew extends the lock's TTL when it still holds this grant's owner
-	// (ARGV[1]) and, when ARGV[2] is not empty, when the counter still
-	// equals this grant's token: a lease with another token is not this
-	// grant. It returns 1, or 0 when the lease is lost.
+	// renew extends the lock's TTL when it still holds the grant's owner
+	// value (ARGV[1]). It returns 1, or 0 when the lease is lost.
 	renew = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
-return redis.call('PEXPIRE', KEYS[1], ARGV[3])`)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
 
-	// release deletes the lock under the same comparison as renew and
-	// publishes on the key's channel (ARGV[3]) so that waiters wake at once.
-	// It returns 1, or 0 when the lease was lost (nothing changes).
+	// release deletes the lock under the same comparison and publishes on
+	// the key's channel (ARGV[2]) so that waiters wake at once. It returns
+	// 1, or 0 when the lease was lost (nothing changes).
 	release = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], '')
-return 1`)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+return 0`)
 
 	// raise sets the counter (KEYS[1], a fence key) to ARGV[1] when it is
 	// lower, and returns the counter. Redlock uses it so that every node of
@@ -126,6 +128,26 @@ if c < t then
 end
 return c`)
 )
+
+// Owner is a lease's Owner field: the random value the lock holds, then
+// ':' and the token. The scripts compare only the value (it is unique to
+// the grant); the token is bound to it here, so that a lease whose token
+// was changed is not taken for the grant (Redlock's nodes hold different
+// counters, so no node could compare the token).
+func Owner(value string, token int64) string {
+	return value + ":" + strconv.FormatInt(token, 10)
+}
+
+// Value returns the lock value of a lease whose Owner was made by Owner,
+// and false when the Owner is malformed or does not carry the lease's
+// token.
+func Value(l *aegis.Lease) (string, bool) {
+	value, token, ok := strings.Cut(l.Owner, ":")
+	if !ok || value == "" || token != strconv.FormatInt(int64(l.Token), 10) {
+		return "", false
+	}
+	return value, true
+}
 
 // Millis is ttl in whole milliseconds for PX and PEXPIRE, rounded up so
 // that the server never holds a lease shorter than asked.
@@ -146,33 +168,17 @@ func Acquire(ctx context.Context, c redis.Scripter, n Names, owner string, ttl t
 	return 0, time.Duration(-v) * time.Millisecond, nil
 }
 
-// Grant identifies a grant to renew or release: its owner value and, when
-// CheckToken is set, its token, which the script compares with the counter.
-// Redlock's nodes hold different counters, so it checks the owner only.
-type Grant struct {
-	Owner      string
-	Token      int64
-	CheckToken bool
-}
-
-func (g Grant) tokenArg() string {
-	if !g.CheckToken {
-		return ""
-	}
-	return strconv.FormatInt(g.Token, 10)
-}
-
-// Renew runs the renew script on c and reports whether the grant still
-// held its lock (and is now extended).
-func Renew(ctx context.Context, c redis.Scripter, n Names, g Grant, ttl time.Duration) (bool, error) {
-	v, err := renew.Run(ctx, c, []string{n.Lock, n.Fence}, g.Owner, g.tokenArg(), Millis(ttl)).Int64()
+// Renew runs the renew script on c and reports whether the lock still
+// held value (and is now extended).
+func Renew(ctx context.Context, c redis.Scripter, n Names, value string, ttl time.Duration) (bool, error) {
+	v, err := renew.Run(ctx, c, []string{n.Lock}, value, Millis(ttl)).Int64()
 	return v == 1, err
 }
 
-// Release runs the release script on c and reports whether the grant still
-// held its lock (and is now deleted, its waiters notified).
-func Release(ctx context.Context, c redis.Scripter, n Names, g Grant) (bool, error) {
-	v, err := release.Run(ctx, c, []string{n.Lock, n.Fence}, g.Owner, g.tokenArg(), n.Channel).Int64()
+// Release runs the release script on c and reports whether the lock still
+// held value (and is now deleted, its waiters notified).
+func Release(ctx context.Context, c redis.Scripter, n Names, value string) (bool, error) {
+	v, err := release.Run(ctx, c, []string{n.Lock}, value, n.Channel).Int64()
 	return v == 1, err
 }
 

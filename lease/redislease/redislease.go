@@ -9,11 +9,12 @@
 // share a hash slot (the {…} hash tag); the fence key has no TTL, so the
 // token survives every release and expiry. Renew is a compare-and-PEXPIRE
 // and Release a compare-and-DEL (which also PUBLISHes on
-// {prefix key}:released), both comparing the grant's owner, a random
-// 128-bit value from crypto/rand that is never logged nor put into an
-// error, and its token. Scripts run by SHA, with one EVAL when the server
-// lacks them (after a restart or a failover). Expiry is the server's PX: no
-// client clock decides it.
+// {prefix key}:released), both comparing the grant's owner value: a random
+// 128-bit value from crypto/rand, unique to the grant, never logged nor put
+// into an error. Lease.Owner is that value, ':' and the token; a lease
+// whose token was changed is refused (ErrLost) without a request. Scripts
+// run by SHA, with one EVAL when the server lacks them (after a restart or
+// a failover). Expiry is the server's PX: no client clock decides it.
 //
 // [aegis.Acquire] waits through [Locker.Notify]: a release wakes waiters in
 // about one round trip, and a holder's expiry wakes them just after it (a
@@ -202,7 +203,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	return &aegis.Lease{
 		Key:      key,
 		Token:    aegis.Token(token),
-		Owner:    id,
+		Owner:    redisscript.Owner(id, token),
 		TTL:      ttl,
 		Deadline: aegis.LocalDeadline(start, ttl),
 	}, nil
@@ -233,7 +234,7 @@ func (l *Locker) acquireReplicated(ctx context.Context, key string, n redisscrip
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, rerr := redisscript.Release(rctx, conn, n, redisscript.Grant{Owner: id, Token: token, CheckToken: true})
+	_, rerr := redisscript.Release(rctx, conn, n, id)
 	if err != nil {
 		return 0, 0, errors.Join(fmt.Errorf("WAIT: %w", err), releaseErr(rerr))
 	}
@@ -258,8 +259,12 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
 	start := time.Now()
-	ok, err := redisscript.Renew(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), grant(lease), ttl)
+	ok, err := redisscript.Renew(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), value, ttl)
 	if err != nil {
 		return l.error("renew", lease.Key, err)
 	}
@@ -277,7 +282,11 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	ok, err := redisscript.Release(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), grant(lease))
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	ok, err := redisscript.Release(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), value)
 	if err != nil {
 		return l.error("release", lease.Key, err)
 	}
@@ -315,11 +324,6 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 // back on polling; Notify fails after Close.
 func (l *Locker) Close() error {
 	return l.hub.Close()
-}
-
-// grant is what the scripts compare: the owner and the token.
-func grant(l *aegis.Lease) redisscript.Grant {
-	return redisscript.Grant{Owner: l.Owner, Token: int64(l.Token), CheckToken: true}
 }
 
 // error is the one place where the client's errors become this package's.

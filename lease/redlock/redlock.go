@@ -72,8 +72,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -100,9 +98,10 @@ type Config struct {
 	// lease/redislease. Default "aegis:".
 	Prefix string
 	// NodeTimeout bounds each request to one node; a node that answers
-	// later counts as failed for that attempt. Keep it well under the TTLs
-	// you use: validity shrinks by the time the slowest needed node takes.
-	// Default 100ms.
+	// later counts as failed for that call. Keep it well under the TTLs you
+	// use: validity shrinks by the time the slowest needed node takes.
+	// Default: 5% of the call's TTL (the lease's TTL for Release), at least
+	// 10ms.
 	NodeTimeout time.Duration
 }
 
@@ -113,7 +112,7 @@ type Locker struct {
 	nodes       []redis.UniversalClient
 	quorum      int
 	prefix      string
-	nodeTimeout time.Duration
+	nodeTimeout time.Duration // 0: timeout(ttl)
 	// calls owns the per-node requests: an operation stops waiting for a
 	// node after NodeTimeout (go-redis honours context deadlines only with
 	// ContextTimeoutEnabled), and Close waits for those left running.
@@ -137,7 +136,6 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		c = *cfg
 	}
 	c.Prefix = cmp.Or(c.Prefix, redisscript.DefaultPrefix)
-	c.NodeTimeout = cmp.Or(c.NodeTimeout, 100*time.Millisecond)
 	if err := redisscript.CheckPrefix("Config.Prefix", c.Prefix); err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
@@ -150,6 +148,14 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:      c.Prefix,
 		nodeTimeout: c.NodeTimeout,
 	}, nil
+}
+
+// timeout is the per-node timeout of a call with ttl.
+func (l *Locker) timeout(ttl time.Duration) time.Duration {
+	if l.nodeTimeout > 0 {
+		return l.nodeTimeout
+	}
+	return max(ttl/20, 10*time.Millisecond)
 }
 
 // Quorum is the number of nodes that must agree: len(nodes)/2+1.
@@ -169,7 +175,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	n := redisscript.NamesFor(l.prefix, key)
 	id := owner.New()
 	start := time.Now()
-	grants := l.each(ctx, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+	grants := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
 		token, _, err := redisscript.Acquire(ctx, c, n, id, ttl)
 		return token, err
 	})
@@ -189,7 +195,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	err := l.tally(ctx, "acquire", key, grants, granted, held, aegis.ErrHeld)
 	if err == nil {
-		err = l.raise(ctx, key, n, grants, token)
+		err = l.raise(ctx, key, ttl, n, grants, token)
 	}
 	if err == nil {
 		if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
@@ -198,13 +204,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		}
 	}
 	if err != nil {
-		l.undo(ctx, n, id, grants)
+		l.undo(ctx, ttl, n, id, grants)
 		return nil, err
 	}
 	return &aegis.Lease{
 		Key:      key,
 		Token:    aegis.Token(token),
-		Owner:    id + ":" + strconv.FormatInt(token, 10),
+		Owner:    redisscript.Owner(id, token),
 		TTL:      ttl,
 		Deadline: aegis.LocalDeadline(start, ttl),
 	}, nil
@@ -212,7 +218,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 
 // raise brings every granting node whose counter is below token up to it,
 // so that the next majority, which overlaps this one, counts past token.
-func (l *Locker) raise(ctx context.Context, key string, n redisscript.Names, grants []reply, token int64) error {
+func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, n redisscript.Names, grants []reply, token int64) error {
 	lagging := make([]bool, len(grants))
 	var any bool
 	for i, g := range grants {
@@ -223,7 +229,7 @@ func (l *Locker) raise(ctx context.Context, key string, n redisscript.Names, gra
 	if !any {
 		return nil
 	}
-	raised := l.eachOf(ctx, lagging, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+	raised := l.eachOf(ctx, l.timeout(ttl), lagging, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
 		return redisscript.Raise(ctx, c, n, token)
 	})
 	for i, r := range raised {
@@ -236,15 +242,15 @@ func (l *Locker) raise(ctx context.Context, key string, n redisscript.Names, gra
 
 // undo deletes a failed attempt's grants on every node that may hold one
 // (granted, or failed: its script may have run), even when ctx ended.
-func (l *Locker) undo(ctx context.Context, n redisscript.Names, id string, grants []reply) {
+func (l *Locker) undo(ctx context.Context, ttl time.Duration, n redisscript.Names, id string, grants []reply) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	which := make([]bool, len(grants))
 	for i, g := range grants {
 		which[i] = g.err != nil || g.v > 0
 	}
-	l.eachOf(ctx, which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, n, redisscript.Grant{Owner: id})
+	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Release(ctx, c, n, id)
 		return b2i(ok), err
 	})
 }
@@ -259,14 +265,14 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
-	g, ok := grant(lease)
+	value, ok := redisscript.Value(lease)
 	if !ok {
 		return aegis.ErrLost
 	}
 	n := redisscript.NamesFor(l.prefix, lease.Key)
 	start := time.Now()
-	rs := l.each(ctx, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Renew(ctx, c, n, g, ttl)
+	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Renew(ctx, c, n, value, ttl)
 		return b2i(ok), err
 	})
 	if err := l.settle(ctx, "renew", lease.Key, rs); err != nil {
@@ -287,7 +293,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	g, ok := grant(lease)
+	value, ok := redisscript.Value(lease)
 	if !ok {
 		return aegis.ErrLost
 	}
@@ -295,8 +301,8 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 		return fmt.Errorf("redlock: release %q: %w", lease.Key, err)
 	}
 	n := redisscript.NamesFor(l.prefix, lease.Key)
-	rs := l.each(ctx, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, n, g)
+	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Release(ctx, c, n, value)
 		return b2i(ok), err
 	})
 	return l.settle(ctx, "release", lease.Key, rs)
@@ -348,21 +354,21 @@ type reply struct {
 }
 
 // each runs f on every node at once and returns their replies, in node
-// order; a node that does not answer within NodeTimeout gets a timeout
-// error. It returns early when ctx ends.
-func (l *Locker) each(ctx context.Context, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
-	return l.eachOf(ctx, nil, f)
+// order; a node that does not answer within timeout gets a timeout error.
+// It returns early when ctx ends.
+func (l *Locker) each(ctx context.Context, timeout time.Duration, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+	return l.eachOf(ctx, timeout, nil, f)
 }
 
 // eachOf is each on the nodes i with which[i] (all when which is nil).
-func (l *Locker) eachOf(ctx context.Context, which []bool, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
 	type answer struct {
 		i int
 		reply
 	}
 	rs := make([]reply, len(l.nodes))
 	answers := make(chan answer, len(l.nodes))
-	nctx, cancel := context.WithTimeout(ctx, l.nodeTimeout)
+	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pending := 0
 	for i, c := range l.nodes {
@@ -383,7 +389,7 @@ func (l *Locker) eachOf(ctx context.Context, which []bool, f func(context.Contex
 		case <-nctx.Done():
 			for i := range rs {
 				if errors.Is(rs[i].err, errNoAnswer) {
-					rs[i].err = fmt.Errorf("%w after %s: %w", errNoAnswer, l.nodeTimeout, nctx.Err())
+					rs[i].err = fmt.Errorf("%w after %s: %w", errNoAnswer, timeout, nctx.Err())
 				}
 			}
 			return rs
@@ -400,16 +406,6 @@ var errNoAnswer = errors.New("no answer")
 func (l *Locker) Close() error {
 	l.calls.Wait()
 	return nil
-}
-
-// grant recovers the owner value of a lease and checks that its token is
-// the one it was granted with.
-func grant(lease *aegis.Lease) (redisscript.Grant, bool) {
-	id, token, ok := strings.Cut(lease.Owner, ":")
-	if !ok || token != strconv.FormatInt(int64(lease.Token), 10) || id == "" {
-		return redisscript.Grant{}, false
-	}
-	return redisscript.Grant{Owner: id}, true
 }
 
 func b2i(b bool) int64 {
