@@ -96,6 +96,13 @@ func (h *Hub) Notify(ctx context.Context, channel string) (<-chan struct{}, func
 	stop := func() { h.unregister(channel, wake) }
 	if fresh {
 		err := h.ps.Subscribe(ctx, channel)
+		if err != nil {
+			// go-redis keeps a channel it failed to subscribe in its list
+			// (to resubscribe on reconnect); drop it, we forget it too.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = h.ps.Unsubscribe(uctx, channel)
+			cancel()
+		}
 		h.subMu.Unlock()
 		if err != nil {
 			h.failed(channel, e)

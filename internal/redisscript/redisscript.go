@@ -50,16 +50,18 @@ func CheckPrefix(field, prefix string) error {
 	return nil
 }
 
-// Names are the Redis names of one lease key.
-type Names struct {
-	Lock, Fence, Channel string
-}
+// Lock is the Redis name of a lease key's lock, "{" + prefix + key + "}";
+// its counter and its channel are named after it.
+type Lock string
 
-// NamesFor returns the names of key under prefix.
-func NamesFor(prefix, key string) Names {
-	lock := "{" + prefix + key + "}"
-	return Names{Lock: lock, Fence: lock + ":fence", Channel: lock + ":released"}
-}
+// LockFor returns the lock of key under prefix.
+func LockFor(prefix, key string) Lock { return Lock("{" + prefix + key + "}") }
+
+// Fence is the name of the lock's token counter.
+func (l Lock) Fence() string { return string(l) + ":fence" }
+
+// Channel is the name of the pub/sub channel a release publishes on.
+func (l Lock) Channel() string { return string(l) + ":released" }
 
 // ACLRules returns the rules of a least-privilege Redis user for prefix:
 // only the prefix's keys and channels, only the commands the scripts and
@@ -143,7 +145,11 @@ func Owner(value string, token int64) string {
 // token.
 func Value(l *aegis.Lease) (string, bool) {
 	value, token, ok := strings.Cut(l.Owner, ":")
-	if !ok || value == "" || token != strconv.FormatInt(int64(l.Token), 10) {
+	if !ok || value == "" || token == "" || token[0] < '1' || token[0] > '9' {
+		return "", false // Owner writes no sign and no leading zero
+	}
+	t, err := strconv.ParseInt(token, 10, 64)
+	if err != nil || t != int64(l.Token) {
 		return "", false
 	}
 	return value, true
@@ -157,8 +163,8 @@ func Millis(ttl time.Duration) int64 {
 
 // Acquire runs the acquire script on c. It returns the token when the lock
 // was granted, or token 0 and the lock's remaining TTL when it is held.
-func Acquire(ctx context.Context, c redis.Scripter, n Names, owner string, ttl time.Duration) (token int64, left time.Duration, err error) {
-	v, err := acquire.Run(ctx, c, []string{n.Lock, n.Fence}, owner, Millis(ttl)).Int64()
+func Acquire(ctx context.Context, c redis.Scripter, lock Lock, owner string, ttl time.Duration) (token int64, left time.Duration, err error) {
+	v, err := acquire.Run(ctx, c, []string{string(lock), lock.Fence()}, owner, Millis(ttl)).Int64()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -170,22 +176,22 @@ func Acquire(ctx context.Context, c redis.Scripter, n Names, owner string, ttl t
 
 // Renew runs the renew script on c and reports whether the lock still
 // held value (and is now extended).
-func Renew(ctx context.Context, c redis.Scripter, n Names, value string, ttl time.Duration) (bool, error) {
-	v, err := renew.Run(ctx, c, []string{n.Lock}, value, Millis(ttl)).Int64()
+func Renew(ctx context.Context, c redis.Scripter, lock Lock, value string, ttl time.Duration) (bool, error) {
+	v, err := renew.Run(ctx, c, []string{string(lock)}, value, Millis(ttl)).Int64()
 	return v == 1, err
 }
 
 // Release runs the release script on c and reports whether the lock still
 // held value (and is now deleted, its waiters notified).
-func Release(ctx context.Context, c redis.Scripter, n Names, value string) (bool, error) {
-	v, err := release.Run(ctx, c, []string{n.Lock}, value, n.Channel).Int64()
+func Release(ctx context.Context, c redis.Scripter, lock Lock, value string) (bool, error) {
+	v, err := release.Run(ctx, c, []string{string(lock)}, value, lock.Channel()).Int64()
 	return v == 1, err
 }
 
 // Raise runs the raise script on c: the fence counter becomes at least
 // token. It returns the counter after the call.
-func Raise(ctx context.Context, c redis.Scripter, n Names, token int64) (int64, error) {
-	return raise.Run(ctx, c, []string{n.Fence}, token).Int64()
+func Raise(ctx context.Context, c redis.Scripter, lock Lock, token int64) (int64, error) {
+	return raise.Run(ctx, c, []string{lock.Fence()}, token).Int64()
 }
 
 // Translate turns an error of the Redis client into the backends' error for

@@ -32,12 +32,14 @@ func TestCheckPrefix(t *testing.T) {
 	}
 }
 
-func TestNamesFor(t *testing.T) {
+func TestLockFor(t *testing.T) {
 	t.Parallel()
-	n := redisscript.NamesFor("aegis:", "jobs/1")
-	require.Equal(t, redisscript.Names{Lock: "{aegis:jobs/1}", Fence: "{aegis:jobs/1}:fence", Channel: "{aegis:jobs/1}:released"}, n)
+	l := redisscript.LockFor("aegis:", "jobs/1")
+	require.Equal(t, redisscript.Lock("{aegis:jobs/1}"), l)
+	require.Equal(t, "{aegis:jobs/1}:fence", l.Fence())
+	require.Equal(t, "{aegis:jobs/1}:released", l.Channel())
 	// No key's lock is another key's fence: locks end in '}'.
-	require.NotEqual(t, redisscript.NamesFor("p", "a}:fence").Lock, redisscript.NamesFor("p", "a").Fence)
+	require.NotEqual(t, string(redisscript.LockFor("p", "a}:fence")), redisscript.LockFor("p", "a").Fence())
 }
 
 func TestMillis(t *testing.T) {
@@ -67,6 +69,8 @@ func TestOwnerValue(t *testing.T) {
 		"empty value":  ":42",
 		"empty":        "",
 		"signed token": v + ":+42",
+		"leading zero": v + ":042",
+		"not a number": v + ":4x",
 	} {
 		_, ok := redisscript.Value(&aegis.Lease{Key: "k", Token: 42, Owner: owner})
 		require.False(t, ok, name)

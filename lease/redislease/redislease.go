@@ -180,7 +180,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
-	n := redisscript.NamesFor(l.prefix, key)
+	lock := redisscript.LockFor(l.prefix, key)
 	id := owner.New()
 	start := time.Now()
 	var (
@@ -189,15 +189,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		err   error
 	)
 	if l.waitReplicas > 0 {
-		token, left, err = l.acquireReplicated(ctx, key, n, id, ttl)
+		token, left, err = l.acquireReplicated(ctx, key, lock, id, ttl)
 	} else {
-		token, left, err = redisscript.Acquire(ctx, l.client, n, id, ttl)
+		token, left, err = redisscript.Acquire(ctx, l.client, lock, id, ttl)
 	}
 	if err != nil {
 		return nil, l.error("acquire", key, err)
 	}
 	if token == 0 {
-		l.hub.Expires(n.Channel, left)
+		l.hub.Expires(lock.Channel(), left)
 		return nil, aegis.ErrHeld
 	}
 	return &aegis.Lease{
@@ -211,20 +211,20 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 
 // acquireReplicated runs the grant and WAIT on one connection (WAIT counts
 // the replicas that acknowledged that connection's last write).
-func (l *Locker) acquireReplicated(ctx context.Context, key string, n redisscript.Names, id string, ttl time.Duration) (int64, time.Duration, error) {
+func (l *Locker) acquireReplicated(ctx context.Context, key string, lock redisscript.Lock, id string, ttl time.Duration) (int64, time.Duration, error) {
 	var client *redis.Client
 	switch c := l.client.(type) {
 	case *redis.Client:
 		client = c
 	case *redis.ClusterClient:
 		var err error
-		if client, err = c.MasterForKey(ctx, n.Lock); err != nil {
+		if client, err = c.MasterForKey(ctx, string(lock)); err != nil {
 			return 0, 0, err
 		}
 	}
 	conn := client.Conn()
 	defer conn.Close()
-	token, left, err := redisscript.Acquire(ctx, conn, n, id, ttl)
+	token, left, err := redisscript.Acquire(ctx, conn, lock, id, ttl)
 	if err != nil || token == 0 {
 		return token, left, err
 	}
@@ -234,7 +234,7 @@ func (l *Locker) acquireReplicated(ctx context.Context, key string, n redisscrip
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, rerr := redisscript.Release(rctx, conn, n, id)
+	_, rerr := redisscript.Release(rctx, conn, lock, id)
 	if err != nil {
 		return 0, 0, errors.Join(fmt.Errorf("WAIT: %w", err), releaseErr(rerr))
 	}
@@ -264,7 +264,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return aegis.ErrLost
 	}
 	start := time.Now()
-	ok, err := redisscript.Renew(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), value, ttl)
+	ok, err := redisscript.Renew(ctx, l.client, redisscript.LockFor(l.prefix, lease.Key), value, ttl)
 	if err != nil {
 		return l.error("renew", lease.Key, err)
 	}
@@ -286,7 +286,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if !ok {
 		return aegis.ErrLost
 	}
-	ok, err := redisscript.Release(ctx, l.client, redisscript.NamesFor(l.prefix, lease.Key), value)
+	ok, err := redisscript.Release(ctx, l.client, redisscript.LockFor(l.prefix, lease.Key), value)
 	if err != nil {
 		return l.error("release", lease.Key, err)
 	}
@@ -312,7 +312,7 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, nil, err
 	}
-	ch, stop, err := l.hub.Notify(ctx, redisscript.NamesFor(l.prefix, key).Channel)
+	ch, stop, err := l.hub.Notify(ctx, redisscript.LockFor(l.prefix, key).Channel())
 	if err != nil {
 		return nil, nil, l.error("notify", key, err)
 	}

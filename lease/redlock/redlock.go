@@ -172,11 +172,11 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
-	n := redisscript.NamesFor(l.prefix, key)
+	lock := redisscript.LockFor(l.prefix, key)
 	id := owner.New()
 	start := time.Now()
 	grants := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		token, _, err := redisscript.Acquire(ctx, c, n, id, ttl)
+		token, _, err := redisscript.Acquire(ctx, c, lock, id, ttl)
 		return token, err
 	})
 	var (
@@ -195,7 +195,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	}
 	err := l.tally(ctx, "acquire", key, grants, granted, held, aegis.ErrHeld)
 	if err == nil {
-		err = l.raise(ctx, key, ttl, n, grants, token)
+		err = l.raise(ctx, key, ttl, lock, grants, token)
 	}
 	if err == nil {
 		if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
@@ -204,7 +204,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		}
 	}
 	if err != nil {
-		l.undo(ctx, ttl, n, id, grants)
+		l.undo(ctx, ttl, lock, id, grants)
 		return nil, err
 	}
 	return &aegis.Lease{
@@ -218,7 +218,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 
 // raise brings every granting node whose counter is below token up to it,
 // so that the next majority, which overlaps this one, counts past token.
-func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, n redisscript.Names, grants []reply, token int64) error {
+func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, lock redisscript.Lock, grants []reply, token int64) error {
 	lagging := make([]bool, len(grants))
 	var any bool
 	for i, g := range grants {
@@ -230,7 +230,7 @@ func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, n red
 		return nil
 	}
 	raised := l.eachOf(ctx, l.timeout(ttl), lagging, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		return redisscript.Raise(ctx, c, n, token)
+		return redisscript.Raise(ctx, c, lock, token)
 	})
 	for i, r := range raised {
 		if lagging[i] && (r.err != nil || r.v < token) {
@@ -242,7 +242,7 @@ func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, n red
 
 // undo deletes a failed attempt's grants on every node that may hold one
 // (granted, or failed: its script may have run), even when ctx ended.
-func (l *Locker) undo(ctx context.Context, ttl time.Duration, n redisscript.Names, id string, grants []reply) {
+func (l *Locker) undo(ctx context.Context, ttl time.Duration, lock redisscript.Lock, id string, grants []reply) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	which := make([]bool, len(grants))
@@ -250,7 +250,7 @@ func (l *Locker) undo(ctx context.Context, ttl time.Duration, n redisscript.Name
 		which[i] = g.err != nil || g.v > 0
 	}
 	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, n, id)
+		ok, err := redisscript.Release(ctx, c, lock, id)
 		return b2i(ok), err
 	})
 }
@@ -269,10 +269,10 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if !ok {
 		return aegis.ErrLost
 	}
-	n := redisscript.NamesFor(l.prefix, lease.Key)
+	lock := redisscript.LockFor(l.prefix, lease.Key)
 	start := time.Now()
 	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Renew(ctx, c, n, value, ttl)
+		ok, err := redisscript.Renew(ctx, c, lock, value, ttl)
 		return b2i(ok), err
 	})
 	if err := l.settle(ctx, "renew", lease.Key, rs); err != nil {
@@ -300,9 +300,9 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redlock: release %q: %w", lease.Key, err)
 	}
-	n := redisscript.NamesFor(l.prefix, lease.Key)
+	lock := redisscript.LockFor(l.prefix, lease.Key)
 	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, n, value)
+		ok, err := redisscript.Release(ctx, c, lock, value)
 		return b2i(ok), err
 	})
 	return l.settle(ctx, "release", lease.Key, rs)
