@@ -216,3 +216,31 @@ func TestStaleHolderAfterExpiry(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrHeld)
 	require.NoError(t, b.Release(ctx, lb), "the successor's release works")
 }
+
+// TestScriptCacheFlushed: after the server loses its script cache (a
+// restart, a failover to a replica that never ran EVAL), each script runs
+// once by EVAL, which caches it again, then by SHA.
+func TestScriptCacheFlushed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := startRedis(t, nil)
+	raw := client(t, r.Addr())
+	l := locker(t, client(t, r.Addr()), nil)
+	lease, err := l.TryAcquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, raw.ScriptFlush(ctx).Err())
+	require.NoError(t, raw.ConfigResetStat(ctx).Err())
+
+	require.NoError(t, l.Renew(ctx, lease, time.Minute))
+	require.NoError(t, l.Release(ctx, lease))
+	for range 3 {
+		lease, err = l.TryAcquire(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx, lease))
+	}
+	stats := raw.Info(ctx, "commandstats").Val()
+	// Eight script calls: the first of each script by SHA is refused
+	// (NOSCRIPT) and sent again by EVAL; the other five run by SHA.
+	require.Contains(t, stats, "cmdstat_eval:calls=3,", "one EVAL per script (renew, release, acquire)")
+	require.Regexp(t, `cmdstat_evalsha:calls=8,.*failed_calls=3\r`, stats)
+}
