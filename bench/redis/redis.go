@@ -23,9 +23,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -92,6 +94,42 @@ func (e *Env) Close() {
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
 	}
+}
+
+// ServerCPU returns the CPU time (user and system) the servers of the
+// given subject kind have used so far: the single node for nodes == 1,
+// the five Redlock nodes otherwise. Only meaningful when nothing else uses
+// the servers.
+func (e *Env) ServerCPU(ctx context.Context, nodes int) (time.Duration, error) {
+	clients := []redis.UniversalClient{e.single}
+	if nodes > 1 {
+		clients = e.nodes
+	}
+	var total time.Duration
+	for _, c := range clients {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu: %s: %w", line, err)
+				}
+				total += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return total, nil
+}
+
+// ProcessCPU is the CPU time (user and system) this process has used.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Key returns a key of this run.

@@ -32,16 +32,17 @@
 // # What it does not guarantee
 //
 // Redis replication is asynchronous. A failover can promote a replica that
-// never received the last grant: a second client is then granted the key
-// while the first still holds it, and the token counter goes back to the
-// replica's value, so the second holder gets the SAME token the first one
-// already has (TestFailoverLosesTheLease shows it with real servers: the
-// first holder has token 4, the promoted replica grants token 4 again). A
-// fence accepts a token equal to the last one it saw (the same holder
-// writes several times), so after such a failover it cannot tell the two
-// holders apart, and it rejects the new holder's writes if the stale one's
-// counter had run further ahead. A restart without persistence (no AOF
-// with fsync) loses every lease and every counter: tokens start at 1 again.
+// never received the last grants: a second client is then granted the key
+// while the first still holds it, and the counter goes back to the
+// replica's value, so tokens repeat. TestFailoverLosesTheLease shows it with
+// real servers: the replica is cut off after token 3, the lost primary
+// grants 4, 5 and 6 (held), and the promoted replica grants token 4 again
+// while the holder of 6 still runs. A fence that saw 6 then rejects the new,
+// legitimate holder until its counter passes 6; one that saw only the lost
+// 4 accepts both holders' writes, since a fence accepts a token equal to
+// the last (one holder writes several times). A restart without
+// persistence (no AOF with fsync) loses every lease and every counter:
+// tokens start at 1 again.
 //
 // Config.WaitReplicas narrows the window: after the grant, WAIT n t; if
 // fewer than n replicas acknowledge within t, the grant is released and
@@ -64,14 +65,14 @@
 //
 //	ACL SETUSER app on >secret resetkeys ~{aegis:* resetchannels &{aegis:* -@all
 //	    +evalsha +eval +set +get +incr +pttl +pexpire +del +publish
-//	    +subscribe +unsubscribe +ping +wait +hello +client|setinfo
+//	    +subscribe +unsubscribe +ping +wait
 //
 // Keys and channels are "{" + prefix + key + "}" and the same with
 // ":fence" and ":released"; the commands are the scripts (and what they
-// call), the wake-ups' pub/sub and its health check, WAIT, and go-redis's
-// connection handshake. Without SCRIPT LOAD the first call of each script
-// on a server sends EVAL, which caches it. A missing permission is an error
-// that says so.
+// call), the wake-ups' pub/sub and its health check, and WAIT (a client
+// with Options.ClientName also needs +client|setname). Without SCRIPT LOAD
+// the first call of each script on a server sends EVAL, which caches it. A
+// missing permission is an error that says so.
 package redislease
 
 import (
