@@ -161,10 +161,73 @@ func Millis(ttl time.Duration) int64 {
 	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-// Acquire runs the acquire script on c. It returns the token when the lock
+// Call is one call of a script with its keys and arguments, to run alone
+// (Run) or with others in one pipeline (RunAll).
+type Call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// AcquireCall is the grant of lock to owner for ttl; read its reply with
+// AcquireReply.
+func AcquireCall(lock Lock, owner string, ttl time.Duration) Call {
+	return Call{acquire, []string{string(lock), lock.Fence()}, []any{owner, Millis(ttl)}}
+}
+
+// RenewCall extends lock to ttl if it holds value; read its reply with
+// OK.
+func RenewCall(lock Lock, value string, ttl time.Duration) Call {
+	return Call{renew, []string{string(lock)}, []any{value, Millis(ttl)}}
+}
+
+// ReleaseCall deletes lock if it holds value, and wakes its waiters; read
+// its reply with OK.
+func ReleaseCall(lock Lock, value string) Call {
+	return Call{release, []string{string(lock)}, []any{value, lock.Channel()}}
+}
+
+// Run runs the call on c: by SHA, and by EVAL when c lacks the script.
+func (call Call) Run(ctx context.Context, c redis.Scripter) *redis.Cmd {
+	return call.script.Run(ctx, c, call.keys, call.args...)
+}
+
+// Pipeliner is a client that sends pipelines (every go-redis client).
+type Pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// RunAll runs calls in one pipeline, one round trip, and returns their
+// replies in order. Calls that the server refuses with NOSCRIPT are sent
+// again by EVAL, in a second pipeline. Each script is atomic; the calls
+// are independent of one another.
+func RunAll(ctx context.Context, c Pipeliner, calls []Call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i, call := range calls {
+		cmds[i] = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each reply carries its own error
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := c.Pipeline()
+		for _, i := range again {
+			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmds
+}
+
+// AcquireReply reads the reply of an AcquireCall: the token when the lock
 // was granted, or token 0 and the lock's remaining TTL when it is held.
-func Acquire(ctx context.Context, c redis.Scripter, lock Lock, owner string, ttl time.Duration) (token int64, left time.Duration, err error) {
-	v, err := acquire.Run(ctx, c, []string{string(lock), lock.Fence()}, owner, Millis(ttl)).Int64()
+func AcquireReply(cmd *redis.Cmd) (token int64, left time.Duration, err error) {
+	v, err := cmd.Int64()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -174,18 +237,26 @@ func Acquire(ctx context.Context, c redis.Scripter, lock Lock, owner string, ttl
 	return 0, time.Duration(-v) * time.Millisecond, nil
 }
 
-// Renew runs the renew script on c and reports whether the lock still
-// held value (and is now extended).
-func Renew(ctx context.Context, c redis.Scripter, lock Lock, value string, ttl time.Duration) (bool, error) {
-	v, err := renew.Run(ctx, c, []string{string(lock)}, value, Millis(ttl)).Int64()
+// OK reads the reply of a RenewCall or ReleaseCall: whether the lock held
+// the value (and is now extended, or deleted).
+func OK(cmd *redis.Cmd) (bool, error) {
+	v, err := cmd.Int64()
 	return v == 1, err
 }
 
-// Release runs the release script on c and reports whether the lock still
-// held value (and is now deleted, its waiters notified).
+// Acquire runs an AcquireCall on c and reads its reply.
+func Acquire(ctx context.Context, c redis.Scripter, lock Lock, owner string, ttl time.Duration) (token int64, left time.Duration, err error) {
+	return AcquireReply(AcquireCall(lock, owner, ttl).Run(ctx, c))
+}
+
+// Renew runs a RenewCall on c and reads its reply.
+func Renew(ctx context.Context, c redis.Scripter, lock Lock, value string, ttl time.Duration) (bool, error) {
+	return OK(RenewCall(lock, value, ttl).Run(ctx, c))
+}
+
+// Release runs a ReleaseCall on c and reads its reply.
 func Release(ctx context.Context, c redis.Scripter, lock Lock, value string) (bool, error) {
-	v, err := release.Run(ctx, c, []string{string(lock)}, value, lock.Channel()).Int64()
-	return v == 1, err
+	return OK(ReleaseCall(lock, value).Run(ctx, c))
 }
 
 // Raise runs the raise script on c: the fence counter becomes at least

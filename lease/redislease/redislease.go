@@ -16,6 +16,13 @@
 // run by SHA, with one EVAL when the server lacks them (after a restart or
 // a failover). Expiry is the server's PX: no client clock decides it.
 //
+// Calls made at the same time through one Locker travel together: while
+// one is in flight, the others queue and go as one pipeline (one write and
+// one read on each side instead of one per call). Each call is still one
+// round trip and each script atomic; a lone call goes at once. A caller
+// whose context ends while its call is queued or in flight returns at
+// once, and a grant that lands after it left is released.
+//
 // [aegis.Acquire] waits through [Locker.Notify]: a release wakes waiters in
 // about one round trip, and a holder's expiry wakes them just after it (a
 // failed attempt learns the remaining TTL). All waiters of a Locker share
@@ -129,6 +136,7 @@ type Locker struct {
 	prefix       string
 	waitReplicas int
 	waitTimeout  time.Duration
+	co           *coalescer
 	hub          *redisnotify.Hub
 }
 
@@ -165,6 +173,7 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:       c.Prefix,
 		waitReplicas: c.WaitReplicas,
 		waitTimeout:  c.WaitTimeout,
+		co:           newCoalescer(client),
 		hub: redisnotify.New(func() *redis.PubSub {
 			return client.Subscribe(context.Background())
 		}, linger),
@@ -192,7 +201,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if l.waitReplicas > 0 {
 		token, left, err = l.acquireReplicated(ctx, key, lock, id, ttl)
 	} else {
-		token, left, err = redisscript.Acquire(ctx, l.client, lock, id, ttl)
+		var cmd *redis.Cmd
+		if cmd, err = l.co.do(ctx, redisscript.AcquireCall(lock, id, ttl), grant{lock, id}); err == nil {
+			token, left, err = redisscript.AcquireReply(cmd)
+		}
 	}
 	if err != nil {
 		return nil, l.error("acquire", key, err)
@@ -265,7 +277,10 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return aegis.ErrLost
 	}
 	start := time.Now()
-	ok, err := redisscript.Renew(ctx, l.client, redisscript.LockFor(l.prefix, lease.Key), value, ttl)
+	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, ttl), grant{})
+	if err == nil {
+		ok, err = redisscript.OK(cmd)
+	}
 	if err != nil {
 		return l.error("renew", lease.Key, err)
 	}
@@ -287,7 +302,10 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if !ok {
 		return aegis.ErrLost
 	}
-	ok, err := redisscript.Release(ctx, l.client, redisscript.LockFor(l.prefix, lease.Key), value)
+	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value), grant{})
+	if err == nil {
+		ok, err = redisscript.OK(cmd)
+	}
 	if err != nil {
 		return l.error("release", lease.Key, err)
 	}
@@ -320,10 +338,12 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 	return ch, stop, nil
 }
 
-// Close closes the Locker's wake-up connection and waits for its goroutine.
-// It does not close the client, and does not release leases. Waiters fall
-// back on polling; Notify fails after Close.
+// Close closes the Locker's wake-up connection and stops the goroutine that
+// sends concurrent calls together, waiting for both. It does not close the
+// client, and does not release leases. Afterwards leases still work (each
+// call on its own), waiters fall back on polling, and Notify fails.
 func (l *Locker) Close() error {
+	l.co.close()
 	return l.hub.Close()
 }
 
