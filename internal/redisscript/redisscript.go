@@ -90,10 +90,16 @@ var (
 	// acquire grants the lock (KEYS[1]) if it is free and bumps the token
 	// (KEYS[2], the fence key) in the same atomic step. It returns the token
 	// (> 0), or, when the lock is held, minus its remaining TTL in ms (<= 0;
-	// 0 when it has none, which only a foreign writer can cause).
+	// 0 when it has none, which only a foreign writer can cause). When the
+	// lock already holds this very call's owner value, the call ran before
+	// and its reply was lost (go-redis resends after a network error): it
+	// returns that grant's token again instead of "held".
 	acquire = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return tonumber(redis.call('GET', KEYS[2]))
 end
 local left = redis.call('PTTL', KEYS[1])
 if left < 0 then left = 0 end

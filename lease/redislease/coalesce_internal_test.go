@@ -191,3 +191,22 @@ func TestRunAllFallsBackToEval(t *testing.T) {
 	stats := raw.Info(ctx, "commandstats").Val()
 	require.Contains(t, stats, "cmdstat_eval:calls=4,", "a fresh server: every call went again by EVAL")
 }
+
+// TestAcquireResentReturnsItsGrant: a grant whose reply was lost and whose
+// call is sent again (go-redis retries after network errors) returns the
+// same token, not "held"; another owner still gets "held".
+func TestAcquireResentReturnsItsGrant(t *testing.T) {
+	t.Parallel()
+	_, raw, prefix := newTestLocker(t)
+	ctx := t.Context()
+	lock := redisscript.LockFor(prefix, "resent")
+	first, _, err := redisscript.Acquire(ctx, raw, lock, "call-1", time.Minute)
+	require.NoError(t, err)
+	again, _, err := redisscript.Acquire(ctx, raw, lock, "call-1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	other, left, err := redisscript.Acquire(ctx, raw, lock, "call-2", time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, other, "held")
+	require.Greater(t, left, 50*time.Second)
+}

@@ -21,7 +21,9 @@
 // one read on each side instead of one per call). Each call is still one
 // round trip and each script atomic; a lone call goes at once. A caller
 // whose context ends while its call is queued or in flight returns at
-// once, and a grant that lands after it left is released.
+// once, and a grant that lands after it left is released. A grant whose
+// reply was lost and that go-redis sends again (MaxRetries) returns its
+// own token rather than ErrHeld: the script recognizes its owner value.
 //
 // [aegis.Acquire] waits through [Locker.Notify]: a release wakes waiters in
 // about one round trip, and a holder's expiry wakes them just after it (a
