@@ -132,7 +132,8 @@ type Config struct {
 }
 
 // Locker is a Redis lease table. It is safe for concurrent use. Close it
-// to close its wake-up connection; the client stays the caller's.
+// to stop its goroutines (wake-ups, coalescing); the client stays the
+// caller's.
 type Locker struct {
 	client       redis.UniversalClient
 	prefix       string

@@ -256,8 +256,9 @@ func (l *Locker) undo(ctx context.Context, ttl time.Duration, lock redisscript.L
 }
 
 // Renew extends lease on every node that still holds it; it succeeds when
-// a majority did within the lease's validity. ErrLost when too many nodes
-// no longer hold it for a majority to exist.
+// a majority did within the lease's validity. Otherwise it returns ErrLost
+// when some node no longer holds the lease (work under it must stop), and
+// an error wrapping ErrNoQuorum when nodes failed and none said so.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -287,8 +288,10 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 }
 
 // Release deletes lease on every node that still holds it. It succeeds
-// when a majority did; ErrLost when the lease was lost (what is deleted
-// then are this lease's own leftovers on a minority).
+// when a majority did. Otherwise it returns ErrLost when some node no
+// longer held the lease (what was deleted are this lease's own leftovers
+// on a minority), and an error wrapping ErrNoQuorum when nodes failed and
+// none said so.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -308,8 +311,8 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	return l.settle(ctx, "release", lease.Key, rs)
 }
 
-// settle decides a renew or release from the nodes' replies: nil for a
-// majority of 1s, ErrLost when too many 0s leave no majority possible.
+// settle decides a renew or release from the nodes' replies (1: done, 0:
+// not held).
 func (l *Locker) settle(ctx context.Context, op, key string, rs []reply) error {
 	var yes, no int
 	for _, r := range rs {
@@ -324,9 +327,11 @@ func (l *Locker) settle(ctx context.Context, op, key string, rs []reply) error {
 	return l.tally(ctx, op, key, rs, yes, no, aegis.ErrLost)
 }
 
-// tally returns nil when yes reaches the quorum; refusal (ErrHeld, ErrLost)
-// when some node said no; otherwise an error wrapping ErrNoQuorum that
-// names the nodes' failures. The end of ctx wins over both.
+// tally returns nil when yes reaches the quorum; otherwise refusal
+// (ErrHeld, ErrLost) when some node said no, so that a contender retries
+// and a holder stops even with a node down; otherwise an error wrapping
+// ErrNoQuorum that names the nodes' failures. The end of ctx wins over
+// both.
 func (l *Locker) tally(ctx context.Context, op, key string, rs []reply, yes, no int, refusal error) error {
 	if yes >= l.quorum {
 		return nil
