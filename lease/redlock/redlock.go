@@ -100,8 +100,8 @@ type Config struct {
 	// NodeTimeout bounds each request to one node; a node that answers
 	// later counts as failed for that call. Keep it well under the TTLs you
 	// use: validity shrinks by the time the slowest needed node takes.
-	// Default: 5% of the call's TTL (the lease's TTL for Release), at least
-	// 10ms.
+	// Default: 5% of the call's TTL (the lease's TTL for Release), between
+	// 10ms and 1s.
 	NodeTimeout time.Duration
 }
 
@@ -155,7 +155,7 @@ func (l *Locker) timeout(ttl time.Duration) time.Duration {
 	if l.nodeTimeout > 0 {
 		return l.nodeTimeout
 	}
-	return max(ttl/20, 10*time.Millisecond)
+	return min(max(ttl/20, 10*time.Millisecond), time.Second)
 }
 
 // Quorum is the number of nodes that must agree: len(nodes)/2+1.
@@ -387,17 +387,20 @@ func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool
 			answers <- answer{i, reply{v: v, err: err}}
 		})
 	}
+wait:
 	for ; pending > 0; pending-- {
 		select {
 		case a := <-answers:
 			rs[a.i] = a.reply
 		case <-nctx.Done():
-			for i := range rs {
-				if errors.Is(rs[i].err, errNoAnswer) {
-					rs[i].err = fmt.Errorf("%w after %s: %w", errNoAnswer, timeout, nctx.Err())
-				}
-			}
-			return rs
+			break wait
+		}
+	}
+	// A node that timed out did not answer; its context error is not the
+	// caller's (tally reports the caller's own end separately).
+	for i := range rs {
+		if errors.Is(rs[i].err, errNoAnswer) || errors.Is(rs[i].err, context.DeadlineExceeded) && ctx.Err() == nil {
+			rs[i].err = fmt.Errorf("%w within %s", errNoAnswer, timeout)
 		}
 	}
 	return rs

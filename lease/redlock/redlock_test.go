@@ -242,8 +242,19 @@ func TestSlowNode(t *testing.T) {
 	require.NoError(t, err, "two of three answer")
 	require.Less(t, time.Since(start), 2*time.Second, "the attempt waited for the paused node beyond its timeout")
 	require.NoError(t, l.Release(ctx, lease))
+
+	// Two nodes, one paused: no quorum, and the error says the node did
+	// not answer; it is not the caller's context running out.
+	two, err := redlock.New(cs[1:], &redlock.Config{Prefix: prefix(t), NodeTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = two.TryAcquire(ctx, "job", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNoQuorum)
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, `node 1: acquire "job": no answer within 50ms`)
+
 	require.NoError(t, slow.Resume())
 	require.NoError(t, l.Close())
+	require.NoError(t, two.Close())
 }
 
 // TestForgedToken: the nodes compare only the owner; the lease's token is
