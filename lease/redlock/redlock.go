@@ -41,19 +41,20 @@
 // it expired on the nodes, and Redlock issues no fencing token to catch
 // that. Salvatore Sanfilippo (antirez)'s reply ("Is Redlock safe?"): the
 // algorithm only assumes clocks that advance at about the same rate, which
-// the drift term covers; pauses hurt every lease-based lock and are caught
-// by checking the time left after acquiring; and a unique random owner can
-// serve like a token for a compare-and-set store. Both agree on what this
-// package adds: a monotonic token, checked by the store of record (package
-// fence), is what protects the data; Redlock by itself only reduces how
-// often two holders run.
+// the drift term covers; pauses hurt every lease-based lock and are partly
+// caught by checking the time left after acquiring; and a store able to
+// check a token could as well check the random owner value. Whichever side
+// one takes, the rule here is the same: the data is protected by a
+// monotonic token that the store of record checks (package fence); Redlock
+// by itself only reduces how often two holders run.
 //
 // What the token does not promise: it increases only while the nodes keep
 // their counters. A node restarted without persistence comes back empty;
 // if a majority does (Redis with "save" off, or AOF without fsync always,
 // after a crash), a second client is granted the key while the first still
-// holds it, and its token comes from the restarted counters and can be far
-// lower, or equal, to the first holder's (TestMajorityRestartTwoHolders).
+// holds it, and its token comes from the restarted counters: lower than
+// the first holder's, or equal to it (TestMajorityRestartTwoHolders: the
+// first holds token 4, the second gets token 1).
 // The counters of different majorities then disagree until a grant raises
 // them. A minority restart keeps the lease and the order
 // (TestMinorityRestartKeepsOrder). Clock jumps on a node (an NTP step)
