@@ -23,7 +23,10 @@
 // whose context ends while its call is queued or in flight returns at
 // once, and a grant that lands after it left is released. A grant whose
 // reply was lost and that go-redis sends again (MaxRetries) returns its
-// own token rather than ErrHeld: the script recognizes its owner value.
+// own token rather than ErrHeld: the script recognizes its owner value. A
+// lone call whose context ends mid-flight on a client with
+// ContextTimeoutEnabled may still be granted by the server; that grant,
+// which nobody holds, expires with its TTL, as with every Redis lock.
 //
 // [aegis.Acquire] waits through [Locker.Notify]: a release wakes waiters in
 // about one round trip, and a holder's expiry wakes them just after it (a
