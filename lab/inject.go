@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/servers"
 )
 
@@ -322,8 +323,17 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
-	if r.strat.Name == "redlock" && len(r.s.redis) >= 6 {
-		primary = r.s.redis[1]
+	if r.strat.Name == "redlock" {
+		var addrs []string
+		for _, rs := range r.s.redis {
+			addrs = append(addrs, rs.Addr())
+		}
+		first := backend.RedlockAddrs(addrs)[0]
+		for _, rs := range r.s.redis {
+			if rs.Addr() == first {
+				primary = rs
+			}
+		}
 	}
 	r.s.mu.Unlock()
 	if err := primary.Restart(context.WithoutCancel(ctx)); err != nil {
