@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"flag"
 	"os"
 	"testing"
 
@@ -14,9 +15,21 @@ import (
 // executable with `node` and these flags, as the aegis command does.
 const nodeEnv = "AEGISLAB_TEST_NODE=1"
 
+// labParallel is how many of this package's tests run at once unless
+// -test.parallel says otherwise. A lab run mostly waits for its ticks (its
+// node processes sleep), so more runs than cores fit; the default of
+// GOMAXPROCS (2 here) would make the package last a minute and a half.
+const labParallel = "6"
+
 func TestMain(m *testing.M) {
 	if os.Getenv("AEGISLAB_TEST_NODE") == "1" && len(os.Args) > 1 && os.Args[1] == "node" {
 		os.Exit(lab.NodeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", labParallel)
 	}
 	goleak.VerifyTestMain(m)
 }

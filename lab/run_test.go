@@ -68,6 +68,10 @@ func TestNoneDuplicates(t *testing.T) {
 	require.Equal(t, 0, rep.MissedTicks)
 }
 
+// pg-unique: the row is the exclusion, per tick. (Not across ticks: when a
+// tick's winner is still working as the next tick's starts, the two
+// overlap on the balance, so lost updates and the checker are not
+// asserted here.)
 func TestPGUniqueNoDuplicates(t *testing.T) {
 	t.Parallel()
 	rep := run(t, session(t), short("pg-unique", false))
@@ -75,8 +79,6 @@ func TestPGUniqueNoDuplicates(t *testing.T) {
 	require.Zero(t, rep.DuplicateTicks)
 	require.Zero(t, rep.DuplicatesApplied)
 	require.Zero(t, rep.MissedTicks)
-	require.Zero(t, rep.LostUpdates)
-	require.Equal(t, lab.CheckOK, rep.Checker)
 }
 
 // The holder paused past its TTL, unfenced: its late write lands on top of
@@ -210,7 +212,11 @@ func TestSkew(t *testing.T) {
 // outcome.
 func TestLatency(t *testing.T) {
 	t.Parallel()
-	rep := run(t, session(t), short("pg-lease", true, "latency:postgres=15ms"))
+	// Each round trip to PostgreSQL takes 15 ms longer: about ten of them a
+	// tick, so the tick is longer than short's.
+	c := short("pg-lease", true, "latency:postgres=15ms")
+	c.Tick, c.Work, c.Duration = 500*time.Millisecond, 50*time.Millisecond, 4*500*time.Millisecond
+	rep := run(t, session(t), c)
 	require.Zero(t, rep.DuplicatesApplied)
 	require.Zero(t, rep.MissedTicks)
 	require.Equal(t, lab.CheckOK, rep.Checker)
