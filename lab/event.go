@@ -34,6 +34,7 @@ const (
 	EventAcquired = evAcquired
 	EventEnter    = evEnter
 	EventEntered  = evEntered
+	EventWriting  = evWriting
 	EventSkipped  = evSkipped
 	EventStale    = evStale
 	EventExecuted = evExecuted

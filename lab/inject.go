@@ -191,7 +191,8 @@ func (r *Run) node(n int) *nodeProc {
 }
 
 // target returns the node a fault targets: nodeN, or for holder the node
-// inside the critical section now, or else the next one to enter it.
+// doing its work inside the critical section now (it has read, and not
+// begun its write), or else the next one to enter it.
 func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	if ch.Target != Holder {
 		return r.node(ch.Node()), "", nil
@@ -203,7 +204,7 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 			continue
 		}
 		np := r.nodes[a.Node-1]
-		if np.critical == id && !np.paused {
+		if np.critical == id && !np.paused && !np.writing {
 			r.mu.Unlock()
 			return np, holderDetail(a.Tick, a.Token), nil
 		}

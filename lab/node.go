@@ -57,6 +57,7 @@ const (
 	evAcquired = "acquired" // holds the lease or claim for tick (token)
 	evEnter    = "enter"    // about to read the balance: the attempt's invocation
 	evEntered  = "entered"  // read the balance (value): in the critical section
+	evWriting  = "writing"  // the work is done; the write begins
 	evSkipped  = "skipped"  // the tick was already executed: nothing to do
 	evStale    = "stale"    // the fence refused the attempt (detail: read or write)
 	evExecuted = "executed" // committed balance value and the EXECUTED row
@@ -547,6 +548,10 @@ func (n *node) critical(ctx context.Context, tick int, token aegis.Token, checkD
 	n.emit(e)
 
 	sleep(ctx, n.c.Work) // the work; a pause here outlasts the lease
+
+	e = ev
+	e.Kind = evWriting
+	n.emit(e)
 
 	// The write is retried on errors (a partition, a restarted server)
 	// until the tick's window ends, as a client with retries does.

@@ -79,6 +79,7 @@ type nodeProc struct {
 	killed   bool // the exit was a fault's doing
 	paused   bool
 	critical string // the attempt inside the critical section
+	writing  bool   // and it is writing: its work is done
 	holding  int64  // the token held, or -1 when holding nothing
 	tick     int
 	lastErr  string // the detail of its last error event
@@ -707,8 +708,10 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		if a := r.attempts[ev.Attempt]; a != nil && ev.Value != nil {
 			a.Read = *ev.Value
 		}
-		np.critical = ev.Attempt
+		np.critical, np.writing = ev.Attempt, false
 		r.entered[ev.Tick]++
+	case evWriting:
+		np.writing = true
 	case evExecuted:
 		if a := r.attempts[ev.Attempt]; a != nil {
 			a.Outcome, a.Return = Committed, ev.At

@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +31,14 @@ func session(t *testing.T) *lab.Session {
 	return s
 }
 
-// short is a run of six 250 ms ticks. The work (200 ms) is the margin the
+// short is a run of six 400 ms ticks. The work (200 ms) is the margin the
 // lab has to pause or cut the holder after it reports it entered the
 // critical section, before it writes: ample on a loaded 2-core machine.
+// The tick leaves the lease free half the time, so that the nodes that
+// poll for it get it (with work close to the tick, the holder takes the
+// next tick's lease before the others wake, and they starve).
 func short(strategy string, fence bool, chaos ...string) lab.Config {
-	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 250 * time.Millisecond, Tick: 250 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 500 * time.Millisecond}
+	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 400 * time.Millisecond, Tick: 400 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 500 * time.Millisecond}
 	for _, spec := range chaos {
 		ch, err := lab.ParseChaos(spec)
 		if err != nil {
@@ -55,6 +59,19 @@ func run(t *testing.T, s *lab.Session, c lab.Config) *lab.Report {
 	var b strings.Builder
 	_ = rep.WriteSummary(&b)
 	t.Log("\n" + b.String())
+	t.Cleanup(func() {
+		if t.Failed() { // the whole story, for a failure in CI
+			var ev strings.Builder
+			for _, e := range rep.Events {
+				v := ""
+				if e.Value != nil {
+					v = fmt.Sprintf(" value %d", *e.Value)
+				}
+				fmt.Fprintf(&ev, "%7.3f node%d %s tick %d token %d %s%s %s\n", e.T, e.Node, e.Kind, e.Tick, e.Token, e.Attempt, v, e.Detail)
+			}
+			t.Log("events:\n" + ev.String())
+		}
+	})
 	return rep
 }
 
