@@ -298,4 +298,3 @@ func (r *run) lose(cause error) bool {
 	}
 	return ok
 }
-
