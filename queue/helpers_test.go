@@ -37,6 +37,10 @@ func pool(t testing.TB) *pgxpool.Pool {
 	return p
 }
 
+// poolWithoutTables returns a pool on a fresh schema without the queue's
+// tables.
+func poolWithoutTables(t testing.TB) *pgxpool.Pool { return testenv.Postgres(t) }
+
 // testArgs is the kind most tests use.
 type testArgs struct {
 	N int `json:"n"`
@@ -78,6 +82,9 @@ func client(t testing.TB, p *pgxpool.Pool, cfg *Config) *Client {
 	c, err := New(p, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
+		if c.stopped.Load() {
+			return // the test stopped it and checked the result
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, c.Stop(ctx))

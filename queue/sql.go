@@ -111,7 +111,7 @@ const errorEntry = `jsonb_build_array(jsonb_build_object(
 // (database time). A job due now is available at once and notifies the
 // queue's listeners; one in the future is scheduled.
 const insertSQL = `WITH v AS (
-	SELECT coalesce($5::timestamptz, now() + $6 * interval '1 microsecond') AS run_at
+	SELECT coalesce($5::timestamptz, now() + $6::bigint * interval '1 microsecond') AS run_at
 )
 INSERT INTO aegis_job (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
 SELECT $1, $2, $3, $4, v.run_at, CASE WHEN v.run_at > now() THEN 'scheduled' ELSE 'available' END, $7, $8
@@ -150,7 +150,7 @@ UPDATE aegis_job j
 SET state = 'running',
     token = j.token + 1, -- a new grant, a greater token
     attempt = j.attempt + 1,
-    locked_until = now() + $3 * interval '1 microsecond',
+    locked_until = now() + $3::bigint * interval '1 microsecond',
     locked_by = $4,
     attempted_at = now()
 FROM next
@@ -162,7 +162,7 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attemp
 // now() + $3 µs and returns the ids it extended; a missing id is a lost
 // lease. It changes only locked_until (a HOT update).
 const heartbeatSQL = `UPDATE aegis_job j
-SET locked_until = now() + $3 * interval '1 microsecond'
+SET locked_until = now() + $3::bigint * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
 WHERE j.id = h.id AND j.token = h.token -- fence
   AND j.state = 'running'
@@ -214,8 +214,8 @@ RETURNING id`
 // the error $4 appended. The token is bumped: the failed attempt's holder
 // can write nothing more.
 const retrySQL = `UPDATE aegis_job
-SET state = CASE WHEN $3 > 0 THEN 'scheduled' ELSE 'available' END,
-    run_at = now() + $3 * interval '1 microsecond',
+SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
+    run_at = now() + $3::bigint * interval '1 microsecond',
     token = token + 1,
     locked_until = NULL, locked_by = NULL,
     errors = errors || ` + errorEntryArg4 + `
@@ -226,8 +226,8 @@ RETURNING CASE WHEN state = 'available' THEN pg_notify(` + channelSQL + `, queue
 // snoozeSQL hands a job back to run again after $3 µs without counting the
 // attempt (attempt - 1); the token is bumped like a retry's.
 const snoozeSQL = `UPDATE aegis_job
-SET state = CASE WHEN $3 > 0 THEN 'scheduled' ELSE 'available' END,
-    run_at = now() + $3 * interval '1 microsecond',
+SET state = CASE WHEN $3::bigint > 0 THEN 'scheduled' ELSE 'available' END,
+    run_at = now() + $3::bigint * interval '1 microsecond',
     token = token + 1,
     attempt = attempt - 1,
     locked_until = NULL, locked_by = NULL
@@ -255,16 +255,19 @@ FROM gone`
 
 // handBackSQL gives the leases of jobs ($1 ids, $2 tokens) back at
 // shutdown: available again at once, token bumped, the error $3 appended.
-const handBackSQL = `UPDATE aegis_job j
-SET state = 'available', run_at = now(),
-    token = j.token + 1,
-    locked_until = NULL, locked_by = NULL,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-	'attempt', j.attempt, 'token', j.token, 'at', now(), 'error', $3::text))
-FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-WHERE j.id = h.id AND j.token = h.token -- fence
-  AND j.state = 'running'
-RETURNING j.id, pg_notify(` + channelSQL + `, j.queue) IS NULL`
+const handBackSQL = `WITH back AS (
+	UPDATE aegis_job j
+	SET state = 'available', run_at = now(),
+	    token = j.token + 1,
+	    locked_until = NULL, locked_by = NULL,
+	    errors = j.errors || jsonb_build_array(jsonb_build_object(
+		'attempt', j.attempt, 'token', j.token, 'at', now(), 'error', $3::text))
+	FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+	WHERE j.id = h.id AND j.token = h.token -- fence
+	  AND j.state = 'running'
+	RETURNING j.id, j.queue
+)
+SELECT id FROM back CROSS JOIN LATERAL (SELECT pg_notify(` + channelSQL + `, back.queue)) AS n`
 
 // reapSQL reclaims up to $1 running jobs whose lease expired, in one
 // statement: the rows are locked with SKIP LOCKED, so two reapers never
@@ -337,7 +340,7 @@ FROM aegis_job WHERE state = 'scheduled'`
 const pruneSQL = `DELETE FROM aegis_job_finished
 WHERE id IN (
 	SELECT id FROM aegis_job_finished
-	WHERE finalized_at < now() - CASE WHEN state = 'completed' THEN $1 ELSE $2 END * interval '1 microsecond'
+	WHERE finalized_at < now() - CASE WHEN state = 'completed' THEN $1::bigint ELSE $2::bigint END * interval '1 microsecond'
 	ORDER BY finalized_at
 	LIMIT $3
 )`
