@@ -94,6 +94,17 @@ type Config struct {
 	// letters) are kept in aegis_job_finished. Default 7 days.
 	DeadRetention time.Duration
 
+	// VacuumDeadRows makes the maintenance loop VACUUM the hot table when
+	// PostgreSQL's statistics count more dead rows in it than this and
+	// than live rows. A busy queue leaves two dead row versions per job
+	// (the claim's update, the completion's delete), faster than
+	// autovacuum's defaults (one visit a minute) clean them; the claim
+	// would slow down over them. The VACUUM uses SKIP_LOCKED, so clients
+	// never queue up behind each other's; it needs ownership of the table
+	// (else PostgreSQL skips it with a warning). Default 10000; -1 leaves
+	// vacuuming to autovacuum.
+	VacuumDeadRows int
+
 	// Registerer receives the client's Prometheus metrics. Default nil: no
 	// metrics. Nothing is registered globally.
 	Registerer prometheus.Registerer
@@ -136,6 +147,7 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.ReapInterval = cmp.Or(cfg.ReapInterval, time.Second)
 	cfg.CompleteBatch = cmp.Or(cfg.CompleteBatch, 2000)
 	cfg.DeadRetention = cmp.Or(cfg.DeadRetention, 7*24*time.Hour)
+	cfg.VacuumDeadRows = cmp.Or(cfg.VacuumDeadRows, 10000)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -153,6 +165,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, invalid("Config.CompleteBatch %d: must be between 1 and 100000", cfg.CompleteBatch)
 	case cfg.CompletedRetention < 0:
 		return cfg, invalid("Config.CompletedRetention %s: must not be negative", cfg.CompletedRetention)
+	case cfg.VacuumDeadRows < -1:
+		return cfg, invalid("Config.VacuumDeadRows %d: must be positive, or -1 for none", cfg.VacuumDeadRows)
 	case cfg.DeadRetention < 0:
 		return cfg, invalid("Config.DeadRetention %s: must not be negative", cfg.DeadRetention)
 	case len(cfg.ID) > 200 || !utf8.ValidString(cfg.ID) || strings.ContainsRune(cfg.ID, 0):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -39,7 +40,7 @@ func (c *Client) invoke(r *run) (err error) {
 // record writes the outcome of a handler, unless the lease is lost.
 func (c *Client) record(r *run, err error) {
 	j := r.row
-	log := c.log.With("job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token, "attempt", j.Attempt)
+	log := jobLogger{c.log, j}
 
 	c.mu.Lock()
 	ph := r.phase.Load()
@@ -171,3 +172,24 @@ func (r *run) expired() {
 func localDeadline(start time.Time, lease time.Duration) time.Time {
 	return aegis.LocalDeadline(start, lease)
 }
+
+// jobLogger logs about one job; the job's attributes are formatted only
+// for a record that is logged (slog's With would format them per job).
+type jobLogger struct {
+	l *slog.Logger
+	j *JobRow
+}
+
+func (l jobLogger) log(level slog.Level, msg string, args ...any) {
+	if !l.l.Enabled(context.Background(), level) {
+		return
+	}
+	j := l.j
+	l.l.Log(context.Background(), level, msg, append([]any{"job_id", j.ID, "queue", j.Queue, "kind", j.Kind,
+		"token", j.Token, "attempt", j.Attempt}, args...)...)
+}
+
+func (l jobLogger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args...) }
+func (l jobLogger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args...) }
+func (l jobLogger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args...) }
+func (l jobLogger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args...) }

@@ -39,6 +39,7 @@ func (c *Client) maintenanceLoop(ctx context.Context) {
 		}
 		c.reap(ctx)
 		next := c.promote(ctx)
+		c.vacuum(ctx)
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
 			c.prune(ctx)
@@ -120,4 +121,29 @@ func (c *Client) prune(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// vacuum vacuums the hot table when it has many dead rows.
+func (c *Client) vacuum(ctx context.Context) {
+	if c.cfg.VacuumDeadRows < 0 {
+		return
+	}
+	var dead, live int64
+	if err := c.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead, &live); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("queue: read the hot table's statistics", "err", err)
+		}
+		return
+	}
+	if dead <= int64(c.cfg.VacuumDeadRows) || dead <= live {
+		return
+	}
+	start := time.Now()
+	if _, err := c.pool.Exec(ctx, vacuumSQL); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("queue: vacuum the hot table", "err", err)
+		}
+		return
+	}
+	c.log.Debug("queue: vacuumed the hot table", "dead_rows", dead, "live_rows", live, "took", time.Since(start))
 }

@@ -23,6 +23,15 @@ import "github.com/aegislab/aegis/internal/migrate"
 //
 // locked_until is in no index, so a heartbeat, which changes only
 // locked_until, is a HOT update (fillfactor leaves room on the page).
+//
+// The fence is "id = $1 AND token = $2": a claim bumps the token and sets
+// state running, and every way out of running (completion, retry, snooze,
+// cancel, discard, reclaim, hand-back) bumps it again or removes the row,
+// so a claim's token matches the row only while that claim holds it. The
+// batch statements therefore leave state out of their predicate, so that
+// the planner joins the arrays to the primary key rather than scanning the
+// partial index of running jobs; single-row statements keep it as a
+// belt-and-braces check.
 
 // channelSQL is the LISTEN/NOTIFY channel of the current schema: channels
 // are per database, not per schema, so the schema's name is in it (hashed,
@@ -164,8 +173,7 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attemp
 const heartbeatSQL = `UPDATE aegis_job j
 SET locked_until = now() + $3::bigint * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-WHERE j.id = h.id AND j.token = h.token -- fence
-  AND j.state = 'running'
+WHERE j.id = h.id AND j.token = h.token -- fence (the token implies state running)
 RETURNING j.id`
 
 // completeSQL finishes one job: it leaves the hot table.
@@ -177,8 +185,7 @@ WHERE id = $1 AND token = $2 -- fence
 // returns the ids it completed, a missing id is a stale completion.
 const completeManySQL = `DELETE FROM aegis_job j
 USING unnest($1::bigint[], $2::bigint[]) AS c(id, token)
-WHERE j.id = c.id AND j.token = c.token -- fence
-  AND j.state = 'running'
+WHERE j.id = c.id AND j.token = c.token -- fence (the token implies state running)
 RETURNING j.id`
 
 // completeKeepSQL and completeKeepManySQL move the job to
@@ -198,8 +205,7 @@ FROM gone`
 	completeKeepManySQL = `WITH gone AS (
 	DELETE FROM aegis_job j
 	USING unnest($1::bigint[], $2::bigint[]) AS c(id, token)
-	WHERE j.id = c.id AND j.token = c.token -- fence
-	  AND j.state = 'running'
+	WHERE j.id = c.id AND j.token = c.token -- fence (the token implies state running)
 	RETURNING j.*
 )
 INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
@@ -263,8 +269,7 @@ const handBackSQL = `WITH back AS (
 	    errors = j.errors || jsonb_build_array(jsonb_build_object(
 		'attempt', j.attempt, 'token', j.token, 'at', now(), 'error', $3::text))
 	FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-	WHERE j.id = h.id AND j.token = h.token -- fence
-	  AND j.state = 'running'
+	WHERE j.id = h.id AND j.token = h.token -- fence (the token implies state running)
 	RETURNING j.id, j.queue
 )
 SELECT id FROM back CROSS JOIN LATERAL (SELECT pg_notify(` + channelSQL + `, back.queue)) AS n`
@@ -407,3 +412,9 @@ const checkSchemaSQL = `SELECT ` + channelSQL + ` FROM aegis_job, aegis_job_fini
 
 // channelNameSQL returns the channel name.
 const channelNameSQL = `SELECT ` + channelSQL
+
+// deadRowsSQL reads the statistics of the hot table: dead and live rows.
+const deadRowsSQL = `SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relid = 'aegis_job'::regclass`
+
+// vacuumSQL vacuums the hot table unless another vacuum runs on it.
+const vacuumSQL = `VACUUM (SKIP_LOCKED) aegis_job`

@@ -1,0 +1,279 @@
+// Command queue compares the aegis queue with River (v0.51) on the same
+// PostgreSQL in one run, and runs the aegis queue's steady soak.
+//
+//	go run ./queue -mode compare [-jobs 50000] [-workers 100] [-runs 1]   # burn-down: aegis vs River (default and 1 ms fetch cooldown)
+//	go run ./queue -mode latency [-samples 300]                            # insert-to-start on an idle queue, aegis vs River
+//	go run ./queue -mode soak [-duration 10m] [-window 10s]                # aegis: enqueue and work at once, jobs/s per window
+//
+// The server is AEGIS_POSTGRES_URL (default: the shared test server of
+// scripts/services). Every run uses a schema of its own, dropped at the
+// end. Both systems get the same worker count and the same pool size
+// (queuebench.PoolSize). Every aegis completion is fenced (WHERE id AND
+// token); River's is not (WHERE state = 'running').
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aegislab/aegis/internal/backend"
+	"github.com/aegislab/aegis/internal/queuebench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "queue bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
+	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak")
+	jobs := fs.Int("jobs", 50000, "burn-down: no-op jobs")
+	workers := fs.Int("workers", 100, "workers of each client")
+	runs := fs.Int("runs", 1, "burn-down: rounds (aegis, River default, River 1ms, interleaved)")
+	samples := fs.Int("samples", 300, "latency: samples")
+	duration := fs.Duration("duration", 10*time.Minute, "soak: how long")
+	window := fs.Duration("window", 10*time.Second, "soak: throughput window")
+	rate := fs.Float64("rate", 0, "soak: offered load in jobs/s (0: as fast as the queue works, the backlog capped)")
+	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	url := backend.FromEnv().PostgresURL
+	for _, m := range strings.Split(*mode, ",") {
+		var err error
+		switch m {
+		case "compare":
+			err = compare(ctx, url, *jobs, *workers, *runs, *asJSON)
+		case "latency":
+			err = latency(ctx, url, *samples, *asJSON)
+		case "soak":
+			err = soak(ctx, url, *workers, *duration, *window, *rate, *asJSON)
+		default:
+			err = fmt.Errorf("unknown -mode %q (compare, latency, soak)", m)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type burnResult struct {
+	System string `json:"system"`
+	queuebench.Result
+}
+
+func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bool) error {
+	systems := []struct {
+		name string
+		run  func() (queuebench.Result, error)
+	}{
+		{"aegis (batched, fenced)", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{})
+		}},
+		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true})
+		}},
+		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0) }},
+		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond) }},
+	}
+	best := map[string]queuebench.Result{}
+	for r := range runs {
+		for _, s := range systems {
+			res, err := s.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			if asJSON {
+				if err := json.NewEncoder(os.Stdout).Encode(burnResult{s.name, res}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Printf("round %d  %-32s %9.0f jobs/s  (insert %8.0f jobs/s)\n", r+1, s.name, res.JobsPerSec, res.InsertPerSec)
+			}
+			if res.JobsPerSec > best[s.name].JobsPerSec {
+				best[s.name] = res
+			}
+		}
+	}
+	if !asJSON {
+		a, r1 := best[systems[0].name], best[systems[3].name]
+		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f×, aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
+			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/best[systems[2].name].JobsPerSec,
+			best[systems[1].name].JobsPerSec/r1.JobsPerSec)
+	}
+	return nil
+}
+
+type latencyResult struct {
+	System  string  `json:"system"`
+	Samples int     `json:"samples"`
+	P50ms   float64 `json:"p50_ms"`
+	P99ms   float64 `json:"p99_ms"`
+}
+
+func latency(ctx context.Context, url string, samples int, asJSON bool) error {
+	const gap = 10 * time.Millisecond
+	systems := []struct {
+		name string
+		run  func() ([]time.Duration, error)
+	}{
+		{"aegis", func() ([]time.Duration, error) { return queuebench.Latency(ctx, url, samples, gap) }},
+		{"river (cooldown 100ms, default)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, 0) }},
+		{"river (cooldown 1ms)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, time.Millisecond) }},
+	}
+	for _, s := range systems {
+		d, err := s.run()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		res := latencyResult{System: s.name, Samples: len(d), P50ms: ms(percentile(d, 50)), P99ms: ms(percentile(d, 99))}
+		if asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+				return err
+			}
+		} else {
+			fmt.Printf("insert-to-start, idle queue, %-32s p50 %6.2f ms  p99 %6.2f ms  (%d samples)\n", s.name, res.P50ms, res.P99ms, res.Samples)
+		}
+	}
+	return nil
+}
+
+type soakResult struct {
+	Workers    int       `json:"workers"`
+	Rate       float64   `json:"offered_jobs_per_sec"`
+	DurationS  float64   `json:"duration_s"`
+	WindowS    float64   `json:"window_s"`
+	Windows    []float64 `json:"jobs_per_sec_windows"`
+	Median     float64   `json:"median_jobs_per_sec"`
+	MaxDevPct  float64   `json:"max_deviation_pct"`
+	WithinPct  float64   `json:"target_pct"`
+	Pass       bool      `json:"pass"`
+	Inserted   int64     `json:"inserted"`
+	Worked     int64     `json:"worked"`
+	Enqueuers  int       `json:"enqueuers"`
+	BatchJobs  int       `json:"batch"`
+	BacklogCap int       `json:"backlog_cap"`
+}
+
+func soak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64, asJSON bool) error {
+	o := queuebench.SteadyOptions{
+		Workers: workers, Duration: duration, Window: window,
+		Enqueuers: 2, Batch: 100, Backlog: 20000, Rate: rate,
+	}
+	cpu := newCPU()
+	o.Progress = func(n int, jobs float64, backlog int64) {
+		machine, self := cpu.sample()
+		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  machine CPU busy %3.0f%%, this process %3.0f%% of one core, load %s\n",
+			n+1, jobs, backlog, machine, self, loadavg())
+	}
+	res, err := queuebench.Steady(ctx, url, o)
+	if err != nil {
+		return err
+	}
+	if len(res.Windows) == 0 {
+		return fmt.Errorf("the run was shorter than one window")
+	}
+	sorted := slices.Clone(res.Windows)
+	slices.Sort(sorted)
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+	}
+	var dev float64
+	for _, w := range res.Windows {
+		dev = max(dev, abs(w-median)/median*100)
+	}
+	out := soakResult{
+		Workers: workers, Rate: rate, DurationS: duration.Seconds(), WindowS: window.Seconds(), Windows: res.Windows,
+		Median: median, MaxDevPct: float64(int64(dev*10+0.5)) / 10, WithinPct: 20, Pass: dev <= 20,
+		Inserted: res.Inserted, Worked: res.Worked, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(out)
+	}
+	fmt.Printf("steady run, %d workers, %s, %d windows of %s: median %.0f jobs/s, min %.0f, max %.0f, worst window %.1f%% from the median (target ±20%%: %s); %d inserted, %d worked\n",
+		workers, duration, len(res.Windows), window, median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
+		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], res.Inserted, res.Worked)
+	return nil
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
+
+// cpu samples the machine's busy share (/proc/stat) and this process's CPU
+// time between calls, to tell a slow window caused by other load on the
+// machine from one caused by the queue.
+type cpu struct {
+	busy, total uint64
+	self        time.Duration
+	at          time.Time
+}
+
+func newCPU() *cpu {
+	c := &cpu{}
+	c.sample()
+	return c
+}
+
+func (c *cpu) sample() (machinePct, selfPct float64) {
+	var busy, total uint64
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			var v uint64
+			fmt.Sscan(f, &v)
+			total += v
+			if i != 3 && i != 4 { // idle, iowait
+				busy += v
+			}
+		}
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	now := time.Now()
+	if total > c.total {
+		machinePct = float64(busy-c.busy) / float64(total-c.total) * 100
+	}
+	if !c.at.IsZero() {
+		selfPct = float64(self-c.self) / float64(now.Sub(c.at)) * 100
+	}
+	c.busy, c.total, c.self, c.at = busy, total, self, now
+	return machinePct, selfPct
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return "?"
+	}
+	return f[0]
+}
