@@ -107,8 +107,16 @@ func (p *producer) run(ctx context.Context) {
 // claim claims up to n jobs and starts their handlers.
 func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 	c := p.c
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	// A claim that started finishes even when Stop begins meanwhile: its
+	// jobs are then run (Stop waits for them), not left claimed by no one
+	// until their leases expire.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	start := time.Now()
-	jobs, err := c.sql.claim(ctx, c.pool, p.queue, n)
+	jobs, err := c.sql.claim(qctx, c.pool, p.queue, n)
 	c.metrics.claimSeconds(p.queue).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, err

@@ -433,3 +433,27 @@ func TestTokenNeverDecreases(t *testing.T) {
 		last = after
 	}
 }
+
+// TestReaperDiscardsLastAttempt: a job whose lease expires on its last
+// attempt goes to the dead letters, with a bumped token.
+func TestReaperDiscardsLastAttempt(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	id := enqueueOne(t, p, &EnqueueOpts{MaxAttempts: 1})
+	a := worker("A", time.Millisecond, false)
+	j := claimOne(t, p, a)
+	s := worker("reaper", time.Second, false)
+	eventually(t, "the reaper discards the job", func() bool {
+		got, err := s.reap(ctx, p, 10)
+		require.NoError(t, err)
+		return len(got) == 1 && got[0].id == id && !got[0].available
+	})
+	d := stored(t, p, id)
+	require.Equal(t, StateDiscarded, d.State)
+	require.Equal(t, j.Token+1, d.Token)
+	require.Contains(t, d.Errors[0].Error, "discarded by the reaper")
+	ok, err := a.completeOne(ctx, p, id, int64(j.Token))
+	require.NoError(t, err)
+	require.False(t, ok, "the discarded job's old holder cannot complete it")
+}

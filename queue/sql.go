@@ -102,20 +102,6 @@ const jobColumns = `id, queue, kind, args, priority, run_at, state, attempt, max
 // finishedColumns are jobColumns of aegis_job_finished, plus finalized_at.
 const finishedColumns = jobColumns + `, finalized_at`
 
-// moveFinished is the tail of a statement that moves the rows of the CTE
-// "gone" (deleted from aegis_job, RETURNING *) into aegis_job_finished with
-// state $state; %s is the state expression, %s the errors expression.
-const moveFinished = `INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
-SELECT id, queue, kind, args, priority, run_at, %s, attempt,
-	max_attempts, token, locked_by, %s, unique_key, created_at, attempted_at, now()
-FROM gone`
-
-// errorEntry is the JSON of one attempt's error, built from the row's
-// values before the statement's update (attempt, token) and the message $m.
-const errorEntry = `jsonb_build_array(jsonb_build_object(
-	'attempt', attempt, 'token', token, 'at', now(), 'error', %s::text))`
-
 // insertSQL enqueues one job. run_at is $5 when given, else now() + $6 µs
 // (database time). A job due now is available at once and notifies the
 // queue's listeners; one in the future is scheduled.
