@@ -17,12 +17,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/queuebench"
@@ -175,10 +179,16 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 		Enqueuers: 2, Batch: 100, Backlog: 20000, Rate: rate,
 	}
 	cpu := newCPU()
-	o.Progress = func(n int, jobs float64, backlog int64) {
+	server := newServerCPU(ctx, url)
+	defer server.close()
+	vac := &vacuums{}
+	o.Logger = slog.New(vac)
+	o.Progress = func(n int, jobs float64, backlog int64, app string) {
 		machine, self := cpu.sample()
-		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  machine CPU busy %3.0f%%, this process %3.0f%% of one core, load %s\n",
-			n+1, jobs, backlog, machine, self, loadavg())
+		pg := server.sample(app)
+		count, took := vac.take()
+		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%%; load %s; %d vacuums (%s)\n",
+			n+1, jobs, backlog, machine, self, pg, loadavg(), count, took.Round(time.Millisecond))
 	}
 	res, err := queuebench.Steady(ctx, url, o)
 	if err != nil {
@@ -276,4 +286,106 @@ func loadavg() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// serverCPU samples the CPU time of the PostgreSQL backends serving one
+// run (found by application_name), from /proc: the server runs on this
+// machine.
+type serverCPU struct {
+	conn *pgx.Conn
+	last map[int]uint64 // pid → utime+stime in clock ticks
+	at   time.Time
+}
+
+func newServerCPU(ctx context.Context, url string) *serverCPU {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return &serverCPU{}
+	}
+	return &serverCPU{conn: conn, last: map[int]uint64{}, at: time.Now()}
+}
+
+func (s *serverCPU) close() {
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+	}
+}
+
+// sample returns the backends' CPU since the last call, in % of one core.
+func (s *serverCPU) sample(app string) float64 {
+	if s.conn == nil {
+		return 0
+	}
+	rows, err := s.conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var delta uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		var ut, st uint64
+		fmt.Sscan(f[11], &ut)
+		fmt.Sscan(f[12], &st)
+		now := ut + st
+		if prev, ok := s.last[int(pid)]; ok {
+			delta += now - prev
+		} else {
+			delta += now // a new backend: all of its time is recent
+		}
+		s.last[int(pid)] = now
+	}
+	elapsed := time.Since(s.at)
+	s.at = time.Now()
+	return float64(delta) / 100 / elapsed.Seconds() * 100 // USER_HZ = 100
+}
+
+// vacuums is a slog handler that counts the queue's VACUUMs of its hot
+// table and their time.
+type vacuums struct {
+	mu    sync.Mutex
+	count int
+	took  time.Duration
+}
+
+func (v *vacuums) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelDebug }
+func (v *vacuums) WithAttrs([]slog.Attr) slog.Handler           { return v }
+func (v *vacuums) WithGroup(string) slog.Handler                { return v }
+
+func (v *vacuums) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		fmt.Fprintln(os.Stderr, r.Level, r.Message)
+	}
+	if r.Message != "queue: vacuumed the hot table" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "took" {
+			v.mu.Lock()
+			v.count++
+			v.took += a.Value.Duration()
+			v.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (v *vacuums) take() (int, time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, t := v.count, v.took
+	v.count, v.took = 0, 0
+	return c, t
 }

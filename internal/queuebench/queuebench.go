@@ -6,6 +6,7 @@
 package queuebench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,6 +54,7 @@ func Schema(ctx context.Context, url, prefix string) (*pgxpool.Config, func(), e
 		}
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema // to find the run's server processes
 	cfg.MaxConns = PoolSize
 	cfg.MinConns = 4
 	return cfg, drop, nil
@@ -253,8 +255,12 @@ type SteadyOptions struct {
 	// Rate is the offered load in jobs/s, shared by the enqueuers; 0 means
 	// as fast as the backlog allows (the queue's capacity).
 	Rate float64
-	// Progress, if set, is called after each window with its throughput.
-	Progress func(window int, jobsPerSec float64, backlog int64)
+	// Progress, if set, is called after each window with its throughput
+	// and the run's application_name (its schema), which names the run's
+	// server processes in pg_stat_activity.
+	Progress func(window int, jobsPerSec float64, backlog int64, app string)
+	// Logger receives the client's logs (default: none).
+	Logger *slog.Logger
 }
 
 // SteadyResult is a steady run: the throughput of each window, in jobs/s.
@@ -283,11 +289,12 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 	c, err := queue.New(pool, &queue.Config{
 		Queues:  map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: o.Workers}},
 		Workers: ws,
-		Logger:  slog.New(slog.DiscardHandler),
+		Logger:  cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
 	})
 	if err != nil {
 		return SteadyResult{}, err
 	}
+	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
 	if err := c.Start(ctx); err != nil {
 		return SteadyResult{}, err
 	}
@@ -338,7 +345,7 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 			last = now
 			res.Windows = append(res.Windows, round1(rate))
 			if o.Progress != nil {
-				o.Progress(n, rate, inserted.Load()-now)
+				o.Progress(n, rate, inserted.Load()-now, app)
 			}
 			continue
 		case <-runCtx.Done():
