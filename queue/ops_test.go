@@ -420,3 +420,37 @@ func TestHeartbeatIsHOT(t *testing.T) {
 	require.Equal(t, 3, updated)
 	require.Equal(t, 3, hot, "every heartbeat was a HOT update")
 }
+
+// TestListenerReconnects: when the LISTEN connection dies, the listener
+// reconnects and wakes the producers (notifications may have been missed
+// meanwhile); with an hour's poll interval, only that can start the job.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	var ran set
+	c := client(t, p, &Config{
+		Queues:       map[string]QueueConfig{DefaultQueue: {MaxWorkers: 1}},
+		Workers:      workers(func(ctx context.Context, job *Job[testArgs]) error { ran.add(job.ID); return nil }),
+		PollInterval: time.Hour,
+	})
+	require.NoError(t, c.Start(ctx))
+	listenSQL := `SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN "' || $1 || '"'`
+	var pid int32
+	eventually(t, "the listener is connected", func() bool {
+		return p.QueryRow(ctx, listenSQL, c.channel).Scan(&pid) == nil
+	})
+	var killed bool
+	require.NoError(t, p.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&killed))
+	require.True(t, killed)
+	// The job's notification may be sent while no one listens.
+	id := enqueueOne(t, p, nil)
+	eventually(t, "the job runs after the listener reconnects", func() bool { return ran.get(id) == 1 })
+	eventually(t, "the listener listens again", func() bool {
+		var again int32
+		return p.QueryRow(ctx, listenSQL, c.channel).Scan(&again) == nil && again != pid
+	})
+	// And notifications arrive again.
+	id = enqueueOne(t, p, nil)
+	eventually(t, "a job enqueued after the reconnect runs", func() bool { return ran.get(id) == 1 })
+}
