@@ -27,7 +27,7 @@ func Example() {
 		return
 	}
 	defer pool.Close()
-	locker, err := pglease.New(ctx, pool, nil) // creates the lease table if missing
+	locker, err := pglease.New(pool, nil) // creates the lease table if missing
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -47,9 +47,11 @@ type Opener func(ctx context.Context, s Servers) (aegis.Locker, func(), error)
 
 // openers is every backend, by the name the command line uses.
 var openers = map[string]Opener{
-	"memory":   openMemory,
-	"postgres": openPostgres,
-	"sqlite":   openSQLite,
+	"etcd":      openEtcd,
+	"memory":    openMemory,
+	"postgres":  openPostgres,
+	"sqlite":    openSQLite,
+	"zookeeper": openZooKeeper,
 }
 
 // Names lists the backends, sorted.

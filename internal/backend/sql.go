@@ -21,7 +21,7 @@ func openPostgres(ctx context.Context, s Servers) (aegis.Locker, func(), error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres: %w", err)
 	}
-	l, err := pglease.New(ctx, pool, nil)
+	l, err := pglease.New(pool, nil)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -34,7 +34,7 @@ func openSQLite(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := sqlitelease.New(ctx, db, nil)
+	l, err := sqlitelease.New(db, nil)
 	if err != nil {
 		db.Close()
 		return nil, nil, err

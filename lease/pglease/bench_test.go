@@ -20,9 +20,8 @@ import (
 //
 //	make bench   (or: go test -run '^$' -bench . ./lease/pglease)
 func BenchmarkAcquireRelease(b *testing.B) {
-	ctx := context.Background()
 	pool := benchPool(b)
-	l, err := pglease.New(ctx, pool, &pglease.Config{Table: "bench_lease"})
+	l, err := pglease.New(pool, &pglease.Config{Table: "bench_lease"})
 	if err != nil {
 		b.Fatal(err)
 	}

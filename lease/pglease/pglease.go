@@ -58,13 +58,20 @@ type Locker struct {
 	acquire, renew, release string
 }
 
-// New returns a Locker on pool, creating the lease table when it is missing.
-// A nil cfg means defaults.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
+// migrateTimeout bounds the table creation that New runs. Teams that want
+// their own context call Migrate.
+const migrateTimeout = 30 * time.Second
+
+// New returns a Locker on pool, creating the lease table when it is missing
+// (within 30s; call Migrate first to control that with a context of your
+// own). A nil cfg means defaults.
+func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	l, err := newLocker(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	defer cancel()
 	if err := l.migrate(ctx); err != nil {
 		return nil, err
 	}

@@ -33,10 +33,10 @@ func TestLocktest(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		// A pool per instance, as separate processes would have.
 		New: func(t *testing.T) aegis.Locker {
-			l, err := pglease.New(t.Context(), pool(t), nil)
+			l, err := pglease.New(pool(t), nil)
 			require.NoError(t, err)
 			return l
 		},
-		TTL: 500 * time.Millisecond,
+		TTL: time.Second,
 	})
 }

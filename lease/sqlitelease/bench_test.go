@@ -19,13 +19,12 @@ import (
 //
 //	make bench   (or: go test -run '^$' -bench . ./lease/sqlitelease)
 func BenchmarkAcquireRelease(b *testing.B) {
-	ctx := context.Background()
 	db, err := sqlitelease.Open(filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer db.Close()
-	l, err := sqlitelease.New(ctx, db, nil)
+	l, err := sqlitelease.New(db, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

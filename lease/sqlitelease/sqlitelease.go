@@ -31,9 +31,11 @@ import (
 	"net/url"
 	"time"
 
-	_ "modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
+	"modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/owner"
 )
@@ -59,12 +61,19 @@ type Locker struct {
 
 // Open opens (creating when missing) the SQLite database at path with WAL
 // journaling, a 5s busy timeout, synchronous=FULL and foreign keys on.
+//
+// It connects once before returning: the first connection to a new
+// database switches it to WAL, which needs the database to itself, and
+// when several processes create it at the same moment SQLite answers all
+// but one with SQLITE_BUSY at once (a deadlock it will not wait out). Open
+// retries that for up to 5s.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, errors.New("sqlitelease: database path is empty")
 	}
 	q := url.Values{}
-	for _, p := range []string{"journal_mode(WAL)", "busy_timeout(5000)", "synchronous(FULL)", "foreign_keys(ON)"} {
+	// busy_timeout first: it applies to the statements after it.
+	for _, p := range []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
@@ -72,17 +81,39 @@ func Open(path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
 	}
-	return db, nil
+	stop := time.Now().Add(5 * time.Second)
+	for attempt := 0; ; attempt++ {
+		err = db.Ping()
+		if err == nil {
+			return db, nil
+		}
+		var se *sqlite.Error
+		if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_BUSY || time.Now().After(stop) {
+			db.Close()
+			return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
+		}
+		time.Sleep(openRetry.Delay(attempt))
+	}
 }
 
-// New returns a Locker on db, creating the lease table when it is missing.
-// db should come from Open, or be opened with WAL journaling. A nil cfg
-// means defaults.
-func New(ctx context.Context, db *sql.DB, cfg *Config) (*Locker, error) {
+// openRetry spaces the attempts of Open on a database another process is
+// creating.
+var openRetry = backoff.Backoff{Min: time.Millisecond, Max: 100 * time.Millisecond}
+
+// migrateTimeout bounds the table creation that New runs.
+const migrateTimeout = 30 * time.Second
+
+// New returns a Locker on db, creating the lease table when it is missing
+// (within 30s; call Migrate first to control that with a context of your
+// own). db should come from Open, or be opened with WAL journaling. A nil
+// cfg means defaults.
+func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	l, err := newLocker(db, cfg)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	defer cancel()
 	if err := Migrate(ctx, db, cfg); err != nil {
 		return nil, err
 	}

@@ -40,11 +40,13 @@ func TestLocktest(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		// A database handle per instance, as separate processes would have.
 		New: func(t *testing.T) aegis.Locker {
-			l, err := sqlitelease.New(t.Context(), open(t, path), nil)
+			l, err := sqlitelease.New(open(t, path), nil)
 			require.NoError(t, err)
 			return l
 		},
-		TTL: 500 * time.Millisecond,
+		// 2s: every subtest shares one database file, and SQLite's busy
+		// handler can keep a writer waiting for a second on a loaded machine.
+		TTL: 2 * time.Second,
 	})
 }
 
@@ -85,7 +87,7 @@ func child(path string) int {
 		return 1
 	}
 	defer db.Close()
-	l, err := sqlitelease.New(ctx, db, nil)
+	l, err := sqlitelease.New(db, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -123,11 +125,11 @@ func child(path string) int {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := open(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := sqlitelease.New(t.Context(), db, &sqlitelease.Config{Table: "bad name"})
+	_, err := sqlitelease.New(db, &sqlitelease.Config{Table: "bad name"})
 	require.ErrorContains(t, err, "Config.Table")
-	_, err = sqlitelease.New(t.Context(), db, &sqlitelease.Config{BusyTimeout: -time.Second})
+	_, err = sqlitelease.New(db, &sqlitelease.Config{BusyTimeout: -time.Second})
 	require.ErrorContains(t, err, "Config.BusyTimeout")
-	_, err = sqlitelease.New(t.Context(), nil, nil)
+	_, err = sqlitelease.New(nil, nil)
 	require.ErrorContains(t, err, "db is nil")
 	_, err = sqlitelease.Open("")
 	require.ErrorContains(t, err, "path is empty")

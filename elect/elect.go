@@ -1,0 +1,318 @@
+// Package elect is leader election over any aegis.Locker.
+//
+// Leadership is a lease on one key ("elect:" + the election's name), kept
+// alive by aegis.Keep. A term is one grant of that lease, and its fencing
+// token is the term token: every term's token is greater than every earlier
+// term's, so the leader's writes can be fenced with it (package fence) and
+// a deposed leader that was paused past its lease writes nothing.
+//
+//	e, err := elect.New(locker, "scheduler", &elect.Config{Node: "web-1"})
+//	lead, err := e.Campaign(ctx) // blocks until this node leads
+//	defer lead.Resign(ctx)
+//	work(lead.Context(), lead.Token()) // cancelled when leadership is lost
+//
+// Guarantees: those of the Locker. On a store with a single authority
+// (pglease, sqlitelease, etcdlease, zklease) at most one live term at a
+// time; the term token increases. A leader whose renewal fails, or whose
+// local deadline passes without one, sees Leadership.Context cancelled
+// before the store can grant the next term (see aegis.Hold), unless it is
+// paused: a paused leader resumes believing it leads until its next check,
+// which is why writes carry the term token.
+//
+// What it does not do: decide anything about work. Elect a scheduler, let
+// workers compete (package schedule's leader mode). Observers (Observe)
+// learn of changes through a record the leader publishes on a Board, with a
+// delay (see Observe); the record is advisory, the lease is the truth.
+package elect
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/node"
+)
+
+// keyPrefix namespaces election keys in a lease table shared with other
+// users.
+const keyPrefix = "elect:"
+
+// MaxNameLen is the longest election name, in bytes.
+const MaxNameLen = aegis.MaxKeyLen - len(keyPrefix)
+
+// Config configures an Election. The zero value is valid.
+type Config struct {
+	// Node names this candidate in the leader record and in logs. Default
+	// "HOSTNAME-PID". At most 100 bytes.
+	Node string
+	// TTL is the lease TTL of a term: a crashed leader is replaced after at
+	// most about TTL. Default 10s.
+	TTL time.Duration
+	// Board is where the leader publishes its record, for Observe. Default
+	// none: Observe then returns an error. See NewSQLBoard.
+	Board Board
+	// Poll is how often Observe reads the Board. Default TTL/3.
+	Poll time.Duration
+	// Logger receives failures that do not end a call (a record that could
+	// not be published, a store error while campaigning). Default: none.
+	Logger *slog.Logger
+}
+
+// Election is one named election, seen from one candidate. It is safe for
+// concurrent use; a candidate may campaign again after its term ends.
+type Election struct {
+	locker aegis.Locker
+	name   string
+	key    string
+	cfg    Config
+}
+
+// New returns the election name on locker. A nil cfg means defaults. The
+// error names the field that is wrong.
+func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
+	if locker == nil {
+		return nil, errors.New("elect: locker is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Node = cmp.Or(c.Node, node.Default())
+	c.TTL = cmp.Or(c.TTL, 10*time.Second)
+	c.Poll = cmp.Or(c.Poll, c.TTL/3)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case name == "":
+		return nil, errors.New("elect: name is empty")
+	case len(name) > MaxNameLen:
+		return nil, fmt.Errorf("elect: name is %d bytes, at most %d are allowed", len(name), MaxNameLen)
+	}
+	if err := aegis.CheckKey(keyPrefix + name); err != nil {
+		return nil, fmt.Errorf("elect: name: %w", err)
+	}
+	if err := node.Check("elect: Config.Node", c.Node); err != nil {
+		return nil, err
+	}
+	if err := aegis.CheckTTL(c.TTL, 0); err != nil {
+		return nil, fmt.Errorf("elect: Config.TTL: %w", err)
+	}
+	if c.TTL < 10*time.Millisecond {
+		return nil, fmt.Errorf("elect: Config.TTL %s is shorter than 10ms", c.TTL)
+	}
+	if c.Poll < 0 {
+		return nil, fmt.Errorf("elect: Config.Poll %s is negative", c.Poll)
+	}
+	return &Election{locker: locker, name: name, key: keyPrefix + name, cfg: c}, nil
+}
+
+// Name is the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Node is this candidate's name.
+func (e *Election) Node() string { return e.cfg.Node }
+
+// retry spaces campaign attempts after a store error.
+var retry = backoff.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
+
+// Campaign blocks until this candidate leads or ctx ends, and returns the
+// term. ctx also bounds the term: when it ends, leadership is resigned
+// (like aegis.Hold). Call Resign to end the term earlier; it stops the
+// term's goroutines.
+//
+// After the wait, Campaign verifies with the store that the grant still
+// holds (one Renew round trip) and waits again if it does not: a grant
+// that was delivered late (a long Waiter queue, a paused process) is never
+// reported as leadership. A store error is logged and retried with
+// backoff; bad input and the end of ctx are returned.
+func (e *Election) Campaign(ctx context.Context) (*Leadership, error) {
+	for attempt := 0; ; attempt++ {
+		lease, err := aegis.Acquire(ctx, e.locker, e.key, e.cfg.TTL)
+		if err == nil {
+			// Verify: a grant is only leadership if it still holds now.
+			err = e.locker.Renew(ctx, lease, e.cfg.TTL)
+			if err == nil && time.Now().Before(lease.Deadline) {
+				return e.begin(ctx, lease), nil
+			}
+			if err == nil || errors.Is(err, aegis.ErrLost) {
+				e.cfg.Logger.Warn("elect: grant was stale when verified; campaigning again", "election", e.name, "token", lease.Token)
+				continue
+			}
+		}
+		if errors.Is(err, aegis.ErrInvalid) {
+			return nil, fmt.Errorf("elect: campaign %q: %w", e.name, err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("elect: campaign %q: %w", e.name, context.Cause(ctx))
+		}
+		e.cfg.Logger.Warn("elect: campaign failed; retrying", "election", e.name, "err", err)
+		t := time.NewTimer(retry.Delay(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("elect: campaign %q: %w (last error: %v)", e.name, context.Cause(ctx), err)
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Election) begin(ctx context.Context, lease *aegis.Lease) *Leadership {
+	held := aegis.Keep(ctx, e.locker, lease)
+	l := &Leadership{
+		e:     e,
+		held:  held,
+		since: time.Now(),
+		done:  make(chan struct{}),
+	}
+	pctx, stop := context.WithCancel(held.Context())
+	l.stop = stop
+	if e.cfg.Board != nil {
+		l.publish(pctx) // before Campaign returns: observers see it promptly
+		go l.refresh(pctx)
+	} else {
+		close(l.done)
+	}
+	return l
+}
+
+// Leadership is one term of this candidate's leadership.
+type Leadership struct {
+	e     *Election
+	held  *aegis.Held
+	since time.Time
+	stop  context.CancelFunc // ends the record's refresh
+	done  chan struct{}      // closed when the refresh has returned
+
+	once sync.Once
+	err  error
+}
+
+// Context is cancelled when leadership is lost (a renewal failed or the
+// local deadline passed; context.Cause wraps aegis.ErrLost), resigned, or
+// when the context given to Campaign ends. Run the leader's work under it.
+func (l *Leadership) Context() context.Context { return l.held.Context() }
+
+// Token is the term token: greater than every earlier term's. Send it with
+// every write the leader makes, through the fence.
+func (l *Leadership) Token() aegis.Token { return l.held.Token() }
+
+// Node is the leader's (this candidate's) name.
+func (l *Leadership) Node() string { return l.e.cfg.Node }
+
+// Since is when this term began, on this process's clock.
+func (l *Leadership) Since() time.Time { return l.since }
+
+// Err returns nil while leadership can be trusted, and otherwise why not;
+// it reads the clock, so a process resumed after a pause sees the loss at
+// once (see aegis.Held.Err).
+func (l *Leadership) Err() error { return l.held.Err() }
+
+// Resign ends the term: it withdraws the leader record and releases the
+// lease, so another candidate is elected at once rather than after the TTL.
+// It runs even when ctx is cancelled, with a short timeout of its own, and
+// is idempotent. It returns aegis.ErrLost when leadership had been lost.
+func (l *Leadership) Resign(ctx context.Context) error {
+	l.once.Do(func() {
+		l.stop()
+		<-l.done
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if b := l.e.cfg.Board; b != nil {
+			if err := b.Withdraw(cctx, l.e.name, l.Token()); err != nil {
+				l.e.cfg.Logger.Warn("elect: withdraw the leader record", "election", l.e.name, "err", err)
+			}
+		}
+		l.err = l.held.Release(cctx)
+	})
+	return l.err
+}
+
+// refresh republishes the record every TTL/3 while the term lasts, then
+// withdraws it (fenced: a successor's record is left alone).
+func (l *Leadership) refresh(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.e.cfg.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if l.held.Context().Err() != nil { // lost, or Campaign's ctx ended
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = l.e.cfg.Board.Withdraw(wctx, l.e.name, l.Token())
+				cancel()
+			}
+			return
+		case <-t.C:
+			l.publish(ctx)
+		}
+	}
+}
+
+func (l *Leadership) publish(ctx context.Context) {
+	rec := Leader{Node: l.e.cfg.Node, Token: l.Token(), Since: l.since}
+	err := l.e.cfg.Board.Publish(ctx, l.e.name, rec, l.e.cfg.TTL)
+	if err != nil && ctx.Err() == nil {
+		l.e.cfg.Logger.Warn("elect: publish the leader record", "election", l.e.name, "token", rec.Token, "err", err)
+	}
+}
+
+// Leader is a leader record: who leads, with which term token, since when.
+// The zero Leader means no live leader.
+type Leader struct {
+	Node  string
+	Token aegis.Token
+	Since time.Time
+}
+
+// Observe returns a channel of leader changes, closed when ctx ends. The
+// first value is the current leader (the zero Leader when there is none);
+// then one value per change of leader or term.
+//
+// It polls the Board every Config.Poll (default TTL/3); the leader
+// publishes when it wins and refreshes its record every TTL/3. Delay: a new
+// leader, or a resignation, is seen within Poll plus one round trip; a
+// leader that crashed is seen as gone when its record expires, at most TTL
+// after its last refresh, plus Poll. A read error is logged and the last
+// value kept. Observe needs Config.Board.
+func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
+	if e.cfg.Board == nil {
+		return nil, fmt.Errorf("elect: Observe %q: Config.Board is not set", e.name)
+	}
+	ch := make(chan Leader)
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(e.cfg.Poll)
+		defer t.Stop()
+		var last Leader
+		first := true
+		for {
+			cur, err := e.cfg.Board.Read(ctx, e.name)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				e.cfg.Logger.Warn("elect: read the leader record", "election", e.name, "err", err)
+			case first || cur.Node != last.Node || cur.Token != last.Token:
+				select {
+				case ch <- cur:
+				case <-ctx.Done():
+					return
+				}
+				last, first = cur, false
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return ch, nil
+}

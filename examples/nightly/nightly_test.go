@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/aegislab/aegis/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("NIGHTLY_REPLICA") != "" {
+		os.Exit(replicaMain()) // a replica process started by the demo
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// MID-032-LAB1's acceptance: three replica processes; the holder is paused
+// (SIGSTOP) past its lease, another instance runs, the first resumes
+// (SIGCONT); no change is applied twice. Without the fence the same story
+// applies orders twice: the test can fail.
+func TestPausedHolderAppliesNothingTwice(t *testing.T) {
+	t.Parallel()
+	for _, fenced := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fenced", false: "unfenced"}[fenced], func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			args := []string{"-postgres", testenv.PostgresURL(t), "-schema", ""}
+			if !fenced {
+				args = append(args, "-fence=false")
+			}
+			res, err := demo(t.Context(), args, &out)
+			t.Log("\n" + out.String())
+			require.NoError(t, err)
+			require.Equal(t, 10, res.Orders, "every order reconciled")
+			if fenced {
+				require.Zero(t, res.Duplicates, "no order applied twice")
+				require.Equal(t, 10, res.Ledger)
+				require.True(t, res.Stale, "the resumed replica's write was rejected by the fence")
+				require.Contains(t, out.String(), "SIGSTOP")
+				require.Contains(t, out.String(), "reaper: the run of")
+			} else {
+				require.NotZero(t, res.Duplicates, "without the fence the resumed replica applies again")
+			}
+		})
+	}
+}
+
+func TestRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	require.ErrorContains(t, run(t.Context(), []string{"-work", "0s"}, io.Discard), "must be positive")
+	require.Error(t, run(t.Context(), []string{"-nope"}, io.Discard))
+}

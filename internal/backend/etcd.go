@@ -1,0 +1,31 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/etcdlease"
+)
+
+func openEtcd(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.EtcdEndpoints,
+		DialTimeout: 5 * time.Second,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd: %w", err)
+	}
+	l, err := etcdlease.New(client, nil)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return l, func() { client.Close() }, nil
+}

@@ -1,0 +1,38 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/zklease"
+)
+
+// zkSessionTimeout is the session timeout asked for: a lease's TTL may not
+// exceed it, and aegis bench takes one-minute leases. Servers grant at most
+// their maxSessionTimeout (60 s on the servers of internal/servers).
+const zkSessionTimeout = time.Minute
+
+func openZooKeeper(_ context.Context, s Servers) (aegis.Locker, func(), error) {
+	conn, cfg, err := zklease.Connect(s.ZKServers, zkSessionTimeout, zk.WithLogger(quietZK{}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	l, err := zklease.New(conn, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return l, func() {
+		_ = l.Close()
+		conn.Close()
+	}, nil
+}
+
+// quietZK drops zk's log lines (connected, authenticated, reconnecting…).
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}

@@ -1,0 +1,406 @@
+// Package etcdlease is an aegis.Locker on etcd: a lease per grant, a key per
+// lease, and the lowest create revision holds.
+//
+// A lock on key K lives under the etcd prefix Config.Prefix + K' + "/", where
+// K' is K escaped into one path segment (so "a" and "a/b" are separate
+// locks). Each grant gets an etcd lease of its own and puts one key under the
+// prefix, attached to that lease: Prefix + K' + "/" + the lease ID in hex,
+// valued with the grant's owner. The key with the lowest create revision
+// holds the lock; the others queue behind it, each watching only the key
+// created just before its own. The fencing token is the holder key's create
+// revision: etcd's revision is cluster-wide and only grows, so every grant's
+// token is greater than every earlier grant's, for every key.
+//
+//   - TryAcquire grants a lease, then puts its key in one transaction that
+//     succeeds only if no key exists under the prefix: it never waits and
+//     leaves nothing behind when the lock is held (the lease is revoked).
+//   - Acquire (aegis.Waiter) puts its key unconditionally, watches its
+//     predecessor's deletion, keeps its own lease alive while it waits, and
+//     re-checks that its key still exists before it reports success: a
+//     campaign whose lease expired while it waited (a client cut off for
+//     longer than the TTL) starts again at the back of the queue instead of
+//     reporting a grant it no longer has.
+//   - Renew checks in a transaction that the key still exists with the
+//     lease's create revision and owner, then keeps its etcd lease alive. A
+//     Renew with a TTL of another whole number of seconds moves the key to a
+//     new etcd lease of that TTL in the same checked transaction (a put keeps
+//     the key's create revision, so the token does not change) and revokes
+//     the old one: that is how a shorter TTL (lockAtLeastFor) takes effect.
+//   - Release deletes the key in a transaction that compares create revision
+//     and owner, then revokes the etcd lease. A stale or forged lease gets
+//     aegis.ErrLost and changes nothing.
+//
+// TTLs: etcd leases have whole seconds. A TTL is rounded up to the next
+// second at the server (a 1.5 s lease lives 2 s there) while Lease.TTL and
+// Lease.Deadline keep the TTL asked for, so the local deadline stays
+// conservative. etcd raises a lease shorter than its minimum (1.5 election
+// timeouts, rounded up: 2 s with etcd's default settings) without saying so;
+// this package notices the raised TTL in the grant's answer, revokes the
+// lease and returns an error wrapping aegis.ErrInvalid that names the
+// cluster's minimum, and rejects shorter TTLs at once from then on.
+// Config.MaxTTL bounds TTLs (24 h by default).
+//
+// Guarantees: with a quorum of members, at most one live grant per key, and
+// strictly increasing tokens. A holder's lease expires TTL after its last
+// renewal as the etcd leader counts it (a leader change only lengthens it);
+// the local Deadline passes before that. What it does not guarantee: that a
+// holder paused or cut off past its TTL has stopped working. Its renewal
+// fails (aegis.Hold cancels its context at the deadline), but its writes
+// must still go through the fence (package fence) with its token.
+//
+// A client that cannot reach a quorum cannot renew, so it loses its leases
+// at their deadlines; a minority partition cannot grant anything.
+package etcdlease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/keypath"
+	"github.com/aegislab/aegis/internal/owner"
+)
+
+var (
+	_ aegis.Locker = (*Locker)(nil)
+	_ aegis.Waiter = (*Locker)(nil)
+)
+
+// maxLeaseTTL is etcd's own limit on a lease's TTL (9,000,000,000 s).
+const maxLeaseTTL = 9_000_000_000 * time.Second
+
+// cleanupTimeout bounds a revoke that runs after the caller's context ended.
+const cleanupTimeout = 5 * time.Second
+
+// Config configures a Locker. The zero value is valid.
+type Config struct {
+	// Prefix is the etcd key prefix of every lock. Default "aegis/lease/".
+	Prefix string
+	// MaxTTL is the longest TTL accepted. Default aegis.MaxTTL (24 h); at
+	// most etcd's own limit of 9,000,000,000 s.
+	MaxTTL time.Duration
+}
+
+// Locker is an etcd lock table. It is safe for concurrent use and holds no
+// goroutine or resource of its own: closing the client is the caller's.
+type Locker struct {
+	client *clientv3.Client
+	prefix string
+	maxTTL time.Duration
+	// minSecs is the cluster's minimum lease TTL in seconds once a grant
+	// showed it (0 before).
+	minSecs atomic.Int64
+}
+
+// New returns a Locker on client. A nil cfg means defaults.
+func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
+	if client == nil {
+		return nil, errors.New("etcdlease: client is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = cmp.Or(c.Prefix, "aegis/lease/")
+	c.MaxTTL = cmp.Or(c.MaxTTL, aegis.MaxTTL)
+	switch {
+	case c.MaxTTL < 0:
+		return nil, fmt.Errorf("etcdlease: Config.MaxTTL %s is negative", c.MaxTTL)
+	case c.MaxTTL > maxLeaseTTL:
+		return nil, fmt.Errorf("etcdlease: Config.MaxTTL %s is longer than etcd's limit of %d s", c.MaxTTL, int64(maxLeaseTTL/time.Second))
+	}
+	return &Locker{client: client, prefix: c.Prefix, maxTTL: c.MaxTTL}, nil
+}
+
+// grant is what a lease's Owner names: the lock's prefix and the key of
+// this grant under it.
+type grant struct {
+	owner  string
+	prefix string // every key of the lock: Prefix + segment + "/"
+	path   string // this grant's key
+}
+
+// newGrant names a grant on key for the etcd lease id.
+func (l *Locker) newGrant(key string, id clientv3.LeaseID) grant {
+	prefix := l.prefix + keypath.Segment(key) + "/"
+	hexID := fmt.Sprintf("%016x", uint64(id))
+	return grant{owner: hexID + "." + owner.New(), prefix: prefix, path: prefix + hexID}
+}
+
+// grantOf parses a lease's owner ("<lease id hex>.<random hex>"). An owner
+// this package cannot have made names no grant: the lease is lost.
+func (l *Locker) grantOf(lease *aegis.Lease) (grant, bool) {
+	hexID, random, ok := strings.Cut(lease.Owner, ".")
+	if !ok || len(hexID) != 16 || len(random) != 32 {
+		return grant{}, false
+	}
+	if _, err := strconv.ParseUint(hexID, 16, 64); err != nil {
+		return grant{}, false
+	}
+	prefix := l.prefix + keypath.Segment(lease.Key) + "/"
+	return grant{owner: lease.Owner, prefix: prefix, path: prefix + hexID}, true
+}
+
+// seconds validates ttl and returns it in whole seconds, rounded up.
+func (l *Locker) seconds(ttl time.Duration) (int64, error) {
+	if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+		return 0, err
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if min := l.minSecs.Load(); secs < min {
+		return 0, errBelowMinimum(ttl, min)
+	}
+	return secs, nil
+}
+
+func errBelowMinimum(ttl time.Duration, min int64) error {
+	return fmt.Errorf("%w: ttl %s is below this etcd cluster's minimum lease TTL of %d s (1.5 × its election timeout, rounded up)", aegis.ErrInvalid, ttl, min)
+}
+
+// held is the comparison that says g's key still exists as token and
+// owner made it.
+func held(g grant, token aegis.Token) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(g.path), "=", int64(token)),
+		clientv3.Compare(clientv3.Value(g.path), "=", g.owner),
+	}
+}
+
+// TryAcquire grants key for ttl unless a key exists under the lock's prefix
+// (ErrHeld: a holder, or waiters queued behind one). It never waits. Two
+// round trips (grant, transaction), three when the key is held (the unused
+// etcd lease is revoked).
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, err
+	}
+	secs, err := l.seconds(ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcdlease: acquire %q: %w", key, err)
+	}
+	start := time.Now()
+	id, err := l.grantLease(ctx, key, ttl, secs)
+	if err != nil {
+		return nil, err
+	}
+	g := l.newGrant(key, id)
+	resp, err := l.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(g.prefix), "=", 0).WithPrefix()). // no holder, no waiter
+		Then(clientv3.OpPut(g.path, g.owner, clientv3.WithLease(id))).
+		Commit()
+	if err != nil || !resp.Succeeded {
+		l.revoke(ctx, id) // also deletes the key if a cancelled put landed
+		if err != nil {
+			return nil, l.fail("acquire", key, err)
+		}
+		return nil, aegis.ErrHeld
+	}
+	return &aegis.Lease{
+		Key:      key,
+		Token:    aegis.Token(resp.Header.Revision), // the put's revision: the key's create revision
+		Owner:    g.owner,
+		TTL:      ttl,
+		Deadline: aegis.LocalDeadline(start, ttl),
+	}, nil
+}
+
+// grantLease grants an etcd lease of secs seconds and checks that the
+// cluster did not raise it to its minimum.
+func (l *Locker) grantLease(ctx context.Context, key string, ttl time.Duration, secs int64) (clientv3.LeaseID, error) {
+	resp, err := l.client.Grant(ctx, secs)
+	if err != nil {
+		return 0, l.fail("grant lease for", key, err)
+	}
+	if resp.TTL > secs {
+		l.minSecs.Store(resp.TTL)
+		l.revoke(ctx, resp.ID)
+		return 0, errBelowMinimum(ttl, resp.TTL)
+	}
+	return resp.ID, nil
+}
+
+// Renew checks that lease still holds its key and keeps it alive for ttl
+// from now; ErrLost otherwise. With a TTL of the same whole number of
+// seconds: two round trips (a read-only transaction, a keep-alive). With
+// another one: three (grant, a checked transaction that moves the key to the
+// new etcd lease, revoke of the old one).
+func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	secs, err := l.seconds(ttl)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("etcdlease: renew %q: %w", lease.Key, err)
+	}
+	g, ok := l.grantOf(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	start := time.Now()
+	if secs == int64((lease.TTL+time.Second-1)/time.Second) {
+		err = l.keepAlive(ctx, g, lease)
+	} else {
+		err = l.moveLease(ctx, g, lease, ttl, secs)
+	}
+	if err != nil {
+		return err
+	}
+	lease.TTL = ttl
+	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	return nil
+}
+
+// keepAlive checks g's key, then refreshes the etcd lease it is attached
+// to. Checking first means a forged lease refreshes nothing; a lease that
+// expires between the two steps fails the keep-alive.
+func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) error {
+	var resp *clientv3.TxnResponse
+	err := retryRead(ctx, func() (err error) {
+		resp, err = l.client.Txn(ctx).If(held(g, lease.Token)...).Then(clientv3.OpGet(g.path)).Commit()
+		return err
+	})
+	if err != nil {
+		return l.fail("renew", lease.Key, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if !resp.Succeeded || len(kvs) == 0 {
+		return aegis.ErrLost
+	}
+	var ka *clientv3.LeaseKeepAliveResponse
+	err = retryRead(ctx, func() (err error) {
+		ka, err = l.client.KeepAliveOnce(ctx, clientv3.LeaseID(kvs[0].Lease))
+		return err
+	})
+	if err != nil {
+		return l.fail("renew", lease.Key, err)
+	}
+	if ka.TTL <= 0 {
+		return aegis.ErrLost
+	}
+	return nil
+}
+
+// moveLease attaches g's key to a new etcd lease of secs seconds, if the
+// key is still lease's, and revokes the old etcd lease.
+func (l *Locker) moveLease(ctx context.Context, g grant, lease *aegis.Lease, ttl time.Duration, secs int64) error {
+	id, err := l.grantLease(ctx, lease.Key, ttl, secs)
+	if err != nil {
+		return err
+	}
+	resp, err := l.client.Txn(ctx).If(held(g, lease.Token)...).
+		Then(clientv3.OpGet(g.path), clientv3.OpPut(g.path, g.owner, clientv3.WithLease(id))).
+		Commit()
+	if err != nil || !resp.Succeeded {
+		// A cancelled put that landed moved the key to id: revoking id
+		// deletes it, which is the lease lost, never a second holder.
+		l.revoke(ctx, id)
+		if err != nil {
+			return l.fail("renew", lease.Key, err)
+		}
+		return aegis.ErrLost
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		l.revoke(ctx, clientv3.LeaseID(kvs[0].Lease)) // no key is attached to it any more
+	}
+	return nil
+}
+
+// Release deletes lease's key if lease still holds it, then revokes its
+// etcd lease; ErrLost otherwise, changing nothing. Two round trips.
+func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("etcdlease: release %q: %w", lease.Key, err)
+	}
+	g, ok := l.grantOf(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	resp, err := l.client.Txn(ctx).If(held(g, lease.Token)...).
+		Then(clientv3.OpDelete(g.path, clientv3.WithPrevKV())).
+		Commit()
+	if err != nil {
+		return l.fail("release", lease.Key, err)
+	}
+	if !resp.Succeeded {
+		return aegis.ErrLost
+	}
+	// The key is gone: the lock is free. The etcd lease has no key left; a
+	// revoke that fails leaves it to expire, harmlessly.
+	if prev := resp.Responses[0].GetResponseDeleteRange().GetPrevKvs(); len(prev) > 0 {
+		l.revoke(ctx, clientv3.LeaseID(prev[0].Lease))
+	}
+	return nil
+}
+
+// retryRead runs a read-only request until it gets an answer or ctx ends.
+// etcd's client does not retry transactions, even read-only ones, when a
+// member answers Unavailable ("leader changed", "no leader", a member going
+// away); a read is safe to send again, and a leader election takes about an
+// election timeout.
+func retryRead(ctx context.Context, read func() error) error {
+	wait := 10 * time.Millisecond
+	for {
+		err := read()
+		if !unavailable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// unavailable reports whether err says a member could not serve the
+// request for now; the client hands these over as an rpctypes.EtcdError.
+func unavailable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
+// revoke revokes an etcd lease, deleting the keys attached to it, even when
+// ctx has ended. Errors are dropped: an unrevoked lease expires by itself.
+func (l *Locker) revoke(ctx context.Context, id clientv3.LeaseID) {
+	if id == clientv3.NoLease {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = l.client.Revoke(ctx, id)
+}
+
+// fail translates a client error: a missing etcd lease is a lost lease;
+// anything else (an unreachable cluster, a cancelled context) is wrapped.
+func (l *Locker) fail(op, key string, err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return aegis.ErrLost
+	}
+	return fmt.Errorf("etcdlease: %s %q: %w", op, key, err)
+}

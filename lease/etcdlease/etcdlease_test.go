@@ -1,0 +1,100 @@
+package etcdlease_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/lease/etcdlease"
+	"github.com/aegislab/aegis/locktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// client is a client of its own on endpoints, closed with the test.
+func client(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// locker is a Locker on a client of its own on the shared cluster, as a
+// separate process would have.
+func locker(t testing.TB, cfg *etcdlease.Config) *etcdlease.Locker {
+	t.Helper()
+	l, err := etcdlease.New(client(t, testenv.EtcdEndpoints(t)), cfg)
+	require.NoError(t, err)
+	return l
+}
+
+func TestLocktest(t *testing.T) {
+	t.Parallel()
+	locktest.Run(t, locktest.Config{
+		New: func(t *testing.T) aegis.Locker { return locker(t, nil) },
+		// The shared cluster's minimum lease TTL is 1 s (a 500 ms election
+		// timeout); leases are whole seconds.
+		TTL: time.Second,
+	})
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	c := client(t, testenv.EtcdEndpoints(t))
+	for name, tt := range map[string]struct {
+		client *clientv3.Client
+		cfg    *etcdlease.Config
+		want   string
+	}{
+		"nil client":   {nil, nil, "client is nil"},
+		"negative max": {c, &etcdlease.Config{MaxTTL: -time.Second}, "Config.MaxTTL -1s is negative"},
+		"huge max":     {c, &etcdlease.Config{MaxTTL: math.MaxInt64}, "longer than etcd's limit"},
+	} {
+		_, err := etcdlease.New(tt.client, tt.cfg)
+		require.ErrorContains(t, err, tt.want, name)
+	}
+	_, err := etcdlease.New(c, &etcdlease.Config{MaxTTL: 48 * time.Hour})
+	require.NoError(t, err, "a longer MaxTTL is allowed")
+}
+
+func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := client(t, testenv.EtcdEndpoints(t))
+	l, err := etcdlease.New(c, nil)
+	require.NoError(t, err)
+	key := testenv.Key(t)
+	lease, err := l.TryAcquire(ctx, key, 1200*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, 1200*time.Millisecond, lease.TTL, "the lease keeps the TTL asked for")
+	ttl := leaseTTL(t, c, key)
+	require.EqualValues(t, 2, ttl, "the etcd lease has the TTL rounded up")
+	require.NoError(t, l.Release(ctx, lease))
+}
+
+// leaseTTL returns the granted TTL, in seconds, of the etcd lease of the
+// only grant on key.
+func leaseTTL(t *testing.T, c *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := c.Get(t.Context(), "aegis/lease/"+key, clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	ttl, err := c.TimeToLive(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+	return ttl.GrantedTTL
+}
+
+var _ = context.Background

@@ -1,0 +1,37 @@
+// Package schedule is a single-runner cron scheduler: every replica runs
+// the same Scheduler, and each tick of a job runs once across them.
+//
+// Two modes, chosen by Config:
+//
+//   - Run-key mode (Config.Store, PostgreSQL or SQLite): a run is (job name,
+//     scheduled fire time). Every replica computes the same fire times (cron
+//     specs in a fixed zone, intervals aligned to the Unix epoch) and
+//     inserts the tick's row with INSERT … ON CONFLICT DO NOTHING; the node
+//     whose insert lands runs the tick. Replicas started at different
+//     offsets, or whose clocks disagree, insert the same key: the tick runs
+//     once. The row records node, token, attempt, start, end and outcome,
+//     and is kept alive while the job runs; a reaper on every replica
+//     retries a run whose row expired (its node crashed or paused), bumping
+//     the token in the statement that reclaims, so the paused runner's
+//     writes are fenced.
+//   - Lease mode (Config.Locker, any aegis.Locker): ShedLock's semantics. A
+//     tick runs on the node that acquires the job's lease: LockAtMostFor is
+//     the lease TTL, LockAtLeastFor keeps the lease after an early end,
+//     keep-alive renews it while the job runs, and the job's context is
+//     cancelled when it is lost. It does NOT stop a replica whose clock is
+//     behind by more than the job's run time (and LockAtLeastFor) from
+//     running a tick again: that is what run keys are for.
+//
+// In both modes the job's context carries the run and its fencing token
+// (TokenFrom): every write of the job goes through the fence with it. The
+// scheduler does not make a job's side effects exactly-once; the token and
+// the store of record's check do.
+//
+// Misfires (ticks older than the starting deadline: the scheduler was down,
+// paused, or its clock jumped) follow Job.Misfire; overlapping runs follow
+// Job.Overlap. A store outage fails closed: no run starts without its row
+// or lease; the claim is retried until the tick's starting deadline.
+//
+// Not yet here: leader mode (an elected scheduler enqueues into package
+// queue, workers compete).
+package schedule

@@ -1,0 +1,401 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// Three schedulers started at random offsets run a 1s job that takes 10ms
+// for 10s: each tick runs exactly once, on PostgreSQL and on SQLite.
+func TestRunKeyThreeSchedulers(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var open func() *replica
+			if db == "postgres" {
+				url := pgURL(t)
+				open = func() *replica { return pgReplica(t, url) }
+			} else {
+				path := sqlitePath(t)
+				open = func() *replica { return sqliteReplica(t, path) }
+			}
+			log := &runLog{}
+			job := schedule.Job{Name: "tick", Every: time.Second, LockAtMostFor: 2 * time.Second, Run: func(ctx context.Context) error {
+				log.record(ctx)
+				time.Sleep(10 * time.Millisecond)
+				return nil
+			}}
+			begin := time.Now()
+			var scheds []*schedule.Scheduler
+			var r *replica
+			for i := range 3 {
+				time.Sleep(rand.N(time.Second)) // a random start offset
+				r = open()
+				scheds = append(scheds, start(t, &schedule.Config{Node: fmt.Sprintf("node-%d", i), Store: r.store, OnEvent: log.onEvent}, job))
+			}
+			time.Sleep(10*time.Second - time.Since(begin))
+			for _, s := range scheds {
+				s.Stop()
+			}
+			ticks := log.perTick()
+			require.GreaterOrEqual(t, len(ticks), 8, "about ten ticks in 10s")
+			for _, f := range sortedTicks(ticks) {
+				require.Equal(t, 1, ticks[f], "tick %s ran %d times", f, ticks[f])
+			}
+			rows, err := r.store.Runs(context.Background(), "tick", 100)
+			require.NoError(t, err)
+			require.Len(t, rows, len(ticks), "one run row per tick")
+			for _, row := range rows {
+				require.Equal(t, "succeeded", row.State)
+				require.NotEmpty(t, row.Node)
+				require.Equal(t, 1, ticks[row.Fire], "row %v", row)
+				require.False(t, row.Ended.Before(row.Started))
+			}
+			require.Empty(t, log.eventsOf(schedule.EventError))
+		})
+	}
+}
+
+// A replica whose clock is ahead (or behind) by less than the period fires
+// each tick at another real time, but with the same run key: no duplicate.
+func TestRunKeyClockSkew(t *testing.T) {
+	t.Parallel()
+	url := pgURL(t)
+	log := &runLog{}
+	job := schedule.Job{Name: "skewed", Every: time.Second, LockAtMostFor: 2 * time.Second, Run: func(ctx context.Context) error {
+		log.record(ctx)
+		return nil
+	}}
+	for i, skew := range []time.Duration{0, 700 * time.Millisecond, -400 * time.Millisecond} {
+		start(t, &schedule.Config{Node: fmt.Sprintf("node-%d", i), Store: pgReplica(t, url).store, Clock: schedule.OffsetClock(skew), OnEvent: log.onEvent}, job)
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(log.perTick()) >= 4 }, "four ticks")
+	// Every replica has seen the ticks so far: the one behind last.
+	time.Sleep(time.Second)
+	ticks := log.perTick()
+	for _, f := range sortedTicks(ticks) {
+		require.Equal(t, 1, ticks[f], "tick %s ran %d times", f, ticks[f])
+	}
+	skippers := map[string]bool{}
+	for _, e := range log.eventsOf(schedule.EventSkipped) {
+		skippers[e.Node] = true
+	}
+	require.GreaterOrEqual(t, len(skippers), 2, "the replicas fired the same ticks and found them taken: %v", skippers)
+}
+
+// The same setup with a naive lock — a lease taken at fire time and
+// released after the job, ShedLock without lockAtLeastFor — runs ticks
+// more than once when clocks differ: the lease is free again by the time
+// the replica whose clock is behind fires the same tick. This is why run
+// keys exist. Clock offsets of 250ms and 500ms, against a 10ms job, make it
+// happen on every tick, not by luck. lockAtLeastFor longer than the skew
+// (800ms) removes the duplicates.
+func TestNaiveLockDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		atLeast time.Duration
+	}{{"naive", 0}, {"lockAtLeastFor", 800 * time.Millisecond}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgURL(t)
+			log := &runLog{}
+			job := schedule.Job{Name: "naive", Every: time.Second, LockAtMostFor: 900 * time.Millisecond, LockAtLeastFor: tt.atLeast,
+				Run: func(ctx context.Context) error {
+					log.record(ctx)
+					time.Sleep(10 * time.Millisecond)
+					return nil
+				}}
+			var scheds []*schedule.Scheduler
+			for i, skew := range []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond} {
+				scheds = append(scheds, start(t, &schedule.Config{Node: fmt.Sprintf("node-%d", i), Locker: pgReplica(t, url).locker, Clock: schedule.OffsetClock(skew)}, job))
+			}
+			waitFor(t, 10*time.Second, func() bool { return len(log.perTick()) >= 5 }, "five ticks")
+			for _, s := range scheds {
+				s.Stop()
+			}
+			ticks := log.perTick()
+			fs := sortedTicks(ticks)
+			fs = fs[1 : len(fs)-1] // the first and last ticks may be cut by start and stop
+			dup := 0
+			for _, f := range fs {
+				if ticks[f] > 1 {
+					dup++
+				}
+			}
+			if tt.atLeast == 0 {
+				require.Equal(t, len(fs), dup, "every complete tick ran more than once: %v", ticks)
+			} else {
+				require.Zero(t, dup, "lockAtLeastFor longer than the skew: %v", ticks)
+			}
+		})
+	}
+}
+
+// Lease loss mid-run cancels the job within a third of the TTL (the
+// keep-alive renews every TTL/3 and the first failed renewal cancels), and
+// the successor's token is greater.
+func TestLeaseLossCancelsJob(t *testing.T) {
+	t.Parallel()
+	const ttl = 900 * time.Millisecond
+	for _, mode := range []string{"lease", "run-key"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			url := pgURL(t)
+			r := pgReplica(t, url)
+			running := make(chan aegis.Token, 1)
+			cancelled := make(chan time.Time, 1)
+			job := schedule.Job{Name: "lossy", Every: time.Hour, LockAtMostFor: ttl, Run: func(ctx context.Context) error {
+				tok, _ := schedule.TokenFrom(ctx)
+				running <- tok
+				<-ctx.Done()
+				cancelled <- time.Now()
+				return ctx.Err()
+			}}
+			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			cfg := &schedule.Config{Node: "n", Clock: clock}
+			if mode == "lease" {
+				cfg.Locker = r.locker
+			} else {
+				cfg.Store = r.store
+			}
+			log := &runLog{}
+			cfg.OnEvent = log.onEvent
+			start(t, cfg, job)
+			advanceWhenWaiting(t, clock, time.Hour)
+			token := <-running
+			// Take the lease (or run row) away, as an expiry during a pause
+			// followed by a successor's grant would.
+			var successor aegis.Token
+			var stolen time.Time
+			if mode == "lease" {
+				_, err := r.pool.Exec(t.Context(), `UPDATE aegis_lease SET expires_at = now() WHERE key = 'lossy'`)
+				require.NoError(t, err)
+				stolen = time.Now()
+				l, err := r.locker.TryAcquire(t.Context(), "lossy", time.Second)
+				require.NoError(t, err)
+				successor = l.Token
+			} else {
+				stolen = time.Now()
+				var tok int64
+				require.NoError(t, r.pool.QueryRow(t.Context(),
+					`UPDATE aegis_schedule_run SET token = token + 1 WHERE job = 'lossy' RETURNING token`).Scan(&tok))
+				successor = aegis.Token(tok)
+			}
+			at := <-cancelled
+			took := at.Sub(stolen)
+			t.Logf("%s: the job was cancelled %s after its lease was lost (TTL %s)", mode, took, ttl)
+			require.Less(t, took, ttl/3+150*time.Millisecond, "cancelled within a third of the TTL (plus a round trip)")
+			require.Greater(t, successor, token)
+			waitFor(t, 2*time.Second, func() bool { return len(log.eventsOf(schedule.EventLost)) > 0 }, "a lost event")
+		})
+	}
+}
+
+// advanceWhenWaiting advances clock by d once the scheduler waits on it.
+func advanceWhenWaiting(t testing.TB, clock *schedule.ManualClock, d time.Duration) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		n, changed := clock.Waiters()
+		if n > 0 {
+			clock.Advance(d)
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("the scheduler did not wait on the clock within 5s")
+		}
+	}
+}
+
+// A job longer than LockAtMostFor stays exclusive with keep-alive; without
+// it the lease expires mid-run, a second runner appears, and its writes win
+// the fence: the first runner's late write (it ignores its context, like a
+// job that cannot be interrupted) is rejected.
+func TestKeepAlive(t *testing.T) {
+	t.Parallel()
+	for _, keepAlive := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keepAlive=%v", keepAlive), func(t *testing.T) {
+			t.Parallel()
+			url := pgURL(t)
+			r := pgReplica(t, url)
+			require.NoError(t, fence.MigrateSQL(t.Context(), r.db))
+			log := &runLog{}
+			stale := make(chan aegis.Token, 10)
+			job := schedule.Job{Name: "long", Every: 400 * time.Millisecond, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: !keepAlive,
+				Run: func(ctx context.Context) error {
+					log.record(ctx)
+					log.enter()
+					defer log.exit()
+					tok, _ := schedule.TokenFrom(ctx)
+					write := func() error {
+						tx, err := r.db.BeginTx(context.Background(), nil)
+						if err != nil {
+							return err
+						}
+						defer tx.Rollback()
+						if err := fence.CheckSQL(context.Background(), tx, "long-result", tok); err != nil {
+							stale <- tok
+							return err
+						}
+						return tx.Commit()
+					}
+					if err := write(); err != nil {
+						return err
+					}
+					time.Sleep(time.Second) // longer than LockAtMostFor; ignores ctx
+					return write()
+				}}
+			var scheds []*schedule.Scheduler
+			for i := range 2 {
+				scheds = append(scheds, start(t, &schedule.Config{Node: fmt.Sprintf("node-%d", i), Locker: pgReplica(t, url).locker}, job))
+			}
+			waitFor(t, 10*time.Second, func() bool { return log.count() >= 3 }, "three runs")
+			for _, s := range scheds {
+				s.Stop()
+			}
+			log.mu.Lock()
+			peak := log.peak
+			log.mu.Unlock()
+			if keepAlive {
+				require.Equal(t, 1, peak, "exclusive with keep-alive")
+				require.Empty(t, stale, "no write was fenced out")
+				return
+			}
+			require.Equal(t, 2, peak, "a second runner appeared without keep-alive")
+			require.NotEmpty(t, stale, "the first runner's late write lost to the second's token")
+			var final int64
+			require.NoError(t, r.db.QueryRow(`SELECT token FROM aegis_fence WHERE resource = 'long-result'`).Scan(&final))
+			require.Greater(t, final, int64(<-stale))
+		})
+	}
+}
+
+// The reaper retries a crashed run with a bumped token, re-checking expiry
+// at write time; after MaxAttempts it abandons the run. On PostgreSQL and
+// SQLite.
+func TestReaper(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var r *replica
+			if db == "postgres" {
+				r = pgReplica(t, pgURL(t))
+			} else {
+				r = sqliteReplica(t, sqlitePath(t))
+			}
+			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			// A node claims the tick and crashes: its row stays running.
+			crashed := start(t, &schedule.Config{Node: "crashed", Store: r.store, Clock: clock}, schedule.Job{
+				Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, DisableKeepAlive: true, MaxAttempts: 2,
+				Run: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+			})
+			advanceWhenWaiting(t, clock, time.Hour)
+			var first []schedule.RunRecord
+			waitFor(t, 5*time.Second, func() bool {
+				first, _ = r.store.Runs(t.Context(), "nightly", 10)
+				return len(first) == 1
+			}, "the claim")
+			crashed.Stop() // its finish lands; make the row look crashed again:
+			_, err := r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
+			require.NoError(t, err)
+
+			log := &runLog{}
+			start(t, &schedule.Config{Node: "reaper", Store: r.store, Clock: clock, ReapInterval: 50 * time.Millisecond, OnEvent: log.onEvent}, schedule.Job{
+				Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, MaxAttempts: 2,
+				Run: func(ctx context.Context) error { log.record(ctx); return nil },
+			})
+			waitFor(t, 5*time.Second, func() bool { return log.count() == 1 }, "the retry")
+			run := log.snapshot()[0]
+			require.Equal(t, first[0].Fire, run.Fire.UTC())
+			require.Equal(t, first[0].Token+1, run.Token, "the reaper bumped the token")
+			require.Equal(t, 2, run.Attempt)
+			var rows []schedule.RunRecord
+			waitFor(t, 5*time.Second, func() bool {
+				rows, _ = r.store.Runs(t.Context(), "nightly", 10)
+				return len(rows) == 1 && rows[0].State == "succeeded"
+			}, "the retry succeeded")
+			require.Equal(t, "reaper", rows[0].Node)
+			require.Equal(t, run.Token, rows[0].Token)
+
+			// Crash again at the last attempt: the reaper abandons it.
+			_, err = r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
+			require.NoError(t, err)
+			waitFor(t, 5*time.Second, func() bool {
+				rows, _ = r.store.Runs(t.Context(), "nightly", 10)
+				return rows[0].State == "abandoned"
+			}, "abandoned after MaxAttempts")
+			require.Equal(t, run.Token+1, rows[0].Token, "abandoning bumps the token too: the crashed runner is fenced")
+			require.Equal(t, 1, log.count())
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	run := func(context.Context) error { return nil }
+	_, err := schedule.New(nil)
+	require.ErrorContains(t, err, "Config is nil")
+	_, err = schedule.New(&schedule.Config{})
+	require.ErrorContains(t, err, "neither Config.Store")
+	_, err = schedule.New(&schedule.Config{Store: r.store, Locker: r.locker})
+	require.ErrorContains(t, err, "not both")
+	_, err = schedule.New(&schedule.Config{Store: r.store, Node: strings.Repeat("n", 101)})
+	require.ErrorContains(t, err, "schedule: Config.Node is 101 bytes")
+	_, err = schedule.New(&schedule.Config{Store: r.store, ReapInterval: -time.Second})
+	require.ErrorContains(t, err, "Config.ReapInterval -1s is not positive")
+	_, err = schedule.New(&schedule.Config{Store: r.store, Retention: -time.Second})
+	require.ErrorContains(t, err, "Config.Retention")
+	_, err = schedule.NewStore(t.Context(), r.db, &schedule.StoreConfig{Table: "x y"})
+	require.ErrorContains(t, err, "schedule: StoreConfig.Table")
+
+	tests := []struct {
+		job  schedule.Job
+		want string
+	}{
+		{schedule.Job{Every: time.Second, Run: run}, `job "": Job.Name: aegis: invalid argument: key is empty`},
+		{schedule.Job{Name: strings.Repeat("j", 151), Every: time.Second, Run: run}, "Job.Name is 151 bytes, at most 150"},
+		{schedule.Job{Name: "j", Run: run}, "exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got 0"},
+		{schedule.Job{Name: "j", Cron: "* * * * * *", Every: time.Second, Run: run}, "got 2"},
+		{schedule.Job{Name: "j", Cron: "61 * * * * *", Run: run}, `Job.Cron: cron spec "61 * * * * *": second field "61": 61 is out of range 0-59`},
+		{schedule.Job{Name: "j", Every: -time.Second, Run: run}, "Job.Every: period -1s is not positive"},
+		{schedule.Job{Name: "j", Every: time.Second}, "Job.Run is nil"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: -time.Second}, "Job.LockAtMostFor -1s is not positive"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Millisecond}, "shorter than 10ms"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: 25 * time.Hour}, "longer than 24h"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtLeastFor: -time.Second}, "Job.LockAtLeastFor -1s is negative"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtLeastFor: time.Second}, "Job.LockAtLeastFor is for lease mode"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, StartingDeadline: -1}, "Job.StartingDeadline -1ns is negative"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, Misfire: 7}, "Job.Misfire 7 is not a misfire policy"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, CatchUpMax: 1001}, "Job.CatchUpMax 1001 is not in 1..1000"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, Overlap: 9}, "Job.Overlap 9 is not an overlap policy"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, MaxAttempts: -1}, "Job.MaxAttempts -1 is not in 1..1000"},
+	}
+	s, err := schedule.New(&schedule.Config{Store: r.store})
+	require.NoError(t, err)
+	for _, tt := range tests {
+		require.ErrorContains(t, s.Add(tt.job), tt.want)
+	}
+	require.NoError(t, s.Add(schedule.Job{Name: "j", Every: time.Second, Run: run}))
+	require.ErrorContains(t, s.Add(schedule.Job{Name: "j", Every: time.Second, Run: run}), "already added")
+
+	ls, err := schedule.New(&schedule.Config{Locker: r.locker})
+	require.NoError(t, err)
+	require.ErrorContains(t, ls.Add(schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Second, LockAtLeastFor: 2 * time.Second}),
+		"Job.LockAtLeastFor 2s is longer than Job.LockAtMostFor 1s")
+}

@@ -1,0 +1,583 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/node"
+)
+
+type mode int
+
+const (
+	modeRunKey mode = iota + 1
+	modeLease
+)
+
+// Config configures a Scheduler. Exactly one of Store (run-key mode) and
+// Locker (lease mode) is set.
+type Config struct {
+	// Node names this scheduler in run rows, events and logs. Default
+	// "HOSTNAME-PID"; at most 100 bytes.
+	Node string
+	// Store selects run-key mode: each tick is a row keyed by (job, fire
+	// time), and the node whose insert lands runs it.
+	Store *Store
+	// Locker selects lease mode (ShedLock's semantics): a tick runs on the
+	// node that acquires the job's lease.
+	Locker aegis.Locker
+	// Clock is the source of fire times. Default SystemClock().
+	Clock Clock
+	// ReapInterval is how often run-key mode looks for crashed runs (run
+	// rows past their expiry) of this scheduler's jobs. Default 1s.
+	ReapInterval time.Duration
+	// Retention is how long run-key mode keeps ended run rows; a winner
+	// prunes its job's older rows after each run. It must exceed the
+	// largest clock difference between replicas, or a lagging replica could
+	// run a pruned tick again. Default 7 days.
+	Retention time.Duration
+	// OnEvent, when set, is called for every event, from the scheduler's
+	// goroutines; it must not block.
+	OnEvent func(Event)
+	// Logger receives events at debug level and failures at warn level.
+	// Default: none.
+	Logger *slog.Logger
+}
+
+// EventKind says what happened.
+type EventKind string
+
+const (
+	EventRun      EventKind = "run"      // this node started a run
+	EventDone     EventKind = "done"     // a run ended; Err is the job's error
+	EventSkipped  EventKind = "skipped"  // another node has the tick, the lease is held, or overlap forbid
+	EventMisfired EventKind = "misfired" // a tick missed its starting deadline and the policy dropped it
+	EventLost     EventKind = "lost"     // a run's lease or run row was lost (reclaimed, replaced, expired)
+	EventError    EventKind = "error"    // a store or lock call failed
+	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
+)
+
+// Event is something that happened to a tick.
+type Event struct {
+	Kind    EventKind
+	Job     string
+	Fire    time.Time
+	Node    string
+	Token   aegis.Token
+	Attempt int
+	Reason  string
+	Err     error
+}
+
+// Scheduler runs jobs on their schedules, once per tick across every
+// replica that shares its Store or Locker.
+type Scheduler struct {
+	cfg  Config
+	mode mode
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	jobs    []*job
+	names   map[string]bool
+	started bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a Scheduler. The error names the field that is wrong.
+func New(cfg *Config) (*Scheduler, error) {
+	if cfg == nil {
+		return nil, errors.New("schedule: Config is nil: set Config.Store or Config.Locker")
+	}
+	c := *cfg
+	c.Node = cmp.Or(c.Node, node.Default())
+	c.ReapInterval = cmp.Or(c.ReapInterval, time.Second)
+	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := node.Check("schedule: Config.Node", c.Node); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool)}
+	switch {
+	case c.Store != nil && c.Locker != nil:
+		return nil, errors.New("schedule: set one of Config.Store (run-key mode) and Config.Locker (lease mode), not both")
+	case c.Store != nil:
+		s.mode = modeRunKey
+	case c.Locker != nil:
+		s.mode = modeLease
+	default:
+		return nil, errors.New("schedule: neither Config.Store (run-key mode) nor Config.Locker (lease mode) is set")
+	}
+	switch {
+	case c.ReapInterval < 0:
+		return nil, fmt.Errorf("schedule: Config.ReapInterval %s is not positive", c.ReapInterval)
+	case c.Retention < 0:
+		return nil, fmt.Errorf("schedule: Config.Retention %s is not positive", c.Retention)
+	}
+	return s, nil
+}
+
+// Node is this scheduler's node name.
+func (s *Scheduler) Node() string { return s.cfg.Node }
+
+// Add registers a job before Start. The error names the field that is
+// wrong (Job.Name, Job.Cron, Job.LockAtLeastFor, ...).
+func (s *Scheduler) Add(j Job) error {
+	v, sched, err := j.validate(s.mode)
+	if err != nil {
+		return fmt.Errorf("schedule: job %q: %w", j.Name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("schedule: job %q: Add after Start", j.Name)
+	}
+	if s.names[j.Name] {
+		return fmt.Errorf("schedule: job %q: Job.Name is already added", j.Name)
+	}
+	s.names[j.Name] = true
+	s.jobs = append(s.jobs, &job{Job: v, sched: sched, s: s, running: make(map[*active]struct{})})
+	return nil
+}
+
+// Start starts a goroutine per job (and the reaper in run-key mode). The
+// jobs stop when ctx ends or Stop is called. Start may be called once.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("schedule: Start called twice")
+	}
+	s.started = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	for _, j := range s.jobs {
+		s.wg.Go(func() { j.loop(ctx) })
+	}
+	if s.mode == modeRunKey {
+		s.wg.Go(func() { s.reap(ctx) })
+	}
+	return nil
+}
+
+// Stop stops firing, cancels the running jobs' contexts and waits for
+// them to return and record their outcome.
+func (s *Scheduler) Stop() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.stopped = true
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+func (s *Scheduler) emit(e Event) {
+	e.Node = s.cfg.Node
+	if e.Kind == EventError || e.Kind == EventLost {
+		s.log.Warn("schedule: "+string(e.Kind), "job", e.Job, "fire", e.Fire, "token", e.Token, "reason", e.Reason, "err", e.Err)
+	} else {
+		s.log.Debug("schedule: "+string(e.Kind), "job", e.Job, "fire", e.Fire, "token", e.Token, "reason", e.Reason, "err", e.Err)
+	}
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(e)
+	}
+}
+
+// job is a registered job and its runs on this node.
+type job struct {
+	Job
+	sched Schedule
+	s     *Scheduler
+
+	mu      sync.Mutex
+	running map[*active]struct{}
+}
+
+// active is a run in progress on this node.
+type active struct {
+	fire   time.Time
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// errReplaced is the cause of a replaced run's context.
+var errReplaced = errors.New("schedule: run replaced by a later tick")
+
+// maxDue bounds how many ticks one wake-up walks: a scheduler that was down
+// for longer counts the rest as misfires without enumerating them.
+const maxDue = 100_000
+
+// loop fires the job's ticks until ctx ends.
+func (j *job) loop(ctx context.Context) {
+	clock := j.s.cfg.Clock
+	last := clock.Now()
+	if j.s.mode == modeRunKey {
+		// Ticks since the last run any replica recorded are misfires.
+		if prev, err := j.s.cfg.Store.last(ctx, j.Name); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Reason: "read the last run", Err: err})
+		} else if !prev.IsZero() && prev.Before(last) {
+			last = prev
+		}
+	}
+	for {
+		next := j.sched.Next(last)
+		if next.IsZero() {
+			return
+		}
+		wake, stop := clock.Wake(next)
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-wake:
+		}
+		now := clock.Now()
+		var due []time.Time // the most recent CatchUpMax+1 due ticks
+		skipped := 0
+		for f := next; !f.IsZero() && !f.After(now); f = j.sched.Next(f) {
+			due = append(due, f)
+			if len(due) > j.CatchUpMax+1 {
+				due = due[1:]
+				skipped++
+			}
+			last = f
+			if skipped+len(due) >= maxDue {
+				last = now // give up enumerating: the rest are misfires too
+				break
+			}
+		}
+		ticks := j.plan(due, skipped, now)
+		for i, f := range ticks {
+			done := j.fire(ctx, f)
+			if done != nil && i < len(ticks)-1 && j.Overlap != OverlapAllow {
+				// Catching up: one tick after the other, not overlapping.
+				select {
+				case <-done:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+}
+
+// plan applies the starting deadline and the misfire policy to the due
+// ticks (oldest first; skipped older ones were not kept) and returns the
+// ticks to fire.
+func (j *job) plan(due []time.Time, skipped int, now time.Time) []time.Time {
+	var onTime, missed []time.Time
+	for _, f := range due {
+		if now.Sub(f) <= j.deadline(f) {
+			onTime = append(onTime, f)
+		} else {
+			missed = append(missed, f)
+		}
+	}
+	var run []time.Time
+	dropped := skipped
+	switch j.Misfire {
+	case MisfireSkip:
+		dropped += len(missed)
+	case MisfireFireOnce:
+		if len(missed) > 0 && len(onTime) == 0 {
+			run = append(run, missed[len(missed)-1])
+			dropped += len(missed) - 1
+		} else {
+			dropped += len(missed)
+		}
+	case MisfireCatchUp:
+		keep := min(len(missed), j.CatchUpMax)
+		dropped += len(missed) - keep
+		run = append(run, missed[len(missed)-keep:]...)
+	}
+	if dropped > 0 {
+		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: due[0], Reason: fmt.Sprintf("%d ticks dropped by policy %s", dropped, j.Misfire), Attempt: dropped})
+	}
+	return append(run, onTime...)
+}
+
+// deadline is the tick's starting deadline.
+func (j *job) deadline(f time.Time) time.Duration {
+	if j.StartingDeadline > 0 {
+		return j.StartingDeadline
+	}
+	d := 10 * time.Second
+	if next := j.sched.Next(f); !next.IsZero() {
+		d = min(d, next.Sub(f)/2)
+	}
+	return d
+}
+
+// retry spaces attempts at a store call that failed.
+var retry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+
+// fire runs tick f under the mode's exclusion. It returns a channel that
+// is closed when the run ends, or nil when this node does not run it.
+func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
+	if !j.overlap(f) {
+		return nil
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		var retryable bool
+		switch j.s.mode {
+		case modeRunKey:
+			done, retryable, err = j.fireRunKey(ctx, f)
+		case modeLease:
+			done, retryable, err = j.fireLease(ctx, f)
+		}
+		if err == nil || !retryable || ctx.Err() != nil {
+			break
+		}
+		// The store is unreachable: fail closed, and retry while the tick
+		// is on time.
+		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
+		if j.s.cfg.Clock.Now().Sub(f) > j.deadline(f) {
+			j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Reason: "the store did not answer before the starting deadline", Err: err, Attempt: 1})
+			return nil
+		}
+		t := time.NewTimer(retry.Delay(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
+	}
+	return done
+}
+
+// overlap applies the overlap policy to this node's runs of the job and
+// reports whether the tick may go on.
+func (j *job) overlap(f time.Time) bool {
+	j.mu.Lock()
+	var prev []*active
+	for a := range j.running {
+		prev = append(prev, a)
+	}
+	j.mu.Unlock()
+	if len(prev) == 0 {
+		return true
+	}
+	switch j.Overlap {
+	case OverlapForbid:
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "overlap forbid: a run of the job is still going on this node"})
+		return false
+	case OverlapReplace:
+		for _, a := range prev {
+			a.cancel(errReplaced)
+		}
+		if j.s.mode == modeLease {
+			// The job's lease is released when the predecessor returns.
+			for _, a := range prev {
+				select {
+				case <-a.done:
+				case <-time.After(j.LockAtMostFor):
+				}
+			}
+		}
+	}
+	return true
+}
+
+// fireRunKey claims tick f's run row and runs it if this node won.
+func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
+	st := j.s.cfg.Store
+	start := time.Now() // before the claim is sent: the local deadline's start
+	token, state, won, err := st.claim(ctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	if err != nil {
+		return nil, true, err
+	}
+	switch {
+	case !won:
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another node has the tick"})
+		return nil, false, nil
+	case state == "skipped":
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Token: token, Reason: "overlap forbid: a run of the job is still going"})
+		return nil, false, nil
+	}
+	if j.Overlap == OverlapReplace {
+		if n, err := st.replace(ctx, j.Name, f); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
+		} else if n > 0 {
+			j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: f, Token: token, Reason: fmt.Sprintf("replaced %d running predecessors", n)})
+		}
+	}
+	return j.startRunKey(ctx, f, token, 1, start), false, nil
+}
+
+// startRunKey runs a claimed (or reclaimed) run row in a goroutine.
+func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time) <-chan struct{} {
+	st := j.s.cfg.Store
+	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
+	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt}
+	return j.launch(ctx, run, lease, &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
+		state, text := "succeeded", ""
+		if jobErr != nil {
+			state, text = "failed", jobErr.Error()
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if held != nil {
+			_ = held.Release(fctx) // stops the heartbeat; a run row's Release writes nothing
+		}
+		if err := st.finish(fctx, j.Name, f, token, state, text); errors.Is(err, aegis.ErrLost) {
+			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "the run was reclaimed or replaced: its outcome is not recorded", Err: err})
+		} else if err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Err: err})
+		} else if err := st.prune(fctx, j.Name, f.Add(-j.s.cfg.Retention)); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "prune", Err: err})
+		}
+	})
+}
+
+// fireLease runs tick f under the job's lease, if this node acquires it.
+func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
+	locker := j.s.cfg.Locker
+	key := j.Name
+	if j.Overlap == OverlapAllow {
+		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
+	}
+	start := time.Now()
+	lease, err := locker.TryAcquire(ctx, key, j.LockAtMostFor)
+	if errors.Is(err, aegis.ErrHeld) {
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "the job's lease is held"})
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, !errors.Is(err, aegis.ErrInvalid), err
+	}
+	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1}
+	done = j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
+		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
+		keep := j.LockAtLeastFor - time.Since(start)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var err error
+		switch {
+		case held != nil:
+			err = held.ReleaseAfter(fctx, keep) // keep <= 0 releases
+		case keep > 0:
+			err = locker.Renew(fctx, lease, keep)
+		default:
+			err = locker.Release(fctx, lease)
+		}
+		if errors.Is(err, aegis.ErrLost) {
+			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: lease.Token, Reason: "the lease had expired when the run ended", Err: err})
+		} else if err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: lease.Token, Reason: "release", Err: err})
+		}
+	})
+	return done, false, nil
+}
+
+// launch runs the job in a goroutine under lease (kept alive through
+// keeper unless keep-alive is off), then calls end with the job's error and
+// the keep-alive (nil without), which end must release.
+func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
+	rctx, cancel := context.WithCancelCause(ctx)
+	a := &active{fire: run.Fire, cancel: cancel, done: make(chan struct{})}
+	j.mu.Lock()
+	j.running[a] = struct{}{}
+	j.mu.Unlock()
+	j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt})
+	j.s.wg.Go(func() {
+		defer close(a.done)
+		defer func() {
+			j.mu.Lock()
+			delete(j.running, a)
+			j.mu.Unlock()
+		}()
+		var (
+			jctx context.Context
+			held *aegis.Held
+		)
+		if j.DisableKeepAlive {
+			var stop context.CancelFunc
+			jctx, stop = context.WithDeadlineCause(rctx, lease.Deadline, fmt.Errorf("%w: LockAtMostFor passed without keep-alive", aegis.ErrLost))
+			defer stop()
+		} else {
+			// The lease outlives a cancelled run until the job returns (a
+			// job may ignore its context): end releases it.
+			held = aegis.Keep(context.WithoutCancel(rctx), keeper, lease)
+			var jcancel context.CancelCauseFunc
+			jctx, jcancel = context.WithCancelCause(held.Context())
+			defer jcancel(nil)
+			defer context.AfterFunc(rctx, func() { jcancel(context.Cause(rctx)) })()
+		}
+		jobErr := j.call(context.WithValue(jctx, runKey{}, run))
+		if cause := context.Cause(jctx); errors.Is(cause, aegis.ErrLost) || errors.Is(cause, errReplaced) {
+			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: cause})
+		}
+		end(jobErr, held)
+		cancel(nil)
+		j.s.emit(Event{Kind: EventDone, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
+	})
+	return a.done
+}
+
+// call runs the job, turning a panic into an error.
+func (j *job) call(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("schedule: job %q panicked: %v\n%s", j.Name, p, debug.Stack())
+		}
+	}()
+	return j.Run(ctx)
+}
+
+// reap retries the crashed runs of this scheduler's jobs in run-key mode.
+func (s *Scheduler) reap(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, j := range s.jobs {
+			fires, err := s.cfg.Store.expired(ctx, j.Name)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.emit(Event{Kind: EventError, Job: j.Name, Reason: "reaper", Err: err})
+				}
+				continue
+			}
+			for _, f := range fires {
+				start := time.Now()
+				token, state, attempt, ok, err := s.cfg.Store.reclaim(ctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+				switch {
+				case err != nil:
+					if ctx.Err() == nil {
+						s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
+					}
+				case !ok:
+				case state == "running":
+					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
+					j.startRunKey(ctx, f, token, attempt, start)
+				default:
+					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
+				}
+			}
+		}
+	}
+}

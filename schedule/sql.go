@@ -1,0 +1,132 @@
+package schedule
+
+import "github.com/aegislab/aegis/internal/migrate"
+
+// The run table's statements, per dialect. Every time is passed and read
+// as milliseconds since the Unix epoch; expiry is computed by the store
+// (now() in PostgreSQL, SQLite's own clock), never from a client clock.
+// Each statement is one round trip that resolves the run by its key (job,
+// fire time) or scans one job's running rows through the partial index.
+// %[1]s is the quoted table, %[2]s the quoted index name.
+type runSQL struct {
+	migrations                                 []migrate.Migration
+	claim, replace, heartbeat, finish, expired string
+	reclaim, last, prune, list                 string
+}
+
+var runPostgres = runSQL{
+	migrations: []migrate.Migration{
+		{Version: 1, SQL: `CREATE TABLE IF NOT EXISTS %[1]s (
+	job        text        NOT NULL,
+	fire_at    timestamptz NOT NULL, -- the scheduled fire time; (job, fire_at) is the run key
+	token      bigint      NOT NULL, -- fences the run's writes; bumped by reclaim and replace
+	node       text        NOT NULL, -- the node running (or that ran) the last attempt
+	attempt    integer     NOT NULL,
+	state      text        NOT NULL, -- running, succeeded, failed, skipped, replaced, abandoned
+	started_at timestamptz NOT NULL,
+	ended_at   timestamptz,
+	expires_at timestamptz NOT NULL, -- a running row past this is the reaper's
+	error      text,
+	PRIMARY KEY (job, fire_at)
+)`},
+		{Version: 2, SQL: `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (job, expires_at) WHERE state = 'running'`},
+	},
+	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap.
+	claim: `INSERT INTO %[1]s (job, fire_at, token, node, attempt, state, started_at, expires_at)
+SELECT $1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 1,
+       CASE WHEN $6::boolean AND EXISTS ( -- overlap forbid: a live run of the job
+           SELECT 1 FROM %[1]s WHERE job = $1 AND state = 'running' AND expires_at > now())
+       THEN 'skipped' ELSE 'running' END,
+       now(), now() + $5 * interval '1 millisecond'
+ON CONFLICT (job, fire_at) DO NOTHING -- the run key: the first insert runs the tick
+RETURNING token, state`,
+	// $1 job, $2 fire ms of the new run.
+	replace: `UPDATE %[1]s SET state = 'replaced', ended_at = now(), token = token + 1 -- fence the predecessor
+WHERE job = $1 AND state = 'running' AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond'`,
+	// $1 job, $2 fire ms, $3 token, $4 ttl ms.
+	heartbeat: `UPDATE %[1]s SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+  AND token = $3 AND state = 'running' -- fence
+  AND expires_at > now()               -- an expired run is the reaper's: no revival`,
+	// $1 job, $2 fire ms, $3 token, $4 state, $5 error.
+	finish: `UPDATE %[1]s SET state = $4, ended_at = now(), error = $5
+WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+  AND token = $3 AND state = 'running' -- fence: a reclaimed or replaced run's finish changes nothing`,
+	// $1 job.
+	expired: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
+WHERE job = $1 AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
+	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts.
+	reclaim: `UPDATE %[1]s AS r SET
+	token = r.token + 1, -- in the statement that reclaims: the crashed runner is fenced
+	node = $3,
+	attempt = r.attempt + 1,
+	started_at = now(),
+	expires_at = now() + $4 * interval '1 millisecond',
+	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_at > r.fire_at)
+	        THEN 'abandoned' ELSE 'running' END,
+	ended_at = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_at > r.fire_at)
+	           THEN now() END
+WHERE r.job = $1 AND r.fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+  AND r.state = 'running'
+  AND r.expires_at <= now() -- re-check expiry at write time: a renewed run is left alone
+RETURNING r.token, r.state, r.attempt`,
+	last:  `SELECT (extract(epoch FROM max(fire_at)) * 1000)::bigint FROM %[1]s WHERE job = $1`,
+	prune: `DELETE FROM %[1]s WHERE job = $1 AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond' AND state <> 'running'`,
+	list: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint, token, node, attempt, state,
+       (extract(epoch FROM started_at) * 1000)::bigint, coalesce((extract(epoch FROM ended_at) * 1000)::bigint, 0), coalesce(error, '')
+FROM %[1]s WHERE job = $1 ORDER BY fire_at DESC LIMIT $2`,
+}
+
+const sqliteNow = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
+
+var runSQLite = runSQL{
+	migrations: []migrate.Migration{
+		{Version: 1, SQL: `CREATE TABLE IF NOT EXISTS %[1]s (
+	job        TEXT    NOT NULL,
+	fire_ms    INTEGER NOT NULL,
+	token      INTEGER NOT NULL,
+	node       TEXT    NOT NULL,
+	attempt    INTEGER NOT NULL,
+	state      TEXT    NOT NULL,
+	started_ms INTEGER NOT NULL,
+	ended_ms   INTEGER,
+	expires_ms INTEGER NOT NULL,
+	error      TEXT,
+	PRIMARY KEY (job, fire_ms)
+) WITHOUT ROWID`},
+		{Version: 2, SQL: `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (job, expires_ms) WHERE state = 'running'`},
+	},
+	claim: `INSERT INTO %[1]s (job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
+SELECT $1, $2, $3, $4, 1,
+       CASE WHEN $6 AND EXISTS (
+           SELECT 1 FROM %[1]s WHERE job = $1 AND state = 'running' AND expires_ms > ` + sqliteNow + `)
+       THEN 'skipped' ELSE 'running' END,
+       ` + sqliteNow + `, ` + sqliteNow + ` + $5
+WHERE true -- (SQLite needs a WHERE before ON CONFLICT in INSERT … SELECT)
+ON CONFLICT (job, fire_ms) DO NOTHING
+RETURNING token, state`,
+	replace: `UPDATE %[1]s SET state = 'replaced', ended_ms = ` + sqliteNow + `, token = token + 1
+WHERE job = $1 AND state = 'running' AND fire_ms < $2`,
+	heartbeat: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + ` + $4
+WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running' AND expires_ms > ` + sqliteNow,
+	finish: `UPDATE %[1]s SET state = $4, ended_ms = ` + sqliteNow + `, error = $5
+WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
+	expired: `SELECT fire_ms FROM %[1]s
+WHERE job = $1 AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
+	reclaim: `UPDATE %[1]s AS r SET
+	token = r.token + 1,
+	node = $3,
+	attempt = r.attempt + 1,
+	started_ms = ` + sqliteNow + `,
+	expires_ms = ` + sqliteNow + ` + $4,
+	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_ms > r.fire_ms)
+	        THEN 'abandoned' ELSE 'running' END,
+	ended_ms = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_ms > r.fire_ms)
+	           THEN ` + sqliteNow + ` END
+WHERE r.job = $1 AND r.fire_ms = $2 AND r.state = 'running' AND r.expires_ms <= ` + sqliteNow + `
+RETURNING token, state, attempt`,
+	last:  `SELECT max(fire_ms) FROM %[1]s WHERE job = $1`,
+	prune: `DELETE FROM %[1]s WHERE job = $1 AND fire_ms < $2 AND state <> 'running'`,
+	list: `SELECT fire_ms, token, node, attempt, state, started_ms, coalesce(ended_ms, 0), coalesce(error, '')
+FROM %[1]s WHERE job = $1 ORDER BY fire_ms DESC LIMIT $2`,
+}

@@ -1,0 +1,295 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
+)
+
+// StoreConfig configures a Store. The zero value is valid.
+type StoreConfig struct {
+	// Table is the run table, optionally schema-qualified. Default
+	// "aegis_schedule_run".
+	Table string
+}
+
+// Store is the run table of run-key mode, in PostgreSQL or SQLite: one row
+// per (job, fire time), which records node, token, attempt, start, end and
+// outcome. It is safe for concurrent use; replicas share one table.
+//
+// The runbook reads it:
+//
+//	SELECT job, fire_at, state, node, token, attempt, started_at, ended_at, error
+//	FROM aegis_schedule_run WHERE state = 'running' AND expires_at < now();  -- stuck, awaiting the reaper
+type Store struct {
+	db      *sql.DB
+	dialect migrate.Dialect
+	q       runSQL
+}
+
+// NewStore returns the run table on db (PostgreSQL through pgx's stdlib
+// driver — stdlib.OpenDBFromPool for a pool — or SQLite opened like
+// sqlitelease.Open), applying its numbered migrations. A nil cfg means
+// defaults.
+func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("schedule: NewStore: db is nil")
+	}
+	var c StoreConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
+	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(c.Table, ".")
+	index := `"` + parts[len(parts)-1] + `_running"`
+	d, err := migrate.Detect(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: store: %w", err)
+	}
+	q := runPostgres
+	if d == migrate.SQLite {
+		q = runSQLite
+	}
+	ms := make([]migrate.Migration, len(q.migrations))
+	for i, m := range q.migrations {
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, table, index)}
+	}
+	if err := migrate.Apply(ctx, db, d, "schedule:"+c.Table, ms); err != nil {
+		return nil, fmt.Errorf("schedule: store: %w", err)
+	}
+	f := func(s string) string { return fmt.Sprintf(s, table) }
+	q = runSQL{
+		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish),
+		expired: f(q.expired), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
+	}
+	return &Store{db: db, dialect: d, q: q}, nil
+}
+
+// RunRecord is one row of the run table.
+type RunRecord struct {
+	Job     string
+	Fire    time.Time
+	Token   aegis.Token
+	Node    string
+	Attempt int
+	// State is running, succeeded, failed, skipped (overlap forbid),
+	// replaced (overlap replace) or abandoned (crashed MaxAttempts times,
+	// or a later tick had started).
+	State   string
+	Started time.Time
+	Ended   time.Time // zero while running
+	Error   string
+}
+
+// Runs returns the job's latest runs, newest first, at most limit.
+func (s *Store) Runs(ctx context.Context, job string, limit int) ([]RunRecord, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.list, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: runs of %q: %w", job, err)
+	}
+	defer rows.Close()
+	var out []RunRecord
+	for rows.Next() {
+		r := RunRecord{Job: job}
+		var fire, started, ended, token int64
+		if err := rows.Scan(&fire, &token, &r.Node, &r.Attempt, &r.State, &started, &ended, &r.Error); err != nil {
+			return nil, fmt.Errorf("schedule: runs of %q: %w", job, err)
+		}
+		r.Fire, r.Token, r.Started = time.UnixMilli(fire).UTC(), aegis.Token(token), time.UnixMilli(started).UTC()
+		if ended != 0 {
+			r.Ended = time.UnixMilli(ended).UTC()
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("schedule: runs of %q: %w", job, err)
+	}
+	return out, nil
+}
+
+// runToken is a tick's first token: its fire time in milliseconds times a
+// million, so a later tick's token is greater than an earlier tick's after
+// any number (below a million) of bumps by reclaims and replacements.
+func runToken(fire time.Time) aegis.Token { return aegis.Token(fire.UnixMilli()*1_000_000) + 1 }
+
+// claim inserts the tick's run row. won is false when another node has the
+// tick; state is "running", or "skipped" when forbid found a live run.
+func (s *Store) claim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, forbid bool) (token aegis.Token, state string, won bool, err error) {
+	var t int64
+	err = s.row(ctx, s.q.claim, []any{job, fire.UnixMilli(), int64(runToken(fire)), node, ttl.Milliseconds(), forbid}, &t, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	if err != nil {
+		return 0, "", false, fmt.Errorf("schedule: claim %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return aegis.Token(t), state, true, nil
+}
+
+// replace ends the job's running runs older than fire, bumping their
+// tokens.
+func (s *Store) replace(ctx context.Context, job string, fire time.Time) (int64, error) {
+	n, err := s.exec(ctx, s.q.replace, job, fire.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("schedule: replace runs of %q: %w", job, err)
+	}
+	return n, nil
+}
+
+// finish records the outcome of a run that still has its token; ErrLost
+// when it was reclaimed or replaced.
+func (s *Store) finish(ctx context.Context, job string, fire time.Time, token aegis.Token, state, errText string) error {
+	n, err := s.exec(ctx, s.q.finish, job, fire.UnixMilli(), int64(token), state, errText)
+	if err != nil {
+		return fmt.Errorf("schedule: finish %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	if n == 0 {
+		return aegis.ErrLost
+	}
+	return nil
+}
+
+// expired lists the fire times of the job's running rows past their expiry.
+func (s *Store) expired(ctx context.Context, job string) ([]time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.expired, job)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: expired runs of %q: %w", job, err)
+	}
+	defer rows.Close()
+	var out []time.Time
+	for rows.Next() {
+		var ms int64
+		if err := rows.Scan(&ms); err != nil {
+			return nil, err
+		}
+		out = append(out, time.UnixMilli(ms).UTC())
+	}
+	return out, rows.Err()
+}
+
+// reclaim takes over an expired run, bumping its token in the same
+// statement. ok is false when the run was not (or no longer) expired.
+func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, maxAttempts int) (token aegis.Token, state string, attempt int, ok bool, err error) {
+	var t int64
+	err = s.row(ctx, s.q.reclaim, []any{job, fire.UnixMilli(), node, ttl.Milliseconds(), maxAttempts}, &t, &state, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", 0, false, nil
+	}
+	if err != nil {
+		return 0, "", 0, false, fmt.Errorf("schedule: reclaim %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return aegis.Token(t), state, attempt, true, nil
+}
+
+// last returns the job's latest fire time in the table, or zero.
+func (s *Store) last(ctx context.Context, job string) (time.Time, error) {
+	var ms sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.last, job).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("schedule: last run of %q: %w", job, err)
+	}
+	if !ms.Valid {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(ms.Int64).UTC(), nil
+}
+
+// prune deletes the job's ended runs that fired before cutoff.
+func (s *Store) prune(ctx context.Context, job string, cutoff time.Time) error {
+	_, err := s.exec(ctx, s.q.prune, job, cutoff.UnixMilli())
+	return err
+}
+
+// exec runs a write statement and returns the rows it affected. On SQLite
+// it runs in BEGIN IMMEDIATE, which takes the write lock before reading:
+// an INSERT … SELECT that upgraded a read lock could fail with SQLITE_BUSY
+// instead of waiting.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(e execer) error {
+		res, err := e.ExecContext(ctx, stmt, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// row runs a write statement that returns at most one row.
+func (s *Store) row(ctx context.Context, stmt string, args []any, dest ...any) error {
+	return s.write(ctx, func(e execer) error {
+		return e.QueryRowContext(ctx, stmt, args...).Scan(dest...)
+	})
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) write(ctx context.Context, fn func(execer) error) (err error) {
+	if s.dialect != migrate.SQLite {
+		return fn(s.db)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if err = fn(conn); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if _, cerr := conn.ExecContext(ctx, "COMMIT"); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// runRow is a run row seen as a lease, so that aegis.Keep keeps it alive
+// (heartbeat every third of the TTL, context cancelled on loss or at the
+// local deadline). Release is a no-op: the run's finish records the
+// outcome.
+type runRow struct {
+	s    *Store
+	job  string
+	fire time.Time
+}
+
+func (r *runRow) TryAcquire(context.Context, string, time.Duration) (*aegis.Lease, error) {
+	return nil, errors.New("schedule: a run row is claimed, not acquired")
+}
+
+func (r *runRow) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
+	start := time.Now()
+	n, err := r.s.exec(ctx, r.s.q.heartbeat, r.job, r.fire.UnixMilli(), int64(l.Token), ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("schedule: heartbeat %q: %w", r.job, err)
+	}
+	if n == 0 {
+		return aegis.ErrLost
+	}
+	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(start, ttl)
+	return nil
+}
+
+func (r *runRow) Release(context.Context, *aegis.Lease) error { return nil }
