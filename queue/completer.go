@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/aegislab/aegis/internal/backoff"
@@ -55,6 +57,8 @@ func (k *completer) run() {
 // leases expire.
 func (k *completer) flush(batch []*run) {
 	c := k.c
+	// In id order: the rows are locked in a stable order, near each other.
+	slices.SortFunc(batch, func(a, b *run) int { return cmp.Compare(a.row.ID, b.row.ID) })
 	ids := make([]int64, len(batch))
 	tokens := make([]int64, len(batch))
 	for i, r := range batch {

@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/aegislab/aegis"
@@ -47,19 +49,22 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 	c.mu.Lock()
 	for _, r := range c.runs {
 		if ph := r.phase.Load(); ph == phaseWorking || ph == phasePending {
-			ids = append(ids, r.row.ID)
-			tokens = append(tokens, int64(r.row.Token))
 			runs = append(runs, r)
 		}
 	}
 	c.mu.Unlock()
+	slices.SortFunc(runs, func(a, b *run) int { return cmp.Compare(a.row.ID, b.row.ID) })
+	for _, r := range runs {
+		ids = append(ids, r.row.ID)
+		tokens = append(tokens, int64(r.row.Token))
+	}
 	if len(ids) == 0 {
 		return nil
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	renewed, err := c.sql.heartbeat(ctx, c.pool, ids, tokens)
+	renewed, busy, err := c.sql.heartbeat(ctx, c.pool, ids, tokens)
 	if err != nil {
 		return err
 	}
@@ -71,6 +76,9 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 				r.timer.Reset(deadline)
 			}
 			continue
+		}
+		if busy[j.ID] {
+			continue // locked by a statement that is finishing it, or taking it over: next round tells
 		}
 		// Not renewed: lost, unless the handler is done (a completion may
 		// have deleted the row since the claims were listed).

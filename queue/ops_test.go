@@ -410,7 +410,7 @@ func TestHeartbeatIsHOT(t *testing.T) {
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	for range 3 {
-		got, err := w.heartbeat(ctx, tx, []int64{id}, []int64{int64(j.Token)})
+		got, _, err := w.heartbeat(ctx, tx, []int64{id}, []int64{int64(j.Token)})
 		require.NoError(t, err)
 		require.True(t, got[id])
 	}

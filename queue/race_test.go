@@ -86,7 +86,8 @@ func TestRiverRace(t *testing.T) {
 	}{
 		{"heartbeat", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
 			ids, tokens := one(j.ID, j.Token)
-			got, err := s.heartbeat(ctx, p, ids, tokens)
+			got, busy, err := s.heartbeat(ctx, p, ids, tokens)
+			require.False(t, busy[j.ID])
 			return got[j.ID], err
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			require.Equal(t, 1, count(t, p, `SELECT count(*) FROM aegis_job WHERE id = $1 AND locked_until > now() + interval '50 seconds'`, b.ID))

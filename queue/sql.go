@@ -58,7 +58,8 @@ CREATE TABLE aegis_job (
 	unique_key   text,
 	created_at   timestamptz NOT NULL DEFAULT now(),
 	attempted_at timestamptz
-) WITH (fillfactor = 85, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+) WITH (fillfactor = 85, vacuum_truncate = false,
+        autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
         autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
         autovacuum_vacuum_cost_delay = 0);
 CREATE INDEX aegis_job_fetch ON aegis_job (queue, priority, run_at, id) WHERE state = 'available';
@@ -156,11 +157,29 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attemp
 // heartbeatSQL extends the leases of the jobs ($1 ids, $2 tokens) to
 // now() + $3 µs and returns the ids it extended; a missing id is a lost
 // lease. It changes only locked_until (a HOT update).
-const heartbeatSQL = `UPDATE aegis_job j
+//
+// It never waits for a row lock (SKIP LOCKED): a row locked by someone else
+// is being completed (this client's batch), or taken over (the reaper, a
+// cancel); it is not renewed this round, and stillHeldSQL tells which.
+// Waiting instead could deadlock with a batched completion locking the same
+// rows in another order.
+const heartbeatSQL = `WITH h AS (
+	SELECT j.id, j.token
+	FROM aegis_job j
+	JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+	  ON j.id = h.id AND j.token = h.token -- fence (the token implies state running)
+	FOR NO KEY UPDATE OF j SKIP LOCKED
+)
+UPDATE aegis_job j
 SET locked_until = now() + $3::bigint * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-WHERE j.id = h.id AND j.token = h.token -- fence (the token implies state running)
+FROM h
+WHERE j.id = h.id AND j.token = h.token -- fence
 RETURNING j.id`
+
+// stillHeldSQL returns which of the claims ($1 ids, $2 tokens) still match
+// their rows (a heartbeat that skipped them found them locked).
+const stillHeldSQL = `SELECT j.id FROM aegis_job j
+JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token) ON j.id = h.id AND j.token = h.token`
 
 // completeSQL finishes one job: it leaves the hot table.
 const completeSQL = `DELETE FROM aegis_job
@@ -402,5 +421,8 @@ const channelNameSQL = `SELECT ` + channelSQL
 // deadRowsSQL reads the statistics of the hot table: dead and live rows.
 const deadRowsSQL = `SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relid = 'aegis_job'::regclass`
 
-// vacuumSQL vacuums the hot table unless another vacuum runs on it.
-const vacuumSQL = `VACUUM (SKIP_LOCKED) aegis_job`
+// vacuumSQL vacuums the hot table unless another vacuum runs on it. It
+// does not truncate the table's empty tail: that takes an ACCESS EXCLUSIVE
+// lock (up to seconds on a busy table), which would stop every claim and
+// insert; a queue table's tail is refilled at once anyway.
+const vacuumSQL = `VACUUM (SKIP_LOCKED, TRUNCATE false) aegis_job`

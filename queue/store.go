@@ -20,6 +20,15 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// custom makes pgx plan a statement for its arguments every time (an
+// unnamed prepared statement) rather than reuse a cached one: PostgreSQL
+// switches a cached statement to a generic plan after five runs, and for
+// the statements that join id arrays or take a LIMIT the generic plan can
+// be a sequential scan of the hot table, planned while it was empty and
+// kept while it grows. A custom plan sees the array's length and the
+// table's size. Single-row statements by primary key keep the cache.
+const custom = pgx.QueryExecModeExec
+
 // statements runs the package's SQL. Every write after a claim is fenced
 // by the claim's token and reports whether it landed.
 type statements struct {
@@ -48,7 +57,7 @@ func newStatements(cfg Config) statements {
 
 // claim claims up to n available jobs of queue.
 func (s statements) claim(ctx context.Context, q querier, queue string, n int) ([]*JobRow, error) {
-	rows, err := q.Query(ctx, claimSQL, queue, n, s.lease, s.by)
+	rows, err := q.Query(ctx, claimSQL, custom, queue, n, s.lease, s.by)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", translate(err))
 	}
@@ -68,9 +77,21 @@ func (s statements) claim(ctx context.Context, q querier, queue string, n int) (
 }
 
 // heartbeat extends the leases of the claims (ids, tokens) and returns the
-// ids it extended.
-func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) (map[int64]bool, error) {
-	return s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
+// ids it extended, and, of the others, the ones whose rows were only
+// locked (still held, to be renewed next round); the rest are lost.
+func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) (renewed, busy map[int64]bool, err error) {
+	renewed, err = s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
+	if err != nil || len(renewed) == len(ids) {
+		return renewed, nil, err
+	}
+	var mids, mtokens []int64
+	for i, id := range ids {
+		if !renewed[id] {
+			mids, mtokens = append(mids, id), append(mtokens, tokens[i])
+		}
+	}
+	busy, err = s.ids(ctx, q, "heartbeat", stillHeldSQL, mids, mtokens)
+	return renewed, busy, err
 }
 
 // completeOne completes one claim; false means the fence rejected it.
@@ -89,7 +110,7 @@ func (s statements) completeBatch(ctx context.Context, q querier, ids, tokens []
 }
 
 func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tokens []int64, args ...any) (map[int64]bool, error) {
-	rows, err := q.Query(ctx, sql, append([]any{ids, tokens}, args...)...)
+	rows, err := q.Query(ctx, sql, append([]any{custom, ids, tokens}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, translate(err))
 	}
@@ -149,7 +170,7 @@ func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64
 // reap reclaims up to limit expired leases; it returns the jobs made
 // available again and the ones discarded (no attempts left).
 func (s statements) reap(ctx context.Context, q querier, limit int) (reclaimed []reaped, err error) {
-	rows, err := q.Query(ctx, reapSQL, limit)
+	rows, err := q.Query(ctx, reapSQL, custom, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reap: %w", translate(err))
 	}
@@ -176,7 +197,7 @@ type reaped struct {
 
 // promote makes up to limit due scheduled jobs available.
 func (s statements) promote(ctx context.Context, q querier, limit int) (int, error) {
-	rows, err := q.Query(ctx, promoteSQL, limit)
+	rows, err := q.Query(ctx, promoteSQL, custom, limit)
 	if err != nil {
 		return 0, fmt.Errorf("promote: %w", translate(err))
 	}

@@ -365,7 +365,9 @@ func (v *vacuums) WithGroup(string) slog.Handler                { return v }
 
 func (v *vacuums) Handle(_ context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelWarn {
-		fmt.Fprintln(os.Stderr, r.Level, r.Message)
+		var attrs []string
+		r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a.String()); return true })
+		fmt.Fprintln(os.Stderr, r.Level, r.Message, strings.Join(attrs, " "))
 	}
 	if r.Message != "queue: vacuumed the hot table" {
 		return nil
