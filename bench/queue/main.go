@@ -168,6 +168,8 @@ type soakResult struct {
 	Pass       bool      `json:"pass"`
 	Inserted   int64     `json:"inserted"`
 	Worked     int64     `json:"worked"`
+	PerCPU     []float64 `json:"jobs_per_cpu_second_windows"`
+	PerCPUDev  float64   `json:"jobs_per_cpu_second_max_deviation_pct"`
 	Enqueuers  int       `json:"enqueuers"`
 	BatchJobs  int       `json:"batch"`
 	BacklogCap int       `json:"backlog_cap"`
@@ -183,12 +185,18 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 	defer server.close()
 	vac := &vacuums{}
 	o.Logger = slog.New(vac)
+	var perCPU []float64
 	o.Progress = func(n int, jobs float64, backlog int64, app string) {
 		machine, self := cpu.sample()
 		pg := server.sample(app)
 		count, took := vac.take()
-		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%%; load %s; %d vacuums (%s)\n",
-			n+1, jobs, backlog, machine, self, pg, loadavg(), count, took.Round(time.Millisecond))
+		eff := 0.0
+		if self+pg > 0 {
+			eff = jobs / ((self + pg) / 100)
+		}
+		perCPU = append(perCPU, eff)
+		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%% (%5.0f jobs per CPU-second); load %s; %d vacuums (%s); hot table %s\n",
+			n+1, jobs, backlog, machine, self, pg, eff, loadavg(), count, took.Round(time.Millisecond), server.size(app))
 	}
 	res, err := queuebench.Steady(ctx, url, o)
 	if err != nil {
@@ -197,20 +205,13 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 	if len(res.Windows) == 0 {
 		return fmt.Errorf("the run was shorter than one window")
 	}
-	sorted := slices.Clone(res.Windows)
-	slices.Sort(sorted)
-	median := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	}
-	var dev float64
-	for _, w := range res.Windows {
-		dev = max(dev, abs(w-median)/median*100)
-	}
+	median, dev := medianDev(res.Windows)
+	sorted := slices.Sorted(slices.Values(res.Windows))
+	effMedian, effDev := medianDev(perCPU)
 	out := soakResult{
 		Workers: workers, Rate: rate, DurationS: duration.Seconds(), WindowS: window.Seconds(), Windows: res.Windows,
 		Median: median, MaxDevPct: float64(int64(dev*10+0.5)) / 10, WithinPct: 20, Pass: dev <= 20,
-		Inserted: res.Inserted, Worked: res.Worked, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
+		Inserted: res.Inserted, Worked: res.Worked, PerCPU: perCPU, PerCPUDev: float64(int64(effDev*10+0.5)) / 10, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
 	}
 	if asJSON {
 		return json.NewEncoder(os.Stdout).Encode(out)
@@ -218,7 +219,25 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 	fmt.Printf("steady run, %d workers, %s, %d windows of %s: median %.0f jobs/s, min %.0f, max %.0f, worst window %.1f%% from the median (target ±20%%: %s); %d inserted, %d worked\n",
 		workers, duration, len(res.Windows), window, median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
 		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], res.Inserted, res.Worked)
+	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
 	return nil
+}
+
+// medianDev returns the median of v and the largest distance of an
+// element from it, in % of it.
+func medianDev(v []float64) (median, devPct float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	median = s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	for _, x := range v {
+		devPct = max(devPct, abs(x-median)/median*100)
+	}
+	return median, devPct
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -309,6 +328,20 @@ func (s *serverCPU) close() {
 	if s.conn != nil {
 		_ = s.conn.Close(context.Background())
 	}
+}
+
+// size is the size of the run's hot table with its indexes.
+func (s *serverCPU) size(app string) string {
+	if s.conn == nil {
+		return "?"
+	}
+	var size string
+	err := s.conn.QueryRow(context.Background(),
+		`SELECT pg_size_pretty(pg_total_relation_size(format('%I.aegis_job', $1::text)::regclass))`, app).Scan(&size)
+	if err != nil {
+		return "?"
+	}
+	return size
 }
 
 // sample returns the backends' CPU since the last call, in % of one core.
