@@ -24,6 +24,17 @@ import "github.com/aegislab/aegis/internal/migrate"
 // locked_until is in no index, so a heartbeat, which changes only
 // locked_until, is a HOT update (fillfactor leaves room on the page).
 //
+// Plans must not depend on the table's statistics. A queue table is often
+// empty when VACUUM or ANALYZE samples it (reltuples = 0) and holds tens of
+// thousands of jobs a second later; a planner that believes it holds one
+// row joins an id list to it with a hash join over every row, or a nested
+// loop that rescans it per id (a claim of 100 jobs took 330 ms that way).
+// So every statement that touches a set of rows reaches them through the
+// primary key with "id = ANY(array)": the ids of an array argument, or of a
+// CTE turned into an array (ARRAY(SELECT id FROM cte)), which the planner
+// can only answer with an index scan of the primary key; the token is then
+// checked per row against a hashed list of (id, token) pairs.
+//
 // The fence is "id = $1 AND token = $2": a claim bumps the token and sets
 // state running, and every way out of running (completion, retry, snooze,
 // cancel, discard, reclaim, hand-back) bumps it again or removes the row,
@@ -149,8 +160,7 @@ SET state = 'running',
     locked_until = now() + $3::bigint * interval '1 microsecond',
     locked_by = $4,
     attempted_at = now()
-FROM next
-WHERE j.id = next.id
+WHERE j.id = ANY (ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attempt, j.max_attempts, j.token,
 	j.locked_by, j.errors, j.unique_key, j.created_at, j.attempted_at`
 
@@ -164,22 +174,21 @@ RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attemp
 // Waiting instead could deadlock with a batched completion locking the same
 // rows in another order.
 const heartbeatSQL = `WITH h AS (
-	SELECT j.id, j.token
-	FROM aegis_job j
-	JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-	  ON j.id = h.id AND j.token = h.token -- fence (the token implies state running)
-	FOR NO KEY UPDATE OF j SKIP LOCKED
+	SELECT id FROM aegis_job
+	WHERE id = ANY ($1::bigint[])
+	  AND (id, token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) -- fence (the token implies state running)
+	FOR NO KEY UPDATE SKIP LOCKED
 )
-UPDATE aegis_job j
+UPDATE aegis_job
 SET locked_until = now() + $3::bigint * interval '1 microsecond'
-FROM h
-WHERE j.id = h.id AND j.token = h.token -- fence
-RETURNING j.id`
+WHERE id = ANY (ARRAY(SELECT id FROM h))
+RETURNING id`
 
 // stillHeldSQL returns which of the claims ($1 ids, $2 tokens) still match
 // their rows (a heartbeat that skipped them found them locked).
-const stillHeldSQL = `SELECT j.id FROM aegis_job j
-JOIN unnest($1::bigint[], $2::bigint[]) AS h(id, token) ON j.id = h.id AND j.token = h.token`
+const stillHeldSQL = `SELECT id FROM aegis_job
+WHERE id = ANY ($1::bigint[])
+  AND (id, token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))`
 
 // completeSQL finishes one job: it leaves the hot table.
 const completeSQL = `DELETE FROM aegis_job
@@ -188,10 +197,10 @@ WHERE id = $1 AND token = $2 -- fence
 
 // completeManySQL is completeSQL for a batch ($1 ids, $2 tokens); it
 // returns the ids it completed, a missing id is a stale completion.
-const completeManySQL = `DELETE FROM aegis_job j
-USING unnest($1::bigint[], $2::bigint[]) AS c(id, token)
-WHERE j.id = c.id AND j.token = c.token -- fence (the token implies state running)
-RETURNING j.id`
+const completeManySQL = `DELETE FROM aegis_job
+WHERE id = ANY ($1::bigint[])
+  AND (id, token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) -- fence (the token implies state running)
+RETURNING id`
 
 // completeKeepSQL and completeKeepManySQL move the job to
 // aegis_job_finished instead, when completed jobs are kept.
@@ -208,10 +217,10 @@ SELECT id, queue, kind, args, priority, run_at, 'completed', attempt,
 	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, now()
 FROM gone`
 	completeKeepManySQL = `WITH gone AS (
-	DELETE FROM aegis_job j
-	USING unnest($1::bigint[], $2::bigint[]) AS c(id, token)
-	WHERE j.id = c.id AND j.token = c.token -- fence (the token implies state running)
-	RETURNING j.*
+	DELETE FROM aegis_job
+	WHERE id = ANY ($1::bigint[])
+	  AND (id, token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) -- fence (the token implies state running)
+	RETURNING *
 )
 INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
 	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
@@ -267,15 +276,15 @@ FROM gone`
 // handBackSQL gives the leases of jobs ($1 ids, $2 tokens) back at
 // shutdown: available again at once, token bumped, the error $3 appended.
 const handBackSQL = `WITH back AS (
-	UPDATE aegis_job j
+	UPDATE aegis_job
 	SET state = 'available', run_at = now(),
-	    token = j.token + 1,
+	    token = token + 1,
 	    locked_until = NULL, locked_by = NULL,
-	    errors = j.errors || jsonb_build_array(jsonb_build_object(
-		'attempt', j.attempt, 'token', j.token, 'at', now(), 'error', $3::text))
-	FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-	WHERE j.id = h.id AND j.token = h.token -- fence (the token implies state running)
-	RETURNING j.id, j.queue
+	    errors = errors || jsonb_build_array(jsonb_build_object(
+		'attempt', attempt, 'token', token, 'at', now(), 'error', $3::text))
+	WHERE id = ANY ($1::bigint[])
+	  AND (id, token) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[])) -- fence (the token implies state running)
+	RETURNING id, queue
 )
 SELECT id FROM back CROSS JOIN LATERAL (SELECT pg_notify(` + channelSQL + `, back.queue)) AS n`
 
@@ -300,15 +309,13 @@ const reapSQL = `WITH expired AS (
 	    locked_until = NULL, locked_by = NULL,
 	    errors = j.errors || jsonb_build_array(jsonb_build_object(
 		'attempt', j.attempt, 'token', j.token, 'at', now(), 'error', 'lease expired: reclaimed by the reaper'))
-	FROM expired
-	WHERE j.id = expired.id
+	WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
 	  AND j.state = 'running' AND j.locked_until < now() -- re-check expiry at write time
 	  AND j.attempt < j.max_attempts
 	RETURNING j.id, j.queue
 ), gone AS (
 	DELETE FROM aegis_job j
-	USING expired
-	WHERE j.id = expired.id
+	WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
 	  AND j.state = 'running' AND j.locked_until < now() -- re-check expiry at write time
 	  AND j.attempt >= j.max_attempts
 	RETURNING j.*
@@ -336,8 +343,7 @@ const promoteSQL = `WITH due AS (
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE aegis_job j SET state = 'available'
-FROM due
-WHERE j.id = due.id AND j.state = 'scheduled'
+WHERE j.id = ANY (ARRAY(SELECT id FROM due)) AND j.state = 'scheduled'
 RETURNING j.queue, pg_notify(` + channelSQL + `, j.queue) IS NULL`
 
 // nextScheduledSQL is how long until the next scheduled job is due, in µs

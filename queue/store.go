@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,6 +75,10 @@ func (s statements) claim(ctx context.Context, q querier, queue string, n int) (
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", translate(err))
 	}
+	// Start them in the claim's order.
+	slices.SortFunc(jobs, func(a, b *JobRow) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
+	})
 	return jobs, nil
 }
 
