@@ -1,7 +1,10 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,22 +52,24 @@ func TestPlansIgnoreStaleStatistics(t *testing.T) {
 	require.NoError(t, err)
 	ids, tokens := claims(jobs)
 	const most = 1000 // rows of aegis_job a statement on 100 jobs may read
-	for _, st := range []struct {
-		name string
-		sql  string
-		args []any
-	}{
-		{"claim", claimSQL, []any{DefaultQueue, 100, int64(6e7), "W"}},
-		{"heartbeat", heartbeatSQL, []any{ids, tokens, int64(6e7)}},
-		{"still held", stillHeldSQL, []any{ids, tokens}},
-		{"complete batch", completeManySQL, []any{ids, tokens}},
-		{"complete batch, kept", completeKeepManySQL, []any{ids[:50], tokens[:50]}},
-		{"hand back", handBackSQL, []any{ids[50:], tokens[50:], "test"}},
-		{"reap", reapSQL, []any{100}},
-		{"promote", promoteSQL, []any{100}},
-	} {
-		read := rowsRead(t, p, st.sql, st.args...)
-		require.LessOrEqual(t, read, float64(most), "%s read %.0f rows of aegis_job", st.name, read)
+	for _, generic := range []bool{false, true} {
+		for _, st := range []struct {
+			name string
+			sql  string
+			args []any
+		}{
+			{"claim", claimSQL, []any{DefaultQueue, 100, int64(6e7), "W"}},
+			{"heartbeat", heartbeatSQL, []any{ids, tokens, int64(6e7)}},
+			{"still held", stillHeldSQL, []any{ids, tokens}},
+			{"complete batch", completeManySQL, []any{ids, tokens}},
+			{"complete batch, kept", completeKeepManySQL, []any{ids[:50], tokens[:50]}},
+			{"hand back", handBackSQL, []any{ids[50:], tokens[50:], "test"}},
+			{"reap", reapSQL, []any{100}},
+			{"promote", promoteSQL, []any{100}},
+		} {
+			read := rowsRead(t, p, generic, st.sql, st.args...)
+			require.LessOrEqual(t, read, float64(most), "%s (generic plan: %v) read %.0f rows of aegis_job", st.name, generic, read)
+		}
 	}
 }
 
@@ -76,15 +81,34 @@ func claims(jobs []*JobRow) (ids, tokens []int64) {
 }
 
 // rowsRead runs sql under EXPLAIN ANALYZE, in a transaction that it rolls
-// back, and sums the rows the plan's scans of aegis_job returned.
-func rowsRead(t *testing.T, p *pgxpool.Pool, sql string, args ...any) float64 {
+// back, and sums the rows the plan's scans of aegis_job returned. With
+// generic, the statement is prepared and run with its generic plan (what a
+// cached statement gets after five runs); else it is planned for args.
+func rowsRead(t *testing.T, p *pgxpool.Pool, generic bool, sql string, args ...any) float64 {
 	t.Helper()
 	ctx := t.Context()
-	tx, err := p.Begin(ctx)
+	conn, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, append([]any{custom}, args...)...).Scan(&out))
+	if generic {
+		_, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "PREPARE plan_test AS "+sql)
+		require.NoError(t, err)
+		defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE plan_test")
+		params := make([]string, len(args))
+		for i, a := range args {
+			params[i] = literal(a)
+		}
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_test("+strings.Join(params, ", ")+")").Scan(&out)
+		require.NoError(t, err)
+	} else {
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, append([]any{custom}, args...)...).Scan(&out))
+	}
 	var plans []struct{ Plan map[string]any }
 	require.NoError(t, json.Unmarshal(out, &plans))
 	var sum func(n map[string]any) float64
@@ -101,4 +125,20 @@ func rowsRead(t *testing.T, p *pgxpool.Pool, sql string, args ...any) float64 {
 		return rows
 	}
 	return sum(plans[0].Plan)
+}
+
+// literal writes a test argument as SQL.
+func literal(a any) string {
+	switch v := a.(type) {
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case []int64:
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprint(x)
+		}
+		return "'{" + strings.Join(s, ",") + "}'"
+	default:
+		return fmt.Sprint(v)
+	}
 }

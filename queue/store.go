@@ -23,12 +23,13 @@ type querier interface {
 }
 
 // custom makes pgx plan a statement for its arguments every time (an
-// unnamed prepared statement) rather than reuse a cached one: PostgreSQL
-// switches a cached statement to a generic plan after five runs, and for
-// the statements that join id arrays or take a LIMIT the generic plan can
-// be a sequential scan of the hot table, planned while it was empty and
-// kept while it grows. A custom plan sees the array's length and the
-// table's size. Single-row statements by primary key keep the cache.
+// unnamed prepared statement) rather than reuse a cached one, whose plan
+// PostgreSQL makes generic after five runs. It is used for the statements
+// with a LIMIT (claim, reap, promote), where a generic plan has to guess
+// the limit. The statements on id arrays reach their rows through the
+// primary key whatever the plan (sql.go; TestPlansIgnoreStaleStatistics
+// checks both kinds of plan), so they keep pgx's statement cache, which
+// is faster.
 const custom = pgx.QueryExecModeExec
 
 // statements runs the package's SQL. Every write after a claim is fenced
@@ -116,7 +117,7 @@ func (s statements) completeBatch(ctx context.Context, q querier, ids, tokens []
 }
 
 func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tokens []int64, args ...any) (map[int64]bool, error) {
-	rows, err := q.Query(ctx, sql, append([]any{custom, ids, tokens}, args...)...)
+	rows, err := q.Query(ctx, sql, append([]any{ids, tokens}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, translate(err))
 	}
