@@ -458,3 +458,67 @@ func TestReaperDiscardsLastAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "the discarded job's old holder cannot complete it")
 }
+
+// TestReapersNeverFight: several reapers run at once over the same expired
+// leases; each job is reclaimed by exactly one of them, once, and its
+// token bumped once. A lease renewed before the reapers look is not
+// reclaimed.
+func TestReapersNeverFight(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	const n = 200
+	c, err := New(p, &Config{Logger: quiet(t)})
+	require.NoError(t, err)
+	params := make([]EnqueueParams, n+1)
+	for i := range params {
+		params[i] = EnqueueParams{Args: testArgs{N: i}}
+	}
+	_, err = c.EnqueueMany(ctx, params)
+	require.NoError(t, err)
+	jobs, err := worker("A", time.Millisecond, false).claim(ctx, p, DefaultQueue, n+1)
+	require.NoError(t, err)
+	require.Len(t, jobs, n+1)
+	eventually(t, "the leases expire", func() bool {
+		return count(t, p, `SELECT count(*) FROM aegis_job WHERE locked_until < now()`) == n+1
+	})
+	// The last job's holder renews its lease first: it is no longer expired.
+	kept := jobs[n]
+	renewed, _, err := worker("A", time.Minute, false).heartbeat(ctx, p, []int64{kept.ID}, []int64{int64(kept.Token)})
+	require.NoError(t, err)
+	require.True(t, renewed[kept.ID])
+
+	var reaped set
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			r := worker("reaper", time.Minute, false)
+			for range 50 {
+				got, err := r.reap(ctx, p, 13)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, x := range got {
+					reaped.add(x.id)
+				}
+				if len(got) == 0 && reaped.len() == n {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, n, reaped.len())
+	for _, j := range jobs[:n] {
+		require.Equal(t, 1, reaped.get(j.ID), "job %d", j.ID)
+		require.Equal(t, j.Token+1, stored(t, p, j.ID).Token, "job %d: one bump", j.ID)
+	}
+	require.Zero(t, reaped.get(kept.ID), "the renewed lease was not reclaimed")
+	require.Equal(t, StateRunning, stored(t, p, kept.ID).State)
+}
