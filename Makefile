@@ -39,7 +39,7 @@ bench-peers: services
 # short check).
 DURATION ?= 10m
 bench-queue: services
-	$(WITH_ENV) cd bench && $(GO) run ./queue -mode compare,latency
+	$(WITH_ENV) cd bench && $(GO) run ./queue -mode compare,latency -runs 3
 
 soak-queue: services
 	$(WITH_ENV) cd bench && $(GO) run ./queue -mode soak -duration $(DURATION)
