@@ -501,11 +501,6 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 	j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt})
 	j.s.wg.Go(func() {
 		defer close(a.done)
-		defer func() {
-			j.mu.Lock()
-			delete(j.running, a)
-			j.mu.Unlock()
-		}()
 		var (
 			jctx context.Context
 			held *aegis.Held
@@ -529,6 +524,11 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 		}
 		end(jobErr, held)
 		cancel(nil)
+		// Off the running set before Done is announced: a run reported
+		// done never makes a later tick an overlap.
+		j.mu.Lock()
+		delete(j.running, a)
+		j.mu.Unlock()
 		j.s.emit(Event{Kind: EventDone, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	})
 	return a.done

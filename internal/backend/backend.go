@@ -50,6 +50,8 @@ var openers = map[string]Opener{
 	"etcd":      openEtcd,
 	"memory":    openMemory,
 	"postgres":  openPostgres,
+	"redis":     openRedis,
+	"redlock":   openRedlock,
 	"sqlite":    openSQLite,
 	"zookeeper": openZooKeeper,
 }

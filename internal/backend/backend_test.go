@@ -29,3 +29,22 @@ func TestOpen(t *testing.T) {
 	_, _, err := backend.Open(t.Context(), "nope", s)
 	require.ErrorContains(t, err, `unknown backend "nope" (known: `)
 }
+
+func TestRedlockAddrs(t *testing.T) {
+	t.Parallel()
+	six := []string{"a:1", "b:2", "c:3", "d:4", "e:5", "f:6"}
+	tests := []struct {
+		in, want []string
+	}{
+		{six, six[1:]}, // the shared set: the first is the single-node one
+		{append(six, "g:7"), append(six, "g:7")[1:]},
+		{six[:5], six[:5]}, // five or fewer: all of them
+		{six[:3], six[:3]},
+		{[]string{"a:1", " b:2 ", "", "c:3"}, []string{"a:1", "b:2", "c:3"}},
+		{[]string{""}, nil},
+		{nil, nil},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, backend.RedlockAddrs(tt.in), "%q", tt.in)
+	}
+}

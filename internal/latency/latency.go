@@ -4,6 +4,7 @@ package latency
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,10 @@ func Run(ctx context.Context, goroutines int, d time.Duration, op func(g int) er
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if err := rec.Time(func() error { return op(g) }); err != nil {
-					if ctx.Err() == nil {
+					// A context error after the run's end is the end itself
+					// (an interrupted caller); any other error is reported,
+					// even from a call that outlasted the run.
+					if ctx.Err() == nil || !(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 						once.Do(func() { first = err; cancel() })
 					}
 					return

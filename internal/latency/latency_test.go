@@ -37,4 +37,12 @@ func TestRun(t *testing.T) {
 	boom := errors.New("boom")
 	_, err = Run(t.Context(), 2, time.Minute, func(int) error { return boom })
 	require.ErrorIs(t, err, boom, "the first error ends the run")
+
+	// A call that fails after the run's end still fails the run (a store
+	// that takes longer than the run to refuse must not yield a result).
+	_, err = Run(t.Context(), 1, time.Millisecond, func(int) error {
+		time.Sleep(20 * time.Millisecond)
+		return boom
+	})
+	require.ErrorIs(t, err, boom, "an error from a call that outlasted the run")
 }

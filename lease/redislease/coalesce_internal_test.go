@@ -1,0 +1,212 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/redisscript"
+	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/testenv"
+)
+
+func newTestLocker(t *testing.T) (*Locker, *redis.Client, string) {
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0]})
+	t.Cleanup(func() { _ = c.Close() })
+	prefix := "aegis-test:" + testenv.Key(t) + ":"
+	l, err := New(c, &Config{Prefix: prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l, c, prefix
+}
+
+// TestCoalescedCallsKeepExclusion: many goroutines of one Locker (so most
+// calls travel in shared pipelines) guard a read-modify-write with one key;
+// any overlap would lose an increment.
+func TestCoalescedCallsKeepExclusion(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	l, _, _ := newTestLocker(t)
+	const goroutines, rounds = 24, 15
+	var (
+		counter int64 // not atomic on purpose: the lease guards it
+		last    aegis.Token
+		mu      sync.Mutex // guards last only, to check token order
+		wg      sync.WaitGroup
+		errs    = make(chan error, goroutines)
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			own := fmt.Sprint("own-", g)
+			for range rounds {
+				// Calls on keys of its own, in the same pipelines.
+				lo, err := l.TryAcquire(ctx, own, time.Minute)
+				if err == nil {
+					err = l.Renew(ctx, lo, time.Minute)
+				}
+				if err == nil {
+					err = l.Release(ctx, lo)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				lease, err := aegis.Acquire(ctx, l, "shared", time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				v := counter
+				mu.Lock()
+				if lease.Token <= last {
+					mu.Unlock()
+					errs <- fmt.Errorf("token %d after %d", lease.Token, last)
+					return
+				}
+				last = lease.Token
+				mu.Unlock()
+				counter = v + 1
+				if err := l.Release(ctx, lease); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, goroutines*rounds, counter)
+}
+
+// TestAbandonedGrantsAreReleased: callers that give up (their context
+// ends) while their grant is queued or in flight leave nothing held: a
+// grant that lands after its caller left is released by the coalescer.
+func TestAbandonedGrantsAreReleased(t *testing.T) {
+	t.Parallel()
+	l, raw, prefix := newTestLocker(t)
+	ctx := t.Context()
+	var (
+		abandoned atomic.Int64
+		wg        sync.WaitGroup
+	)
+	const goroutines, rounds = 16, 60
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				key := fmt.Sprintf("k-%d-%d", g, i)
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(rand.N(300))*time.Microsecond)
+				lease, err := l.TryAcquire(cctx, key, time.Minute)
+				cancel()
+				switch {
+				case err == nil:
+					if err := l.Release(ctx, lease); err != nil {
+						t.Error(err)
+					}
+				case errors.Is(err, context.DeadlineExceeded):
+					abandoned.Add(1)
+				default:
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, l.Close(), "Close waits until the coalescer released what landed late")
+	t.Logf("%d of %d attempts gave up; %d grants landed after their caller left", abandoned.Load(), goroutines*rounds, l.co.undone.Load())
+	keys, err := raw.Keys(ctx, "{"+prefix+"k-*}").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "every abandoned grant was released")
+}
+
+// TestCloseWhileQueued: Close lets the queued calls finish, and later calls
+// run on their own.
+func TestCloseWhileQueued(t *testing.T) {
+	t.Parallel()
+	l, _, _ := newTestLocker(t)
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32*20)
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 20 {
+				lease, err := l.TryAcquire(ctx, fmt.Sprint(g, "/", i), time.Minute)
+				if err == nil {
+					err = l.Release(ctx, lease)
+				}
+				errs <- err
+			}
+		})
+	}
+	require.NoError(t, l.Close())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestRunAllFallsBackToEval: the calls of a pipeline that the server
+// refuses with NOSCRIPT are sent again by EVAL, and the replies stay in
+// order.
+func TestRunAllFallsBackToEval(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r, err := servers.StartRedis(ctx, filepath.Join(t.TempDir(), "redis"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Stop() })
+	raw := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { _ = raw.Close() })
+	lock := redisscript.LockFor("p:", "fallback")
+	calls := []redisscript.Call{
+		redisscript.AcquireCall(lock, "v", time.Minute),
+		redisscript.RenewCall(lock, "v", time.Minute),
+		redisscript.ReleaseCall(lock, "v"),
+		redisscript.AcquireCall(lock, "w", time.Minute),
+	}
+	cmds := redisscript.RunAll(ctx, raw, calls)
+	token, _, err := redisscript.AcquireReply(cmds[0])
+	require.NoError(t, err)
+	require.EqualValues(t, 1, token)
+	for _, cmd := range cmds[1:3] {
+		ok, err := redisscript.OK(cmd)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	token, _, err = redisscript.AcquireReply(cmds[3])
+	require.NoError(t, err)
+	require.EqualValues(t, 2, token, "in order: after the release")
+	stats := raw.Info(ctx, "commandstats").Val()
+	require.Contains(t, stats, "cmdstat_eval:calls=4,", "a fresh server: every call went again by EVAL")
+}
+
+// TestAcquireResentReturnsItsGrant: a grant whose reply was lost and whose
+// call is sent again (go-redis retries after network errors) returns the
+// same token, not "held"; another owner still gets "held".
+func TestAcquireResentReturnsItsGrant(t *testing.T) {
+	t.Parallel()
+	_, raw, prefix := newTestLocker(t)
+	ctx := t.Context()
+	lock := redisscript.LockFor(prefix, "resent")
+	first, _, err := redisscript.Acquire(ctx, raw, lock, "call-1", time.Minute)
+	require.NoError(t, err)
+	again, _, err := redisscript.Acquire(ctx, raw, lock, "call-1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	other, left, err := redisscript.Acquire(ctx, raw, lock, "call-2", time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, other, "held")
+	require.Greater(t, left, 50*time.Second)
+}

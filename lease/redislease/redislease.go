@@ -1,0 +1,359 @@
+// Package redislease is an aegis.Locker on one Redis primary (or a Sentinel
+// or Cluster deployment, through redis.UniversalClient), and the only Go
+// Redis lock that issues a fencing token.
+//
+// # How
+//
+// A grant is one Lua script, one round trip: SET {prefix key} owner NX PX
+// ttl, then INCR {prefix key}:fence, whose result is the token. Both keys
+// share a hash slot (the {…} hash tag); the fence key has no TTL, so the
+// token survives every release and expiry. Renew is a compare-and-PEXPIRE
+// and Release a compare-and-DEL (which also PUBLISHes on
+// {prefix key}:released), both comparing the grant's owner value: a random
+// 128-bit value from crypto/rand, unique to the grant, never logged nor put
+// into an error. Lease.Owner is that value, ':' and the token; a lease
+// whose token was changed is refused (ErrLost) without a request. Scripts
+// run by SHA, with one EVAL when the server lacks them (after a restart or
+// a failover). Expiry is the server's PX: no client clock decides it.
+//
+// Calls made at the same time through one Locker travel together: while
+// one is in flight, the others queue and go as one pipeline (one write and
+// one read on each side instead of one per call). Each call is still one
+// round trip and each script atomic; a lone call goes at once. A caller
+// whose context ends while its call is queued or in flight returns at
+// once, and a grant that lands after it left is released. A grant whose
+// reply was lost and that go-redis sends again (MaxRetries) returns its
+// own token rather than ErrHeld: the script recognizes its owner value. A
+// lone call whose context ends mid-flight on a client with
+// ContextTimeoutEnabled may still be granted by the server; that grant,
+// which nobody holds, expires with its TTL, as with every Redis lock.
+//
+// [aegis.Acquire] waits through [Locker.Notify]: a release wakes waiters in
+// about one round trip, and a holder's expiry wakes them just after it (a
+// failed attempt learns the remaining TTL). All waiters of a Locker share
+// one pub/sub connection, opened on the first wait and closed by
+// [Locker.Close].
+//
+// # Guarantees
+//
+// On one Redis primary that does not fail over and does not lose its data:
+// at most one live grant per key, and every grant's token is greater than
+// every earlier grant's. A holder paused past its TTL still believes it
+// holds; the fence (package fence) stops its writes.
+//
+// # What it does not guarantee
+//
+// Redis replication is asynchronous. A failover can promote a replica that
+// never received the last grants: a second client is then granted the key
+// while the first still holds it, and the counter goes back to the
+// replica's value, so tokens repeat. TestFailoverLosesTheLease shows it with
+// real servers: the replica is cut off after token 3, the lost primary
+// grants 4, 5 and 6 (held), and the promoted replica grants token 4 again
+// while the holder of 6 still runs. A fence that saw 6 then rejects the new,
+// legitimate holder until its counter passes 6; one that saw only the lost
+// 4 accepts both holders' writes, since a fence accepts a token equal to
+// the last (one holder writes several times). A restart without
+// persistence (no AOF with fsync) loses every lease and every counter:
+// tokens start at 1 again.
+//
+// Config.WaitReplicas narrows the window: after the grant, WAIT n t; if
+// fewer than n replicas acknowledge within t, the grant is released and
+// TryAcquire returns an error wrapping [ErrNotReplicated] that says how
+// many did. A failover to a replica that acknowledged keeps the lease (the
+// second client gets ErrHeld) and the counter (the next token is greater,
+// TestFailoverWithWaitKeepsTheLease). It does not close the window: WAIT
+// is not a consensus (Sentinel or Cluster may still promote a replica that
+// did not acknowledge), renewals are not waited for, and a replica with
+// the key may expire it on its own clock.
+//
+// Use it to save duplicate work, or with a fence kept in a store that does
+// not fail over with Redis; for correctness that must survive Redis
+// failures, use a consensus store (etcd, ZooKeeper) or PostgreSQL.
+//
+// # Least-privilege ACL
+//
+// A user that can do nothing but hold leases under the prefix "aegis:"
+// (the rules of [ACLRules]):
+//
+//	ACL SETUSER app on >secret resetkeys ~{aegis:* resetchannels &{aegis:* -@all
+//	    +evalsha +eval +set +get +incr +pttl +pexpire +del +publish
+//	    +subscribe +unsubscribe +ping +wait
+//
+// Keys and channels are "{" + prefix + key + "}" and the same with
+// ":fence" and ":released"; the commands are the scripts (and what they
+// call), the wake-ups' pub/sub and its health check, and WAIT (a client
+// with Options.ClientName also needs +client|setname). Without SCRIPT LOAD
+// the first call of each script on a server sends EVAL, which caches it. A
+// missing permission is an error that says so.
+package redislease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/redisnotify"
+	"github.com/aegislab/aegis/internal/redisscript"
+)
+
+var (
+	_ aegis.Locker   = (*Locker)(nil)
+	_ aegis.Notifier = (*Locker)(nil)
+)
+
+// ErrNotReplicated is wrapped by TryAcquire's error when Config.WaitReplicas
+// replicas did not acknowledge the grant within Config.WaitTimeout. The
+// grant was released.
+var ErrNotReplicated = errors.New("redislease: not enough replicas acknowledged the grant")
+
+// linger is how long a key's wake-up subscription outlives its last waiter.
+const linger = 2 * time.Second
+
+// cleanupTimeout bounds the release of a grant that WAIT did not confirm.
+const cleanupTimeout = 5 * time.Second
+
+// Config configures a Locker. The zero value is valid.
+type Config struct {
+	// Prefix is put before every key, inside the hash tag: key K is stored
+	// as "{" + Prefix + K + "}". It may not hold '{', '}' or NUL, and is at
+	// most 64 bytes. Default "aegis:".
+	Prefix string
+	// WaitReplicas, when positive, makes TryAcquire wait (WAIT) until that
+	// many replicas acknowledge the grant, or release it and fail with
+	// ErrNotReplicated. It needs a *redis.Client (standalone or Sentinel)
+	// or a *redis.ClusterClient. Default 0: no wait.
+	WaitReplicas int
+	// WaitTimeout bounds that wait. Default 100ms; ignored when
+	// WaitReplicas is 0.
+	WaitTimeout time.Duration
+}
+
+// Locker is a Redis lease table. It is safe for concurrent use. Close it
+// to stop its goroutines (wake-ups, coalescing); the client stays the
+// caller's.
+type Locker struct {
+	client       redis.UniversalClient
+	prefix       string
+	waitReplicas int
+	waitTimeout  time.Duration
+	co           *coalescer
+	hub          *redisnotify.Hub
+}
+
+// New returns a Locker on client. A nil cfg means defaults. It sends
+// nothing to the server.
+func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
+	if client == nil {
+		return nil, errors.New("redislease: client is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = cmp.Or(c.Prefix, redisscript.DefaultPrefix)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, 100*time.Millisecond)
+	if err := redisscript.CheckPrefix("Config.Prefix", c.Prefix); err != nil {
+		return nil, fmt.Errorf("redislease: %w", err)
+	}
+	switch {
+	case c.WaitReplicas < 0:
+		return nil, fmt.Errorf("redislease: Config.WaitReplicas %d is negative", c.WaitReplicas)
+	case c.WaitTimeout < 0:
+		return nil, fmt.Errorf("redislease: Config.WaitTimeout %s is negative", c.WaitTimeout)
+	}
+	if c.WaitReplicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("redislease: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", client)
+		}
+	}
+	return &Locker{
+		client:       client,
+		prefix:       c.Prefix,
+		waitReplicas: c.WaitReplicas,
+		waitTimeout:  c.WaitTimeout,
+		co:           newCoalescer(client),
+		hub: redisnotify.New(func() *redis.PubSub {
+			return client.Subscribe(context.Background())
+		}, linger),
+	}, nil
+}
+
+// TryAcquire grants key for ttl unless another owner's lease is live
+// (ErrHeld). One round trip (two with WaitReplicas). TTLs are rounded up to
+// whole milliseconds.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return nil, err
+	}
+	lock := redisscript.LockFor(l.prefix, key)
+	id := owner.New()
+	start := time.Now()
+	var (
+		token int64
+		left  time.Duration
+		err   error
+	)
+	if l.waitReplicas > 0 {
+		token, left, err = l.acquireReplicated(ctx, key, lock, id, ttl)
+	} else {
+		var cmd *redis.Cmd
+		if cmd, err = l.co.do(ctx, redisscript.AcquireCall(lock, id, ttl), grant{lock, id}); err == nil {
+			token, left, err = redisscript.AcquireReply(cmd)
+		}
+	}
+	if err != nil {
+		return nil, l.error("acquire", key, err)
+	}
+	if token == 0 {
+		l.hub.Expires(lock.Channel(), left)
+		return nil, aegis.ErrHeld
+	}
+	return &aegis.Lease{
+		Key:      key,
+		Token:    aegis.Token(token),
+		Owner:    redisscript.Owner(id, token),
+		TTL:      ttl,
+		Deadline: aegis.LocalDeadline(start, ttl),
+	}, nil
+}
+
+// acquireReplicated runs the grant and WAIT on one connection (WAIT counts
+// the replicas that acknowledged that connection's last write).
+func (l *Locker) acquireReplicated(ctx context.Context, key string, lock redisscript.Lock, id string, ttl time.Duration) (int64, time.Duration, error) {
+	var client *redis.Client
+	switch c := l.client.(type) {
+	case *redis.Client:
+		client = c
+	case *redis.ClusterClient:
+		var err error
+		if client, err = c.MasterForKey(ctx, string(lock)); err != nil {
+			return 0, 0, err
+		}
+	}
+	conn := client.Conn()
+	defer conn.Close()
+	token, left, err := redisscript.Acquire(ctx, conn, lock, id, ttl)
+	if err != nil || token == 0 {
+		return token, left, err
+	}
+	acked, err := conn.Wait(ctx, l.waitReplicas, l.waitTimeout).Result()
+	if err == nil && acked >= int64(l.waitReplicas) {
+		return token, 0, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, rerr := redisscript.Release(rctx, conn, lock, id)
+	if err != nil {
+		return 0, 0, errors.Join(fmt.Errorf("WAIT: %w", err), releaseErr(rerr))
+	}
+	return 0, 0, errors.Join(fmt.Errorf("WAIT: %d of %d replicas acknowledged within %s, so the grant was released: %w",
+		acked, l.waitReplicas, l.waitTimeout, ErrNotReplicated), releaseErr(rerr))
+}
+
+func releaseErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("releasing the unreplicated grant: %w (it expires with its TTL)", err)
+}
+
+// Renew extends lease to ttl from now (server time) if it still holds its
+// key; ErrLost otherwise. One round trip. Renewals are not waited for, even
+// with WaitReplicas.
+func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return err
+	}
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	start := time.Now()
+	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, ttl), grant{})
+	if err == nil {
+		ok, err = redisscript.OK(cmd)
+	}
+	if err != nil {
+		return l.error("renew", lease.Key, err)
+	}
+	if !ok {
+		return aegis.ErrLost
+	}
+	lease.TTL = ttl
+	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	return nil
+}
+
+// Release frees lease's key if lease still holds it, and wakes the key's
+// waiters; ErrLost otherwise, changing nothing. One round trip.
+func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value), grant{})
+	if err == nil {
+		ok, err = redisscript.OK(cmd)
+	}
+	if err != nil {
+		return l.error("release", lease.Key, err)
+	}
+	if !ok {
+		return aegis.ErrLost
+	}
+	return nil
+}
+
+// ACLRules returns the rules of a least-privilege Redis user for a Locker
+// with prefix: only the prefix's keys and channels, only the commands it
+// sends. Pass them to ACL SETUSER after the user's name, "on" and its
+// password.
+func ACLRules(prefix string) []string {
+	return redisscript.ACLRules(cmp.Or(prefix, redisscript.DefaultPrefix))
+}
+
+// Notify implements aegis.Notifier: the channel receives a value when key
+// is released through any Locker with the same prefix on the same Redis,
+// or when a lease this Locker saw held expires. It returns once the
+// server has confirmed the subscription.
+func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, nil, err
+	}
+	ch, stop, err := l.hub.Notify(ctx, redisscript.LockFor(l.prefix, key).Channel())
+	if err != nil {
+		return nil, nil, l.error("notify", key, err)
+	}
+	return ch, stop, nil
+}
+
+// Close closes the Locker's wake-up connection and stops the goroutine that
+// sends concurrent calls together, waiting for both. It does not close the
+// client, and does not release leases. Afterwards leases still work (each
+// call on its own), waiters fall back on polling, and Notify fails.
+func (l *Locker) Close() error {
+	l.co.close()
+	return l.hub.Close()
+}
+
+// error is the one place where the client's errors become this package's.
+func (l *Locker) error(op, key string, err error) error {
+	return fmt.Errorf("redislease: %w", redisscript.Translate(op, key, err))
+}

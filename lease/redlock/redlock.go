@@ -1,0 +1,425 @@
+// Package redlock is an aegis.Locker that runs the Redlock algorithm over N
+// independent Redis primaries, with a fencing token.
+//
+// # How
+//
+// An attempt sends the single-node grant of lease/redislease (one Lua
+// script: SET {prefix key} owner NX PX ttl, then INCR {prefix key}:fence)
+// to every node at once, each bounded by Config.NodeTimeout. It succeeds
+// when a majority (N/2+1) granted and time is left: validity = TTL −
+// elapsed − drift, where drift is aegis.Drift(ttl) (1% + 2 ms) and elapsed
+// runs from before the first request; the lease's Deadline is the end of
+// that validity. Otherwise the attempt deletes its grants on every node
+// (compare-and-delete) and fails: ErrHeld when some node had the key held
+// by another owner, an error wrapping [ErrNoQuorum] when nodes failed or
+// answered too late. TryAcquire is one attempt; [aegis.Acquire] retries
+// after random (jittered, growing) delays, which desynchronizes contenders
+// as Redlock prescribes. Renew and Release run compare-and-PEXPIRE and
+// compare-and-delete on every node; Renew succeeds when a majority
+// extended the lease within its validity.
+//
+// The token is the greatest of the counters of the nodes that granted.
+// Counters of different nodes drift apart (a failed attempt increments a
+// minority; a node restarts), so a later majority could otherwise produce a
+// smaller token than an earlier one. Before returning a lease, the attempt
+// therefore raises every granting node whose counter is below the token to
+// the token (a second round trip, only when the counters disagree). Any
+// later majority overlaps this one in a node whose grant came after ours
+// was deleted or expired, so its counter, and the next token, is greater.
+// Nodes hold different counters, so they compare only the owner value on
+// renew and release; the token is bound to the lease on the client side
+// (Lease.Owner carries it), and a lease whose token was altered is refused
+// (ErrLost) without a request.
+//
+// # What it is not
+//
+// Redlock is not a consensus system. Martin Kleppmann's critique ("How to
+// do distributed locking", 2016): its safety rests on timing assumptions
+// (bounded network delay, bounded process pauses, clocks that run at about
+// the same rate and never jump); a GC pause or a clock step after the
+// majority answered leaves a client that believes it holds the lock after
+// it expired on the nodes, and Redlock issues no fencing token to catch
+// that. Salvatore Sanfilippo (antirez)'s reply ("Is Redlock safe?"): the
+// algorithm only assumes clocks that advance at about the same rate, which
+// the drift term covers; pauses hurt every lease-based lock and are partly
+// caught by checking the time left after acquiring; and a store able to
+// check a token could as well check the random owner value. Whichever side
+// one takes, the rule here is the same: the data is protected by a
+// monotonic token that the store of record checks (package fence); Redlock
+// by itself only reduces how often two holders run.
+//
+// What the token does not promise: it increases only while the nodes keep
+// their counters. A node restarted without persistence comes back empty;
+// if a majority does (Redis with "save" off, or AOF without fsync always,
+// after a crash), a second client is granted the key while the first still
+// holds it, and its token comes from the restarted counters: lower than
+// the first holder's, or equal to it (TestMajorityRestartTwoHolders: the
+// first holds token 4, the second gets token 1).
+// The counters of different majorities then disagree until a grant raises
+// them. A minority restart keeps the lease and the order
+// (TestMinorityRestartKeepsOrder). Clock jumps on a node (an NTP step)
+// expire its keys early or late; pauses of the holder are the fence's job.
+//
+// Use it to save duplicate work across Redis node failures; protect data
+// with the fence, and prefer a consensus store (etcd, ZooKeeper) or
+// PostgreSQL when correctness must survive node restarts.
+//
+// Each node needs the same least-privilege ACL as lease/redislease (its
+// ACLRules; Redlock sends no WAIT and subscribes to nothing).
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/redisscript"
+)
+
+var _ aegis.Locker = (*Locker)(nil)
+
+// ErrNoQuorum is wrapped by the errors of attempts that failed because too
+// few nodes answered in time, with no node reporting the key held.
+var ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
+
+// cleanupTimeout bounds the deletion of a failed attempt's grants, which
+// runs even when the caller's context ended.
+const cleanupTimeout = 5 * time.Second
+
+// Config configures a Locker. The zero value is valid.
+type Config struct {
+	// Prefix is put before every key, inside the hash tag, as in
+	// lease/redislease. Default "aegis:".
+	Prefix string
+	// NodeTimeout bounds each request to one node; a node that answers
+	// later counts as failed for that call. Keep it well under the TTLs you
+	// use: validity shrinks by the time the slowest needed node takes.
+	// Default: 5% of the call's TTL (the lease's TTL for Release), between
+	// 10ms and 1s.
+	NodeTimeout time.Duration
+}
+
+// Locker runs Redlock over its nodes. It is safe for concurrent use. Close
+// waits for requests to slow nodes still running in the background; the
+// clients stay the caller's.
+type Locker struct {
+	nodes       []redis.UniversalClient
+	quorum      int
+	prefix      string
+	nodeTimeout time.Duration // 0: timeout(ttl)
+	// calls owns the per-node requests: an operation stops waiting for a
+	// node after NodeTimeout (go-redis honours context deadlines only with
+	// ContextTimeoutEnabled), and Close waits for those left running.
+	calls sync.WaitGroup
+}
+
+// New returns a Locker over nodes, independent Redis primaries (not
+// replicas of one another, not one Cluster). Five is the usual count; the
+// quorum is len(nodes)/2+1. A nil cfg means defaults. It sends nothing.
+func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("redlock: no nodes")
+	}
+	for i, n := range nodes {
+		if n == nil {
+			return nil, fmt.Errorf("redlock: node %d is nil", i)
+		}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Prefix = cmp.Or(c.Prefix, redisscript.DefaultPrefix)
+	if err := redisscript.CheckPrefix("Config.Prefix", c.Prefix); err != nil {
+		return nil, fmt.Errorf("redlock: %w", err)
+	}
+	if c.NodeTimeout < 0 {
+		return nil, fmt.Errorf("redlock: Config.NodeTimeout %s is negative", c.NodeTimeout)
+	}
+	return &Locker{
+		nodes:       append([]redis.UniversalClient(nil), nodes...),
+		quorum:      len(nodes)/2 + 1,
+		prefix:      c.Prefix,
+		nodeTimeout: c.NodeTimeout,
+	}, nil
+}
+
+// timeout is the per-node timeout of a call with ttl.
+func (l *Locker) timeout(ttl time.Duration) time.Duration {
+	if l.nodeTimeout > 0 {
+		return l.nodeTimeout
+	}
+	return min(max(ttl/20, 10*time.Millisecond), time.Second)
+}
+
+// Quorum is the number of nodes that must agree: len(nodes)/2+1.
+func (l *Locker) Quorum() int { return l.quorum }
+
+// TryAcquire makes one Redlock attempt (see the package doc): ErrHeld when
+// another owner holds the key on enough nodes to deny a majority, an error
+// wrapping ErrNoQuorum when nodes failed. A failed attempt leaves nothing
+// held. One parallel round trip, two when the nodes' counters disagree.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return nil, err
+	}
+	lock := redisscript.LockFor(l.prefix, key)
+	id := owner.New()
+	start := time.Now()
+	grants := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		token, _, err := redisscript.Acquire(ctx, c, lock, id, ttl)
+		return token, err
+	})
+	var (
+		granted, held int
+		token         int64
+	)
+	for _, g := range grants {
+		switch {
+		case g.err != nil:
+		case g.v > 0:
+			granted++
+			token = max(token, g.v)
+		default:
+			held++
+		}
+	}
+	err := l.tally(ctx, "acquire", key, grants, granted, held, aegis.ErrHeld)
+	if err == nil {
+		err = l.raise(ctx, key, ttl, lock, grants, token)
+	}
+	if err == nil {
+		if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
+			err = fmt.Errorf("redlock: acquire %q: a majority granted after %s, past the validity of a %s lease: %w",
+				key, elapsed.Round(time.Microsecond), ttl, ErrNoQuorum)
+		}
+	}
+	if err != nil {
+		l.undo(ctx, ttl, lock, id, grants)
+		return nil, err
+	}
+	return &aegis.Lease{
+		Key:      key,
+		Token:    aegis.Token(token),
+		Owner:    redisscript.Owner(id, token),
+		TTL:      ttl,
+		Deadline: aegis.LocalDeadline(start, ttl),
+	}, nil
+}
+
+// raise brings every granting node whose counter is below token up to it,
+// so that the next majority, which overlaps this one, counts past token.
+func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, lock redisscript.Lock, grants []reply, token int64) error {
+	lagging := make([]bool, len(grants))
+	var any bool
+	for i, g := range grants {
+		if g.err == nil && g.v > 0 && g.v < token {
+			lagging[i], any = true, true
+		}
+	}
+	if !any {
+		return nil
+	}
+	raised := l.eachOf(ctx, l.timeout(ttl), lagging, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		return redisscript.Raise(ctx, c, lock, token)
+	})
+	for i, r := range raised {
+		if lagging[i] && (r.err != nil || r.v < token) {
+			return fmt.Errorf("redlock: acquire %q: raising node %d's counter to the token: %w: %w", key, i, ErrNoQuorum, cmp.Or(r.err, errors.New("counter below token")))
+		}
+	}
+	return nil
+}
+
+// undo deletes a failed attempt's grants on every node that may hold one
+// (granted, or failed: its script may have run), even when ctx ended.
+func (l *Locker) undo(ctx context.Context, ttl time.Duration, lock redisscript.Lock, id string, grants []reply) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	which := make([]bool, len(grants))
+	for i, g := range grants {
+		which[i] = g.err != nil || g.v > 0
+	}
+	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Release(ctx, c, lock, id)
+		return b2i(ok), err
+	})
+}
+
+// Renew extends lease on every node that still holds it; it succeeds when
+// a majority did within the lease's validity. Otherwise it returns ErrLost
+// when some node no longer holds the lease (work under it must stop), and
+// an error wrapping ErrNoQuorum when nodes failed and none said so.
+func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	if err := aegis.CheckTTL(ttl, 0); err != nil {
+		return err
+	}
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	lock := redisscript.LockFor(l.prefix, lease.Key)
+	start := time.Now()
+	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Renew(ctx, c, lock, value, ttl)
+		return b2i(ok), err
+	})
+	if err := l.settle(ctx, "renew", lease.Key, rs); err != nil {
+		return err
+	}
+	if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
+		return fmt.Errorf("redlock: renew %q: a majority answered after %s, past the validity of a %s lease: %w", lease.Key, elapsed.Round(time.Microsecond), ttl, ErrNoQuorum)
+	}
+	lease.TTL = ttl
+	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	return nil
+}
+
+// Release deletes lease on every node that still holds it. It succeeds
+// when a majority did. Otherwise it returns ErrLost when some node no
+// longer held the lease (what was deleted are this lease's own leftovers
+// on a minority), and an error wrapping ErrNoQuorum when nodes failed and
+// none said so.
+func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
+	if err := aegis.CheckLease(lease); err != nil {
+		return err
+	}
+	value, ok := redisscript.Value(lease)
+	if !ok {
+		return aegis.ErrLost
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redlock: release %q: %w", lease.Key, err)
+	}
+	lock := redisscript.LockFor(l.prefix, lease.Key)
+	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
+		ok, err := redisscript.Release(ctx, c, lock, value)
+		return b2i(ok), err
+	})
+	return l.settle(ctx, "release", lease.Key, rs)
+}
+
+// settle decides a renew or release from the nodes' replies (1: done, 0:
+// not held).
+func (l *Locker) settle(ctx context.Context, op, key string, rs []reply) error {
+	var yes, no int
+	for _, r := range rs {
+		switch {
+		case r.err != nil:
+		case r.v == 1:
+			yes++
+		default:
+			no++
+		}
+	}
+	return l.tally(ctx, op, key, rs, yes, no, aegis.ErrLost)
+}
+
+// tally returns nil when yes reaches the quorum; otherwise refusal
+// (ErrHeld, ErrLost) when some node said no, so that a contender retries
+// and a holder stops even with a node down; otherwise an error wrapping
+// ErrNoQuorum that names the nodes' failures. The end of ctx wins over
+// both.
+func (l *Locker) tally(ctx context.Context, op, key string, rs []reply, yes, no int, refusal error) error {
+	if yes >= l.quorum {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redlock: %s %q: %w", op, key, err)
+	}
+	if no > 0 {
+		return refusal
+	}
+	var errs []error
+	for i, r := range rs {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, redisscript.Translate(op, key, r.err)))
+		}
+	}
+	return fmt.Errorf("redlock: %s %q: %d of %d nodes agreed, %d needed: %w: %w",
+		op, key, yes, len(rs), l.quorum, ErrNoQuorum, errors.Join(errs...))
+}
+
+// reply is one node's answer to one operation.
+type reply struct {
+	v   int64
+	err error
+}
+
+// each runs f on every node at once and returns their replies, in node
+// order; a node that does not answer within timeout gets a timeout error.
+// It returns early when ctx ends.
+func (l *Locker) each(ctx context.Context, timeout time.Duration, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+	return l.eachOf(ctx, timeout, nil, f)
+}
+
+// eachOf is each on the nodes i with which[i] (all when which is nil).
+func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+	type answer struct {
+		i int
+		reply
+	}
+	rs := make([]reply, len(l.nodes))
+	answers := make(chan answer, len(l.nodes))
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pending := 0
+	for i, c := range l.nodes {
+		if which != nil && !which[i] {
+			continue
+		}
+		pending++
+		rs[i].err = errNoAnswer
+		l.calls.Go(func() {
+			v, err := f(nctx, c)
+			answers <- answer{i, reply{v: v, err: err}}
+		})
+	}
+wait:
+	for ; pending > 0; pending-- {
+		select {
+		case a := <-answers:
+			rs[a.i] = a.reply
+		case <-nctx.Done():
+			break wait
+		}
+	}
+	// A node that timed out did not answer; its context error is not the
+	// caller's (tally reports the caller's own end separately).
+	for i := range rs {
+		if errors.Is(rs[i].err, errNoAnswer) || errors.Is(rs[i].err, context.DeadlineExceeded) && ctx.Err() == nil {
+			rs[i].err = fmt.Errorf("%w within %s", errNoAnswer, timeout)
+		}
+	}
+	return rs
+}
+
+var errNoAnswer = errors.New("no answer")
+
+// Close waits for requests to slow nodes that operations stopped waiting
+// for (each ends within the client's read timeout). It does not close the
+// clients. The Locker must not be used after Close.
+func (l *Locker) Close() error {
+	l.calls.Wait()
+	return nil
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
