@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,17 +30,17 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 	workers := fs.Int("workers", 100, "concurrent `workers` of the queue client")
 	sync := fs.Bool("sync", false, "complete each job in its own statement")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	url := fs.String("postgres-url", backend.FromEnv().PostgresURL, "PostgreSQL `URL` (AEGIS_POSTGRES_URL)")
+	// No default shown: the variable's URL may hold a password.
+	url := fs.String("postgres-url", "", "PostgreSQL `URL` (default: AEGIS_POSTGRES_URL, else the shared test server)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
+	*url = cmp.Or(*url, backend.FromEnv().PostgresURL)
 	switch {
 	case *jobs < 1 || *jobs > 10_000_000:
 		return usagef("--jobs %d: must be between 1 and 10000000", *jobs)
 	case *workers < 1 || *workers > 10000:
 		return usagef("--workers %d: must be between 1 and 10000", *workers)
-	case *url == "":
-		return usagef("--postgres-url is empty (or set AEGIS_POSTGRES_URL)")
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
