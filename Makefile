@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab invoice bench bench-peers bench-redis fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -43,6 +43,18 @@ bench-peers: services
 # The Redis locks' comparison table (docs/redis.md), subjects interleaved.
 bench-redis: services
 	$(WITH_ENV) cd bench && $(GO) run ./redis/compare -rounds 10 -round 1s -handoffs 300
+
+# The queue against River on the same server, in one run: burn-down of
+# 50,000 no-op jobs (River with its default and a 1 ms fetch cooldown) and
+# insert-to-start latency on an idle queue. Then the queue's steady soak:
+# enqueue and work at once, jobs/s per 10 s window (DURATION=1m for a
+# short check).
+DURATION ?= 10m
+bench-queue: services
+	$(WITH_ENV) cd bench && $(GO) run ./queue -mode compare,latency -runs 3
+
+soak-queue: services
+	$(WITH_ENV) cd bench && $(GO) run ./queue -mode soak -duration $(DURATION)
 
 fmt:
 	gofmt -w .

@@ -18,13 +18,14 @@ import (
 
 var benchCommand = command{
 	name:    "bench",
-	summary: "measure lease throughput and latency against real servers",
+	summary: "measure lease and queue throughput and latency against real servers",
 	run:     runBench,
 }
 
 // benchmarks are the subjects of aegis bench.
 var benchmarks = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 	"lease": runBenchLease,
+	"queue": runBenchQueue,
 }
 
 const benchLeaseUsage = `

@@ -1,0 +1,426 @@
+// Command queue compares the aegis queue with River (v0.51) on the same
+// PostgreSQL in one run, and runs the aegis queue's steady soak.
+//
+//	go run ./queue -mode compare [-jobs 50000] [-workers 100] [-runs 1]   # burn-down: aegis vs River (default and 1 ms fetch cooldown)
+//	go run ./queue -mode latency [-samples 300]                            # insert-to-start on an idle queue, aegis vs River
+//	go run ./queue -mode soak [-duration 10m] [-window 10s]                # aegis: enqueue and work at once, jobs/s per window
+//
+// The server is AEGIS_POSTGRES_URL (default: the shared test server of
+// scripts/services). Every run uses a schema of its own, dropped at the
+// end. Both systems get the same worker count and the same pool size
+// (queuebench.PoolSize). Every aegis completion is fenced (WHERE id AND
+// token); River's is not (WHERE state = 'running').
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aegislab/aegis/internal/backend"
+	"github.com/aegislab/aegis/internal/queuebench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "queue bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
+	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak")
+	jobs := fs.Int("jobs", 50000, "burn-down: no-op jobs")
+	workers := fs.Int("workers", 100, "workers of each client")
+	runs := fs.Int("runs", 1, "burn-down: rounds (aegis, River default, River 1ms, interleaved)")
+	samples := fs.Int("samples", 300, "latency: samples")
+	duration := fs.Duration("duration", 10*time.Minute, "soak: how long")
+	window := fs.Duration("window", 10*time.Second, "soak: throughput window")
+	rate := fs.Float64("rate", 0, "soak: offered load in jobs/s (0: as fast as the queue works, the backlog capped)")
+	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	url := backend.FromEnv().PostgresURL
+	for _, m := range strings.Split(*mode, ",") {
+		var err error
+		switch m {
+		case "compare":
+			err = compare(ctx, url, *jobs, *workers, *runs, *asJSON)
+		case "latency":
+			err = latency(ctx, url, *samples, *asJSON)
+		case "soak":
+			err = soak(ctx, url, *workers, *duration, *window, *rate, *asJSON)
+		default:
+			err = fmt.Errorf("unknown -mode %q (compare, latency, soak)", m)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type burnResult struct {
+	System string `json:"system"`
+	queuebench.Result
+}
+
+func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bool) error {
+	systems := []struct {
+		name string
+		run  func() (queuebench.Result, error)
+	}{
+		{"aegis (batched, fenced)", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{})
+		}},
+		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true})
+		}},
+		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0) }},
+		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond) }},
+	}
+	best := map[string]queuebench.Result{}
+	for r := range runs {
+		for _, s := range systems {
+			res, err := s.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			if asJSON {
+				if err := json.NewEncoder(os.Stdout).Encode(burnResult{s.name, res}); err != nil {
+					return err
+				}
+			} else {
+				fmt.Printf("round %d  %-32s %9.0f jobs/s  (insert %8.0f jobs/s)\n", r+1, s.name, res.JobsPerSec, res.InsertPerSec)
+			}
+			if res.JobsPerSec > best[s.name].JobsPerSec {
+				best[s.name] = res
+			}
+		}
+	}
+	if !asJSON {
+		a, r1 := best[systems[0].name], best[systems[3].name]
+		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f×, aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
+			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/best[systems[2].name].JobsPerSec,
+			best[systems[1].name].JobsPerSec/r1.JobsPerSec)
+	}
+	return nil
+}
+
+type latencyResult struct {
+	System  string  `json:"system"`
+	Samples int     `json:"samples"`
+	P50ms   float64 `json:"p50_ms"`
+	P99ms   float64 `json:"p99_ms"`
+}
+
+func latency(ctx context.Context, url string, samples int, asJSON bool) error {
+	const gap = 10 * time.Millisecond
+	systems := []struct {
+		name string
+		run  func() ([]time.Duration, error)
+	}{
+		{"aegis", func() ([]time.Duration, error) { return queuebench.Latency(ctx, url, samples, gap) }},
+		{"river (cooldown 100ms, default)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, 0) }},
+		{"river (cooldown 1ms)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, time.Millisecond) }},
+	}
+	for _, s := range systems {
+		d, err := s.run()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		res := latencyResult{System: s.name, Samples: len(d), P50ms: ms(percentile(d, 50)), P99ms: ms(percentile(d, 99))}
+		if asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+				return err
+			}
+		} else {
+			fmt.Printf("insert-to-start, idle queue, %-32s p50 %6.2f ms  p99 %6.2f ms  (%d samples)\n", s.name, res.P50ms, res.P99ms, res.Samples)
+		}
+	}
+	return nil
+}
+
+type soakResult struct {
+	Workers    int       `json:"workers"`
+	Rate       float64   `json:"offered_jobs_per_sec"`
+	DurationS  float64   `json:"duration_s"`
+	WindowS    float64   `json:"window_s"`
+	Windows    []float64 `json:"jobs_per_sec_windows"`
+	Median     float64   `json:"median_jobs_per_sec"`
+	MaxDevPct  float64   `json:"max_deviation_pct"`
+	WithinPct  float64   `json:"target_pct"`
+	Pass       bool      `json:"pass"`
+	Inserted   int64     `json:"inserted"`
+	Worked     int64     `json:"worked"`
+	PerCPU     []float64 `json:"jobs_per_cpu_second_windows"`
+	PerCPUDev  float64   `json:"jobs_per_cpu_second_max_deviation_pct"`
+	Enqueuers  int       `json:"enqueuers"`
+	BatchJobs  int       `json:"batch"`
+	BacklogCap int       `json:"backlog_cap"`
+}
+
+func soak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64, asJSON bool) error {
+	o := queuebench.SteadyOptions{
+		Workers: workers, Duration: duration, Window: window,
+		Enqueuers: 2, Batch: 100, Backlog: 20000, Rate: rate,
+	}
+	cpu := newCPU()
+	server := newServerCPU(ctx, url)
+	defer server.close()
+	vac := &vacuums{}
+	o.Logger = slog.New(vac)
+	var perCPU []float64
+	o.Progress = func(n int, jobs float64, backlog int64, app string) {
+		machine, self := cpu.sample()
+		pg := server.sample(app)
+		count, took := vac.take()
+		eff := 0.0
+		if self+pg > 0 {
+			eff = jobs / ((self + pg) / 100)
+		}
+		perCPU = append(perCPU, eff)
+		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%% (%5.0f jobs per CPU-second); load %s; %d vacuums (%s); hot table %s\n",
+			n+1, jobs, backlog, machine, self, pg, eff, loadavg(), count, took.Round(time.Millisecond), server.size(app))
+	}
+	res, err := queuebench.Steady(ctx, url, o)
+	if err != nil {
+		return err
+	}
+	if len(res.Windows) == 0 {
+		return fmt.Errorf("the run was shorter than one window")
+	}
+	median, dev := medianDev(res.Windows)
+	sorted := slices.Sorted(slices.Values(res.Windows))
+	effMedian, effDev := medianDev(perCPU)
+	out := soakResult{
+		Workers: workers, Rate: rate, DurationS: duration.Seconds(), WindowS: window.Seconds(), Windows: res.Windows,
+		Median: median, MaxDevPct: float64(int64(dev*10+0.5)) / 10, WithinPct: 20, Pass: dev <= 20,
+		Inserted: res.Inserted, Worked: res.Worked, PerCPU: perCPU, PerCPUDev: float64(int64(effDev*10+0.5)) / 10, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(out)
+	}
+	fmt.Printf("steady run, %d workers, %s, %d windows of %s: median %.0f jobs/s, min %.0f, max %.0f, worst window %.1f%% from the median (target ±20%%: %s); %d inserted, %d worked\n",
+		workers, duration, len(res.Windows), window, median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
+		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], res.Inserted, res.Worked)
+	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
+	return nil
+}
+
+// medianDev returns the median of v and the largest distance of an
+// element from it, in % of it.
+func medianDev(v []float64) (median, devPct float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	median = s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	for _, x := range v {
+		devPct = max(devPct, abs(x-median)/median*100)
+	}
+	return median, devPct
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
+
+// cpu samples the machine's busy share (/proc/stat) and this process's CPU
+// time between calls, to tell a slow window caused by other load on the
+// machine from one caused by the queue.
+type cpu struct {
+	busy, total uint64
+	self        time.Duration
+	at          time.Time
+}
+
+func newCPU() *cpu {
+	c := &cpu{}
+	c.sample()
+	return c
+}
+
+func (c *cpu) sample() (machinePct, selfPct float64) {
+	var busy, total uint64
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			var v uint64
+			fmt.Sscan(f, &v)
+			total += v
+			if i != 3 && i != 4 { // idle, iowait
+				busy += v
+			}
+		}
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	now := time.Now()
+	if total > c.total {
+		machinePct = float64(busy-c.busy) / float64(total-c.total) * 100
+	}
+	if !c.at.IsZero() {
+		selfPct = float64(self-c.self) / float64(now.Sub(c.at)) * 100
+	}
+	c.busy, c.total, c.self, c.at = busy, total, self, now
+	return machinePct, selfPct
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return "?"
+	}
+	return f[0]
+}
+
+// serverCPU samples the CPU time of the PostgreSQL backends serving one
+// run (found by application_name), from /proc: the server runs on this
+// machine.
+type serverCPU struct {
+	conn *pgx.Conn
+	last map[int]uint64 // pid → utime+stime in clock ticks
+	at   time.Time
+}
+
+func newServerCPU(ctx context.Context, url string) *serverCPU {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return &serverCPU{}
+	}
+	return &serverCPU{conn: conn, last: map[int]uint64{}, at: time.Now()}
+}
+
+func (s *serverCPU) close() {
+	if s.conn != nil {
+		_ = s.conn.Close(context.Background())
+	}
+}
+
+// size is the size of the run's hot table with its indexes.
+func (s *serverCPU) size(app string) string {
+	if s.conn == nil {
+		return "?"
+	}
+	var size string
+	err := s.conn.QueryRow(context.Background(),
+		`SELECT pg_size_pretty(pg_total_relation_size(format('%I.aegis_job', $1::text)::regclass))`, app).Scan(&size)
+	if err != nil {
+		return "?"
+	}
+	return size
+}
+
+// sample returns the backends' CPU since the last call, in % of one core.
+func (s *serverCPU) sample(app string) float64 {
+	if s.conn == nil {
+		return 0
+	}
+	rows, err := s.conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var delta uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		var ut, st uint64
+		fmt.Sscan(f[11], &ut)
+		fmt.Sscan(f[12], &st)
+		now := ut + st
+		if prev, ok := s.last[int(pid)]; ok {
+			delta += now - prev
+		} else {
+			delta += now // a new backend: all of its time is recent
+		}
+		s.last[int(pid)] = now
+	}
+	elapsed := time.Since(s.at)
+	s.at = time.Now()
+	return float64(delta) / 100 / elapsed.Seconds() * 100 // USER_HZ = 100
+}
+
+// vacuums is a slog handler that counts the queue's VACUUMs of its hot
+// table and their time.
+type vacuums struct {
+	mu    sync.Mutex
+	count int
+	took  time.Duration
+}
+
+func (v *vacuums) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelDebug }
+func (v *vacuums) WithAttrs([]slog.Attr) slog.Handler           { return v }
+func (v *vacuums) WithGroup(string) slog.Handler                { return v }
+
+func (v *vacuums) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		var attrs []string
+		r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a.String()); return true })
+		fmt.Fprintln(os.Stderr, r.Level, r.Message, strings.Join(attrs, " "))
+	}
+	if r.Message != "queue: vacuumed the hot table" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "took" {
+			v.mu.Lock()
+			v.count++
+			v.took += a.Value.Duration()
+			v.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (v *vacuums) take() (int, time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, t := v.count, v.took
+	v.count, v.took = 0, 0
+	return c, t
+}

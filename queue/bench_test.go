@@ -1,0 +1,88 @@
+package queue
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/latency"
+	"github.com/aegislab/aegis/internal/testenv"
+)
+
+// benchPool is a pool of queuebench's size on a schema of its own.
+func benchPool(b *testing.B) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(b))
+	require.NoError(b, err)
+	cfg.MaxConns = 16
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(b, err)
+	b.Cleanup(p.Close)
+	require.NoError(b, Migrate(b.Context(), p))
+	return p
+}
+
+// BenchmarkBurnDown works b.N no-op jobs enqueued beforehand with 100
+// workers, every completion fenced (batched, then synchronous).
+func BenchmarkBurnDown(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "batched", true: "sync"}[sync], func(b *testing.B) {
+			p := benchPool(b)
+			ctx := b.Context()
+			var handled atomic.Int64
+			c := client(b, p, &Config{
+				Queues:       map[string]QueueConfig{DefaultQueue: {MaxWorkers: 100}},
+				Workers:      workers(func(context.Context, *Job[testArgs]) error { handled.Add(1); return nil }),
+				SyncComplete: sync,
+			})
+			params := make([]EnqueueParams, b.N)
+			for i := range params {
+				params[i] = EnqueueParams{Args: testArgs{N: i}}
+			}
+			_, err := c.EnqueueMany(ctx, params)
+			require.NoError(b, err)
+			b.ResetTimer()
+			start := time.Now()
+			require.NoError(b, c.Start(ctx))
+			for count(b, p, `SELECT count(*) FROM aegis_job`) > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+		})
+	}
+}
+
+// BenchmarkEnqueue inserts one job per operation from 16 goroutines.
+func BenchmarkEnqueue(b *testing.B) {
+	p := benchPool(b)
+	c := client(b, p, nil)
+	latency.Bench(b, 16, func(int) error {
+		_, err := c.Enqueue(b.Context(), testArgs{N: 1}, nil)
+		return err
+	})
+}
+
+// BenchmarkInsertToStart is the latency from before Enqueue to the start
+// of the job's handler, on an idle queue.
+func BenchmarkInsertToStart(b *testing.B) {
+	p := benchPool(b)
+	ctx := b.Context()
+	started := make(chan time.Time, 1)
+	c := client(b, p, &Config{
+		Queues:  map[string]QueueConfig{DefaultQueue: {MaxWorkers: 10}},
+		Workers: workers(func(context.Context, *Job[testArgs]) error { started <- time.Now(); return nil }),
+	})
+	require.NoError(b, c.Start(ctx))
+	var rec latency.Recorder
+	b.ResetTimer()
+	for b.Loop() {
+		at := time.Now()
+		_, err := c.Enqueue(ctx, testArgs{}, nil)
+		require.NoError(b, err)
+		rec.Add((<-started).Sub(at))
+	}
+	rec.Report(b)
+}

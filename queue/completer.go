@@ -1,0 +1,98 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/aegislab/aegis/internal/backoff"
+)
+
+// completer writes completions in batches: it takes every completion
+// queued while the previous batch was being written (up to CompleteBatch)
+// and writes them in one statement, each row fenced by its claim's token.
+// An idle client writes a completion at once; a busy one writes large
+// batches. Jobs keep their heartbeats until their completion is written.
+type completer struct {
+	c  *Client
+	in chan *run
+}
+
+func newCompleter(c *Client, buffer int) *completer {
+	return &completer{c: c, in: make(chan *run, buffer)}
+}
+
+// add queues a completion; it blocks while the buffer is full, which holds
+// the job's worker slot and so slows claiming down.
+func (k *completer) add(r *run) { k.in <- r }
+
+// close ends run after the queued completions are written. No add may
+// follow.
+func (k *completer) close() { close(k.in) }
+
+func (k *completer) run() {
+	max := k.c.cfg.CompleteBatch
+	batch := make([]*run, 0, max)
+	for r := range k.in {
+		batch = append(batch[:0], r)
+	drain:
+		for len(batch) < max {
+			select {
+			case r, ok := <-k.in:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		k.flush(batch)
+	}
+}
+
+// flush writes one batch, retrying on errors for a while; it gives up when
+// the database stays unreachable, and the jobs run again after their
+// leases expire.
+func (k *completer) flush(batch []*run) {
+	c := k.c
+	// In id order: the rows are locked in a stable order, near each other.
+	slices.SortFunc(batch, func(a, b *run) int { return cmp.Compare(a.row.ID, b.row.ID) })
+	ids := make([]int64, len(batch))
+	tokens := make([]int64, len(batch))
+	for i, r := range batch {
+		ids[i], tokens[i] = r.row.ID, int64(r.row.Token)
+	}
+	retry := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+	var done map[int64]bool
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		var err error
+		done, err = c.sql.completeBatch(ctx, c.pool, ids, tokens)
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			c.log.Error("queue: completions not written; the jobs run again when their leases expire", "jobs", len(batch), "err", err)
+			for _, r := range batch {
+				c.forget(r)
+			}
+			return
+		}
+		c.log.Warn("queue: write completions; retrying", "jobs", len(batch), "err", err)
+		time.Sleep(retry.Delay(attempt))
+	}
+	for _, r := range batch {
+		j := r.row
+		if done[j.ID] {
+			c.metrics.completed(j.Queue).Inc()
+		} else {
+			c.metrics.stale(j.Queue, "complete").Inc()
+			c.log.Warn("queue: stale write rejected: the job's lease was lost (its token is no longer the job's)",
+				"op", "complete", "job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token)
+		}
+		c.forget(r)
+	}
+}

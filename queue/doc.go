@@ -1,0 +1,79 @@
+// Package queue is a job queue on PostgreSQL whose every write after a
+// claim is fenced by a token, so a worker that lost its job to another
+// cannot finish, fail, snooze or extend it.
+//
+// A job is a row. A claim is one statement: FOR UPDATE SKIP LOCKED picks up
+// to n available jobs of a queue, and the UPDATE around it marks them
+// running, bumps each one's token, sets its lease (locked_until, database
+// time) and counts the attempt. Every later write — heartbeat, complete,
+// retry, snooze, cancel, discard — is one statement with
+// "WHERE id = $1 AND token = $2" (or the same predicate over arrays, for
+// batches). When it affects no row the lease is lost: the handler's
+// context is cancelled (aegis.ErrLost) and nothing is written. The reaper
+// makes a job whose lease expired available again in one statement that
+// bumps its token and re-checks the expiry at write time; so the old
+// holder, if it was only paused, writes nothing when it wakes. The token
+// never decreases; the attempt count is separate.
+//
+// Peers such as River complete a job with a predicate on its state alone
+// ("state = 'running'"): after a rescue hands the job to a second worker,
+// the first one's late completion still lands. Here it is rejected.
+//
+//	workers := queue.NewWorkers()
+//	queue.AddWorker(workers, queue.WorkFunc[SendEmail](func(ctx context.Context, job *queue.Job[SendEmail]) error {
+//		return send(ctx, job.Args.To, job.Token) // fence your own side effects with job.Token
+//	}))
+//	if err := queue.Migrate(ctx, pool); err != nil { … }
+//	c, err := queue.New(pool, &queue.Config{Queues: map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: 50}}, Workers: workers})
+//	err = c.Start(ctx)
+//	_, err = c.Enqueue(ctx, SendEmail{To: "a@example.com"}, nil)
+//	…
+//	err = c.Stop(ctx) // graceful until ctx ends, then leases handed back
+//
+// # Guarantees
+//
+//   - A job is run by at most one holder at a time as far as the database
+//     is concerned: every write of a holder whose claim was superseded
+//     (reaped, cancelled, handed back) is rejected, in the same statement.
+//   - A job that completes is never reclaimed: completion deletes the row
+//     (or moves it), and the reaper only touches running rows whose lease
+//     expired, re-checked at write time.
+//   - CompleteTx commits a handler's business write and the job's
+//     completion together, or neither.
+//   - EnqueueTx enqueues (and notifies) only if the caller's transaction
+//     commits. A unique key admits one live job, also under concurrent
+//     enqueues.
+//
+// # What it does not guarantee
+//
+//   - Exactly-once execution. A job runs at least once; a worker that
+//     crashes, or is paused past its lease, after its side effects but
+//     before its completion, has its job run again. Make handlers
+//     idempotent, or fence their side effects with job.Token (package
+//     fence), or write them with CompleteTx.
+//   - That a paused handler stops. Its context is cancelled when its lease
+//     is lost or its local deadline passes, but a process that is stopped
+//     does not see that; only the fence stops its writes. Side effects
+//     outside the database (an e-mail) need idempotency at the receiver.
+//   - Anything across a failover to an asynchronous replica: the last
+//     claims, completions and token bumps can be lost with it.
+//
+// # Throughput
+//
+// Claims are sized to the free worker slots and run back to back while a
+// queue has a backlog; completions are written in batches (one statement
+// for every completion that came in while the previous batch was written,
+// each row fenced by id and token) unless Config.SyncComplete is set.
+// Finished jobs leave the hot table, so the claim index holds only live
+// jobs; heartbeats change only locked_until, which no index contains, so
+// they are HOT updates.
+//
+// # Operations
+//
+// Stop stops claiming, waits for running jobs until its context ends, then
+// hands their leases back with a bumped token. Pause and Resume stop and
+// restart claiming of a queue across all clients. DeadJobs and RetryDead
+// inspect and revive cancelled and discarded jobs. Metrics go to
+// Config.Registerer (see the metrics listed in metrics.go), logs to
+// Config.Logger.
+package queue

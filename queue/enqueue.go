@@ -1,0 +1,299 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnqueueOpts are the options of one job. A nil *EnqueueOpts means
+// defaults.
+type EnqueueOpts struct {
+	// Queue is the job's queue. Default DefaultQueue.
+	Queue string
+	// Priority orders the available jobs of a queue: lower runs first.
+	// 0 (the default) to MaxPriority.
+	Priority int
+	// RunAt makes the job due at this time (not before). Default: now.
+	RunAt time.Time
+	// Delay makes the job due Delay after now, database time. Not with
+	// RunAt; must not be negative.
+	Delay time.Duration
+	// MaxAttempts is how often the job is tried before it is discarded.
+	// Default Config.MaxAttempts.
+	MaxAttempts int
+	// UniqueKey, when set, makes the job unique among live jobs (available,
+	// scheduled or running): enqueuing a job whose key a live job holds
+	// returns that job, with Enqueued.Duplicate set, and inserts nothing,
+	// also when the two enqueues race. Once the job is finished the key is
+	// free again; for "at most once ever" (a cron tick), insert the key
+	// into a table of your own with a unique constraint in the transaction
+	// of EnqueueTx. At most MaxUniqueKeyLen bytes.
+	UniqueKey string
+}
+
+// EnqueueParams is one job of EnqueueMany.
+type EnqueueParams struct {
+	Args Args
+	Opts *EnqueueOpts
+}
+
+// Enqueued is the result of Enqueue.
+type Enqueued struct {
+	// Job is the job inserted or, for a duplicate unique key, the live job
+	// that holds the key.
+	Job *JobRow
+	// Duplicate is true when a live job held the unique key and nothing
+	// was inserted.
+	Duplicate bool
+}
+
+// insert is one checked job.
+type insert struct {
+	queue, kind, uniqueKey string
+	args                   json.RawMessage
+	priority               int16
+	runAt                  *time.Time
+	delay                  time.Duration
+	maxAttempts            int
+}
+
+// Enqueue inserts a job in a transaction of its own; a job that is due now
+// wakes the queue's idle workers (NOTIFY) when it commits.
+//
+// Errors name what is wrong with the input: nil args, an invalid kind or
+// one without a worker (see Config.AllowUnknownKinds), args that are not
+// JSON-marshalable, an invalid queue name, a priority outside 0 to
+// MaxPriority, a negative Delay, both RunAt and Delay, a negative
+// MaxAttempts, an invalid UniqueKey. Nothing is written then.
+func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*Enqueued, error) {
+	in, err := c.check(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.insertOne(ctx, c.pool, in)
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction: the job exists,
+// and its notification is sent, only if tx commits. A rolled-back tx
+// enqueues nothing.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *EnqueueOpts) (*Enqueued, error) {
+	if tx == nil {
+		return nil, errors.New("queue: EnqueueTx: tx is nil")
+	}
+	in, err := c.check(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.insertOne(ctx, tx, in)
+}
+
+// EnqueueMany inserts jobs in one transaction: the ones without a unique
+// key with one COPY, the others one by one like Enqueue. It returns the
+// jobs' ids in the order of jobs (for a duplicate unique key, the id of
+// the live job that holds it). One invalid job fails the whole call, and
+// nothing is written.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]int64, error) {
+	var ids []int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = c.EnqueueManyTx(ctx, tx, jobs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// EnqueueManyTx is EnqueueMany inside the caller's transaction.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueueParams) ([]int64, error) {
+	if tx == nil {
+		return nil, errors.New("queue: EnqueueManyTx: tx is nil")
+	}
+	ins := make([]insert, len(jobs))
+	copied := 0
+	for i, p := range jobs {
+		in, err := c.check(p.Args, p.Opts)
+		if err != nil {
+			return nil, invalid("EnqueueMany: job %d: %s", i, err.(*inputError).msg)
+		}
+		ins[i] = in
+		if in.uniqueKey == "" {
+			copied++
+		}
+	}
+	ids := make([]int64, len(jobs))
+	if copied > 0 {
+		if err := c.copyJobs(ctx, tx, ins, ids, copied); err != nil {
+			return nil, err
+		}
+	}
+	for i, in := range ins {
+		if in.uniqueKey == "" {
+			continue
+		}
+		res, err := c.insertOne(ctx, tx, in)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = res.Job.ID
+	}
+	return ids, nil
+}
+
+// copyJobs inserts the jobs of ins without a unique key with COPY, and
+// sets their ids.
+func (c *Client) copyJobs(ctx context.Context, tx pgx.Tx, ins []insert, ids []int64, n int) error {
+	rows, err := tx.Query(ctx, idsSQL, n)
+	if err != nil {
+		return fmt.Errorf("queue: EnqueueMany: %w", translate(err))
+	}
+	reserved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("queue: EnqueueMany: %w", translate(err))
+	}
+	now := time.Now()
+	var wake []string
+	data := make([][]any, 0, n)
+	k := 0
+	for i, in := range ins {
+		if in.uniqueKey != "" {
+			continue
+		}
+		ids[i] = reserved[k]
+		k++
+		// COPY cannot compute run_at in the database: a delay counts from
+		// this client's clock. Scheduled jobs become available through the
+		// promoter, which compares run_at with database time.
+		state, runAt := StateAvailable, now
+		switch {
+		case in.runAt != nil:
+			runAt = *in.runAt
+		case in.delay > 0:
+			runAt = now.Add(in.delay)
+		}
+		if runAt.After(now) {
+			state = StateScheduled
+		} else if !slices.Contains(wake, in.queue) {
+			wake = append(wake, in.queue)
+		}
+		data = append(data, []any{ids[i], in.queue, in.kind, in.args, in.priority, runAt, string(state), in.maxAttempts})
+	}
+	cols := []string{"id", "queue", "kind", "args", "priority", "run_at", "state", "max_attempts"}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"aegis_job"}, cols, pgx.CopyFromRows(data)); err != nil {
+		return fmt.Errorf("queue: EnqueueMany: copy: %w", translate(err))
+	}
+	if len(wake) > 0 {
+		if _, err := tx.Exec(ctx, notifySQL, wake); err != nil {
+			return fmt.Errorf("queue: EnqueueMany: notify: %w", translate(err))
+		}
+	}
+	return nil
+}
+
+// insertOne inserts one job; for a unique key a live job holds, it returns
+// that job instead.
+func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued, error) {
+	sql := c.sql.insertPlain
+	var key any
+	if in.uniqueKey != "" {
+		sql, key = c.sql.insertUnique, in.uniqueKey
+	}
+	var delay int64
+	if in.delay > 0 {
+		delay = in.delay.Microseconds()
+	}
+	// A unique key's holder can finish between the conflicting insert and
+	// the lookup; then the insert is tried again.
+	for range 5 {
+		j, err := scanInserted(q.QueryRow(ctx, sql, in.queue, in.kind, in.args, in.priority, in.runAt, delay, in.maxAttempts, key))
+		if err == nil {
+			return &Enqueued{Job: j}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("queue: enqueue %q: %w", in.kind, translate(err))
+		}
+		j, err = scanJob(q.QueryRow(ctx, uniqueSQL, in.uniqueKey), false)
+		if err == nil {
+			return &Enqueued{Job: j, Duplicate: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("queue: enqueue %q: find the holder of unique key %q: %w", in.kind, in.uniqueKey, err)
+		}
+	}
+	return nil, fmt.Errorf("queue: enqueue %q: unique key %q: its holder kept finishing while this job was inserted; try again", in.kind, in.uniqueKey)
+}
+
+// scanInserted scans insertSQL's row: jobColumns and the notify column.
+func scanInserted(row pgx.Row) (*JobRow, error) {
+	var notified bool
+	return scanJob(scannerFunc(func(dest ...any) error { return row.Scan(append(dest, &notified)...) }), false)
+}
+
+type scannerFunc func(dest ...any) error
+
+func (f scannerFunc) Scan(dest ...any) error { return f(dest...) }
+
+// check validates one job and encodes its args.
+func (c *Client) check(args Args, opts *EnqueueOpts) (insert, error) {
+	var o EnqueueOpts
+	if opts != nil {
+		o = *opts
+	}
+	if args == nil {
+		return insert{}, invalid("enqueue: args are nil")
+	}
+	if v := reflect.ValueOf(args); v.Kind() == reflect.Pointer && v.IsNil() {
+		return insert{}, invalid("enqueue: args are a nil %T", args)
+	}
+	kind := args.Kind()
+	if err := checkKind(kind); err != nil {
+		return insert{}, invalid("enqueue %T: %v", args, err)
+	}
+	if !c.cfg.AllowUnknownKinds && !c.cfg.Workers.empty() && c.cfg.Workers.lookup(kind) == nil {
+		return insert{}, invalid("enqueue: unknown kind %q: no worker is registered for it (AddWorker), and Config.AllowUnknownKinds is false", kind)
+	}
+	encoded, err := json.Marshal(args)
+	if err != nil {
+		return insert{}, invalid("enqueue %q: the args are not JSON-marshalable: %v", kind, err)
+	}
+	in := insert{kind: kind, args: encoded, queue: o.Queue, uniqueKey: o.UniqueKey, delay: o.Delay}
+	if in.queue == "" {
+		in.queue = DefaultQueue
+	} else if err := checkQueue(in.queue); err != nil {
+		return insert{}, invalid("enqueue %q: EnqueueOpts.Queue: %v", kind, err)
+	}
+	switch {
+	case o.Priority < 0 || o.Priority > MaxPriority:
+		return insert{}, invalid("enqueue %q: EnqueueOpts.Priority %d: must be between 0 (first) and %d", kind, o.Priority, MaxPriority)
+	case o.Delay < 0:
+		return insert{}, invalid("enqueue %q: EnqueueOpts.Delay %s: must not be negative", kind, o.Delay)
+	case o.Delay > 0 && !o.RunAt.IsZero():
+		return insert{}, invalid("enqueue %q: EnqueueOpts: set RunAt or Delay, not both", kind)
+	case o.MaxAttempts < 0:
+		return insert{}, invalid("enqueue %q: EnqueueOpts.MaxAttempts %d: must not be negative (0 means Config.MaxAttempts)", kind, o.MaxAttempts)
+	case len(o.UniqueKey) > MaxUniqueKeyLen:
+		return insert{}, invalid("enqueue %q: EnqueueOpts.UniqueKey is %d bytes, more than %d", kind, len(o.UniqueKey), MaxUniqueKeyLen)
+	case !utf8.ValidString(o.UniqueKey) || strings.ContainsRune(o.UniqueKey, 0):
+		return insert{}, invalid("enqueue %q: EnqueueOpts.UniqueKey %q: must be valid UTF-8 without NUL", kind, o.UniqueKey)
+	}
+	in.priority = int16(o.Priority)
+	in.maxAttempts = o.MaxAttempts
+	if in.maxAttempts == 0 {
+		in.maxAttempts = c.cfg.MaxAttempts
+	}
+	if !o.RunAt.IsZero() {
+		t := o.RunAt
+		in.runAt = &t
+	}
+	return in, nil
+}

@@ -1,0 +1,195 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aegislab/aegis"
+)
+
+// work runs one claimed job's handler and records its outcome, fenced by
+// the claim's token.
+func (c *Client) work(p *producer, r *run) {
+	defer c.jobsWG.Done()
+	defer p.release()
+	err := c.invoke(r)
+	r.timer.Stop()
+	c.record(r, err)
+}
+
+// invoke runs the handler; a panic is an error.
+func (c *Client) invoke(r *run) (err error) {
+	h := c.cfg.Workers.lookup(r.row.Kind)
+	if h == nil {
+		return fmt.Errorf("queue: no worker for kind %q on client %s", r.row.Kind, c.cfg.ID)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("queue: handler panicked: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return h(r.ctx, r.row)
+}
+
+// record writes the outcome of a handler, unless the lease is lost.
+func (c *Client) record(r *run, err error) {
+	j := r.row
+	log := jobLogger{c.log, j}
+
+	c.mu.Lock()
+	ph := r.phase.Load()
+	switch {
+	case ph == phaseLost || c.closing:
+		c.mu.Unlock()
+		log.Warn("queue: lease lost: the handler's outcome is not written", "cause", context.Cause(r.ctx), "err", err)
+		c.forget(r)
+		return
+	case ph == phaseInTx && err == nil:
+		// CompleteTx recorded the completion in the handler's transaction.
+		c.mu.Unlock()
+		c.metrics.completed(j.Queue).Inc()
+		c.forget(r)
+		return
+	}
+	next := phaseWriting
+	if err == nil && !c.cfg.SyncComplete {
+		next = phasePending
+	}
+	r.phase.Store(next)
+	c.writing++
+	c.mu.Unlock()
+	defer c.writeDone()
+
+	if next == phasePending {
+		c.completer.add(r)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	var (
+		op    string
+		ok    bool
+		werr  error
+		snz   *snoozeError
+		cncl  *cancelError
+		delay time.Duration
+	)
+	switch {
+	case err == nil:
+		op = "complete"
+		ok, werr = c.sql.completeOne(ctx, c.pool, j.ID, int64(j.Token))
+		if ok {
+			c.metrics.completed(j.Queue).Inc()
+			log.Debug("queue: job completed")
+		}
+	case errors.As(err, &snz):
+		op = "snooze"
+		delay = max(snz.d, 0)
+		ok, werr = c.sql.snooze(ctx, c.pool, j.ID, int64(j.Token), delay)
+		if ok {
+			c.metrics.snoozed(j.Queue).Inc()
+			log.Debug("queue: job snoozed", "for", delay)
+		}
+	case errors.As(err, &cncl):
+		op = "cancel"
+		ok, werr = c.sql.finish(ctx, c.pool, j.ID, int64(j.Token), StateCancelled, cncl.err.Error())
+		if ok {
+			c.metrics.cancelled(j.Queue).Inc()
+			log.Info("queue: job cancelled by its handler", "err", cncl.err)
+		}
+	case j.Attempt >= j.MaxAttempts:
+		op = "discard"
+		c.metrics.failed(j.Queue).Inc()
+		ok, werr = c.sql.finish(ctx, c.pool, j.ID, int64(j.Token), StateDiscarded, err.Error())
+		if ok {
+			c.metrics.discarded(j.Queue).Inc()
+			log.Error("queue: job failed its last attempt: discarded", "err", err)
+		}
+	default:
+		op = "retry"
+		c.metrics.failed(j.Queue).Inc()
+		delay = max(c.cfg.RetryBackoff(j.Attempt), 0)
+		ok, werr = c.sql.retry(ctx, c.pool, j.ID, int64(j.Token), delay, err.Error())
+		if ok {
+			log.Warn("queue: job failed; retrying", "err", err, "retry_in", delay)
+		}
+	}
+	switch {
+	case werr != nil:
+		log.Error("queue: write the job's outcome; it runs again when its lease expires", "op", op, "err", werr)
+	case !ok:
+		c.metrics.stale(j.Queue, op).Inc()
+		log.Warn("queue: stale write rejected: the job's lease was lost (its token is no longer the job's)", "op", op)
+	case delay > 0:
+		c.wakeMaintenance(time.Now().Add(delay))
+	}
+	c.forget(r)
+}
+
+// writeDone ends a write begun in record.
+func (c *Client) writeDone() {
+	c.mu.Lock()
+	c.writing--
+	if c.writing == 0 {
+		c.writesIdle.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// completeTx is JobRow.CompleteTx.
+func (c *Client) completeTx(ctx context.Context, tx pgx.Tx, r *run) error {
+	j := r.row
+	ok, err := c.sql.completeOne(ctx, tx, j.ID, int64(j.Token))
+	if err != nil {
+		return fmt.Errorf("queue: CompleteTx: %w", err)
+	}
+	if !ok {
+		r.phase.Store(phaseLost)
+		c.metrics.stale(j.Queue, "complete_tx").Inc()
+		return fmt.Errorf("queue: CompleteTx job %d with token %d: %w", j.ID, j.Token, aegis.ErrStale)
+	}
+	return nil
+}
+
+// expired is the local deadline of a claim: the lease was not renewed in
+// time, so it may expire on the server; the handler must stop.
+func (r *run) expired() {
+	if r.phase.Load() != phaseWorking {
+		return
+	}
+	r.client.log.Warn("queue: job lease not renewed before its local deadline: cancelling the handler",
+		"job_id", r.row.ID, "token", r.row.Token)
+	r.cancel(ErrLeaseExpired)
+}
+
+func localDeadline(start time.Time, lease time.Duration) time.Time {
+	return aegis.LocalDeadline(start, lease)
+}
+
+// jobLogger logs about one job; the job's attributes are formatted only
+// for a record that is logged (slog's With would format them per job).
+type jobLogger struct {
+	l *slog.Logger
+	j *JobRow
+}
+
+func (l jobLogger) log(level slog.Level, msg string, args ...any) {
+	if !l.l.Enabled(context.Background(), level) {
+		return
+	}
+	j := l.j
+	l.l.Log(context.Background(), level, msg, append([]any{"job_id", j.ID, "queue", j.Queue, "kind", j.Kind,
+		"token", j.Token, "attempt", j.Attempt}, args...)...)
+}
+
+func (l jobLogger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args...) }
+func (l jobLogger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args...) }
+func (l jobLogger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args...) }
+func (l jobLogger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args...) }

@@ -1,0 +1,149 @@
+package queue
+
+import (
+	"context"
+	"time"
+)
+
+const (
+	reapBatch    = 1000
+	promoteBatch = 5000
+	pruneBatch   = 10000
+	pruneEvery   = time.Minute
+)
+
+// maintenanceLoop reclaims expired leases and promotes due scheduled jobs
+// every ReapInterval (sooner when a scheduled job is due sooner), and
+// prunes finished jobs past their retention every minute.
+//
+// Every started client runs it. The statements lock the rows they change
+// with SKIP LOCKED, so the loops of several clients never take the same
+// row and never wait for each other: a job is reclaimed by one reaper,
+// once.
+func (c *Client) maintenanceLoop(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	wakeAt := time.Now()
+	var lastPrune time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case at := <-c.nextScheduled:
+			if at.Before(wakeAt) {
+				wakeAt = at
+				t.Reset(max(time.Until(at), 0))
+			}
+			continue
+		case <-t.C:
+		}
+		c.reap(ctx)
+		next := c.promote(ctx)
+		c.vacuum(ctx)
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			c.prune(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wakeAt = time.Now().Add(next)
+		t.Reset(next)
+	}
+}
+
+// reap makes the jobs whose lease expired available again, with a bumped
+// token (or discards them when they have no attempts left).
+func (c *Client) reap(ctx context.Context) {
+	for {
+		got, err := c.sql.reap(ctx, c.pool, reapBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Error("queue: reap expired leases", "err", err)
+			}
+			return
+		}
+		for _, r := range got {
+			c.metrics.reaped(r.queue).Inc()
+			if r.available {
+				c.log.Warn("queue: lease expired: job reclaimed with a new token", "job_id", r.id, "queue", r.queue)
+			} else {
+				c.metrics.discarded(r.queue).Inc()
+				c.log.Error("queue: lease expired on the job's last attempt: discarded", "job_id", r.id, "queue", r.queue)
+			}
+		}
+		if len(got) < reapBatch {
+			return
+		}
+	}
+}
+
+// promote makes due scheduled jobs available and returns how long to wait
+// before the next round.
+func (c *Client) promote(ctx context.Context) time.Duration {
+	next := c.cfg.ReapInterval
+	for {
+		n, err := c.sql.promote(ctx, c.pool, promoteBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Error("queue: promote scheduled jobs", "err", err)
+			}
+			return next
+		}
+		if n < promoteBatch {
+			break
+		}
+	}
+	d, ok, err := c.sql.nextScheduled(ctx, c.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("queue: find the next scheduled job", "err", err)
+		}
+		return next
+	}
+	if ok && d < next {
+		next = max(d, time.Millisecond)
+	}
+	return next
+}
+
+// prune deletes finished jobs past their retention.
+func (c *Client) prune(ctx context.Context) {
+	for {
+		tag, err := c.pool.Exec(ctx, pruneSQL, c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Error("queue: prune finished jobs", "err", err)
+			}
+			return
+		}
+		if tag.RowsAffected() < pruneBatch {
+			return
+		}
+	}
+}
+
+// vacuum vacuums the hot table when it has many dead rows.
+func (c *Client) vacuum(ctx context.Context) {
+	if c.cfg.VacuumDeadRows < 0 {
+		return
+	}
+	var dead, live int64
+	if err := c.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead, &live); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("queue: read the hot table's statistics", "err", err)
+		}
+		return
+	}
+	if dead <= int64(c.cfg.VacuumDeadRows) || dead <= live {
+		return
+	}
+	start := time.Now()
+	if _, err := c.pool.Exec(ctx, vacuumSQL); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("queue: vacuum the hot table", "err", err)
+		}
+		return
+	}
+	c.log.Debug("queue: vacuumed the hot table", "dead_rows", dead, "live_rows", live, "took", time.Since(start))
+}

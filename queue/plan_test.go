@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlansIgnoreStaleStatistics: a queue table is often empty when VACUUM
+// samples it, and full a second later. With the statistics of the empty
+// table (reltuples 0) and 20,000 jobs in it, each hot statement must still
+// reach its rows through the primary key: it reads about as many rows of
+// aegis_job as it changes, not the whole table (a hash join or a rescanning
+// nested loop would read 20,000 per statement, or 2,000,000).
+func TestPlansIgnoreStaleStatistics(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	c := client(t, p, nil)
+	enqueue := func(n int) {
+		params := make([]EnqueueParams, n)
+		for i := range params {
+			params[i] = EnqueueParams{Args: testArgs{N: i}}
+		}
+		_, err := c.EnqueueMany(ctx, params)
+		require.NoError(t, err)
+	}
+	w := worker("W", time.Minute, false)
+	enqueue(5000)
+	for {
+		jobs, err := w.claim(ctx, p, DefaultQueue, 1000)
+		require.NoError(t, err)
+		if len(jobs) == 0 {
+			break
+		}
+		ids, tokens := claims(jobs)
+		_, err = w.completeBatch(ctx, p, ids, tokens)
+		require.NoError(t, err)
+	}
+	_, err := p.Exec(ctx, "VACUUM (TRUNCATE false) aegis_job")
+	require.NoError(t, err)
+	enqueue(20000)
+	require.Equal(t, 0, count(t, p, `SELECT reltuples::int FROM pg_class WHERE oid = 'aegis_job'::regclass`), "the statistics say the table is empty")
+
+	jobs, err := w.claim(ctx, p, DefaultQueue, 100)
+	require.NoError(t, err)
+	ids, tokens := claims(jobs)
+	const most = 1000 // rows of aegis_job a statement on 100 jobs may read
+	for _, generic := range []bool{false, true} {
+		for _, st := range []struct {
+			name string
+			sql  string
+			args []any
+		}{
+			{"claim", claimSQL, []any{DefaultQueue, 100, int64(6e7), "W"}},
+			{"heartbeat", heartbeatSQL, []any{ids, tokens, int64(6e7)}},
+			{"still held", stillHeldSQL, []any{ids, tokens}},
+			{"complete batch", completeManySQL, []any{ids, tokens}},
+			{"complete batch, kept", completeKeepManySQL, []any{ids[:50], tokens[:50]}},
+			{"hand back", handBackSQL, []any{ids[50:], tokens[50:], "test"}},
+			{"reap", reapSQL, []any{100}},
+			{"promote", promoteSQL, []any{100}},
+		} {
+			read := rowsRead(t, p, generic, st.sql, st.args...)
+			require.LessOrEqual(t, read, float64(most), "%s (generic plan: %v) read %.0f rows of aegis_job", st.name, generic, read)
+		}
+	}
+}
+
+func claims(jobs []*JobRow) (ids, tokens []int64) {
+	for _, j := range jobs {
+		ids, tokens = append(ids, j.ID), append(tokens, int64(j.Token))
+	}
+	return ids, tokens
+}
+
+// rowsRead runs sql under EXPLAIN ANALYZE, in a transaction that it rolls
+// back, and sums the rows the plan's scans of aegis_job returned. With
+// generic, the statement is prepared and run with its generic plan (what a
+// cached statement gets after five runs); else it is planned for args.
+func rowsRead(t *testing.T, p *pgxpool.Pool, generic bool, sql string, args ...any) float64 {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := p.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var out []byte
+	if generic {
+		_, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "PREPARE plan_test AS "+sql)
+		require.NoError(t, err)
+		defer conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE plan_test")
+		params := make([]string, len(args))
+		for i, a := range args {
+			params[i] = literal(a)
+		}
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_test("+strings.Join(params, ", ")+")").Scan(&out)
+		require.NoError(t, err)
+	} else {
+		require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, append([]any{custom}, args...)...).Scan(&out))
+	}
+	var plans []struct{ Plan map[string]any }
+	require.NoError(t, json.Unmarshal(out, &plans))
+	var sum func(n map[string]any) float64
+	sum = func(n map[string]any) float64 {
+		var rows float64
+		if n["Relation Name"] == "aegis_job" && n["Node Type"] != "ModifyTable" {
+			rows += n["Actual Rows"].(float64) * n["Actual Loops"].(float64)
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				rows += sum(k.(map[string]any))
+			}
+		}
+		return rows
+	}
+	return sum(plans[0].Plan)
+}
+
+// literal writes a test argument as SQL.
+func literal(a any) string {
+	switch v := a.(type) {
+	case string:
+		return "'" + strings.ReplaceAll(v, "'", "''") + "'"
+	case []int64:
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprint(x)
+		}
+		return "'{" + strings.Join(s, ",") + "}'"
+	default:
+		return fmt.Sprint(v)
+	}
+}

@@ -1,0 +1,286 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/aegislab/aegis"
+)
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// custom makes pgx plan a statement for its arguments every time (an
+// unnamed prepared statement) rather than reuse a cached one, whose plan
+// PostgreSQL makes generic after five runs. The reaper and the promoter,
+// which run once a second, use it. The hot statements keep pgx's statement
+// cache, which is faster (a claim ~20%): they reach their rows through the
+// primary key or the claim index whatever the plan and the statistics
+// (sql.go; TestPlansIgnoreStaleStatistics checks custom and generic plans).
+const custom = pgx.QueryExecModeExec
+
+// statements runs the package's SQL. Every write after a claim is fenced
+// by the claim's token and reports whether it landed.
+type statements struct {
+	lease        int64 // µs
+	by           string
+	complete     string
+	completeMany string
+	insertPlain  string
+	insertUnique string
+}
+
+func newStatements(cfg Config) statements {
+	s := statements{
+		lease:        cfg.Lease.Microseconds(),
+		by:           cfg.ID,
+		complete:     completeSQL,
+		completeMany: completeManySQL,
+		insertPlain:  fmt.Sprintf(insertSQL, ""),
+		insertUnique: fmt.Sprintf(insertSQL, onConflictUnique),
+	}
+	if cfg.CompletedRetention > 0 {
+		s.complete, s.completeMany = completeKeepSQL, completeKeepManySQL
+	}
+	return s
+}
+
+// claim claims up to n available jobs of queue.
+func (s statements) claim(ctx context.Context, q querier, queue string, n int) ([]*JobRow, error) {
+	rows, err := q.Query(ctx, claimSQL, queue, n, s.lease, s.by)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", translate(err))
+	}
+	defer rows.Close()
+	var jobs []*JobRow
+	for rows.Next() {
+		j, err := scanJob(rows, false)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", translate(err))
+	}
+	// Start them in the claim's order.
+	slices.SortFunc(jobs, func(a, b *JobRow) int {
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), a.RunAt.Compare(b.RunAt), cmp.Compare(a.ID, b.ID))
+	})
+	return jobs, nil
+}
+
+// heartbeat extends the leases of the claims (ids, tokens) and returns the
+// ids it extended, and, of the others, the ones whose rows were only
+// locked (still held, to be renewed next round); the rest are lost.
+func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) (renewed, busy map[int64]bool, err error) {
+	renewed, err = s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
+	if err != nil || len(renewed) == len(ids) {
+		return renewed, nil, err
+	}
+	var mids, mtokens []int64
+	for i, id := range ids {
+		if !renewed[id] {
+			mids, mtokens = append(mids, id), append(mtokens, tokens[i])
+		}
+	}
+	busy, err = s.ids(ctx, q, "heartbeat", stillHeldSQL, mids, mtokens)
+	return renewed, busy, err
+}
+
+// completeOne completes one claim; false means the fence rejected it.
+func (s statements) completeOne(ctx context.Context, q querier, id, token int64) (bool, error) {
+	tag, err := q.Exec(ctx, s.complete, id, token)
+	if err != nil {
+		return false, fmt.Errorf("complete job %d: %w", id, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// completeBatch completes the claims (ids, tokens) and returns the ids it
+// completed.
+func (s statements) completeBatch(ctx context.Context, q querier, ids, tokens []int64) (map[int64]bool, error) {
+	return s.ids(ctx, q, "complete", s.completeMany, ids, tokens)
+}
+
+func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tokens []int64, args ...any) (map[int64]bool, error) {
+	rows, err := q.Query(ctx, sql, append([]any{ids, tokens}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, translate(err))
+	}
+	got := make(map[int64]bool, len(ids))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		got[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, translate(err))
+	}
+	return got, nil
+}
+
+// retry hands a failed claim back to run after delay.
+func (s statements) retry(ctx context.Context, q querier, id, token int64, delay time.Duration, msg string) (bool, error) {
+	return s.one(ctx, q, "retry", retrySQL, id, token, delay.Microseconds(), msg)
+}
+
+// snooze hands a claim back to run after delay, not counting the attempt.
+func (s statements) snooze(ctx context.Context, q querier, id, token int64, delay time.Duration) (bool, error) {
+	return s.one(ctx, q, "snooze", snoozeSQL, id, token, delay.Microseconds())
+}
+
+// finish moves a claim to the dead letters as cancelled or discarded.
+func (s statements) finish(ctx context.Context, q querier, id, token int64, state State, msg string) (bool, error) {
+	tag, err := q.Exec(ctx, finishSQL, id, token, string(state), msg)
+	if err != nil {
+		return false, fmt.Errorf("%s job %d: %w", state, id, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// one runs a fenced statement that returns a row when it landed.
+func (s statements) one(ctx context.Context, q querier, op, sql string, id, token int64, args ...any) (bool, error) {
+	var ignored bool
+	err := q.QueryRow(ctx, sql, append([]any{id, token}, args...)...).Scan(&ignored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s job %d: %w", op, id, translate(err))
+	}
+	return true, nil
+}
+
+// handBack gives leases back (shutdown) and returns how many it gave back.
+func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64) (int, error) {
+	got, err := s.ids(ctx, q, "hand back", handBackSQL, ids, tokens, "handed back: the client stopped before the handler returned")
+	return len(got), err
+}
+
+// reap reclaims up to limit expired leases; it returns the jobs made
+// available again and the ones discarded (no attempts left).
+func (s statements) reap(ctx context.Context, q querier, limit int) (reclaimed []reaped, err error) {
+	rows, err := q.Query(ctx, reapSQL, custom, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reap: %w", translate(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r reaped
+		var ignored bool
+		if err := rows.Scan(&r.id, &r.queue, &r.available, &ignored); err != nil {
+			return nil, fmt.Errorf("reap: %w", err)
+		}
+		reclaimed = append(reclaimed, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reap: %w", translate(err))
+	}
+	return reclaimed, nil
+}
+
+type reaped struct {
+	id        int64
+	queue     string
+	available bool // false: discarded
+}
+
+// promote makes up to limit due scheduled jobs available.
+func (s statements) promote(ctx context.Context, q querier, limit int) (int, error) {
+	rows, err := q.Query(ctx, promoteSQL, custom, limit)
+	if err != nil {
+		return 0, fmt.Errorf("promote: %w", translate(err))
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("promote: %w", translate(err))
+	}
+	return n, nil
+}
+
+// nextScheduled is how long until the next scheduled job is due; ok is
+// false when none is scheduled.
+func (s statements) nextScheduled(ctx context.Context, q querier) (d time.Duration, ok bool, err error) {
+	var us *int64
+	if err := q.QueryRow(ctx, nextScheduledSQL).Scan(&us); err != nil {
+		return 0, false, fmt.Errorf("next scheduled: %w", translate(err))
+	}
+	if us == nil {
+		return 0, false, nil
+	}
+	return time.Duration(*us) * time.Microsecond, true, nil
+}
+
+// scanner is pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanJob scans jobColumns, and finalized_at when finished is true.
+func scanJob(row scanner, finished bool) (*JobRow, error) {
+	var (
+		j                   JobRow
+		state               string
+		priority            int16
+		token               int64
+		lockedBy, uniqueKey *string
+		errs                []byte
+		attemptedAt, final  *time.Time
+	)
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &priority, &j.RunAt, &state, &j.Attempt, &j.MaxAttempts,
+		&token, &lockedBy, &errs, &uniqueKey, &j.CreatedAt, &attemptedAt}
+	if finished {
+		dest = append(dest, &final)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return nil, translate(err)
+	}
+	j.Priority = int(priority)
+	j.State = State(state)
+	j.Token = aegis.Token(token)
+	if lockedBy != nil {
+		j.LockedBy = *lockedBy
+	}
+	if uniqueKey != nil {
+		j.UniqueKey = *uniqueKey
+	}
+	if attemptedAt != nil {
+		j.AttemptedAt = *attemptedAt
+	}
+	if final != nil {
+		j.FinalizedAt = *final
+	}
+	if len(errs) > 2 { // not "[]"
+		if err := json.Unmarshal(errs, &j.Errors); err != nil {
+			return nil, fmt.Errorf("decode the errors of job %d: %w", j.ID, err)
+		}
+	}
+	return &j, nil
+}
+
+// translate makes a missing table an error that says what to do.
+func translate(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (run queue.Migrate first: the queue's tables are missing from the current schema)", err)
+	}
+	return err
+}
