@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -42,7 +43,7 @@ None means all. A question whose table is missing is skipped.
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("inspect", stderr, inspectUsage)
-	url := fs.String("postgres-url", os.Getenv(servers.EnvPostgresURL), "PostgreSQL `URL` (AEGIS_POSTGRES_URL)")
+	url := fs.String("postgres-url", "", "PostgreSQL `URL` (default $AEGIS_POSTGRES_URL; not shown, it may carry a password)")
 	var o lab.InspectOptions
 	fs.DurationVar(&o.OlderThan, "older-than", 10*time.Minute, "how long a claim may stay RUNNING before it is stuck")
 	fs.StringVar(&o.Key, "key", "", "the lease `key` whose token history to show")
@@ -59,6 +60,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return usagef("unknown query %q (known: %s)", a, strings.Join(known, ", "))
 		}
 	}
+	*url = cmp.Or(*url, os.Getenv(servers.EnvPostgresURL))
 	switch {
 	case *url == "":
 		return usagef("--postgres-url (or AEGIS_POSTGRES_URL) is required")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,7 +93,7 @@ func (c *chaosFlag) Set(s string) error {
 // they default only to the AEGIS_* variables that are set, never to the
 // shared test servers: an unset kind is started by the lab.
 func labServerFlags(fs *flagSet) func() lab.Servers {
-	pg := fs.String("postgres-url", os.Getenv(servers.EnvPostgresURL), "PostgreSQL `URL` to use (AEGIS_POSTGRES_URL); unset: the lab starts its own")
+	pg := fs.String("postgres-url", "", "PostgreSQL `URL` to use (default $AEGIS_POSTGRES_URL, not shown: it may carry a password); unset: the lab starts its own")
 	redis := fs.String("redis-addrs", os.Getenv(servers.EnvRedisAddrs), "Redis `addresses`, comma-separated, the first the single-node one (AEGIS_REDIS_ADDRS)")
 	etcd := fs.String("etcd-endpoints", os.Getenv(servers.EnvEtcdEndpoints), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
 	zk := fs.String("zk-servers", os.Getenv(servers.EnvZKServers), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
@@ -103,7 +104,7 @@ func labServerFlags(fs *flagSet) func() lab.Servers {
 		return strings.Split(s, ",")
 	}
 	return func() lab.Servers {
-		return lab.Servers{PostgresURL: *pg, RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk)}
+		return lab.Servers{PostgresURL: cmp.Or(*pg, os.Getenv(servers.EnvPostgresURL)), RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk)}
 	}
 }
 

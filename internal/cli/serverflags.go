@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/aegislab/aegis/internal/backend"
@@ -11,14 +12,16 @@ import (
 // parsing.
 func serverFlags(fs *flagSet) func() backend.Servers {
 	env := backend.FromEnv()
-	pg := fs.String("postgres-url", env.PostgresURL, "PostgreSQL `URL` (AEGIS_POSTGRES_URL)")
+	// No default shown: the URL may carry a password, and help text is
+	// copied into issues and logs.
+	pg := fs.String("postgres-url", "", "PostgreSQL `URL` (default $AEGIS_POSTGRES_URL, else the shared test server)")
 	redis := fs.String("redis-addrs", strings.Join(env.RedisAddrs, ","), "Redis `addresses`, comma-separated; the first is the single-node one (AEGIS_REDIS_ADDRS)")
 	etcd := fs.String("etcd-endpoints", strings.Join(env.EtcdEndpoints, ","), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
 	zk := fs.String("zk-servers", strings.Join(env.ZKServers, ","), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
 	sqlite := fs.String("sqlite-path", env.SQLitePath, "SQLite database `file` (AEGIS_SQLITE_PATH)")
 	return func() backend.Servers {
 		return backend.Servers{
-			PostgresURL:   *pg,
+			PostgresURL:   cmp.Or(*pg, env.PostgresURL),
 			RedisAddrs:    strings.Split(*redis, ","),
 			EtcdEndpoints: strings.Split(*etcd, ","),
 			ZKServers:     strings.Split(*zk, ","),
