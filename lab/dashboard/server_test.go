@@ -1,0 +1,275 @@
+package dashboard_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/lab/dashboard"
+)
+
+// The page and its assets come from the binary, and the API describes the
+// strategies (with what each does not guarantee) and the presets.
+func TestPageAndInfo(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	code, page := h.do(http.MethodGet, "/", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, string(page), "<title>Aegis lab</title>")
+	require.NotContains(t, string(page), "http://", "the page loads nothing from the network")
+	require.NotContains(t, string(page), "https://")
+	for _, asset := range []string{"/assets/app.js", "/assets/style.css"} {
+		code, b := h.do(http.MethodGet, asset, nil)
+		require.Equal(t, http.StatusOK, code, asset)
+		require.NotEmpty(t, b)
+		require.NotContains(t, string(b), "https://", "%s loads nothing from the network", asset)
+	}
+
+	var info struct {
+		TokenRequired bool `json:"token_required"`
+		Strategies    []struct {
+			Name          string `json:"name"`
+			NotGuaranteed string `json:"not_guaranteed"`
+			Fenceable     bool   `json:"fenceable"`
+		} `json:"strategies"`
+		Scenarios []struct {
+			Name  string `json:"name"`
+			Watch string `json:"watch"`
+			Runs  []struct {
+				Strategy string `json:"strategy"`
+			} `json:"runs"`
+		} `json:"scenarios"`
+	}
+	h.getJSON("/api/info", &info)
+	require.False(t, info.TokenRequired)
+	require.Len(t, info.Strategies, len(lab.Strategies))
+	for i, s := range lab.Strategies {
+		require.Equal(t, s.Name, info.Strategies[i].Name)
+		require.Equal(t, s.NotGuaranteed, info.Strategies[i].NotGuaranteed)
+		require.Equal(t, s.Fenceable(), info.Strategies[i].Fenceable)
+	}
+	require.Len(t, info.Scenarios, len(lab.Scenarios))
+	for i, sc := range lab.Scenarios {
+		require.Equal(t, sc.Name, info.Scenarios[i].Name)
+		require.Equal(t, sc.Watch, info.Scenarios[i].Watch)
+		require.Len(t, info.Scenarios[i].Runs, len(sc.Runs))
+	}
+
+	var avail map[string]*string
+	h.getJSON("/api/availability", &avail)
+	require.Len(t, avail, len(lab.Strategies))
+	for _, name := range []string{"none", "sqlite", "pg-lease", "pg-unique", "redis", "etcd", "zookeeper"} {
+		require.Contains(t, avail, name)
+		require.Nil(t, avail[name], "%s is available on the shared servers: %v", name, avail[name])
+	}
+}
+
+// none with 3 nodes: the stream shows every tick executed by every node,
+// the duplicates as they happen, the status with its counts, then the
+// report: every tick applied three times and the checker's violation,
+// whose visualisation the dashboard serves.
+func TestRunStreamShowsDuplicates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	id := h.startRun(short("none", false, 4))
+	events := h.stream("/api/runs/" + id + "/events")
+	var rs runStream
+	for {
+		e, ok := next(t, events, &rs, 30*time.Second)
+		require.True(t, ok, "the stream ended before a duplicate:\n%s", dump(rs.events))
+		if e.Kind == lab.EventDuplicate {
+			break
+		}
+	}
+	drain(t, events, &rs, 60*time.Second)
+	for i, id := range rs.ids {
+		require.Equal(t, i, id, "the events come in order, each with its index")
+	}
+	require.NotNil(t, rs.end, "the stream ends with the report")
+	require.Empty(t, rs.end.Error)
+	rep := rs.end.Report
+	require.NotNil(t, rep)
+	require.Equal(t, 4, rep.Ticks)
+	require.Equal(t, 12, rep.Executions)
+	require.Equal(t, 4, rep.DuplicatesApplied)
+	require.Equal(t, lab.CheckViolation, rep.Checker)
+	require.Equal(t, "/api/runs/"+id+"/visualisation", rep.Visualisation)
+
+	require.NotEmpty(t, rs.statuses)
+	last := rs.statuses[len(rs.statuses)-1]
+	require.True(t, last.Done)
+	require.Len(t, last.Nodes, 3)
+	require.Equal(t, 4, last.DuplicatesApplied, "the status counts what the events showed")
+	require.True(t, slices.ContainsFunc(rs.statuses, func(s lab.Status) bool { return s.Holder != 0 }), "a status named a node inside the critical section")
+
+	code, html := h.do(http.MethodGet, rep.Visualisation, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, strings.ToLower(string(html)), "<html")
+
+	// The JSON report is the contract of aegis lab run --json.
+	code, b := h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	var full map[string]any
+	require.NoError(t, json.Unmarshal(b, &full))
+	var keys []string
+	for k := range full {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	require.Equal(t, []string{"checker", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
+		"lost_updates", "missed_ticks", "nodes", "scenario", "stale_rejected", "strategy", "ticks"}, keys)
+	require.Len(t, full["events"], len(rs.events), "the stream carried every event of the report")
+
+	// A stream opened later replays, from an index or after the last id
+	// a reconnecting EventSource saw.
+	var again runStream
+	drain(t, h.stream("/api/runs/"+id+"/events?from=5"), &again, 10*time.Second)
+	require.Equal(t, 5, again.ids[0])
+	require.Equal(t, rs.events[5:], again.events)
+	require.NotNil(t, again.end)
+	var resumed runStream
+	drain(t, h.stream("/api/runs/"+id+"/events", "Last-Event-ID", "7"), &resumed, 10*time.Second)
+	require.Equal(t, 8, resumed.ids[0])
+}
+
+// pg-lease fenced: the holder paused from the API past its TTL is
+// replaced, and its late write is refused by the fence; nothing is applied
+// twice, and the status shows the paused node.
+func TestChaosPauseHolderFenced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	id := h.startRun(short("pg-lease", true, 12))
+	events := h.stream("/api/runs/" + id + "/events")
+	var rs runStream
+	for {
+		e, ok := next(t, events, &rs, 30*time.Second)
+		require.True(t, ok, "the run ended before a node entered:\n%s", dump(rs.events))
+		if e.Kind == lab.EventEntered {
+			break
+		}
+	}
+	code, b := h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: "pause:holder@0s+1500ms"})
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	require.Contains(t, string(b), `"injected":"pause:holder@0s+1.5s"`)
+	var st struct {
+		State  string     `json:"state"`
+		Status lab.Status `json:"status"`
+	}
+	h.getJSON("/api/runs/"+id, &st)
+	require.Equal(t, "running", st.State)
+	paused := slices.IndexFunc(st.Status.Nodes, func(n lab.NodeStatus) bool { return n.State == "paused" })
+	require.GreaterOrEqual(t, paused, 0, "a node is paused: %+v", st.Status)
+
+	drain(t, events, &rs, 60*time.Second)
+	kinds := map[string]int{}
+	for _, e := range rs.events {
+		kinds[e.Kind]++
+	}
+	require.Positive(t, kinds[lab.EventChaos], "the pause is on the timeline")
+	require.Positive(t, kinds[lab.EventHealed], "and its end")
+	require.Positive(t, kinds[lab.EventStale], "the resumed holder's write was refused:\n%s", dump(rs.events))
+	require.Zero(t, kinds[lab.EventDuplicate], "nothing applied twice:\n%s", dump(rs.events))
+	require.NotNil(t, rs.end)
+	require.Zero(t, rs.end.Report.DuplicatesApplied)
+	require.GreaterOrEqual(t, rs.end.Report.StaleRejected, 1)
+	require.Equal(t, lab.CheckOK, rs.end.Report.Checker)
+	require.Empty(t, rs.end.Report.Visualisation)
+	code, _ = h.do(http.MethodGet, "/api/runs/"+id+"/visualisation", nil)
+	require.Equal(t, http.StatusNotFound, code, "no violation, no visualisation")
+}
+
+// Bad requests are refused with a message that says what is wrong, and
+// start nothing.
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	yes := true
+	tests := []struct {
+		name string
+		body any
+		code int
+		want string
+	}{
+		{"not JSON", "{", http.StatusBadRequest, "the request body"},
+		{"unknown field", map[string]any{"strategies": []string{"none"}}, http.StatusBadRequest, `unknown field "strategies"`},
+		{"nothing", dashboard.GroupRequest{}, http.StatusBadRequest, "nothing to run"},
+		{"both", dashboard.GroupRequest{Scenario: "aegis", Runs: []dashboard.RunRequest{{Strategy: "none"}}}, http.StatusBadRequest, "not both"},
+		{"unknown scenario", dashboard.GroupRequest{Scenario: "payday"}, http.StatusBadRequest, `scenario "payday": unknown`},
+		{"unknown strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "mutex"}}}, http.StatusBadRequest, `--strategy "mutex": unknown`},
+		{"no strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Nodes: 2}}}, http.StatusBadRequest, "--strategy is required"},
+		{"nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: 17}}}, http.StatusBadRequest, "--nodes 17: want 1 to 16"},
+		{"tick", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Tick: "soon"}}}, http.StatusBadRequest, `tick "soon" is not a duration`},
+		{"ttl", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", TTL: "-1s"}}}, http.StatusBadRequest, "--ttl -1s: must be positive"},
+		{"chaos", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Chaos: []string{"nap:holder@1s"}}}}, http.StatusBadRequest, `chaos "nap:holder@1s": unknown kind "nap"`},
+		{"second run", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}, {Strategy: "pg-lease", Fence: &yes, Chaos: []string{"failover:redis@1s"}}}}, http.StatusBadRequest, "run 2 (pg-lease): --chaos failover:redis@1s: failover:redis needs --strategy redis"},
+		{"too many", dashboard.GroupRequest{Runs: slices.Repeat([]dashboard.RunRequest{{Strategy: "none"}}, 33)}, http.StatusBadRequest, "33 runs: want at most 32"},
+	}
+	for _, tt := range tests {
+		var code int
+		var b []byte
+		if s, ok := tt.body.(string); ok {
+			code, b = h.doRaw(http.MethodPost, "/api/groups", s)
+		} else {
+			code, b = h.do(http.MethodPost, "/api/groups", tt.body)
+		}
+		require.Equal(t, tt.code, code, "%s: %s", tt.name, b)
+		var e struct{ Error string }
+		require.NoError(t, json.Unmarshal(b, &e), "%s: errors are JSON: %s", tt.name, b)
+		require.Contains(t, e.Error, tt.want, tt.name)
+	}
+	var groups []groupView
+	h.getJSON("/api/groups", &groups)
+	require.Empty(t, groups, "no bad request started anything")
+
+	code, b := h.do(http.MethodGet, "/api/runs/nope", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, string(b), `no run \"nope\"`)
+	code, _ = h.do(http.MethodPost, "/api/runs/nope/chaos", dashboard.ChaosRequest{Spec: "kill:node1@0s"})
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = h.do(http.MethodGet, "/api/groups/g99", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = h.do(http.MethodGet, "/api/runs/nope/events?from=x", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = h.do(http.MethodGet, "/api/groups/g1/stop", nil)
+	require.Equal(t, http.StatusMethodNotAllowed, code)
+	code, b = h.doRaw(http.MethodPost, "/api/groups", `{"runs":[{"strategy":"none"}]}`, "Content-Type", "text/plain")
+	require.Equal(t, http.StatusUnsupportedMediaType, code, "%s", b)
+
+	// Faults that do not fit the run are refused; a run that has ended
+	// takes none.
+	req := short("none", false, 100)
+	req.Nodes = 2
+	id := h.startRun(req)
+	for _, tt := range []struct{ spec, want string }{
+		{"nap:holder", `chaos "nap:holder": unknown kind "nap"`},
+		{"pause:holder@0s", `chaos "pause:holder@0s": missing +FOR`},
+		{"pause:node3@0s+1s", "node3 does not exist: the run has 2 nodes"},
+		{"failover:redis@0s", "failover:redis needs --strategy redis"},
+		{"restart:redis@0s", "restart:redis needs a Redis strategy"},
+	} {
+		code, b := h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: tt.spec})
+		require.Equal(t, http.StatusBadRequest, code, "%s: %s", tt.spec, b)
+		var e struct{ Error string }
+		require.NoError(t, json.Unmarshal(b, &e))
+		require.Contains(t, e.Error, tt.want, tt.spec)
+	}
+	code, b = h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
+	require.Equal(t, http.StatusConflict, code, "no report before the end: %s", b)
+	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/stop", map[string]any{})
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	var rs runStream
+	drain(t, h.stream("/api/runs/"+id+"/events"), &rs, 30*time.Second)
+	require.NotNil(t, rs.end)
+	require.Less(t, rs.end.Report.Ticks, 100, "stopped early")
+	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: "kill:node1@0s"})
+	require.Equal(t, http.StatusConflict, code, "%s", b)
+	require.Contains(t, string(b), "the run has ended")
+	code, b = h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
+	require.Equal(t, http.StatusOK, code, "%s", b)
+}
