@@ -1,0 +1,191 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+var screenshots = flag.Bool("screenshots", false, "write the end-to-end test's screenshots into docs/ (docs/dashboard-none.png, docs/dashboard-pg-lease-fenced.png)")
+
+// e2eBudget bounds the whole browser session: the browser is stopped when
+// it ends, and every wait fails then.
+const e2eBudget = 75 * time.Second
+
+// chromiumPath returns Debian's Chromium (or $AEGIS_CHROMIUM). A missing
+// browser fails the test: CI installs it (scripts/services install).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("AEGIS_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(path); err != nil {
+		if p, lerr := exec.LookPath("chromium"); lerr == nil && os.Getenv("AEGIS_CHROMIUM") == "" {
+			return p
+		}
+		t.Fatalf("the dashboard's end-to-end test needs Chromium, and %s is missing (%v): install the Debian package with "+
+			"`scripts/services install` (as root) or `apt-get install chromium`, or point AEGIS_CHROMIUM at a Chromium binary", path, err)
+	}
+	return path
+}
+
+// browser starts headless Chromium for the test and returns its context;
+// JavaScript exceptions the page throws are collected into *errs.
+func browser(t *testing.T) (context.Context, func() []string) {
+	t.Helper()
+	exe := chromiumPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eBudget)
+	dir, err := os.MkdirTemp("", "aegis-chromium-")
+	require.NoError(t, err)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox, // as root
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.UserDataDir(dir),
+		chromedp.WindowSize(1400, 1000),
+	}
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	require.NoError(t, chromedp.Do(bctx), "start Chromium (%s)", exe)
+
+	var mu sync.Mutex
+	var exceptions []string
+	var wg sync.WaitGroup
+	events := chromedp.Events(bctx, runtime.ExceptionThrown)
+	wg.Go(func() {
+		for ev, err := range events {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			exceptions = append(exceptions, (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(bctx) // closes the browser and waits for it
+		bcancel()
+		acancel()
+		cancel()
+		wg.Wait()
+		// Chromium's helpers may still write in its directory for a moment
+		// after it exits.
+		deadline := time.Now().Add(5 * time.Second)
+		for os.RemoveAll(dir) != nil && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return bctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), exceptions...)
+	}
+}
+
+// The issue's test: open the page, start none with 3 nodes and see a red
+// duplicate; start pg-lease fenced, pause the holder from its button and
+// see an amber rejection and no red.
+func TestEndToEndInChromium(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	ctx, exceptions := browser(t)
+	describe := func() string { // what the page shows, for a failure
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#runs') ? document.querySelector('#runs').innerText : ''`))
+		return fmt.Sprintf("the runs on the page:\n%s\nJavaScript exceptions: %v", text, exceptions())
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		err := chromedp.Do(ctx, steps...)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: not done within the test's %s budget; %s", what, e2eBudget, describe())
+		}
+		require.NoError(t, err, "%s; %s", what, describe())
+	}
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+		require.NoError(t, err)
+		return n
+	}
+	shoot := func(name string) {
+		t.Helper()
+		if !*screenshots {
+			return
+		}
+		// Let the last frame paint (the page draws on animation frames).
+		do("wait for a frame", chromedp.Evaluate[chromedp.Void](`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, chromedp.EvalAwaitPromise))
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		require.NoError(t, err)
+		path := filepath.Join("..", "..", "docs", name)
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+		t.Logf("wrote %s", path)
+	}
+	params := func(ticks string) []chromedp.Action[chromedp.Void] {
+		return []chromedp.Action[chromedp.Void]{
+			chromedp.SetValue(chromedp.CSS("#nodes"), "3"),
+			chromedp.SetValue(chromedp.CSS("#tick"), "400ms"),
+			chromedp.SetValue(chromedp.CSS("#ttl"), "500ms"),
+			chromedp.SetValue(chromedp.CSS("#work"), "200ms"),
+			chromedp.SetValue(chromedp.CSS("#duration"), ticks),
+		}
+	}
+
+	do("open the page", chromedp.Navigate(h.url), chromedp.WaitReady(chromedp.CSS(`#strategies input[value="none"]`)),
+		chromedp.WaitReady(chromedp.CSS(`#strategytable td.avail.ok`))) // availability known
+
+	// none, 3 nodes: every tick red.
+	none := `.run[data-strategy="none"]`
+	do("start none", append(params("4s"), chromedp.Click(chromedp.CSS(`#start`)))...)
+	do("see a red duplicate", chromedp.WaitReady(chromedp.CSS(none+` rect.mark.dup`)))
+	do("see none end", chromedp.WaitReady(chromedp.CSS(none+`[data-state="done"] .verdict[data-checker="violation"]`)))
+	do("see the group done", chromedp.WaitReady(chromedp.CSS(`#grouphead[data-state="done"]`)))
+	require.Positive(t, count(none+` .verdict a[href*="/visualisation"]`), "the violation links its visualisation")
+	shoot("dashboard-none.png")
+
+	// pg-lease fenced: pause the holder past its TTL; its write turns amber.
+	pg := `.run[data-strategy="pg-lease"][data-fenced="true"]`
+	do("start pg-lease fenced", append(params("4.8s"),
+		chromedp.Click(chromedp.CSS(`#strategies input[value="none"]`)),
+		chromedp.Click(chromedp.CSS(`#strategies input[value="pg-lease"]`)),
+		chromedp.Click(chromedp.CSS(`input[name="fence"][value="on"]`)),
+		chromedp.Click(chromedp.CSS(`#start`)),
+		chromedp.WaitReady(chromedp.CSS(pg+`[data-state="running"] button[data-chaos="pause"]:not([disabled])`)),
+		chromedp.SetValue(chromedp.CSS(pg+` .chaos-for`), "1.5"),
+		chromedp.Click(chromedp.CSS(pg+` button[data-chaos="pause"]`)),
+	)...)
+	do("see the pause land", chromedp.WaitReady(chromedp.CSS(pg+` rect.band.pause`)))
+	do("see an amber rejection", chromedp.WaitReady(chromedp.CSS(pg+` rect.mark.stale`)))
+	do("see pg-lease end", chromedp.WaitReady(chromedp.CSS(pg+`[data-state="done"] .verdict[data-checker="ok"]`)))
+	do("see the group done", chromedp.WaitReady(chromedp.CSS(`#grouphead[data-state="done"]`)))
+	require.Zero(t, count(pg+` rect.mark.dup`), "no red: nothing applied twice; %s", describe())
+	require.Zero(t, count(`.run[data-strategy="none"]`), "the page shows the new run, not the old one")
+	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(pg+` .msg`)))
+	require.NoError(t, err)
+	require.Contains(t, msg, "injected pause:holder@0s+1.5s")
+	shoot("dashboard-pg-lease-fenced.png")
+
+	require.Empty(t, exceptions(), "the page threw no JavaScript exception")
+	require.False(t, strings.Contains(describe(), "Did not start"))
+}
