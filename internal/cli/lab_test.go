@@ -53,7 +53,6 @@ func TestLabUsageErrors(t *testing.T) {
 		{[]string{"lab", "run", "--strategy", "sqlite", "--chaos", "partition:holder@1s+1s"}, "sqlite has no network to partition"},
 		{[]string{"lab", "run", "--scenario", "nope"}, `--scenario "nope": unknown`},
 		{[]string{"lab", "run", "--scenario", "aegis", "--nodes", "2"}, "--scenario aegis sets the runs itself: drop --nodes"},
-		{[]string{"inspect", "--postgres-url", "", "stuck"}, "--postgres-url (or AEGIS_POSTGRES_URL) is required"},
 		{[]string{"inspect", "--postgres-url", "postgres://x", "who"}, `unknown query "who"`},
 	}
 	for _, tt := range tests {
@@ -61,6 +60,15 @@ func TestLabUsageErrors(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", tt.args, stderr)
 		require.Contains(t, stderr, tt.want, "%v", tt.args)
 	}
+}
+
+// Without --postgres-url and AEGIS_POSTGRES_URL, inspect says what it
+// needs. Not parallel: it unsets the variable, which make test sets.
+func TestInspectNeedsURL(t *testing.T) {
+	t.Setenv("AEGIS_POSTGRES_URL", "")
+	code, _, stderr := run(t, "inspect", "--postgres-url", "", "stuck")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "--postgres-url (or AEGIS_POSTGRES_URL) is required")
 }
 
 func TestInspect(t *testing.T) {
