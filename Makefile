@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab lab-table invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -22,11 +22,21 @@ services:
 services-stop:
 	scripts/services stop
 
-# The lab's aegis preset: every strategy, fenced and not, under the same
-# pause of the holder; one table. It uses the shared servers (the pause is
-# of node processes, not of servers); a violation's visualisation goes to
-# $TMPDIR.
+# The Aegis lab's dashboard, the README's main command: open the URL it
+# prints; Ctrl-C stops it, its runs and the servers it started. It uses
+# the shared PostgreSQL, etcd and ZooKeeper; Redis is the lab's own (seven
+# processes, started in a moment) so that the Redis failover and restart
+# buttons work: the lab never kills or restarts a server it did not start.
+# LAB_ADDR=0.0.0.0:7070 serves the network, with a token it prints.
+LAB_ADDR ?= 127.0.0.1:7070
 lab: services
+	$(WITH_ENV) unset AEGIS_REDIS_ADDRS && $(GO) run ./cmd/aegis lab --addr $(LAB_ADDR)
+
+# The lab's aegis preset, headless: every strategy, fenced and not, under
+# the same pause of the holder; one table. It uses the shared servers (the
+# pause is of node processes, not of servers); a violation's visualisation
+# goes to $TMPDIR.
+lab-table: services
 	$(WITH_ENV) $(GO) run ./cmd/aegis lab run --scenario aegis --out "$${TMPDIR:-/tmp}"
 
 # Seed 000's invoice export, told step by step against PostgreSQL.

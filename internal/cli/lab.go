@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,9 +24,18 @@ var labCommand = command{
 }
 
 const labUsage = `
-usage: aegis lab run --strategy S [--fence=true|false] [--nodes 3] [--duration 20s]
+usage: aegis lab [--addr 127.0.0.1:7070] [--token T]
+       aegis lab run --strategy S [--fence=true|false] [--nodes 3] [--duration 20s]
                      [--tick 1s] [--work 300ms] [--ttl 2s] [--chaos SPEC]... [--json]
        aegis lab run --scenario NAME [--json]
+
+Lab without an action serves the dashboard on --addr and prints its URL:
+start runs (one strategy, several side by side, or a preset), watch each
+node's critical sections live, inject faults, compare strategies. Ctrl-C
+stops it, its runs and the servers it started. On a loopback address it
+answers loopback host names only; any other address needs a token, which
+every change (starting a run, a fault) must carry: --token, or one is
+generated and printed with the URL.
 
 Lab run starts N node processes (aegis node) that each tick try the tick's
 critical section under the strategy: read a balance, work, write balance+1
@@ -63,8 +73,8 @@ reported unavailable with the package that provides them.
 `
 
 func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("the dashboard (aegis lab) is not built yet: run `aegis lab run`")
+	if len(args) == 0 || (strings.HasPrefix(args[0], "-") && !slices.Contains([]string{"-h", "-help", "--help"}, args[0])) {
+		return runLabServe(ctx, args, stdout, stderr)
 	}
 	switch args[0] {
 	case "run":
@@ -73,7 +83,7 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, strings.TrimSpace(labUsage))
 		return flag.ErrHelp
 	}
-	return usagef("unknown action %q: want run", args[0])
+	return usagef("unknown action %q: want run, or no action for the dashboard", args[0])
 }
 
 // chaosFlag collects --chaos specs.

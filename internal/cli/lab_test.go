@@ -42,7 +42,8 @@ func TestLabUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lab"}, "the dashboard (aegis lab) is not built yet"},
+		{[]string{"lab", "--addr", "7070"}, `--addr "7070": want host:port`},
+		{[]string{"lab", "--addr", "127.0.0.1:7070", "extra"}, `unexpected argument "extra"`},
 		{[]string{"lab", "walk"}, `unknown action "walk"`},
 		{[]string{"lab", "run"}, "--strategy is required"},
 		{[]string{"lab", "run", "--strategy", "mutex"}, `--strategy "mutex": unknown`},

@@ -36,14 +36,21 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
 	t.Helper()
+	return newHarnessOn(t, lab.Servers{
+		PostgresURL:   testenv.PostgresURL(t),
+		RedisAddrs:    testenv.RedisAddrs(t),
+		EtcdEndpoints: testenv.EtcdEndpoints(t),
+		ZKServers:     testenv.ZKServers(t),
+	}, cfg)
+}
+
+// newHarnessOn is a harness whose session uses the servers given and
+// starts the others itself (privately, stopped at the end of the test).
+func newHarnessOn(t *testing.T, given lab.Servers, cfg *dashboard.Config) *harness {
+	t.Helper()
 	s, err := lab.NewSession(lab.Options{
-		Dir: t.TempDir(),
-		Servers: lab.Servers{
-			PostgresURL:   testenv.PostgresURL(t),
-			RedisAddrs:    testenv.RedisAddrs(t),
-			EtcdEndpoints: testenv.EtcdEndpoints(t),
-			ZKServers:     testenv.ZKServers(t),
-		},
+		Dir:     t.TempDir(),
+		Servers: given,
 		NodeEnv: []string{nodeEnv},
 	})
 	require.NoError(t, err)
@@ -195,6 +202,30 @@ func (h *harness) waitGroup(id string, d time.Duration) groupView {
 			}
 		case <-timer.C:
 			h.t.Fatalf("group %s not done after %s: %+v", id, d, last)
+		}
+	}
+}
+
+// waitGroupRun follows the groups stream until the group's run index is in
+// state, within d.
+func (h *harness) waitGroupRun(id string, index int, state string, d time.Duration) {
+	h.t.Helper()
+	events := h.stream("/api/stream")
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			require.True(h.t, ok, "the groups stream ended")
+			var gs []groupView
+			require.NoError(h.t, json.Unmarshal([]byte(ev.Data), &gs))
+			for _, g := range gs {
+				if g.ID == id && g.Runs[index].State == state {
+					return
+				}
+			}
+		case <-timer.C:
+			h.t.Fatalf("run %d of group %s not %s after %s", index, id, state, d)
 		}
 	}
 }
