@@ -198,7 +198,13 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	n.db.SetMaxOpenConns(4)
 
 	if strat.Lease() {
-		l, closeFn, err := backend.Open(ctx, strat.Backend, backend.FromEnv())
+		srv := backend.FromEnv()
+		// A ZooKeeper session as long as the lease: a holder paused past
+		// --ttl loses its session, and its lock goes to another node, as
+		// the other backends' leases do (with backend's default minute, a
+		// pause shorter than that only held everyone up).
+		srv.ZKSessionTimeout = c.TTL
+		l, closeFn, err := backend.Open(ctx, strat.Backend, srv)
 		if err != nil {
 			return fmt.Errorf("open the %s backend: %w", strat.Backend, err)
 		}
