@@ -299,6 +299,57 @@ func TestZooKeeperPause(t *testing.T) {
 	}
 }
 
+// queue: a worker paused past its job's lease (--ttl) stops heartbeating;
+// a reaper reclaims the job with a greater token and another worker runs
+// the tick. Unfenced, the resumed worker's write lands (the queue refuses
+// only its completion); fenced, CompleteTx refuses it and rolls it back.
+// (Not asserted: the checker and lost updates. The queue excludes per
+// job, not across jobs: the reclaimed tick's job can run alongside a later
+// tick's, which is a lost update whatever the fence.)
+func TestQueuePause(t *testing.T) {
+	t.Parallel()
+	for _, fence := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
+			t.Parallel()
+			rep := run(t, session(t), short("queue", fence, "pause:holder@500ms+1500ms"))
+			require.Equal(t, fence, rep.Fenced)
+			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the reclaimed job ran on another worker")
+			require.Zero(t, rep.MissedTicks)
+			// The paused worker's tick and token: its last entry before the
+			// pause; then another worker's entry into that tick.
+			var paused int
+			var at float64
+			for _, e := range rep.Events {
+				if e.Kind == lab.EventChaos && strings.Contains(e.Detail, "paused with SIGSTOP") {
+					paused, at = e.Node, e.T
+				}
+			}
+			require.NotZero(t, paused)
+			var tick int
+			var token int64
+			for _, e := range rep.Events {
+				if e.Kind == lab.EventEntered && e.Node == paused && e.T <= at {
+					tick, token = e.Tick, e.Token
+				}
+			}
+			require.NotZero(t, tick, "the paused node was inside a tick")
+			var reclaimed bool
+			for _, e := range rep.Events {
+				reclaimed = reclaimed || (e.Kind == lab.EventEntered && e.Node != paused && e.Tick == tick && e.Token > token)
+			}
+			require.True(t, reclaimed, "the reaper reclaimed the paused worker's job with a greater token")
+			if fence {
+				require.Zero(t, rep.DuplicatesApplied)
+				require.GreaterOrEqual(t, rep.StaleRejected, 1)
+			} else {
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+				require.Zero(t, rep.StaleRejected)
+				require.Equal(t, lab.CheckViolation, rep.Checker)
+			}
+		})
+	}
+}
+
 // A TTL the backend refuses ends the nodes at once with the backend's
 // reason, instead of retrying for the whole run.
 func TestRefusedTTLEndsTheNodes(t *testing.T) {
