@@ -80,6 +80,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
 		return fmt.Errorf("--ttl %s: want at most 1h", c.TTL)
+	case s.Name == "queue" && c.TTL < 100*time.Millisecond:
+		return fmt.Errorf("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
 	}
 	var errs []error
 	for _, ch := range c.Chaos {

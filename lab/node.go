@@ -198,7 +198,13 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	n.db.SetMaxOpenConns(4)
 
 	if strat.Lease() {
-		l, closeFn, err := backend.Open(ctx, strat.Backend, backend.FromEnv())
+		srv := backend.FromEnv()
+		// A ZooKeeper session as long as the lease: a holder paused past
+		// --ttl loses its session, and its lock goes to another node, as
+		// the other backends' leases do (with backend's default minute, a
+		// pause shorter than that only held everyone up).
+		srv.ZKSessionTimeout = c.TTL
+		l, closeFn, err := backend.Open(ctx, strat.Backend, srv)
 		if err != nil {
 			return fmt.Errorf("open the %s backend: %w", strat.Backend, err)
 		}
@@ -236,7 +242,7 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	}()
 	if loop := strategyLoops[c.Strategy]; loop != nil {
 		loop(ctx, n, time.Unix(0, sl.Start))
-		return nil
+		return n.fatal
 	}
 	n.run(ctx, time.Unix(0, sl.Start))
 	return n.fatal
@@ -275,11 +281,7 @@ func (n *node) fail(tick int, what string, err error) {
 // first tick that has not fired yet by its clock: like a scheduler, it
 // does not know what happened before it started.
 func (n *node) run(ctx context.Context, start time.Time) {
-	first := 1
-	if elapsed := n.now().Sub(start); elapsed > 0 && n.c.Incarnation > 1 {
-		first = int(elapsed/n.c.Tick) + 2
-	}
-	for tick := first; tick <= n.c.Ticks; tick++ {
+	for tick := n.firstTick(start); tick <= n.c.Ticks; tick++ {
 		fire := start.Add(time.Duration(tick-1) * n.c.Tick)
 		if !sleep(ctx, fire.Sub(n.now())) {
 			return
@@ -300,6 +302,15 @@ func (n *node) run(ctx context.Context, start time.Time) {
 		}
 	}
 	n.emit(nodeEvent{Kind: evFinished})
+}
+
+// firstTick is the node's first tick: 1, or for a restarted node the
+// first that has not fired yet by its clock.
+func (n *node) firstTick(start time.Time) int {
+	if elapsed := n.now().Sub(start); elapsed > 0 && n.c.Incarnation > 1 {
+		return int(elapsed/n.c.Tick) + 2
+	}
+	return 1
 }
 
 // tick tries tick under the strategy until it is executed (by this node
@@ -576,7 +587,7 @@ func (n *node) critical(ctx context.Context, tick int, token aegis.Token, checkD
 			return attemptStale
 		}
 		n.fail(tick, "write", err)
-		if !sleep(ctx, retry()) {
+		if errors.Is(err, errAbandon) || !sleep(ctx, retry()) {
 			e = ev
 			e.Kind, e.Detail = evAbandon, "write failed: "+err.Error()
 			n.emit(e)

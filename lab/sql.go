@@ -71,6 +71,13 @@ WHERE run = $1 AND tick = $2 AND token = $4 -- compare-and-set on the version re
 	optimisticDoneSQL = `UPDATE aegis_lab_claim SET state = 'DONE'
 WHERE run = $1 AND tick = $2 AND token = $3 -- fence: a stolen claim has a greater version`
 	optimisticDoneUnfencedSQL = `UPDATE aegis_lab_claim SET state = 'DONE' WHERE run = $1 AND tick = $2`
+
+	// queue: the tick's once-ever record, inserted in the transaction that
+	// enqueues its job; the first node's insert enqueues.
+	queueTickSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
+VALUES ($1, $2, $3, 0, 'QUEUED', 0, $4) ON CONFLICT (run, tick) DO NOTHING`
+	// executedTicksSQL counts the run's ticks with an EXECUTED row.
+	executedTicksSQL = `SELECT count(DISTINCT tick) FROM aegis_lab_audit WHERE run = $1 AND status = 'EXECUTED'`
 )
 
 // migrateStore creates the lab's tables and the fence table.

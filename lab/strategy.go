@@ -99,8 +99,8 @@ var Strategies = []Strategy{
 	},
 	{
 		Name: "queue", Needs: []servers.Kind{servers.KindPostgres}, Token: ClaimToken,
-		Summary:       "one job per tick through package queue (SKIP LOCKED, fenced completion)",
-		NotGuaranteed: "exclusion across jobs (two ticks' jobs run at once after a backlog: a lost update on a shared balance); a worker paused past its lease is stopped only by the fenced completion",
+		Summary:       "one job per tick through package queue, enqueued once (a row per tick), a worker per node, lease --ttl, completion with CompleteTx",
+		NotGuaranteed: "exclusion across jobs (a reclaimed or backlogged tick's job runs alongside a later tick's: a lost update on a shared balance); a worker paused past its lease is stopped only by the fenced completion",
 	},
 }
 

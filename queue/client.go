@@ -236,10 +236,20 @@ func (c *Client) handBack() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	back, err := c.sql.handBack(ctx, c.pool, ids, tokens)
+	res, err := c.sql.handBack(ctx, c.pool, ids, tokens)
 	if err != nil {
 		c.log.Error("queue: hand back leases at shutdown; the reaper will reclaim them when they expire", "jobs", len(ids), "err", err)
 	} else {
+		back := 0
+		for i, e := range res {
+			if e == nil {
+				back++
+				continue
+			}
+			// The token had moved on already: nothing to hand back.
+			c.metrics.stale(runs[i].row.Queue, "hand_back").Inc()
+			c.log.Warn("queue: stale write rejected: the job's lease was lost before it could be handed back", "op", "hand_back", "err", e)
+		}
 		c.log.Warn("queue: stop deadline passed: leases handed back", "jobs", len(ids), "handed_back", back)
 	}
 	for _, r := range runs {

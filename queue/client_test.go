@@ -177,6 +177,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	select {
 	case cause := <-causes:
 		require.ErrorIs(t, cause, aegis.ErrLost)
+		require.ErrorIs(t, cause, aegis.ErrStale, "the heartbeat's refusal is in the cause")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context was not cancelled")
 	}

@@ -65,11 +65,11 @@ func (k *completer) flush(batch []*run) {
 		ids[i], tokens[i] = r.row.ID, int64(r.row.Token)
 	}
 	retry := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
-	var done map[int64]bool
+	var res []error
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		var err error
-		done, err = c.sql.completeBatch(ctx, c.pool, ids, tokens)
+		res, err = c.sql.completeBatch(ctx, c.pool, ids, tokens)
 		cancel()
 		if err == nil {
 			break
@@ -84,14 +84,14 @@ func (k *completer) flush(batch []*run) {
 		c.log.Warn("queue: write completions; retrying", "jobs", len(batch), "err", err)
 		time.Sleep(retry.Delay(attempt))
 	}
-	for _, r := range batch {
+	for i, r := range batch {
 		j := r.row
-		if done[j.ID] {
+		if res[i] == nil {
 			c.metrics.completed(j.Queue).Inc()
 		} else {
 			c.metrics.stale(j.Queue, "complete").Inc()
 			c.log.Warn("queue: stale write rejected: the job's lease was lost (its token is no longer the job's)",
-				"op", "complete", "job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token)
+				"op", "complete", "job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token, "err", res[i])
 		}
 		c.forget(r)
 	}

@@ -8,8 +8,10 @@
 // time) and counts the attempt. Every later write — heartbeat, complete,
 // retry, snooze, cancel, discard — is one statement with
 // "WHERE id = $1 AND token = $2" (or the same predicate over arrays, for
-// batches). When it affects no row the lease is lost: the handler's
-// context is cancelled (aegis.ErrLost) and nothing is written. The reaper
+// batches). When it affects no row the lease is lost: nothing is written,
+// the write's error matches aegis.ErrStale (CompleteTx returns it; the
+// others are logged and counted), and the handler's context is cancelled
+// with a cause matching aegis.ErrLost. The reaper
 // makes a job whose lease expired available again in one statement that
 // bumps its token and re-checks the expiry at write time; so the old
 // holder, if it was only paused, writes nothing when it wakes. The token

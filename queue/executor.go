@@ -75,40 +75,36 @@ func (c *Client) record(r *run, err error) {
 	defer cancel()
 	var (
 		op    string
-		ok    bool
-		werr  error
+		werr  error // nil: the write landed; a stale error: the fence refused it
 		snz   *snoozeError
 		cncl  *cancelError
 		delay time.Duration
 	)
+	id, token := j.ID, int64(j.Token)
 	switch {
 	case err == nil:
 		op = "complete"
-		ok, werr = c.sql.completeOne(ctx, c.pool, j.ID, int64(j.Token))
-		if ok {
+		if werr = c.sql.completeOne(ctx, c.pool, id, token); werr == nil {
 			c.metrics.completed(j.Queue).Inc()
 			log.Debug("queue: job completed")
 		}
 	case errors.As(err, &snz):
 		op = "snooze"
 		delay = max(snz.d, 0)
-		ok, werr = c.sql.snooze(ctx, c.pool, j.ID, int64(j.Token), delay)
-		if ok {
+		if werr = c.sql.snooze(ctx, c.pool, id, token, delay); werr == nil {
 			c.metrics.snoozed(j.Queue).Inc()
 			log.Debug("queue: job snoozed", "for", delay)
 		}
 	case errors.As(err, &cncl):
 		op = "cancel"
-		ok, werr = c.sql.finish(ctx, c.pool, j.ID, int64(j.Token), StateCancelled, cncl.err.Error())
-		if ok {
+		if werr = c.sql.finish(ctx, c.pool, id, token, StateCancelled, cncl.err.Error()); werr == nil {
 			c.metrics.cancelled(j.Queue).Inc()
 			log.Info("queue: job cancelled by its handler", "err", cncl.err)
 		}
 	case j.Attempt >= j.MaxAttempts:
 		op = "discard"
 		c.metrics.failed(j.Queue).Inc()
-		ok, werr = c.sql.finish(ctx, c.pool, j.ID, int64(j.Token), StateDiscarded, err.Error())
-		if ok {
+		if werr = c.sql.finish(ctx, c.pool, id, token, StateDiscarded, err.Error()); werr == nil {
 			c.metrics.discarded(j.Queue).Inc()
 			log.Error("queue: job failed its last attempt: discarded", "err", err)
 		}
@@ -116,17 +112,16 @@ func (c *Client) record(r *run, err error) {
 		op = "retry"
 		c.metrics.failed(j.Queue).Inc()
 		delay = max(c.cfg.RetryBackoff(j.Attempt), 0)
-		ok, werr = c.sql.retry(ctx, c.pool, j.ID, int64(j.Token), delay, err.Error())
-		if ok {
+		if werr = c.sql.retry(ctx, c.pool, id, token, delay, err.Error()); werr == nil {
 			log.Warn("queue: job failed; retrying", "err", err, "retry_in", delay)
 		}
 	}
 	switch {
+	case errors.Is(werr, aegis.ErrStale):
+		c.metrics.stale(j.Queue, op).Inc()
+		log.Warn("queue: stale write rejected: the job's lease was lost (its token is no longer the job's)", "op", op, "err", werr)
 	case werr != nil:
 		log.Error("queue: write the job's outcome; it runs again when its lease expires", "op", op, "err", werr)
-	case !ok:
-		c.metrics.stale(j.Queue, op).Inc()
-		log.Warn("queue: stale write rejected: the job's lease was lost (its token is no longer the job's)", "op", op)
 	case delay > 0:
 		c.wakeMaintenance(time.Now().Add(delay))
 	}
@@ -146,14 +141,14 @@ func (c *Client) writeDone() {
 // completeTx is JobRow.CompleteTx.
 func (c *Client) completeTx(ctx context.Context, tx pgx.Tx, r *run) error {
 	j := r.row
-	ok, err := c.sql.completeOne(ctx, tx, j.ID, int64(j.Token))
-	if err != nil {
-		return fmt.Errorf("queue: CompleteTx: %w", err)
-	}
-	if !ok {
+	err := c.sql.completeOne(ctx, tx, j.ID, int64(j.Token))
+	switch {
+	case errors.Is(err, aegis.ErrStale):
 		r.phase.Store(phaseLost)
 		c.metrics.stale(j.Queue, "complete_tx").Inc()
-		return fmt.Errorf("queue: CompleteTx job %d with token %d: %w", j.ID, j.Token, aegis.ErrStale)
+		return stale("CompleteTx", j.ID, int64(j.Token))
+	case err != nil:
+		return fmt.Errorf("queue: CompleteTx: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package queue
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,8 +13,9 @@ import (
 
 // heartbeatLoop renews the leases of this client's claims every Lease/3,
 // all in one statement, each row fenced by its token. A claim the
-// statement did not renew is lost: its handler's context is cancelled with
-// aegis.ErrLost and nothing more is written for it. When the database
+// statement refused is lost: its handler's context is cancelled with a
+// cause that wraps aegis.ErrLost (and the refusal, aegis.ErrStale) and
+// nothing more is written for it. When the database
 // cannot be reached, the local deadlines of the claims pass and cancel
 // their handlers (ErrLeaseExpired) before the leases can expire on the
 // server.
@@ -64,29 +67,30 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	renewed, busy, err := c.sql.heartbeat(ctx, c.pool, ids, tokens)
+	res, err := c.sql.heartbeat(ctx, c.pool, ids, tokens)
 	if err != nil {
 		return err
 	}
 	deadline := time.Until(localDeadline(start, c.cfg.Lease))
-	for _, r := range runs {
+	for i, r := range runs {
 		j := r.row
-		if renewed[j.ID] {
+		switch {
+		case res[i] == nil:
 			if r.phase.Load() == phaseWorking {
 				r.timer.Reset(deadline)
 			}
 			continue
-		}
-		if busy[j.ID] {
+		case errors.Is(res[i], errRowLocked):
 			continue // locked by a statement that is finishing it, or taking it over: next round tells
 		}
-		// Not renewed: lost, unless the handler is done (a completion may
-		// have deleted the row since the claims were listed).
-		if r.lose(aegis.ErrLost) {
+		// Refused: the token moved on. The lease is lost, unless the
+		// handler is done (a completion may have deleted the row since the
+		// claims were listed).
+		if r.lose(fmt.Errorf("queue: job %d lost its lease: %w: %w", j.ID, aegis.ErrLost, res[i])) {
 			c.metrics.leasesLost(j.Queue).Inc()
 			c.metrics.stale(j.Queue, "heartbeat").Inc()
 			c.log.Warn("queue: lease lost: the job was taken over; cancelling its handler",
-				"job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token)
+				"job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token, "err", res[i])
 		}
 	}
 	return nil

@@ -84,22 +84,37 @@ type Job[T Args] struct {
 
 // CompleteTx completes the job inside tx, so that the handler's business
 // write and the job's completion commit together, or neither does. The
-// completion is fenced by the job's token: when the job's lease was lost
-// (the reaper gave it to another worker) it writes nothing and returns an
-// error wrapping aegis.ErrStale; roll back then.
+// completion is fenced by the job's token. When the job's token has moved
+// on — the reaper gave the job to another worker, an operator cancelled
+// it, Stop handed it back, or this client already found the lease lost
+// (the handler's context is then cancelled with aegis.ErrLost) — it writes
+// nothing and returns an error for which errors.Is(err, aegis.ErrStale)
+// holds, whether the database or the client's own books refused it; roll
+// back then.
 //
 // After a successful CompleteTx the client records nothing more for the
 // job. When the transaction then does not commit, return an error from the
 // handler: the job is retried. (If the handler returns nil anyway, the job
 // stays running until its lease expires and the reaper makes it available
-// again.) CompleteTx may be called only from the job's handler, once.
+// again.) CompleteTx may be called only from the job's handler, once;
+// other calls return an error that does not match aegis.ErrStale.
 func (j *JobRow) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	r := j.run
 	if r == nil {
 		return errors.New("queue: CompleteTx: the job is not being worked by this client's handler")
 	}
 	if !r.completeInTx() {
-		return fmt.Errorf("queue: CompleteTx: job %d was already finished or lost its lease", j.ID)
+		switch r.phase.Load() {
+		case phaseLost:
+			// The heartbeat found the token moved on, or Stop handed the
+			// lease back (bumping the token): the database would refuse.
+			r.client.metrics.stale(j.Queue, "complete_tx").Inc()
+			return stale("CompleteTx", j.ID, int64(j.Token))
+		case phaseInTx:
+			return fmt.Errorf("queue: CompleteTx: job %d was already completed in a transaction: call it once", j.ID)
+		default:
+			return fmt.Errorf("queue: CompleteTx: job %d: its handler already returned: call it from the handler", j.ID)
+		}
 	}
 	return r.client.completeTx(ctx, tx, r)
 }
@@ -129,17 +144,26 @@ type cancelError struct{ err error }
 func (e *cancelError) Error() string { return "queue: cancel: " + e.err.Error() }
 func (e *cancelError) Unwrap() error { return e.err }
 
-// Errors that cancel a job's context, as context.Cause reports them.
+// Errors that cancel a job's context, as context.Cause reports them. Each
+// of them, and every other cause the client gives for a lease it no longer
+// trusts, matches aegis.ErrLost: a handler stops (and discards what it has
+// not committed) when errors.Is(context.Cause(ctx), aegis.ErrLost). When
+// the database says the lease is lost (a heartbeat found the job
+// reclaimed, cancelled or otherwise taken over), the cause wraps both
+// aegis.ErrLost and the heartbeat's refusal (aegis.ErrStale), and nothing
+// more is written for the claim.
+//
+// These are causes, never the error of a write: a fenced write the
+// database refuses (complete, CompleteTx, a batched completion, heartbeat,
+// retry, snooze, cancel, discard, hand-back) is an error that matches
+// aegis.ErrStale.
 var (
 	// ErrLeaseExpired: the job's local deadline passed without a renewed
 	// lease (the database was unreachable or slow). The lease may still be
 	// held; the handler should stop, and its completion is still tried,
-	// fenced.
-	ErrLeaseExpired = errors.New("queue: job lease expired locally without a renewal")
+	// fenced. It wraps aegis.ErrLost, like aegis.Hold's local deadline.
+	ErrLeaseExpired = fmt.Errorf("queue: job lease expired locally without a renewal: %w", aegis.ErrLost)
 	// ErrStopping: Client.Stop's deadline passed; the lease was handed back
-	// with a bumped token.
-	ErrStopping = errors.New("queue: client stopping: lease handed back")
-	// aegis.ErrLost: the database says the lease is lost (the job was
-	// reclaimed, cancelled, or otherwise taken over); nothing more is
-	// written for this claim.
+	// with a bumped token. It wraps aegis.ErrLost.
+	ErrStopping = fmt.Errorf("queue: client stopping: lease handed back: %w", aegis.ErrLost)
 )

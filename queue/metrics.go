@@ -21,7 +21,7 @@ import (
 //	aegis_queue_discarded_total{queue}          jobs discarded after their last attempt
 //	aegis_queue_reaped_total{queue}             expired leases reclaimed by this client's reaper
 //	aegis_queue_leases_lost_total{queue}        running jobs whose lease was found lost (context cancelled)
-//	aegis_queue_stale_writes_total{queue,op}    writes the fence rejected (op: heartbeat, complete, complete_tx, retry, snooze, cancel, discard)
+//	aegis_queue_stale_writes_total{queue,op}    writes the fence rejected (op: heartbeat, complete, complete_tx, retry, snooze, cancel, discard, hand_back)
 //	aegis_queue_claim_seconds{queue}            claim statement latency (histogram)
 //	aegis_queue_jobs{queue,state}               jobs per state, counted in the database at scrape time (state "dead": dead letters)
 type metrics struct {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -76,53 +77,48 @@ func snapshot(t testing.TB, p *pgxpool.Pool, id int64) string {
 // lands.
 func TestRiverRace(t *testing.T) {
 	t.Parallel()
-	type write func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error)
+	type write func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error
 	one := func(id int64, token aegis.Token) ([]int64, []int64) { return []int64{id}, []int64{int64(token)} }
+	// first is the result of a batch statement for its one claim.
+	first := func(res []error, err error) error {
+		if err != nil {
+			return err
+		}
+		return res[0]
+	}
 	ops := []struct {
 		name  string
 		write write
 		// landed checks B's write.
 		landed func(t *testing.T, p *pgxpool.Pool, b *JobRow)
 	}{
-		{"heartbeat", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"heartbeat", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			ids, tokens := one(j.ID, j.Token)
-			got, busy, err := s.heartbeat(ctx, p, ids, tokens)
-			require.False(t, busy[j.ID])
-			return got[j.ID], err
+			return first(s.heartbeat(ctx, p, ids, tokens))
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			require.Equal(t, 1, count(t, p, `SELECT count(*) FROM aegis_job WHERE id = $1 AND locked_until > now() + interval '50 seconds'`, b.ID))
 		}},
-		{"complete", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"complete", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			return s.completeOne(ctx, p, j.ID, int64(j.Token))
 		}, completedBy},
-		{"complete batch", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"complete batch", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			ids, tokens := one(j.ID, j.Token)
-			got, err := s.completeBatch(ctx, p, ids, tokens)
-			return got[j.ID], err
+			return first(s.completeBatch(ctx, p, ids, tokens))
 		}, completedBy},
-		{"complete tx", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
-			var ok bool
-			err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		{"complete tx", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
+			// The refusal rolls the business write back.
+			return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO effect VALUES ($1, $2)`, j.ID, int64(j.Token)); err != nil {
 					return err
 				}
-				var err error
-				ok, err = s.completeOne(ctx, tx, j.ID, int64(j.Token))
-				if err == nil && !ok {
-					return aegis.ErrStale // roll the business write back
-				}
-				return err
+				return s.completeOne(ctx, tx, j.ID, int64(j.Token))
 			})
-			if errors.Is(err, aegis.ErrStale) {
-				err = nil
-			}
-			return ok, err
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			completedBy(t, p, b)
 			require.Equal(t, int(b.Token), count(t, p, `SELECT token FROM effect WHERE job_id = $1`, b.ID))
 			require.Equal(t, 1, count(t, p, `SELECT count(*) FROM effect`), "A's business write was rolled back")
 		}},
-		{"retry", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"retry", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			return s.retry(ctx, p, j.ID, int64(j.Token), time.Hour, "failed by "+s.by)
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			j := stored(t, p, b.ID)
@@ -131,7 +127,7 @@ func TestRiverRace(t *testing.T) {
 			require.Equal(t, "failed by B", j.Errors[len(j.Errors)-1].Error)
 			require.Equal(t, b.Token, j.Errors[len(j.Errors)-1].Token)
 		}},
-		{"snooze", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"snooze", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			return s.snooze(ctx, p, j.ID, int64(j.Token), time.Hour)
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			j := stored(t, p, b.ID)
@@ -139,24 +135,23 @@ func TestRiverRace(t *testing.T) {
 			require.Equal(t, b.Token+1, j.Token)
 			require.Equal(t, b.Attempt-1, j.Attempt)
 		}},
-		{"cancel", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"cancel", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			return s.finish(ctx, p, j.ID, int64(j.Token), StateCancelled, "cancelled by "+s.by)
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			j := stored(t, p, b.ID)
 			require.Equal(t, StateCancelled, j.State)
 			require.Equal(t, "cancelled by B", j.Errors[len(j.Errors)-1].Error)
 		}},
-		{"discard", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"discard", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			return s.finish(ctx, p, j.ID, int64(j.Token), StateDiscarded, "discarded by "+s.by)
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			j := stored(t, p, b.ID)
 			require.Equal(t, StateDiscarded, j.State)
 			require.Equal(t, "discarded by B", j.Errors[len(j.Errors)-1].Error)
 		}},
-		{"hand back", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) (bool, error) {
+		{"hand back", func(ctx context.Context, p *pgxpool.Pool, s statements, j *JobRow) error {
 			ids, tokens := one(j.ID, j.Token)
-			n, err := s.handBack(ctx, p, ids, tokens)
-			return n == 1, err
+			return first(s.handBack(ctx, p, ids, tokens))
 		}, func(t *testing.T, p *pgxpool.Pool, b *JobRow) {
 			j := stored(t, p, b.ID)
 			require.Equal(t, StateAvailable, j.State)
@@ -184,17 +179,16 @@ func TestRiverRace(t *testing.T) {
 			require.Greater(t, jb.Token, ja.Token)
 			require.Equal(t, "B", jb.LockedBy)
 
-			// A wakes up and writes with its old token: rejected, nothing changes.
+			// A wakes up and writes with its old token: refused with an
+			// error that matches aegis.ErrStale, and nothing changes.
 			before := snapshot(t, p, id)
-			ok, err := op.write(ctx, p, a, ja)
-			require.NoError(t, err)
-			require.False(t, ok, "A's %s with the stale token %d must be rejected", op.name, ja.Token)
-			require.Equal(t, before, snapshot(t, p, id), "A's rejected %s changed the job", op.name)
+			err = op.write(ctx, p, a, ja)
+			require.ErrorIs(t, err, aegis.ErrStale, "A's %s with the stale token %d must be refused", op.name, ja.Token)
+			require.ErrorContains(t, err, fmt.Sprintf("job %d with token %d refused", id, ja.Token))
+			require.Equal(t, before, snapshot(t, p, id), "A's refused %s changed the job", op.name)
 
 			// B's write lands.
-			ok, err = op.write(ctx, p, b, jb)
-			require.NoError(t, err)
-			require.True(t, ok, "B's %s with the current token %d must land", op.name, jb.Token)
+			require.NoError(t, op.write(ctx, p, b, jb), "B's %s with the current token %d must land", op.name, jb.Token)
 			op.landed(t, p, jb)
 		})
 	}
@@ -307,9 +301,7 @@ func TestReaperNeverReclaimsCompleted(t *testing.T) {
 		eventually(t, "the lease expires", func() bool {
 			return count(t, p, `SELECT count(*) FROM aegis_job WHERE id = $1 AND locked_until < now()`, id) == 1
 		})
-		ok, err := a.completeOne(ctx, p, j.ID, int64(j.Token))
-		require.NoError(t, err)
-		require.True(t, ok, "no one took the job over: the completion lands")
+		require.NoError(t, a.completeOne(ctx, p, j.ID, int64(j.Token)), "no one took the job over: the completion lands")
 		got, err := worker("reaper", time.Second, false).reap(ctx, p, 100)
 		require.NoError(t, err)
 		require.Empty(t, got)
@@ -342,13 +334,19 @@ func TestReaperNeverReclaimsCompleted(t *testing.T) {
 				for _, j := range jobs[i : i+10] {
 					ids, tokens = append(ids, j.ID), append(tokens, int64(j.Token))
 				}
-				got, err := a.completeBatch(ctx, p, ids, tokens)
+				res, err := a.completeBatch(ctx, p, ids, tokens)
 				if err != nil {
 					errs <- err
 					return
 				}
-				for id := range got {
-					completed.add(id)
+				for k, err := range res {
+					switch {
+					case err == nil:
+						completed.add(ids[k])
+					case !errors.Is(err, aegis.ErrStale):
+						errs <- err
+						return
+					}
 				}
 			}
 		})
@@ -412,23 +410,22 @@ func TestTokenNeverDecreases(t *testing.T) {
 		j := claimOne(t, p, w)
 		require.Greater(t, j.Token, last, "round %d: the claim's token", i)
 		last = j.Token
-		var ok bool
 		var err error
 		switch i % 4 {
 		case 0:
-			ok, err = w.retry(ctx, p, id, int64(j.Token), 0, "retry")
+			err = w.retry(ctx, p, id, int64(j.Token), 0, "retry")
 		case 1:
-			ok, err = w.snooze(ctx, p, id, int64(j.Token), 0)
+			err = w.snooze(ctx, p, id, int64(j.Token), 0)
 		case 2:
 			reapJob(t, p, id)
-			ok = true
 		case 3:
-			var n int
-			n, err = w.handBack(ctx, p, []int64{id}, []int64{int64(j.Token)})
-			ok = n == 1
+			var res []error
+			res, err = w.handBack(ctx, p, []int64{id}, []int64{int64(j.Token)})
+			if err == nil {
+				err = res[0]
+			}
 		}
 		require.NoError(t, err)
-		require.True(t, ok)
 		after := storedToken()
 		require.Greater(t, after, last, "round %d: the hand-back bumps the token", i)
 		last = after
@@ -454,9 +451,7 @@ func TestReaperDiscardsLastAttempt(t *testing.T) {
 	require.Equal(t, StateDiscarded, d.State)
 	require.Equal(t, j.Token+1, d.Token)
 	require.Contains(t, d.Errors[0].Error, "discarded by the reaper")
-	ok, err := a.completeOne(ctx, p, id, int64(j.Token))
-	require.NoError(t, err)
-	require.False(t, ok, "the discarded job's old holder cannot complete it")
+	require.ErrorIs(t, a.completeOne(ctx, p, id, int64(j.Token)), aegis.ErrStale, "the discarded job's old holder cannot complete it")
 }
 
 // TestReapersNeverFight: several reapers run at once over the same expired
@@ -484,9 +479,9 @@ func TestReapersNeverFight(t *testing.T) {
 	})
 	// The last job's holder renews its lease first: it is no longer expired.
 	kept := jobs[n]
-	renewed, _, err := worker("A", time.Minute, false).heartbeat(ctx, p, []int64{kept.ID}, []int64{int64(kept.Token)})
+	res, err := worker("A", time.Minute, false).heartbeat(ctx, p, []int64{kept.ID}, []int64{int64(kept.Token)})
 	require.NoError(t, err)
-	require.True(t, renewed[kept.ID])
+	require.NoError(t, res[0], "renewed")
 
 	var reaped set
 	var wg sync.WaitGroup

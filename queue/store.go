@@ -82,13 +82,19 @@ func (s statements) claim(ctx context.Context, q querier, queue string, n int) (
 	return jobs, nil
 }
 
-// heartbeat extends the leases of the claims (ids, tokens) and returns the
-// ids it extended, and, of the others, the ones whose rows were only
-// locked (still held, to be renewed next round); the rest are lost.
-func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) (renewed, busy map[int64]bool, err error) {
-	renewed, err = s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
-	if err != nil || len(renewed) == len(ids) {
-		return renewed, nil, err
+// heartbeat extends the leases of the claims (ids, tokens). It returns,
+// per claim in the order given, nil when the lease was extended,
+// errRowLocked when the row was locked by another statement and the claim
+// still matches it (to be renewed next round), or a stale error (wrapping
+// aegis.ErrStale) when the claim's token is no longer the job's.
+func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) ([]error, error) {
+	renewed, err := s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]error, len(ids))
+	if len(renewed) == len(ids) {
+		return res, nil
 	}
 	var mids, mtokens []int64
 	for i, id := range ids {
@@ -96,23 +102,60 @@ func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int6
 			mids, mtokens = append(mids, id), append(mtokens, tokens[i])
 		}
 	}
-	busy, err = s.ids(ctx, q, "heartbeat", stillHeldSQL, mids, mtokens)
-	return renewed, busy, err
+	held, err := s.ids(ctx, q, "heartbeat", stillHeldSQL, mids, mtokens)
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range ids {
+		switch {
+		case renewed[id]:
+		case held[id]:
+			res[i] = errRowLocked
+		default:
+			res[i] = stale("heartbeat", id, tokens[i])
+		}
+	}
+	return res, nil
 }
 
-// completeOne completes one claim; false means the fence rejected it.
-func (s statements) completeOne(ctx context.Context, q querier, id, token int64) (bool, error) {
+// errRowLocked: a heartbeat skipped a row another statement had locked
+// (this client's batched completion, or a takeover in flight); the claim
+// still matched the row.
+var errRowLocked = errors.New("queue: heartbeat skipped a locked row")
+
+// completeOne completes one claim: nil, or a stale error when the fence
+// refused it.
+func (s statements) completeOne(ctx context.Context, q querier, id, token int64) error {
 	tag, err := q.Exec(ctx, s.complete, id, token)
 	if err != nil {
-		return false, fmt.Errorf("complete job %d: %w", id, translate(err))
+		return fmt.Errorf("complete job %d: %w", id, translate(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 0 {
+		return stale("complete", id, token)
+	}
+	return nil
 }
 
-// completeBatch completes the claims (ids, tokens) and returns the ids it
-// completed.
-func (s statements) completeBatch(ctx context.Context, q querier, ids, tokens []int64) (map[int64]bool, error) {
-	return s.ids(ctx, q, "complete", s.completeMany, ids, tokens)
+// completeBatch completes the claims (ids, tokens); per claim, nil or a
+// stale error.
+func (s statements) completeBatch(ctx context.Context, q querier, ids, tokens []int64) ([]error, error) {
+	done, err := s.ids(ctx, q, "complete", s.completeMany, ids, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return landed("complete", ids, tokens, done), nil
+}
+
+// landed turns the ids a batch statement returned into a result per
+// claim: nil, or a stale error for a claim whose row it did not return.
+func landed(op string, ids, tokens []int64, got map[int64]bool) []error {
+	res := make([]error, len(ids))
+	for i, id := range ids {
+		if !got[id] {
+			res[i] = stale(op, id, tokens[i])
+		}
+	}
+	return res
 }
 
 func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tokens []int64, args ...any) (map[int64]bool, error) {
@@ -135,42 +178,52 @@ func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tok
 	return got, nil
 }
 
-// retry hands a failed claim back to run after delay.
-func (s statements) retry(ctx context.Context, q querier, id, token int64, delay time.Duration, msg string) (bool, error) {
+// retry hands a failed claim back to run after delay: nil, or a stale
+// error.
+func (s statements) retry(ctx context.Context, q querier, id, token int64, delay time.Duration, msg string) error {
 	return s.one(ctx, q, "retry", retrySQL, id, token, delay.Microseconds(), msg)
 }
 
-// snooze hands a claim back to run after delay, not counting the attempt.
-func (s statements) snooze(ctx context.Context, q querier, id, token int64, delay time.Duration) (bool, error) {
+// snooze hands a claim back to run after delay, not counting the attempt:
+// nil, or a stale error.
+func (s statements) snooze(ctx context.Context, q querier, id, token int64, delay time.Duration) error {
 	return s.one(ctx, q, "snooze", snoozeSQL, id, token, delay.Microseconds())
 }
 
-// finish moves a claim to the dead letters as cancelled or discarded.
-func (s statements) finish(ctx context.Context, q querier, id, token int64, state State, msg string) (bool, error) {
+// finish moves a claim to the dead letters as cancelled or discarded:
+// nil, or a stale error.
+func (s statements) finish(ctx context.Context, q querier, id, token int64, state State, msg string) error {
+	op := map[State]string{StateCancelled: "cancel", StateDiscarded: "discard"}[state]
 	tag, err := q.Exec(ctx, finishSQL, id, token, string(state), msg)
 	if err != nil {
-		return false, fmt.Errorf("%s job %d: %w", state, id, translate(err))
+		return fmt.Errorf("%s job %d: %w", op, id, translate(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 0 {
+		return stale(op, id, token)
+	}
+	return nil
 }
 
 // one runs a fenced statement that returns a row when it landed.
-func (s statements) one(ctx context.Context, q querier, op, sql string, id, token int64, args ...any) (bool, error) {
+func (s statements) one(ctx context.Context, q querier, op, sql string, id, token int64, args ...any) error {
 	var ignored bool
 	err := q.QueryRow(ctx, sql, append([]any{id, token}, args...)...).Scan(&ignored)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return stale(op, id, token)
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s job %d: %w", op, id, translate(err))
+		return fmt.Errorf("%s job %d: %w", op, id, translate(err))
 	}
-	return true, nil
+	return nil
 }
 
-// handBack gives leases back (shutdown) and returns how many it gave back.
-func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64) (int, error) {
+// handBack gives leases back (shutdown); per claim, nil or a stale error.
+func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64) ([]error, error) {
 	got, err := s.ids(ctx, q, "hand back", handBackSQL, ids, tokens, "handed back: the client stopped before the handler returned")
-	return len(got), err
+	if err != nil {
+		return nil, err
+	}
+	return landed("hand back", ids, tokens, got), nil
 }
 
 // reap reclaims up to limit expired leases; it returns the jobs made
@@ -230,6 +283,25 @@ func (s statements) nextScheduled(ctx context.Context, q querier) (d time.Durati
 	}
 	return time.Duration(*us) * time.Microsecond, true, nil
 }
+
+// staleError is a fenced write the database refused: the claim's token is
+// no longer the job's (the reaper reclaimed the job, an operator cancelled
+// it, Stop handed it back, or the claim already finished it). It wraps
+// aegis.ErrStale.
+type staleError struct {
+	op    string
+	id    int64
+	token int64
+}
+
+func stale(op string, id, token int64) error { return &staleError{op: op, id: id, token: token} }
+
+func (e *staleError) Error() string {
+	return fmt.Sprintf("queue: %s job %d with token %d refused: %v (the job's token moved on: it was reclaimed, cancelled, handed back or finished since this claim)",
+		e.op, e.id, e.token, aegis.ErrStale)
+}
+
+func (e *staleError) Unwrap() error { return aegis.ErrStale }
 
 // scanner is pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }

@@ -1,7 +1,7 @@
 // Package schedule is a single-runner cron scheduler: every replica runs
 // the same Scheduler, and each tick of a job runs once across them.
 //
-// Two modes, chosen by Config:
+// Three modes, chosen by Config:
 //
 //   - Run-key mode (Config.Store, PostgreSQL or SQLite): a run is (job name,
 //     scheduled fire time). Every replica computes the same fire times (cron
@@ -21,8 +21,26 @@
 //     cancelled when it is lost. It does NOT stop a replica whose clock is
 //     behind by more than the job's run time (and LockAtLeastFor) from
 //     running a tick again: that is what run keys are for.
+//   - Leader mode (Config.Leader, PostgreSQL): elect a scheduler, let
+//     workers compete. The replicas campaign in an election (package
+//     elect); the leader enqueues each tick's run as a job of package
+//     queue, in one transaction with the tick's row in the run table (INSERT
+//     … ON CONFLICT DO NOTHING: the once-ever record, so a tick is enqueued
+//     once even across leaders; the queue's unique keys hold only among
+//     live jobs) and with a check of its term token against the election's
+//     fence (a deposed leader enqueues nothing once a newer term has).
+//     Workers — the queue.Clients of any replicas, with the scheduler's
+//     worker (Scheduler.AddWorker) — compete for the runs with FOR UPDATE
+//     SKIP LOCKED; a run whose worker crashed or paused past its lease is
+//     reclaimed by the queue's reaper with a greater token and run again
+//     (up to Job.MaxAttempts); the worker records the outcome in the run
+//     table in one transaction with the job's fenced completion. A new
+//     leader goes on from the last tick enqueued (earlier ones follow the
+//     misfire policy). Overlap forbid is one live job per job (the queue's
+//     unique key is the job's name); allow keys each tick's job by its fire
+//     time; replace is not supported.
 //
-// In both modes the job's context carries the run and its fencing token
+// In every mode the job's context carries the run and its fencing token
 // (TokenFrom): every write of the job goes through the fence with it. The
 // scheduler does not make a job's side effects exactly-once; the token and
 // the store of record's check do.
@@ -31,7 +49,4 @@
 // paused, or its clock jumped) follow Job.Misfire; overlapping runs follow
 // Job.Overlap. A store outage fails closed: no run starts without its row
 // or lease; the claim is retried until the tick's starting deadline.
-//
-// Not yet here: leader mode (an elected scheduler enqueues into package
-// queue, workers compete).
 package schedule

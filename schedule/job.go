@@ -27,14 +27,15 @@ type Job struct {
 	// Schedule is any other Schedule.
 	Schedule Schedule
 	// Run is the job. Its context carries the run (RunFrom, TokenFrom) and
-	// is cancelled when the run's lease or run row is lost, when the run is
-	// replaced (OverlapReplace), or when the scheduler stops. A returned
-	// error (or a panic) is recorded as the run's outcome; it is not
-	// retried. Required.
+	// is cancelled when the run's lease or run row is lost (in leader mode:
+	// the queue job's lease), when the run is replaced (OverlapReplace), or
+	// when the scheduler (the queue client) stops. A returned error (or a
+	// panic) is recorded as the run's outcome; it is not retried. Required.
 	Run func(ctx context.Context) error
 
 	// LockAtMostFor is the lease TTL (lease mode) or the run row's TTL
-	// (run-key mode): how long a crashed node blocks the job. With
+	// (run-key mode): how long a crashed node blocks the job. (Leader mode
+	// does not use it: a run's lease is the workers' queue.Config.Lease.) With
 	// keep-alive (the default) the lease is renewed every third of it while
 	// the job runs; without, a run longer than this loses its exclusion and
 	// its context is cancelled. Default 30s; at least 10ms.
@@ -64,8 +65,9 @@ type Job struct {
 	Overlap Overlap
 	// MaxAttempts is how many times run-key mode runs a tick whose runner
 	// crashed (its run row expired): the reaper retries it with a greater
-	// token until then, and marks it abandoned after. Default 3; at most
-	// 1000.
+	// token until then, and marks it abandoned after. In leader mode it is
+	// the queue job's MaxAttempts (the queue's reaper discards the run
+	// after it). Default 3; at most 1000.
 	MaxAttempts int
 }
 
@@ -101,16 +103,20 @@ type Overlap int
 
 const (
 	// OverlapForbid skips the tick. Run-key mode records it as skipped;
-	// lease mode finds the job's lease held.
+	// lease mode finds the job's lease held; leader mode keeps one live
+	// queue job per job (its unique key is the job's name) and records a
+	// tick that finds one queued or running as skipped.
 	OverlapForbid Overlap = iota
 	// OverlapReplace cancels the running predecessor and runs the tick with
 	// a greater token, so the predecessor's late writes are fenced. In
 	// run-key mode the predecessor may be on any node (it learns at its
 	// next heartbeat); in lease mode only a predecessor on this node can be
-	// replaced, and one elsewhere makes the tick a skip.
+	// replaced, and one elsewhere makes the tick a skip. Not supported in
+	// leader mode.
 	OverlapReplace
 	// OverlapAllow runs the tick alongside its predecessor. In lease mode
-	// each tick takes a lease of its own (NAME@FIRE-TIME).
+	// each tick takes a lease of its own (NAME@FIRE-TIME); in leader mode
+	// each tick's queue job has a unique key of its own (NAME@FIRE-TIME).
 	OverlapAllow
 )
 
@@ -176,6 +182,8 @@ func (j Job) validate(m mode) (Job, Schedule, error) {
 		return j, nil, fmt.Errorf("Job.LockAtLeastFor %s is negative", j.LockAtLeastFor)
 	case j.LockAtLeastFor > j.LockAtMostFor:
 		return j, nil, fmt.Errorf("Job.LockAtLeastFor %s is longer than Job.LockAtMostFor %s", j.LockAtLeastFor, j.LockAtMostFor)
+	case j.Overlap == OverlapReplace && m == modeLeader:
+		return j, nil, fmt.Errorf("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
 	case j.LockAtLeastFor > 0 && m != modeLease:
 		return j, nil, fmt.Errorf("Job.LockAtLeastFor is for lease mode (Config.Locker); a run key already stops a second run of a tick")
 	case j.StartingDeadline < 0:
@@ -199,7 +207,11 @@ type Run struct {
 	Node string    // the node running it
 	// Token fences the run's writes: in run-key mode it orders runs by fire
 	// time, then attempt (a later tick's token is always greater); in lease
-	// mode it is the lease's token.
+	// mode it is the lease's token; in leader mode it is the queue job's
+	// token offset by the fire time (fire time in ms × 10⁶ + the job's
+	// token), so it orders runs by fire time, then claim, as in run-key
+	// mode: a run reclaimed from a paused worker has a greater token than
+	// the paused one, and a later tick's run a greater one still.
 	Token   aegis.Token
 	Attempt int // 1, then 2, ... when the reaper retries a crashed run
 }

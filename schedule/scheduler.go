@@ -20,10 +20,11 @@ type mode int
 const (
 	modeRunKey mode = iota + 1
 	modeLease
+	modeLeader
 )
 
-// Config configures a Scheduler. Exactly one of Store (run-key mode) and
-// Locker (lease mode) is set.
+// Config configures a Scheduler. Exactly one of Store (run-key mode),
+// Locker (lease mode) and Leader (leader mode) is set.
 type Config struct {
 	// Node names this scheduler in run rows, events and logs. Default
 	// "HOSTNAME-PID"; at most 100 bytes.
@@ -34,6 +35,10 @@ type Config struct {
 	// Locker selects lease mode (ShedLock's semantics): a tick runs on the
 	// node that acquires the job's lease.
 	Locker aegis.Locker
+	// Leader selects leader mode: an elected scheduler enqueues each tick
+	// into package queue, and workers compete (see LeaderConfig and
+	// Scheduler.AddWorker). PostgreSQL only.
+	Leader *LeaderConfig
 	// Clock is the source of fire times. Default SystemClock().
 	Clock Clock
 	// ReapInterval is how often run-key mode looks for crashed runs (run
@@ -63,6 +68,11 @@ const (
 	EventLost     EventKind = "lost"     // a run's lease or run row was lost (reclaimed, replaced, expired)
 	EventError    EventKind = "error"    // a store or lock call failed
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
+
+	// Leader mode.
+	EventElected  EventKind = "elected"  // this node leads: it enqueues the ticks (Token: the term token)
+	EventDeposed  EventKind = "deposed"  // this node's term ended (Err: why); it campaigns again
+	EventEnqueued EventKind = "enqueued" // the leader enqueued a tick's run (Reason: the queue job)
 )
 
 // Event is something that happened to a tick.
@@ -91,6 +101,9 @@ type Scheduler struct {
 	stopped bool
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	leader  *leader                 // leader mode
+	endTerm context.CancelCauseFunc // ends the current term's loops (leader mode)
 }
 
 // New returns a Scheduler. The error names the field that is wrong.
@@ -112,15 +125,28 @@ func New(cfg *Config) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool)}
+	set := 0
+	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
+		if ok {
+			set++
+		}
+	}
 	switch {
-	case c.Store != nil && c.Locker != nil:
-		return nil, errors.New("schedule: set one of Config.Store (run-key mode) and Config.Locker (lease mode), not both")
+	case set > 1:
+		return nil, errors.New("schedule: set one of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode), not several")
 	case c.Store != nil:
 		s.mode = modeRunKey
 	case c.Locker != nil:
 		s.mode = modeLease
+	case c.Leader != nil:
+		s.mode = modeLeader
+		l, err := newLeader(c.Leader, c.Node)
+		if err != nil {
+			return nil, err
+		}
+		s.leader = l
 	default:
-		return nil, errors.New("schedule: neither Config.Store (run-key mode) nor Config.Locker (lease mode) is set")
+		return nil, errors.New("schedule: none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
 	}
 	switch {
 	case c.ReapInterval < 0:
@@ -156,7 +182,16 @@ func (s *Scheduler) Add(j Job) error {
 
 // Start starts a goroutine per job (and the reaper in run-key mode). The
 // jobs stop when ctx ends or Stop is called. Start may be called once.
+//
+// In leader mode it creates the missing tables (ctx bounds that), then
+// campaigns in a goroutine: while this replica leads, its job loops
+// enqueue the ticks; when leadership ends it campaigns again.
 func (s *Scheduler) Start(ctx context.Context) error {
+	if s.mode == modeLeader {
+		if _, err := s.leader.open(ctx); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -164,11 +199,15 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	ctx, s.cancel = context.WithCancel(ctx)
+	switch s.mode {
+	case modeLeader:
+		s.wg.Go(func() { s.lead(ctx) })
+		return nil
+	case modeRunKey:
+		s.wg.Go(func() { s.reap(ctx) })
+	}
 	for _, j := range s.jobs {
 		s.wg.Go(func() { j.loop(ctx) })
-	}
-	if s.mode == modeRunKey {
-		s.wg.Go(func() { s.reap(ctx) })
 	}
 	return nil
 }
@@ -184,6 +223,22 @@ func (s *Scheduler) Stop() {
 		cancel()
 	}
 	s.wg.Wait()
+	if s.leader != nil {
+		s.leader.close()
+	}
+}
+
+// runStore is the run table of run-key and leader mode, nil in lease mode.
+func (s *Scheduler) runStore() *Store {
+	switch s.mode {
+	case modeRunKey:
+		return s.cfg.Store
+	case modeLeader:
+		s.leader.mu.Lock()
+		defer s.leader.mu.Unlock()
+		return s.leader.store
+	}
+	return nil
 }
 
 func (s *Scheduler) emit(e Event) {
@@ -226,9 +281,10 @@ const maxDue = 100_000
 func (j *job) loop(ctx context.Context) {
 	clock := j.s.cfg.Clock
 	last := clock.Now()
-	if j.s.mode == modeRunKey {
-		// Ticks since the last run any replica recorded are misfires.
-		if prev, err := j.s.cfg.Store.last(ctx, j.Name); err != nil {
+	if st := j.s.runStore(); st != nil {
+		// Ticks since the last run any replica recorded (or, in leader
+		// mode, the last tick any leader enqueued) are misfires.
+		if prev, err := st.last(ctx, j.Name); err != nil {
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Reason: "read the last run", Err: err})
 		} else if !prev.IsZero() && prev.Before(last) {
 			last = prev
@@ -340,6 +396,8 @@ func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
 			done, retryable, err = j.fireRunKey(ctx, f)
 		case modeLease:
 			done, retryable, err = j.fireLease(ctx, f)
+		case modeLeader:
+			retryable, err = j.fireLeader(ctx, f)
 		}
 		if err == nil || !retryable || ctx.Err() != nil {
 			break

@@ -12,6 +12,8 @@ type runSQL struct {
 	migrations                                 []migrate.Migration
 	claim, replace, heartbeat, finish, expired string
 	reclaim, last, prune, list                 string
+	// Leader mode (PostgreSQL only).
+	enqueue, skip, record string
 }
 
 var runPostgres = runSQL{
@@ -75,6 +77,24 @@ RETURNING r.token, r.state, r.attempt`,
 	list: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint, token, node, attempt, state,
        (extract(epoch FROM started_at) * 1000)::bigint, coalesce((extract(epoch FROM ended_at) * 1000)::bigint, 0), coalesce(error, '')
 FROM %[1]s WHERE job = $1 ORDER BY fire_at DESC LIMIT $2`,
+
+	// Leader mode. The leader inserts the tick's row in the transaction
+	// that enqueues its job: the run key is the once-ever record, so a
+	// tick is enqueued once even across leaders (the queue's unique keys
+	// hold only among live jobs). $1 job, $2 fire ms, $3 token (the
+	// tick's base: every claim's run token is greater), $4 leader node.
+	enqueue: `INSERT INTO %[1]s (job, fire_at, token, node, attempt, state, started_at, expires_at)
+VALUES ($1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 0, 'enqueued', now(), now())
+ON CONFLICT (job, fire_at) DO NOTHING -- the run key: a tick is enqueued once, ever`,
+	// $1 job, $2 fire ms: overlap forbid found a live job of the job.
+	skip: `UPDATE %[1]s SET state = 'skipped', ended_at = now()
+WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond' AND state = 'enqueued'`,
+	// A worker records a run's outcome. $1 job, $2 fire ms, $3 the claim's
+	// run token, $4 worker node, $5 attempt, $6 state, $7 started (the
+	// claim's time, database time), $8 error.
+	record: `UPDATE %[1]s SET token = $3, node = $4, attempt = $5, state = $6, started_at = $7, ended_at = now(), error = $8
+WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+  AND token < $3 -- fence: an earlier claim's outcome never overwrites a later claim's`,
 }
 
 const sqliteNow = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`

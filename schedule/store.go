@@ -68,10 +68,16 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	if err := migrate.Apply(ctx, db, d, "schedule:"+c.Table, ms); err != nil {
 		return nil, fmt.Errorf("schedule: store: %w", err)
 	}
-	f := func(s string) string { return fmt.Sprintf(s, table) }
+	f := func(s string) string {
+		if s == "" {
+			return "" // a statement this dialect does not have (leader mode is PostgreSQL's)
+		}
+		return fmt.Sprintf(s, table)
+	}
 	q = runSQL{
 		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish),
 		expired: f(q.expired), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
+		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 	}
 	return &Store{db: db, dialect: d, q: q}, nil
 }
@@ -85,7 +91,9 @@ type RunRecord struct {
 	Attempt int
 	// State is running, succeeded, failed, skipped (overlap forbid),
 	// replaced (overlap replace) or abandoned (crashed MaxAttempts times,
-	// or a later tick had started).
+	// or a later tick had started); in leader mode enqueued (the leader
+	// enqueued its job; no worker has recorded an outcome yet), then
+	// succeeded or failed, or skipped.
 	State   string
 	Started time.Time
 	Ended   time.Time // zero while running

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/servers"
@@ -23,6 +24,15 @@ type Servers struct {
 	EtcdEndpoints []string // AEGIS_ETCD_ENDPOINTS
 	ZKServers     []string // AEGIS_ZK_SERVERS
 	SQLitePath    string   // AEGIS_SQLITE_PATH
+
+	// ZKSessionTimeout is the ZooKeeper session timeout asked for. A
+	// zklease lease's TTL may not exceed the session the ensemble grants,
+	// and a client paused longer than the session loses it (its lease
+	// goes to another client). Default (0) one minute, so that aegis bench
+	// can take one-minute leases; the ensemble clamps it to its
+	// [minSessionTimeout, maxSessionTimeout] (400 ms to 60 s on the
+	// servers of internal/servers). The lab asks for its --ttl.
+	ZKSessionTimeout time.Duration
 }
 
 // FromEnv returns the servers named by the AEGIS_* variables, with the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/testenv"
 )
@@ -47,4 +48,39 @@ func TestRedlockAddrs(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.want, backend.RedlockAddrs(tt.in), "%q", tt.in)
 	}
+}
+
+// TestZKSessionTimeout: the session timeout asked for is the one leases
+// are checked against (a TTL longer than the session is refused); the
+// default is a minute; a negative one is an error.
+func TestZKSessionTimeout(t *testing.T) {
+	t.Parallel()
+	key := "backend-test/" + t.Name() + time.Now().String()
+	for _, tc := range []struct {
+		session time.Duration
+		ttl     time.Duration
+		refused bool
+	}{
+		{session: time.Second, ttl: time.Second},
+		{session: time.Second, ttl: 2 * time.Second, refused: true},
+		{session: 0, ttl: 30 * time.Second}, // the default: a minute
+	} {
+		s := backend.FromEnv()
+		s.ZKSessionTimeout = tc.session
+		l, closeFn, err := backend.Open(t.Context(), "zookeeper", s)
+		require.NoError(t, err)
+		lease, err := l.TryAcquire(t.Context(), key, tc.ttl)
+		if tc.refused {
+			require.ErrorIs(t, err, aegis.ErrInvalid, "session %s, ttl %s", tc.session, tc.ttl)
+			require.ErrorContains(t, err, "longer than the ZooKeeper session timeout 1s")
+		} else {
+			require.NoError(t, err, "session %s, ttl %s", tc.session, tc.ttl)
+			require.NoError(t, l.Release(t.Context(), lease))
+		}
+		closeFn()
+	}
+	s := backend.FromEnv()
+	s.ZKSessionTimeout = -time.Second
+	_, _, err := backend.Open(t.Context(), "zookeeper", s)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 }

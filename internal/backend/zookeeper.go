@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -11,13 +12,18 @@ import (
 	"github.com/aegislab/aegis/lease/zklease"
 )
 
-// zkSessionTimeout is the session timeout asked for: a lease's TTL may not
-// exceed it, and aegis bench takes one-minute leases. Servers grant at most
-// their maxSessionTimeout (60 s on the servers of internal/servers).
+// zkSessionTimeout is the session timeout asked for when
+// Servers.ZKSessionTimeout is zero: a lease's TTL may not exceed it, and
+// aegis bench takes one-minute leases. Servers grant at most their
+// maxSessionTimeout (60 s on the servers of internal/servers).
 const zkSessionTimeout = time.Minute
 
 func openZooKeeper(_ context.Context, s Servers) (aegis.Locker, func(), error) {
-	conn, cfg, err := zklease.Connect(s.ZKServers, zkSessionTimeout, zk.WithLogger(quietZK{}))
+	timeout := cmp.Or(s.ZKSessionTimeout, zkSessionTimeout)
+	if timeout < 0 {
+		return nil, nil, fmt.Errorf("zookeeper: %w: session timeout %s is negative", aegis.ErrInvalid, timeout)
+	}
+	conn, cfg, err := zklease.Connect(s.ZKServers, timeout, zk.WithLogger(quietZK{}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("zookeeper: %w", err)
 	}

@@ -1,9 +1,9 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -60,7 +60,13 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return usagef("unknown query %q (known: %s)", a, strings.Join(known, ", "))
 		}
 	}
-	*url = cmp.Or(*url, os.Getenv(servers.EnvPostgresURL))
+	// $AEGIS_POSTGRES_URL stands in for the flag when it is not given; a
+	// flag given empty is empty.
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "postgres-url" })
+	if !given {
+		*url = os.Getenv(servers.EnvPostgresURL)
+	}
 	switch {
 	case *url == "":
 		return usagef("--postgres-url (or AEGIS_POSTGRES_URL) is required")

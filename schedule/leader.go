@@ -1,0 +1,370 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/queue"
+)
+
+// LeaderConfig configures leader mode: the replicas elect a scheduler; the
+// leader enqueues each tick's run as a job of package queue; workers (the
+// queue.Clients of any replicas, with the scheduler's worker: AddWorker)
+// compete for the jobs with FOR UPDATE SKIP LOCKED.
+type LeaderConfig struct {
+	// Election elects the replica that enqueues. Required. Its lease TTL
+	// (elect.Config.TTL) is how long a crashed leader's ticks wait.
+	Election *elect.Election
+	// Pool is the PostgreSQL database of the queue, of the run table and
+	// of the leader's fence. Required. Start creates the missing tables
+	// (queue.Migrate, the run table, fence.Migrate).
+	Pool *pgxpool.Pool
+	// Queue is the queue the runs are enqueued into; the workers' clients
+	// must work it. Default "schedule".
+	Queue string
+	// Table is the run table: the once-ever record of the enqueued ticks
+	// and their outcomes. Default "aegis_schedule_run", run-key mode's.
+	Table string
+}
+
+// DefaultLeaderQueue is the queue of leader mode's runs by default.
+const DefaultLeaderQueue = "schedule"
+
+// leader is leader mode's state.
+type leader struct {
+	cfg     LeaderConfig
+	enqueue *queue.Client // enqueue-only
+	fenced  string        // the fence resource of the election's terms
+
+	mu    sync.Mutex
+	store *Store
+	db    *sql.DB // the store's, over Pool
+	term  *elect.Leadership
+}
+
+func newLeader(c *LeaderConfig, node string) (*leader, error) {
+	cfg := *c
+	cfg.Queue = cmp.Or(cfg.Queue, DefaultLeaderQueue)
+	switch {
+	case cfg.Election == nil:
+		return nil, errors.New("schedule: Config.Leader.Election is nil")
+	case cfg.Pool == nil:
+		return nil, errors.New("schedule: Config.Leader.Pool is nil")
+	case len(cfg.Queue) > queue.MaxQueueLen || !utf8.ValidString(cfg.Queue) || strings.ContainsRune(cfg.Queue, 0) ||
+		strings.TrimSpace(cfg.Queue) != cfg.Queue:
+		return nil, fmt.Errorf("schedule: Config.Leader.Queue %.40q: want at most %d bytes of UTF-8, without NUL or surrounding spaces", cfg.Queue, queue.MaxQueueLen)
+	}
+	qc, err := queue.New(cfg.Pool, &queue.Config{ID: node})
+	if err != nil {
+		return nil, fmt.Errorf("schedule: leader mode: %w", err)
+	}
+	return &leader{cfg: cfg, enqueue: qc, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
+}
+
+// open creates the tables leader mode needs, once, and returns the run
+// table.
+func (l *leader) open(ctx context.Context) (*Store, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.store != nil {
+		return l.store, nil
+	}
+	if err := queue.Migrate(ctx, l.cfg.Pool); err != nil {
+		return nil, fmt.Errorf("schedule: leader mode: %w", err)
+	}
+	if err := fence.Migrate(ctx, l.cfg.Pool); err != nil {
+		return nil, fmt.Errorf("schedule: leader mode: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(l.cfg.Pool)
+	st, err := NewStore(ctx, db, &StoreConfig{Table: l.cfg.Table})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if st.dialect != migrate.Postgres {
+		db.Close()
+		return nil, errors.New("schedule: leader mode needs PostgreSQL")
+	}
+	l.store, l.db = st, db
+	return st, nil
+}
+
+func (l *leader) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.db != nil {
+		l.db.Close()
+	}
+}
+
+func (l *leader) setTerm(t *elect.Leadership) {
+	l.mu.Lock()
+	l.term = t
+	l.mu.Unlock()
+}
+
+func (l *leader) currentTerm() *elect.Leadership {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.term
+}
+
+// lead campaigns until ctx ends; while this replica leads, every job's
+// loop enqueues its ticks. A term ends when leadership is lost (or, fenced,
+// found stale), and the replica campaigns again.
+func (s *Scheduler) lead(ctx context.Context) {
+	l := s.leader
+	for attempt := 0; ctx.Err() == nil; {
+		term, err := l.cfg.Election.Campaign(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.emit(Event{Kind: EventError, Reason: "campaign", Err: err})
+			if !sleepCtx(ctx, retry.Delay(attempt)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		s.emit(Event{Kind: EventElected, Token: term.Token(), Reason: "elected: this node enqueues the ticks"})
+		tctx, end := context.WithCancelCause(term.Context())
+		l.setTerm(term)
+		s.mu.Lock()
+		s.endTerm = end
+		jobs := append([]*job(nil), s.jobs...)
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Go(func() { j.loop(tctx) })
+		}
+		wg.Wait()
+		cause := context.Cause(tctx)
+		end(nil)
+		l.setTerm(nil)
+		_ = term.Resign(context.WithoutCancel(ctx))
+		if ctx.Err() == nil {
+			s.emit(Event{Kind: EventDeposed, Token: term.Token(), Reason: "leadership ended: campaigning again", Err: cause})
+		}
+	}
+}
+
+// errDeposed ends a term whose enqueue the fence refused.
+var errDeposed = errors.New("schedule: a newer leader's term has enqueued: this term is over")
+
+// fireLeader enqueues tick f's run, unless it was enqueued before (by this
+// leader or an earlier one). The tick's run row, the job, and the check of
+// the term token against the election's fence commit together.
+func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err error) {
+	l := j.s.leader
+	term := l.currentTerm()
+	if term == nil || term.Err() != nil {
+		return false, nil // no longer the leader: the next term's loops enqueue
+	}
+	st, err := l.open(ctx)
+	if err != nil {
+		return true, err
+	}
+	key := j.Name
+	if j.Overlap == OverlapAllow {
+		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
+	}
+	var (
+		inserted bool
+		res      *queue.Enqueued
+	)
+	err = pgx.BeginFunc(ctx, l.cfg.Pool, func(tx pgx.Tx) error {
+		// The leader's writes carry its term token: once a newer term has
+		// enqueued, a deposed leader (paused past its lease) enqueues
+		// nothing.
+		if err := fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, st.q.enqueue, j.Name, f.UnixMilli(), int64(runToken(f)-1), j.s.cfg.Node)
+		if err != nil {
+			return err
+		}
+		if inserted = tag.RowsAffected() == 1; !inserted {
+			return nil // enqueued before: once ever
+		}
+		res, err = l.enqueue.EnqueueTx(ctx, tx, runArgs{Job: j.Name, FireMS: f.UnixMilli()}, &queue.EnqueueOpts{
+			Queue:       l.cfg.Queue,
+			UniqueKey:   key,
+			MaxAttempts: j.MaxAttempts,
+		})
+		if err != nil {
+			return err
+		}
+		if res.Duplicate { // overlap forbid: a run of the job is still queued or running
+			_, err = tx.Exec(ctx, st.q.skip, j.Name, f.UnixMilli())
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, aegis.ErrStale):
+		j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: term.Token(), Reason: "the enqueue was fenced out: a newer leader has enqueued", Err: err})
+		j.s.depose(errDeposed)
+		return false, nil
+	case errors.Is(err, aegis.ErrInvalid):
+		return false, err
+	case err != nil:
+		return true, err
+	case !inserted:
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "enqueued before (the run key is taken)"})
+	case res.Duplicate:
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: fmt.Sprintf("overlap forbid: job %d of a previous tick is still queued or running", res.Job.ID)})
+	default:
+		j.s.emit(Event{Kind: EventEnqueued, Job: j.Name, Fire: f, Token: runToken(f) - 1, Reason: fmt.Sprintf("queue job %d", res.Job.ID)})
+	}
+	if inserted {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := st.prune(fctx, j.Name, f.Add(-j.s.cfg.Retention)); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "prune", Err: err})
+		}
+	}
+	return false, nil
+}
+
+// runArgs are the args of a run's queue job.
+type runArgs struct {
+	Job    string `json:"job"`
+	FireMS int64  `json:"fire_ms"`
+}
+
+// runKind is the queue kind of leader mode's runs.
+const runKind = "aegis_schedule_run"
+
+func (runArgs) Kind() string { return runKind }
+
+// AddWorker registers, in ws, the worker that runs this scheduler's jobs
+// when their runs come out of the queue (leader mode). Register it in the
+// queue.Workers of every replica that works (a queue.Client that works
+// Config.Leader.Queue); every such replica must Add the same jobs. A
+// replica may work without campaigning: it Adds the jobs and registers the
+// worker, and does not Start.
+//
+// The worker runs the job with a context that carries the run (RunFrom,
+// TokenFrom) and is the queue job's: cancelled when the job's lease is
+// lost. It records the outcome in the run table: success in one
+// transaction with the job's completion (queue's CompleteTx, fenced by the
+// job's token); a job's error (or panic) as failed, not retried (the job
+// goes to the queue's dead letters, cancelled). A run whose worker crashed
+// or paused past its lease is run again by the queue, up to the job's
+// MaxAttempts, with a greater token.
+//
+// It panics, like queue.AddWorker, when ws already has a worker for the
+// kind (two schedulers in one Workers); it returns an error outside
+// leader mode.
+func (s *Scheduler) AddWorker(ws *queue.Workers) error {
+	if s.mode != modeLeader {
+		return errors.New("schedule: AddWorker is for leader mode (Config.Leader)")
+	}
+	if ws == nil {
+		return errors.New("schedule: AddWorker: ws is nil")
+	}
+	queue.AddWorker(ws, queue.WorkFunc[runArgs](s.work))
+	return nil
+}
+
+// work runs one run that came out of the queue.
+func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
+	j := s.lookup(qj.Args.Job)
+	if j == nil {
+		return fmt.Errorf("schedule: job %q is not added on node %s", qj.Args.Job, s.cfg.Node)
+	}
+	st, err := s.leader.open(ctx)
+	if err != nil {
+		return err
+	}
+	fire := time.UnixMilli(qj.Args.FireMS).UTC()
+	run := Run{Job: j.Name, Fire: fire, Node: s.cfg.Node, Token: runToken(fire) - 1 + qj.Token, Attempt: qj.Attempt}
+	s.emit(Event{Kind: EventRun, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt})
+	jobErr := j.call(context.WithValue(ctx, runKey{}, run))
+	lost := errors.Is(context.Cause(ctx), aegis.ErrLost)
+	if lost {
+		s.emit(Event{Kind: EventLost, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt, Err: context.Cause(ctx)})
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	started := qj.AttemptedAt
+	var result error
+	switch {
+	case jobErr == nil:
+		// The outcome and the completion commit together, fenced by the
+		// job's token.
+		result = pgx.BeginFunc(wctx, s.leader.cfg.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, ""); err != nil {
+				return err
+			}
+			return qj.CompleteTx(wctx, tx)
+		})
+	case lost:
+		// Taken over: the queue writes nothing more for this claim; the
+		// new claim records the outcome.
+		result = jobErr
+	default:
+		if _, err := st.db.ExecContext(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "failed", started, jobErr.Error()); err != nil {
+			s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome", Err: err})
+		}
+		result = queue.Cancel(jobErr)
+	}
+	if jobErr == nil && errors.Is(result, aegis.ErrStale) {
+		s.emit(Event{Kind: EventLost, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt,
+			Reason: "the run was reclaimed: its outcome and completion are refused", Err: result})
+	} else if jobErr == nil && result != nil {
+		s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome; the queue runs it again", Err: result})
+	}
+	s.emit(Event{Kind: EventDone, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
+	return result
+}
+
+// depose ends the current term's loops with cause.
+func (s *Scheduler) depose(cause error) {
+	s.mu.Lock()
+	end := s.endTerm
+	s.mu.Unlock()
+	if end != nil {
+		end(cause)
+	}
+}
+
+// lookup returns the job called name.
+func (s *Scheduler) lookup(name string) *job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range s.jobs {
+		if j.Name == name {
+			return j
+		}
+	}
+	return nil
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
