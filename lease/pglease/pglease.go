@@ -39,7 +39,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
-	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/rowlease"
 )
 
 var _ aegis.Locker = (*Locker)(nil)
@@ -53,9 +53,9 @@ type Config struct {
 
 // Locker is a PostgreSQL lease table. It is safe for concurrent use.
 type Locker struct {
-	pool                    *pgxpool.Pool
-	name, table             string // as configured; quoted for SQL
-	acquire, renew, release string
+	pool        *pgxpool.Pool
+	name, table string // as configured; quoted for SQL
+	rows        rowlease.Locker
 }
 
 // migrateTimeout bounds the table creation that New runs. Teams that want
@@ -102,12 +102,15 @@ func newLocker(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		return nil, err
 	}
 	return &Locker{
-		pool:    pool,
-		name:    c.Table,
-		table:   table,
-		acquire: fmt.Sprintf(acquireSQL, table),
-		renew:   fmt.Sprintf(renewSQL, table),
-		release: fmt.Sprintf(releaseSQL, table),
+		pool:  pool,
+		name:  c.Table,
+		table: table,
+		rows: rowlease.Locker{Name: "pglease", Store: statements{
+			pool:    pool,
+			acquire: fmt.Sprintf(acquireSQL, table),
+			renew:   fmt.Sprintf(renewSQL, table),
+			release: fmt.Sprintf(releaseSQL, table),
+		}},
 	}, nil
 }
 
@@ -127,66 +130,45 @@ func (l *Locker) migrate(ctx context.Context) error {
 // TryAcquire grants key for ttl unless another owner's lease is live
 // (ErrHeld). One round trip.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
-		return nil, err
-	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
-		return nil, err
-	}
-	id := owner.New()
-	start := time.Now()
-	var token int64
-	err := l.pool.QueryRow(ctx, l.acquire, key, id, ttl.Microseconds()).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, aegis.ErrHeld
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pglease: acquire %q: %w", key, err)
-	}
-	return &aegis.Lease{
-		Key:      key,
-		Token:    aegis.Token(token),
-		Owner:    id,
-		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
-	}, nil
+	return l.rows.TryAcquire(ctx, key, ttl)
 }
 
 // Renew extends lease to now+ttl, database time, if it still holds its key;
 // ErrLost otherwise. One round trip.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
-	if err := aegis.CheckLease(lease); err != nil {
-		return err
-	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := l.exec(ctx, "renew", l.renew, lease, ttl.Microseconds()); err != nil {
-		return err
-	}
-	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
-	return nil
+	return l.rows.Renew(ctx, lease, ttl)
 }
 
 // Release frees lease's key if lease still holds it; ErrLost otherwise,
 // changing nothing. One round trip.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
-	if err := aegis.CheckLease(lease); err != nil {
-		return err
-	}
-	return l.exec(ctx, "release", l.release, lease)
+	return l.rows.Release(ctx, lease)
 }
 
-// exec runs a statement that compares owner and token; no row means lost.
-func (l *Locker) exec(ctx context.Context, op, sql string, lease *aegis.Lease, args ...any) error {
-	tag, err := l.pool.Exec(ctx, sql, append([]any{lease.Key, lease.Owner, int64(lease.Token)}, args...)...)
-	if err != nil {
-		return fmt.Errorf("pglease: %s %q: %w", op, lease.Key, err)
+// statements runs the lease table's statements for rowlease.
+type statements struct {
+	pool                    *pgxpool.Pool
+	acquire, renew, release string
+}
+
+func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+	var token int64
+	err := s.pool.QueryRow(ctx, s.acquire, key, owner, ttl.Microseconds()).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
 	}
-	if tag.RowsAffected() == 0 {
-		return aegis.ErrLost
-	}
-	return nil
+	return token, err == nil, err
+}
+
+func (s statements) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
+	return s.exec(ctx, s.renew, key, owner, token, ttl.Microseconds())
+}
+
+func (s statements) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	return s.exec(ctx, s.release, key, owner, token)
+}
+
+func (s statements) exec(ctx context.Context, sql string, args ...any) (bool, error) {
+	tag, err := s.pool.Exec(ctx, sql, args...)
+	return tag.RowsAffected() > 0, err
 }

@@ -37,7 +37,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
-	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/rowlease"
 )
 
 var _ aegis.Locker = (*Locker)(nil)
@@ -54,9 +54,7 @@ type Config struct {
 // Locker is a SQLite lease table. It is safe for concurrent use, and
 // separate processes may each have one on the same database file.
 type Locker struct {
-	db                      *sql.DB
-	busy                    string // PRAGMA busy_timeout statement
-	acquire, renew, release string
+	rows rowlease.Locker
 }
 
 // Open opens (creating when missing) the SQLite database at path with WAL
@@ -162,13 +160,13 @@ func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{
+	return &Locker{rows: rowlease.Locker{Name: "sqlitelease", Store: statements{
 		db:      db,
 		busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
 		acquire: fmt.Sprintf(acquireSQL, table),
 		renew:   fmt.Sprintf(renewSQL, table),
 		release: fmt.Sprintf(releaseSQL, table),
-	}, nil
+	}}}, nil
 }
 
 // ms converts a TTL to whole milliseconds, rounding up: the store never
@@ -180,91 +178,72 @@ func ms(ttl time.Duration) int64 {
 // TryAcquire grants key for ttl unless another owner's lease is live
 // (ErrHeld).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
-		return nil, err
-	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
-		return nil, err
-	}
-	id := owner.New()
-	start := time.Now()
-	var token int64
-	err := l.immediate(ctx, func(conn *sql.Conn) error {
-		return conn.QueryRowContext(ctx, l.acquire, key, id, ms(ttl)).Scan(&token)
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, aegis.ErrHeld
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlitelease: acquire %q: %w", key, err)
-	}
-	return &aegis.Lease{
-		Key:      key,
-		Token:    aegis.Token(token),
-		Owner:    id,
-		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
-	}, nil
+	return l.rows.TryAcquire(ctx, key, ttl)
 }
 
 // Renew extends lease to now+ttl if it still holds its key; ErrLost
 // otherwise.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
-	if err := aegis.CheckLease(lease); err != nil {
-		return err
-	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := l.exec(ctx, "renew", l.renew, lease, ms(ttl)); err != nil {
-		return err
-	}
-	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
-	return nil
+	return l.rows.Renew(ctx, lease, ttl)
 }
 
 // Release frees lease's key if lease still holds it; ErrLost otherwise,
 // changing nothing.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
-	if err := aegis.CheckLease(lease); err != nil {
-		return err
-	}
-	return l.exec(ctx, "release", l.release, lease)
+	return l.rows.Release(ctx, lease)
 }
 
-// exec runs a statement that compares owner and token; no row means lost.
-func (l *Locker) exec(ctx context.Context, op, stmt string, lease *aegis.Lease, args ...any) error {
+// statements runs the lease table's statements for rowlease, each in a
+// BEGIN IMMEDIATE transaction of its own.
+type statements struct {
+	db                      *sql.DB
+	busy                    string // PRAGMA busy_timeout statement
+	acquire, renew, release string
+}
+
+func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+	var token int64
+	err := s.immediate(ctx, func(conn *sql.Conn) error {
+		return conn.QueryRowContext(ctx, s.acquire, key, owner, ms(ttl)).Scan(&token)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return token, err == nil, err
+}
+
+func (s statements) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
+	return s.exec(ctx, s.renew, key, owner, token, ms(ttl))
+}
+
+func (s statements) Release(ctx context.Context, key, owner string, token int64) (bool, error) {
+	return s.exec(ctx, s.release, key, owner, token)
+}
+
+func (s statements) exec(ctx context.Context, stmt string, args ...any) (bool, error) {
 	var n int64
-	err := l.immediate(ctx, func(conn *sql.Conn) error {
-		res, err := conn.ExecContext(ctx, stmt, append([]any{lease.Key, lease.Owner, int64(lease.Token)}, args...)...)
+	err := s.immediate(ctx, func(conn *sql.Conn) error {
+		res, err := conn.ExecContext(ctx, stmt, args...)
 		if err != nil {
 			return err
 		}
 		n, err = res.RowsAffected()
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("sqlitelease: %s %q: %w", op, lease.Key, err)
-	}
-	if n == 0 {
-		return aegis.ErrLost
-	}
-	return nil
+	return n > 0, err
 }
 
 // immediate runs fn in a BEGIN IMMEDIATE transaction on one connection.
-func (l *Locker) immediate(ctx context.Context, fn func(*sql.Conn) error) (err error) {
+func (s statements) immediate(ctx context.Context, fn func(*sql.Conn) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	conn, err := l.db.Conn(ctx)
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, l.busy); err != nil {
+	if _, err := conn.ExecContext(ctx, s.busy); err != nil {
 		return err
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
