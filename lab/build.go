@@ -52,8 +52,34 @@ func (r *Run) buildReport() (*Report, error) {
 		return nil, fmt.Errorf("lab: read the balance: %w", err)
 	}
 
+	// What the store says was committed, by attempt and by tick.
+	committed := map[string]bool{}
+	executedPerTick := map[int]int{}
+	var effects int64
+	for _, a := range audit {
+		if a.Status != "EXECUTED" {
+			continue
+		}
+		committed[a.Attempt] = true
+		executedPerTick[a.Tick]++
+		effects++
+	}
+
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A run ends when its nodes are done, often before the last ticks'
+	// windows close: their missed events, which the report counts, come
+	// now, so that the events (and a picture drawn from them) agree.
+	ticks := r.cfg.Ticks()
+	if r.stopped {
+		ticks = min(ticks, r.fired) // as the counts below
+	}
+	for t := 1; t <= ticks; t++ {
+		if executedPerTick[t] == 0 && !r.missed[t] {
+			r.missed[t] = true
+			r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Tick: t})
+		}
+	}
 	rep := &Report{
 		Scenario:  r.cfg.Scenario,
 		Strategy:  r.cfg.Strategy,
@@ -74,18 +100,6 @@ func (r *Run) buildReport() (*Report, error) {
 		rep.Ticks = r.fired
 	}
 
-	// What the store says was committed, by attempt and by tick.
-	committed := map[string]bool{}
-	executedPerTick := map[int]int{}
-	var effects int64
-	for _, a := range audit {
-		if a.Status != "EXECUTED" {
-			continue
-		}
-		committed[a.Attempt] = true
-		executedPerTick[a.Tick]++
-		effects++
-	}
 	var attempts []Attempt
 	enteredPerTick := map[int]int{}
 	for _, id := range r.order {

@@ -845,7 +845,7 @@ func (r *Run) tickEvents() {
 			continue
 		}
 		r.mu.Lock()
-		missed := r.executed[m.tick] == 0
+		missed := r.executed[m.tick] == 0 && !r.missed[m.tick]
 		if missed {
 			r.missed[m.tick] = true
 			r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Tick: m.tick})

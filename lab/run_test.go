@@ -150,6 +150,23 @@ func TestKillHolder(t *testing.T) {
 	require.True(t, restarted)
 }
 
+// pg-unique's winner killed inside the last tick leaves that tick undone
+// (its row claimed, nobody else may run it). The run ends as its nodes
+// finish, before the tick's window closes: the report counts the tick
+// missed, and the events say so too (the dashboard draws them).
+func TestMissedTickAtTheEndHasItsEvent(t *testing.T) {
+	t.Parallel()
+	rep := run(t, session(t), short("pg-unique", false, "kill:holder@2s")) // tick 6 fires at 2 s
+	require.Equal(t, 1, rep.MissedTicks, "the killed winner's tick is undone")
+	var missed []int
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventMissed {
+			missed = append(missed, e.Tick)
+		}
+	}
+	require.Equal(t, []int{6}, missed, "one missed event, for the last tick")
+}
+
 // A holder cut from its servers loses its lease; when the partition heals,
 // its retried write reaches the store: unfenced it lands, fenced it is
 // refused.
