@@ -46,7 +46,7 @@ func TestNewToken(t *testing.T) {
 func TestTokenRequired(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, &dashboard.Config{Token: "s3cret-token"})
-	run := dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: 1, Tick: "100ms", Duration: "100ms", Work: "10ms"}}}
+	run := dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(1), Tick: "100ms", Duration: "100ms", Work: "10ms"}}}
 
 	code, b := h.do(http.MethodPost, "/api/groups", run)
 	require.Equal(t, http.StatusUnauthorized, code, "%s", b)

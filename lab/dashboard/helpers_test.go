@@ -359,7 +359,7 @@ func dump(events []lab.Event) string {
 // work is the margin to pause the holder before it writes, and a 500 ms
 // TTL lets a holder paused for 1.5 s be replaced within its tick.
 func short(strategy string, fence bool, ticks int) dashboard.RunRequest {
-	return dashboard.RunRequest{Strategy: strategy, Fence: &fence, Nodes: 3, Tick: "400ms", Work: "200ms", TTL: "500ms",
+	return dashboard.RunRequest{Strategy: strategy, Fence: &fence, Nodes: new(3), Tick: "400ms", Work: "200ms", TTL: "500ms",
 		Duration: (time.Duration(ticks) * 400 * time.Millisecond).String()}
 }
 

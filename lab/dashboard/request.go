@@ -17,7 +17,7 @@ import (
 type RunRequest struct {
 	Strategy string   `json:"strategy"`
 	Fence    *bool    `json:"fence,omitempty"`
-	Nodes    int      `json:"nodes,omitempty"`
+	Nodes    *int     `json:"nodes,omitempty"`
 	Duration string   `json:"duration,omitempty"`
 	Tick     string   `json:"tick,omitempty"`
 	Work     string   `json:"work,omitempty"`
@@ -68,8 +68,8 @@ func (q RunRequest) Config() (lab.Config, error) {
 	if q.Fence != nil {
 		c.Fence = *q.Fence
 	}
-	if q.Nodes != 0 {
-		c.Nodes = q.Nodes
+	if q.Nodes != nil {
+		c.Nodes = *q.Nodes
 	}
 	for _, f := range []struct {
 		name string

@@ -202,8 +202,9 @@ func TestBadRequests(t *testing.T) {
 		{"both", dashboard.GroupRequest{Scenario: "aegis", Runs: []dashboard.RunRequest{{Strategy: "none"}}}, http.StatusBadRequest, "not both"},
 		{"unknown scenario", dashboard.GroupRequest{Scenario: "payday"}, http.StatusBadRequest, `scenario "payday": unknown`},
 		{"unknown strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "mutex"}}}, http.StatusBadRequest, `--strategy "mutex": unknown`},
-		{"no strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Nodes: 2}}}, http.StatusBadRequest, "--strategy is required"},
-		{"nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: 17}}}, http.StatusBadRequest, "--nodes 17: want 1 to 16"},
+		{"no strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Nodes: new(2)}}}, http.StatusBadRequest, "--strategy is required"},
+		{"nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(17)}}}, http.StatusBadRequest, "--nodes 17: want 1 to 16"},
+		{"zero nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(0)}}}, http.StatusBadRequest, "--nodes 0: want 1 to 16"},
 		{"tick", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Tick: "soon"}}}, http.StatusBadRequest, `tick "soon" is not a duration`},
 		{"ttl", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", TTL: "-1s"}}}, http.StatusBadRequest, "--ttl -1s: must be positive"},
 		{"chaos", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Chaos: []string{"nap:holder@1s"}}}}, http.StatusBadRequest, `chaos "nap:holder@1s": unknown kind "nap"`},
@@ -244,7 +245,7 @@ func TestBadRequests(t *testing.T) {
 	// Faults that do not fit the run are refused; a run that has ended
 	// takes none.
 	req := short("none", false, 100)
-	req.Nodes = 2
+	req.Nodes = new(2)
 	id := h.startRun(req)
 	for _, tt := range []struct{ spec, want string }{
 		{"nap:holder", `chaos "nap:holder": unknown kind "nap"`},

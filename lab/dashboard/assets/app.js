@@ -93,9 +93,11 @@ function renderAvailability() {
 function formRuns() {
   const fence = $('input[name=fence]:checked').value;
   const base = {
-    nodes: parseInt($('#nodes').value, 10) || 0,
     tick: $('#tick').value.trim(), ttl: $('#ttl').value.trim(), work: $('#work').value.trim(), duration: $('#duration').value.trim(),
   };
+  // Left empty, the default; anything else as typed, so that 0 is refused.
+  const nodes = $('#nodes').value.trim();
+  if (nodes !== '') base.nodes = Number(nodes);
   const runs = [];
   for (const box of $$('#strategies input:checked')) {
     const s = app.info.strategies.find((x) => x.name === box.value);
