@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/lab/dashboard"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the end-to-end test's screenshots into docs/ (docs/dashboard-none.png, docs/dashboard-pg-lease-fenced.png)")
@@ -188,4 +190,69 @@ func TestEndToEndInChromium(t *testing.T) {
 
 	require.Empty(t, exceptions(), "the page threw no JavaScript exception")
 	require.False(t, strings.Contains(describe(), "Did not start"))
+}
+
+// A dashboard with a token, as a newcomer meets it: the page asks for the
+// token, asks again when it is refused, and starts runs with the right one;
+// a nodes field of 0 is refused by name; the comparison shows the group
+// just started, not one from before.
+func TestEndToEndTokenAndComparison(t *testing.T) {
+	t.Parallel()
+	const token = "e2e-secret"
+	h := newHarness(t, &dashboard.Config{Token: token})
+	ctx, exceptions := browser(t)
+	describe := func() string {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		return fmt.Sprintf("the page:\n%s\nJavaScript exceptions: %v", text, exceptions())
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx, steps...), "%s; %s", what, describe())
+	}
+	eval := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		require.NoError(t, err)
+		return v
+	}
+	tokenBar := func() bool {
+		t.Helper()
+		return eval(`String(!document.querySelector('#tokenbar').hidden)`) == "true"
+	}
+	formMsg := func() string { t.Helper(); return eval(`document.querySelector('#formmsg').textContent`) }
+	// Two runs side by side (none and pg-unique), two short ticks each.
+	twoRuns := []chromedp.Action[chromedp.Void]{
+		chromedp.SetValue(chromedp.CSS("#nodes"), "2"),
+		chromedp.SetValue(chromedp.CSS("#tick"), "200ms"),
+		chromedp.SetValue(chromedp.CSS("#ttl"), "300ms"),
+		chromedp.SetValue(chromedp.CSS("#work"), "50ms"),
+		chromedp.SetValue(chromedp.CSS("#duration"), "400ms"),
+	}
+
+	do("open the page without the token", chromedp.Navigate(h.url), chromedp.WaitReady(chromedp.CSS(`#strategytable td.avail.ok`)))
+	require.True(t, tokenBar(), "the page asks for the token")
+
+	do("start with a wrong token", append(twoRuns,
+		chromedp.SetValue(chromedp.CSS("#token"), "not-it"), chromedp.Click(chromedp.CSS("#tokensave")),
+		chromedp.Click(chromedp.CSS(`#strategies input[value="pg-unique"]`)),
+		chromedp.Click(chromedp.CSS("#start")),
+		chromedp.WaitReady(chromedp.CSS(`#formmsg.error`)))...)
+	require.Equal(t, "wrong token", formMsg())
+	require.True(t, tokenBar(), "a refused token is asked for again")
+
+	do("start with the token", chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#tokensave")),
+		chromedp.SetValue(chromedp.CSS("#nodes"), "0"), chromedp.Click(chromedp.CSS("#start")),
+		chromedp.WaitReady(chromedp.CSS(`#formmsg.error`)))
+	require.False(t, tokenBar())
+	require.Contains(t, formMsg(), "--nodes 0: want 1 to 16", "0 nodes is refused, not run with the default")
+
+	for i := range 2 {
+		do(fmt.Sprintf("start group %d", i+1), append(twoRuns, chromedp.Click(chromedp.CSS("#start")),
+			chromedp.WaitReady(chromedp.CSS(`#grouphead[data-state="running"]`)),
+			chromedp.WaitReady(chromedp.CSS(`#grouphead[data-state="done"]`)))...)
+		current := eval(`document.querySelector('#history li.current').dataset.group`)
+		require.Equal(t, current, eval(`document.querySelector('#comparegroup').value`), "the comparison shows the group just started")
+		require.Equal(t, "2", eval(`String(document.querySelectorAll('#comparetable tbody tr').length)`))
+	}
+	require.Empty(t, exceptions(), "the page threw no JavaScript exception")
 }

@@ -15,6 +15,7 @@ const app = {
   groups: [],
   current: null, // the group shown
   pinned: false, // the user chose an older group: do not follow new ones
+  compared: null, // the group the comparison shows: picked there, or the last started with several runs
   runs: new Map(), // run id → run state (events, status, end, stream)
   panels: new Map(), // "group:index" → panel element
 };
@@ -40,8 +41,19 @@ async function api(method, path, body) {
   const res = await fetch(path, opts);
   let data = null;
   try { data = await res.json(); } catch (e) { data = null; }
-  if (!res.ok) throw new Error((data && data.error) || `${res.status} ${res.statusText}`);
+  if (!res.ok) {
+    if (res.status === 401 || (res.status === 403 && data && data.error === 'wrong token')) askToken();
+    throw new Error((data && data.error) || `${res.status} ${res.statusText}`);
+  }
   return data;
+}
+
+// askToken forgets a token the dashboard refused (or the lack of one) and
+// shows the bar to enter it again.
+function askToken() {
+  app.token = '';
+  sessionStorage.removeItem('aegis-token');
+  $('#tokenbar').hidden = false;
 }
 
 // ---- the controls -----------------------------------------------------------
@@ -69,7 +81,7 @@ function renderControls() {
   $('#start').addEventListener('click', startFromForm);
   $('#stop').addEventListener('click', stopCurrent);
   $('#runaegis').addEventListener('click', () => startGroup({ scenario: 'aegis' }));
-  $('#comparegroup').addEventListener('change', renderCompare);
+  $('#comparegroup').addEventListener('change', () => { app.compared = $('#comparegroup').value; renderCompare(); });
 }
 
 function renderAvailability() {
@@ -126,6 +138,7 @@ async function startGroup(req) {
     const g = await api('POST', '/api/groups', req);
     app.current = g.id;
     app.pinned = false;
+    if (g.runs.length > 1) app.compared = g.id;
     mergeGroup(g);
     formMsg('');
     render();
@@ -610,7 +623,7 @@ function drawLanes(rs) {
 function renderCompareChoices() {
   const sel = $('#comparegroup');
   const multi = app.groups.filter((g) => g.runs.length > 1);
-  const chosen = sel.value;
+  const chosen = app.compared;
   sel.innerHTML = multi.slice().reverse().map((g) => `<option value="${g.id}">${esc(groupTitle(g))} (${g.id})</option>`).join('');
   if (multi.some((g) => g.id === chosen)) sel.value = chosen;
   else {
