@@ -28,9 +28,12 @@ services-stop:
 # processes, started in a moment) so that the Redis failover and restart
 # buttons work: the lab never kills or restarts a server it did not start.
 # LAB_ADDR=0.0.0.0:7070 serves the network, with a token it prints.
+# The binary is built into bin/ and exec'd (not `go run`, which exits 1
+# on Ctrl-C and makes make report an error after a clean stop).
 LAB_ADDR ?= 127.0.0.1:7070
 lab: services
-	$(WITH_ENV) unset AEGIS_REDIS_ADDRS && $(GO) run ./cmd/aegis lab --addr $(LAB_ADDR)
+	$(GO) build -o bin/aegis ./cmd/aegis
+	$(WITH_ENV) unset AEGIS_REDIS_ADDRS && exec bin/aegis lab --addr $(LAB_ADDR)
 
 # The lab's aegis preset, headless: every strategy, fenced and not, under
 # the same pause of the holder; one table. It uses the shared servers (the
