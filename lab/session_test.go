@@ -3,9 +3,6 @@ package lab_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -96,22 +94,8 @@ func TestRunStop(t *testing.T) {
 	require.LessOrEqual(t, rep.MissedTicks, rep.Ticks, "ticks that never fired are not missed")
 	require.Contains(t, strings.Join(rep.Notes, "\n"), "stopped early")
 	for _, n := range r.Status().Nodes {
-		require.False(t, pidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
+		require.False(t, testenv.PidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
 	}
-}
-
-func pidAlive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	// A zombie is gone for our purposes.
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] != 'Z'
-		}
-	}
-	return true
 }
 
 // With no servers given, the session starts its own (PostgreSQL here,
@@ -141,9 +125,9 @@ func TestSessionStartsAndStopsItsServers(t *testing.T) {
 	require.Len(t, st, 1, "one PostgreSQL, started once: %+v", st)
 	require.Equal(t, servers.StateHealthy, st[0].State)
 	pid := st[0].Pid
-	require.True(t, pidAlive(pid))
+	require.True(t, testenv.PidAlive(pid))
 	require.NoError(t, s.Close())
-	require.False(t, pidAlive(pid), "PostgreSQL (pid %d) still runs after Close", pid)
+	require.False(t, testenv.PidAlive(pid), "PostgreSQL (pid %d) still runs after Close", pid)
 	closed = true
 	st, err = servers.Inspect(t.Context(), dir)
 	require.NoError(t, err)
@@ -212,7 +196,7 @@ func TestCloseStopsRuns(t *testing.T) {
 		t.Fatal("the run still goes after Close")
 	}
 	for _, n := range r.Status().Nodes {
-		require.False(t, pidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
+		require.False(t, testenv.PidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
 	}
 	_, err = s.Start(t.Context(), c)
 	require.ErrorContains(t, err, "session closed")

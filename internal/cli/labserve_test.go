@@ -9,9 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,7 +148,7 @@ func TestLabServesDashboard(t *testing.T) {
 
 	require.Equal(t, 0, stop(), "Ctrl-C is a clean exit; stderr:\n%s", stderr())
 	for _, n := range st.Status.Nodes {
-		require.False(t, pidAlive(n.Pid), "node pid %d still runs after aegis lab stopped", n.Pid)
+		require.False(t, testenv.PidAlive(n.Pid), "node pid %d still runs after aegis lab stopped", n.Pid)
 	}
 	require.Contains(t, stderr(), "stopping the runs and the servers")
 	_, err := http.Get(u) //nolint:noctx // the server is gone
@@ -194,17 +192,4 @@ func TestLabGivenToken(t *testing.T) {
 	code, body = post(t, u, "api/groups", `{"runs":[{"strategy":"mutex"}]}`, dashboard.TokenHeader, "given-secret")
 	require.Equal(t, http.StatusBadRequest, code, "past the token, the request itself is checked: %s", body)
 	require.Equal(t, 0, stop())
-}
-
-func pidAlive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] != 'Z'
-		}
-	}
-	return true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -129,7 +130,7 @@ func TestCloseStopsRunsAndStreams(t *testing.T) {
 		t.Fatal("Done is not closed after Close")
 	}
 	for _, n := range st.Status.Nodes {
-		require.False(t, pidAlive(n.Pid), "node%d (pid %d) still runs after Close", n.Node, n.Pid)
+		require.False(t, testenv.PidAlive(n.Pid), "node%d (pid %d) still runs after Close", n.Node, n.Pid)
 	}
 	drain(t, events, &rs, 10*time.Second) // the stream ends
 	for range groups {                    // and so does the groups stream

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,18 +359,4 @@ func dump(events []lab.Event) string {
 func short(strategy string, fence bool, ticks int) dashboard.RunRequest {
 	return dashboard.RunRequest{Strategy: strategy, Fence: &fence, Nodes: new(3), Tick: "400ms", Work: "200ms", TTL: "500ms",
 		Duration: (time.Duration(ticks) * 400 * time.Millisecond).String()}
-}
-
-// pidAlive reports whether pid runs (a zombie does not).
-func pidAlive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] != 'Z'
-		}
-	}
-	return true
 }
