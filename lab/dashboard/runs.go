@@ -483,16 +483,20 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 // handleVisualisation serves the checker's visualisation of a violation
 // (porcupine's HTML, self-contained).
 func (s *Server) handleVisualisation(w http.ResponseWriter, r *http.Request) {
-	e, _ := s.lookupRun(w, r)
+	e, run := s.lookupRun(w, r)
 	if e == nil {
 		return
 	}
-	s.mu.Lock()
+	// The run's own report, as handleReport serves it: the entry's copy is
+	// set a moment after the run's event stream has ended with it.
 	path := ""
-	if e.report != nil {
-		path = e.report.Visualisation
+	select {
+	case <-run.Done():
+		if rep, err := run.Wait(r.Context()); err == nil && rep != nil {
+			path = rep.Visualisation
+		}
+	default:
 	}
-	s.mu.Unlock()
 	if path == "" {
 		writeError(w, http.StatusNotFound, "this run has no visualisation: the checker writes one on a violation, when the run ends")
 		return
