@@ -26,7 +26,7 @@ const writeTimeout = 10 * time.Second
 // the schema is up to date.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
-		return errors.New("queue: migrate: pool is nil")
+		return invalid("Migrate: pool is nil")
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
@@ -78,7 +78,7 @@ type Client struct {
 // client).
 func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if pool == nil {
-		return nil, errors.New("queue: pool is nil")
+		return nil, invalid("New: pool is nil")
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -112,7 +112,7 @@ func (c *Client) ID() string { return c.cfg.ID }
 // the client runs until Stop.
 func (c *Client) Start(ctx context.Context) error {
 	if len(c.cfg.Queues) == 0 {
-		return errors.New("queue: Start: Config.Queues is empty: this client only enqueues")
+		return invalid("Start: Config.Queues is empty: this client only enqueues")
 	}
 	if c.stopped.Load() {
 		return errors.New("queue: Start: the client was stopped")

@@ -150,6 +150,35 @@ func TestOutcomes(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound, "a completed job is not a dead letter")
 }
 
+// TestSnoozeNegative: Snooze with a negative delay is the handler's
+// mistake, not a snooze at once: Snooze's error matches aegis.ErrInvalid
+// and, returned, fails the attempt with that error recorded.
+func TestSnoozeNegative(t *testing.T) {
+	t.Parallel()
+	err := Snooze(-time.Second)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "queue: Snooze(-1s): the delay must not be negative")
+	require.NotErrorIs(t, Snooze(0), aegis.ErrInvalid, "0 snoozes until now")
+
+	p := pool(t)
+	ctx := t.Context()
+	c := client(t, p, &Config{
+		Queues:       map[string]QueueConfig{DefaultQueue: {MaxWorkers: 1}},
+		Workers:      workers(func(context.Context, *Job[testArgs]) error { return Snooze(-time.Second) }),
+		RetryBackoff: func(int) time.Duration { return time.Hour },
+	})
+	require.NoError(t, c.Start(ctx))
+	id := enqueueOne(t, p, nil)
+	eventually(t, "the attempt fails", func() bool {
+		j := stored(t, p, id)
+		return j.State == StateScheduled && len(j.Errors) > 0
+	})
+	j := stored(t, p, id)
+	require.Equal(t, 1, j.Attempt, "the attempt counted")
+	require.Len(t, j.Errors, 1)
+	require.Contains(t, j.Errors[0].Error, "Snooze(-1s)")
+}
+
 // TestLeaseLostCancelsHandler: when the database says the lease is gone
 // (here the job is cancelled from outside), the next heartbeat cancels the
 // handler's context with aegis.ErrLost and nothing more is written.

@@ -87,7 +87,7 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*En
 // enqueues nothing.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *EnqueueOpts) (*Enqueued, error) {
 	if tx == nil {
-		return nil, errors.New("queue: EnqueueTx: tx is nil")
+		return nil, invalid("EnqueueTx: tx is nil")
 	}
 	in, err := c.check(args, opts)
 	if err != nil {
@@ -117,7 +117,7 @@ func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]int64
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueueParams) ([]int64, error) {
 	if tx == nil {
-		return nil, errors.New("queue: EnqueueManyTx: tx is nil")
+		return nil, invalid("EnqueueManyTx: tx is nil")
 	}
 	ins := make([]insert, len(jobs))
 	copied := 0

@@ -230,7 +230,11 @@ func TestEnqueueBadInput(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "queue: EnqueueMany: job 1: enqueue \"test\": EnqueueOpts.Priority -5")
 	_, err = c.EnqueueTx(ctx, nil, testArgs{}, nil)
-	require.ErrorContains(t, err, "tx is nil")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "queue: EnqueueTx: tx is nil")
+	_, err = c.EnqueueManyTx(ctx, nil, []EnqueueParams{{Args: testArgs{}}})
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "queue: EnqueueManyTx: tx is nil")
 	require.ErrorIs(t, c.Pause(ctx, ""), aegis.ErrInvalid)
 	require.Equal(t, 0, count(t, p, `SELECT count(*) FROM aegis_job`), "nothing was written")
 
@@ -270,10 +274,16 @@ func TestConfigErrors(t *testing.T) {
 		require.ErrorContains(t, err, tt.want)
 	}
 	_, err := New(nil, nil)
-	require.ErrorContains(t, err, "queue: pool is nil")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "queue: New: pool is nil")
+	err = Migrate(t.Context(), nil)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "queue: Migrate: pool is nil")
 	c, err := New(p, nil)
 	require.NoError(t, err)
-	require.ErrorContains(t, c.Start(t.Context()), "Config.Queues is empty")
+	err = c.Start(t.Context())
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "Config.Queues is empty")
 	require.NoError(t, c.Stop(t.Context()), "Stop before Start")
 }
 

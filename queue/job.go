@@ -119,10 +119,16 @@ func (j *JobRow) CompleteTx(ctx context.Context, tx pgx.Tx) error {
 	return r.client.completeTx(ctx, tx, r)
 }
 
-// Snooze, returned by a handler, puts the job back to run again after d,
-// without counting the attempt. The token is bumped: a snoozed holder can
-// write nothing more for this claim.
+// Snooze, returned by a handler, puts the job back to run again after d
+// (0: at once), without counting the attempt. The token is bumped: a
+// snoozed holder can write nothing more for this claim. A negative d is a
+// mistake: Snooze then returns an error matching aegis.ErrInvalid, which,
+// returned by the handler, fails the attempt like any other error (it is
+// retried with backoff and the error is recorded).
 func Snooze(d time.Duration) error {
+	if d < 0 {
+		return invalid("Snooze(%s): the delay must not be negative", d)
+	}
 	return &snoozeError{d: d}
 }
 
