@@ -49,7 +49,7 @@ type SQLBoard struct {
 // creating its table when it is missing. A nil cfg means defaults.
 func NewSQLBoard(ctx context.Context, db *sql.DB, cfg *BoardConfig) (*SQLBoard, error) {
 	if db == nil {
-		return nil, errors.New("elect: NewSQLBoard: db is nil")
+		return nil, invalid("elect: NewSQLBoard: db is nil")
 	}
 	var c BoardConfig
 	if cfg != nil {
@@ -58,7 +58,7 @@ func NewSQLBoard(ctx context.Context, db *sql.DB, cfg *BoardConfig) (*SQLBoard, 
 	c.Table = cmp.Or(c.Table, "aegis_leader")
 	table, err := migrate.Table("elect: BoardConfig.Table", c.Table)
 	if err != nil {
-		return nil, err
+		return nil, invalid("%w", err)
 	}
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {

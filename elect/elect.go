@@ -57,7 +57,8 @@ type Config struct {
 	// Board is where the leader publishes its record, for Observe. Default
 	// none: Observe then returns an error. See NewSQLBoard.
 	Board Board
-	// Poll is how often Observe reads the Board. Default TTL/3.
+	// Poll is how often Observe reads the Board. Default TTL/3; at least
+	// 1ms.
 	Poll time.Duration
 	// Logger receives failures that do not end a call (a record that could
 	// not be published, a store error while campaigning). Default: none.
@@ -77,7 +78,7 @@ type Election struct {
 // error names the field that is wrong.
 func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
 	if locker == nil {
-		return nil, errors.New("elect: locker is nil")
+		return nil, invalid("elect: locker is nil")
 	}
 	var c Config
 	if cfg != nil {
@@ -91,24 +92,24 @@ func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
 	}
 	switch {
 	case name == "":
-		return nil, errors.New("elect: name is empty")
+		return nil, invalid("elect: name is empty")
 	case len(name) > MaxNameLen:
-		return nil, fmt.Errorf("elect: name is %d bytes, at most %d are allowed", len(name), MaxNameLen)
+		return nil, invalid("elect: name is %d bytes, at most %d are allowed", len(name), MaxNameLen)
 	}
 	if err := aegis.CheckKey(keyPrefix + name); err != nil {
-		return nil, fmt.Errorf("elect: name: %w", err)
+		return nil, invalid("elect: name: %w", err)
 	}
 	if err := node.Check("elect: Config.Node", c.Node); err != nil {
-		return nil, err
+		return nil, invalid("%w", err)
 	}
 	if err := aegis.CheckTTL(c.TTL, 0); err != nil {
-		return nil, fmt.Errorf("elect: Config.TTL: %w", err)
+		return nil, invalid("elect: Config.TTL: %w", err)
 	}
 	if c.TTL < 10*time.Millisecond {
-		return nil, fmt.Errorf("elect: Config.TTL %s is shorter than 10ms", c.TTL)
+		return nil, invalid("elect: Config.TTL %s is shorter than 10ms", c.TTL)
 	}
-	if c.Poll < 0 {
-		return nil, fmt.Errorf("elect: Config.Poll %s is negative", c.Poll)
+	if c.Poll < time.Millisecond {
+		return nil, invalid("elect: Config.Poll %s is shorter than 1ms", c.Poll)
 	}
 	return &Election{locker: locker, name: name, key: keyPrefix + name, cfg: c}, nil
 }
@@ -283,7 +284,7 @@ type Leader struct {
 // value kept. Observe needs Config.Board.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if e.cfg.Board == nil {
-		return nil, fmt.Errorf("elect: Observe %q: Config.Board is not set", e.name)
+		return nil, invalid("elect: Observe %q: Config.Board is not set", e.name)
 	}
 	ch := make(chan Leader)
 	go func() {

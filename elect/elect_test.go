@@ -79,20 +79,28 @@ func TestConfigErrors(t *testing.T) {
 		{"ok", elect.Config{TTL: -time.Second}, "elect: Config.TTL: aegis: invalid argument: ttl -1s is not positive"},
 		{"ok", elect.Config{TTL: 25 * time.Hour}, "elect: Config.TTL"},
 		{"ok", elect.Config{TTL: time.Millisecond}, "shorter than 10ms"},
-		{"ok", elect.Config{Poll: -time.Second}, "elect: Config.Poll -1s is negative"},
+		{"ok", elect.Config{Poll: -time.Second}, "elect: Config.Poll -1s is shorter than 1ms"},
+		{"ok", elect.Config{Poll: time.Microsecond}, "elect: Config.Poll 1µs is shorter than 1ms"},
+	}
+	invalid := func(err error, want string) {
+		t.Helper()
+		require.ErrorIs(t, err, aegis.ErrInvalid, want)
+		require.ErrorContains(t, err, want)
 	}
 	for _, tt := range tests {
 		_, err := elect.New(s.locker, tt.name, &tt.cfg)
-		require.ErrorContains(t, err, tt.want)
+		invalid(err, tt.want)
 	}
 	_, err := elect.New(nil, "x", nil)
-	require.ErrorContains(t, err, "locker is nil")
+	invalid(err, "elect: locker is nil")
 	e, err := elect.New(s.locker, "x", nil)
 	require.NoError(t, err)
 	_, err = e.Observe(t.Context())
-	require.ErrorContains(t, err, "Config.Board is not set")
+	invalid(err, "Config.Board is not set")
 	_, err = elect.NewSQLBoard(t.Context(), s.db, &elect.BoardConfig{Table: "no good"})
-	require.ErrorContains(t, err, "elect: BoardConfig.Table")
+	invalid(err, "elect: BoardConfig.Table")
+	_, err = elect.NewSQLBoard(t.Context(), nil, nil)
+	invalid(err, "elect: NewSQLBoard: db is nil")
 }
 
 // Three candidates campaign again and again on separate pools: never two

@@ -98,15 +98,15 @@ var descriptors = map[string]string{
 const maxSpecLen = 1024
 
 // ParseCron parses a cron spec (see [Cron]) and returns a Schedule: a *Cron,
-// or an [Interval] for "@every D". The error quotes the spec and names the
-// field that is wrong.
+// or an [Interval] for "@every D". The error quotes the spec, names the
+// field that is wrong and matches aegis.ErrInvalid.
 func ParseCron(spec string) (Schedule, error) {
 	if len(spec) > maxSpecLen {
-		return nil, fmt.Errorf("cron spec is %d bytes, at most %d are allowed", len(spec), maxSpecLen)
+		return nil, invalid("cron spec %.40q… is %d bytes, at most %d are allowed", spec, len(spec), maxSpecLen)
 	}
 	s, err := parseCron(spec)
 	if err != nil {
-		return nil, fmt.Errorf("cron spec %q: %w", spec, err)
+		return nil, invalid("cron spec %q: %w", spec, err)
 	}
 	return s, nil
 }

@@ -1,11 +1,15 @@
 package schedule
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
 )
 
 func mustParse(t testing.TB, spec string) Schedule {
@@ -68,11 +72,13 @@ func TestParseCronErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := ParseCron(tt.spec)
-		require.Error(t, err, tt.spec)
+		require.ErrorIs(t, err, aegis.ErrInvalid, tt.spec)
 		require.Contains(t, err.Error(), tt.want, tt.spec)
-		if len(tt.spec) <= maxSpecLen {
-			require.Contains(t, err.Error(), "cron spec", tt.spec)
+		quoted := fmt.Sprintf("cron spec %q", tt.spec)
+		if len(tt.spec) > maxSpecLen {
+			quoted = fmt.Sprintf("cron spec %.40q", tt.spec)
 		}
+		require.Contains(t, err.Error(), quoted, "the error quotes the spec")
 	}
 }
 
@@ -207,6 +213,9 @@ func FuzzParseCron(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec string, unix int64) {
 		s, err := ParseCron(spec)
 		if err != nil {
+			if !errors.Is(err, aegis.ErrInvalid) {
+				t.Fatalf("%q: the error does not match aegis.ErrInvalid: %v", spec, err)
+			}
 			return
 		}
 		from := time.Unix(unix%(1<<34), 0) // within ±544 years of the epoch

@@ -136,10 +136,10 @@ func (o Overlap) String() string {
 // field.
 func (j Job) validate(m mode) (Job, Schedule, error) {
 	if err := aegis.CheckKey(j.Name); err != nil {
-		return j, nil, fmt.Errorf("Job.Name: %w", err)
+		return j, nil, invalid("Job.Name: %w", err)
 	}
 	if len(j.Name) > MaxNameLen {
-		return j, nil, fmt.Errorf("Job.Name is %d bytes, at most %d are allowed", len(j.Name), MaxNameLen)
+		return j, nil, invalid("Job.Name is %d bytes, at most %d are allowed", len(j.Name), MaxNameLen)
 	}
 	var s Schedule
 	set := 0
@@ -147,55 +147,75 @@ func (j Job) validate(m mode) (Job, Schedule, error) {
 		set++
 		var err error
 		if s, err = ParseCron(j.Cron); err != nil {
-			return j, nil, fmt.Errorf("Job.Cron: %w", err)
+			return j, nil, invalid("Job.Cron: %w", err)
 		}
 	}
 	if j.Every != 0 {
 		set++
 		iv := Every(j.Every)
 		if err := iv.validate(); err != nil {
-			return j, nil, fmt.Errorf("Job.Every: %w", err)
+			return j, nil, invalid("Job.Every: %w", err)
 		}
 		s = iv
 	}
 	if j.Schedule != nil {
 		set++
 		s = j.Schedule
+		// The schedules of this package can be built wrong by hand; one that
+		// never fires (Next returns zero) would stop the job silently.
+		var err error
+		switch v := s.(type) {
+		case Interval:
+			err = v.validate()
+		case *Interval:
+			if v == nil {
+				err = fmt.Errorf("a nil *Interval")
+			} else {
+				err = v.validate()
+			}
+		case *Cron:
+			if v == nil || v.loc == nil {
+				err = fmt.Errorf("a Cron that ParseCron did not return")
+			}
+		}
+		if err != nil {
+			return j, nil, invalid("Job.Schedule: %w", err)
+		}
 	}
 	if set != 1 {
-		return j, nil, fmt.Errorf("exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got %d", set)
+		return j, nil, invalid("exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got %d", set)
 	}
 	if j.Run == nil {
-		return j, nil, fmt.Errorf("Job.Run is nil")
+		return j, nil, invalid("Job.Run is nil")
 	}
 	j.LockAtMostFor = cmp.Or(j.LockAtMostFor, 30*time.Second)
 	j.CatchUpMax = cmp.Or(j.CatchUpMax, 1)
 	j.MaxAttempts = cmp.Or(j.MaxAttempts, 3)
 	switch {
 	case j.LockAtMostFor < 0:
-		return j, nil, fmt.Errorf("Job.LockAtMostFor %s is not positive", j.LockAtMostFor)
+		return j, nil, invalid("Job.LockAtMostFor %s is not positive", j.LockAtMostFor)
 	case j.LockAtMostFor < 10*time.Millisecond:
-		return j, nil, fmt.Errorf("Job.LockAtMostFor %s is shorter than 10ms", j.LockAtMostFor)
+		return j, nil, invalid("Job.LockAtMostFor %s is shorter than 10ms", j.LockAtMostFor)
 	case j.LockAtMostFor > aegis.MaxTTL:
-		return j, nil, fmt.Errorf("Job.LockAtMostFor %s is longer than %s", j.LockAtMostFor, aegis.MaxTTL)
+		return j, nil, invalid("Job.LockAtMostFor %s is longer than %s", j.LockAtMostFor, aegis.MaxTTL)
 	case j.LockAtLeastFor < 0:
-		return j, nil, fmt.Errorf("Job.LockAtLeastFor %s is negative", j.LockAtLeastFor)
+		return j, nil, invalid("Job.LockAtLeastFor %s is negative", j.LockAtLeastFor)
 	case j.LockAtLeastFor > j.LockAtMostFor:
-		return j, nil, fmt.Errorf("Job.LockAtLeastFor %s is longer than Job.LockAtMostFor %s", j.LockAtLeastFor, j.LockAtMostFor)
+		return j, nil, invalid("Job.LockAtLeastFor %s is longer than Job.LockAtMostFor %s", j.LockAtLeastFor, j.LockAtMostFor)
 	case j.Overlap == OverlapReplace && m == modeLeader:
-		return j, nil, fmt.Errorf("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
+		return j, nil, invalid("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
 	case j.LockAtLeastFor > 0 && m != modeLease:
-		return j, nil, fmt.Errorf("Job.LockAtLeastFor is for lease mode (Config.Locker); a run key already stops a second run of a tick")
+		return j, nil, invalid("Job.LockAtLeastFor is for lease mode (Config.Locker); a run key already stops a second run of a tick")
 	case j.StartingDeadline < 0:
-		return j, nil, fmt.Errorf("Job.StartingDeadline %s is negative", j.StartingDeadline)
+		return j, nil, invalid("Job.StartingDeadline %s is negative", j.StartingDeadline)
 	case j.Misfire < MisfireFireOnce || j.Misfire > MisfireCatchUp:
-		return j, nil, fmt.Errorf("Job.Misfire %d is not a misfire policy", int(j.Misfire))
+		return j, nil, invalid("Job.Misfire %d is not a misfire policy", int(j.Misfire))
 	case j.CatchUpMax < 1 || j.CatchUpMax > 1000:
-		return j, nil, fmt.Errorf("Job.CatchUpMax %d is not in 1..1000", j.CatchUpMax)
+		return j, nil, invalid("Job.CatchUpMax %d is not in 1..1000", j.CatchUpMax)
 	case j.Overlap < OverlapForbid || j.Overlap > OverlapAllow:
-		return j, nil, fmt.Errorf("Job.Overlap %d is not an overlap policy", int(j.Overlap))
+		return j, nil, invalid("Job.Overlap %d is not an overlap policy", int(j.Overlap))
 	case j.MaxAttempts < 1 || j.MaxAttempts > 1000:
-		return j, nil, fmt.Errorf("Job.MaxAttempts %d is not in 1..1000", j.MaxAttempts)
+		return j, nil, invalid("Job.MaxAttempts %d is not in 1..1000", j.MaxAttempts)
 	}
 	return j, s, nil
 }
@@ -226,7 +246,12 @@ func RunFrom(ctx context.Context) (Run, bool) {
 }
 
 // TokenFrom returns the fencing token of the run that ctx belongs to: send
-// it with every write of the job, through the fence.
+// it with every write of the job, through the fence. A run's token is
+// always positive. Outside a run (ctx is not, and does not derive from, a
+// job's context) it returns 0 and false: check ok. Code that drops ok
+// (token, _ := TokenFrom(ctx)) and writes outside a run sends token 0,
+// which is no run's token, and which the fence refuses (aegis.ErrInvalid)
+// rather than accepting as a first writer.
 func TokenFrom(ctx context.Context) (aegis.Token, bool) {
 	r, ok := RunFrom(ctx)
 	return r.Token, ok

@@ -62,12 +62,12 @@ func newLeader(c *LeaderConfig, node string) (*leader, error) {
 	cfg.Queue = cmp.Or(cfg.Queue, DefaultLeaderQueue)
 	switch {
 	case cfg.Election == nil:
-		return nil, errors.New("schedule: Config.Leader.Election is nil")
+		return nil, invalid("schedule: Config.Leader.Election is nil")
 	case cfg.Pool == nil:
-		return nil, errors.New("schedule: Config.Leader.Pool is nil")
+		return nil, invalid("schedule: Config.Leader.Pool is nil")
 	case len(cfg.Queue) > queue.MaxQueueLen || !utf8.ValidString(cfg.Queue) || strings.ContainsRune(cfg.Queue, 0) ||
 		strings.TrimSpace(cfg.Queue) != cfg.Queue:
-		return nil, fmt.Errorf("schedule: Config.Leader.Queue %.40q: want at most %d bytes of UTF-8, without NUL or surrounding spaces", cfg.Queue, queue.MaxQueueLen)
+		return nil, invalid("schedule: Config.Leader.Queue %.40q: want at most %d bytes of UTF-8, without NUL or surrounding spaces", cfg.Queue, queue.MaxQueueLen)
 	}
 	qc, err := queue.New(cfg.Pool, &queue.Config{ID: node})
 	if err != nil {
@@ -274,10 +274,10 @@ func (runArgs) Kind() string { return runKind }
 // leader mode.
 func (s *Scheduler) AddWorker(ws *queue.Workers) error {
 	if s.mode != modeLeader {
-		return errors.New("schedule: AddWorker is for leader mode (Config.Leader)")
+		return invalid("schedule: AddWorker is for leader mode (Config.Leader)")
 	}
 	if ws == nil {
-		return errors.New("schedule: AddWorker: ws is nil")
+		return invalid("schedule: AddWorker: ws is nil")
 	}
 	queue.AddWorker(ws, queue.WorkFunc[runArgs](s.work))
 	return nil

@@ -433,15 +433,19 @@ func TestLeaderConfig(t *testing.T) {
 		{schedule.Config{Leader: &schedule.LeaderConfig{Election: e, Pool: pool}, Locker: locker}, "not several"},
 	} {
 		_, err := schedule.New(&tc.cfg)
+		require.ErrorIs(t, err, aegis.ErrInvalid, tc.want)
 		require.ErrorContains(t, err, tc.want)
 	}
 	s, err := schedule.New(&schedule.Config{Leader: &schedule.LeaderConfig{Election: e, Pool: pool}})
 	require.NoError(t, err)
 	err = s.Add(schedule.Job{Name: "j", Every: time.Second, Overlap: schedule.OverlapReplace, Run: func(context.Context) error { return nil }})
 	require.ErrorContains(t, err, "Job.Overlap replace is not supported in leader mode")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, s.AddWorker(nil), "ws is nil")
+	require.ErrorIs(t, s.AddWorker(nil), aegis.ErrInvalid)
 
 	lm, err := schedule.New(&schedule.Config{Locker: locker})
 	require.NoError(t, err)
 	require.ErrorContains(t, lm.AddWorker(queue.NewWorkers()), "AddWorker is for leader mode")
+	require.ErrorIs(t, lm.AddWorker(queue.NewWorkers()), aegis.ErrInvalid)
 }

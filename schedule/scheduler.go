@@ -42,7 +42,8 @@ type Config struct {
 	// Clock is the source of fire times. Default SystemClock().
 	Clock Clock
 	// ReapInterval is how often run-key mode looks for crashed runs (run
-	// rows past their expiry) of this scheduler's jobs. Default 1s.
+	// rows past their expiry) of this scheduler's jobs. Default 1s; at
+	// least 1ms.
 	ReapInterval time.Duration
 	// Retention is how long run-key mode keeps ended run rows; a winner
 	// prunes its job's older rows after each run. It must exceed the
@@ -109,7 +110,7 @@ type Scheduler struct {
 // New returns a Scheduler. The error names the field that is wrong.
 func New(cfg *Config) (*Scheduler, error) {
 	if cfg == nil {
-		return nil, errors.New("schedule: Config is nil: set Config.Store or Config.Locker")
+		return nil, invalid("schedule: Config is nil: set Config.Store, Config.Locker or Config.Leader")
 	}
 	c := *cfg
 	c.Node = cmp.Or(c.Node, node.Default())
@@ -122,7 +123,7 @@ func New(cfg *Config) (*Scheduler, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if err := node.Check("schedule: Config.Node", c.Node); err != nil {
-		return nil, err
+		return nil, invalid("%w", err)
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool)}
 	set := 0
@@ -133,7 +134,7 @@ func New(cfg *Config) (*Scheduler, error) {
 	}
 	switch {
 	case set > 1:
-		return nil, errors.New("schedule: set one of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode), not several")
+		return nil, invalid("schedule: set one of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode), not several")
 	case c.Store != nil:
 		s.mode = modeRunKey
 	case c.Locker != nil:
@@ -146,13 +147,13 @@ func New(cfg *Config) (*Scheduler, error) {
 		}
 		s.leader = l
 	default:
-		return nil, errors.New("schedule: none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
+		return nil, invalid("schedule: none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
 	}
 	switch {
-	case c.ReapInterval < 0:
-		return nil, fmt.Errorf("schedule: Config.ReapInterval %s is not positive", c.ReapInterval)
+	case c.ReapInterval < time.Millisecond:
+		return nil, invalid("schedule: Config.ReapInterval %s is shorter than 1ms", c.ReapInterval)
 	case c.Retention < 0:
-		return nil, fmt.Errorf("schedule: Config.Retention %s is not positive", c.Retention)
+		return nil, invalid("schedule: Config.Retention %s is negative", c.Retention)
 	}
 	return s, nil
 }
@@ -173,7 +174,7 @@ func (s *Scheduler) Add(j Job) error {
 		return fmt.Errorf("schedule: job %q: Add after Start", j.Name)
 	}
 	if s.names[j.Name] {
-		return fmt.Errorf("schedule: job %q: Job.Name is already added", j.Name)
+		return invalid("schedule: job %q: Job.Name is already added", j.Name)
 	}
 	s.names[j.Name] = true
 	s.jobs = append(s.jobs, &job{Job: v, sched: sched, s: s, running: make(map[*active]struct{})})

@@ -40,7 +40,7 @@ type Store struct {
 // defaults.
 func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("schedule: NewStore: db is nil")
+		return nil, invalid("schedule: NewStore: db is nil")
 	}
 	var c StoreConfig
 	if cfg != nil {
@@ -49,7 +49,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
 	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
 	if err != nil {
-		return nil, err
+		return nil, invalid("%w", err)
 	}
 	parts := strings.Split(c.Table, ".")
 	index := `"` + parts[len(parts)-1] + `_running"`
@@ -100,8 +100,12 @@ type RunRecord struct {
 	Error   string
 }
 
-// Runs returns the job's latest runs, newest first, at most limit.
+// Runs returns the job's latest runs, newest first, at most limit (at
+// least 1).
 func (s *Store) Runs(ctx context.Context, job string, limit int) ([]RunRecord, error) {
+	if limit < 1 {
+		return nil, invalid("schedule: runs of %q: limit %d is not positive", job, limit)
+	}
 	rows, err := s.db.QueryContext(ctx, s.q.list, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: runs of %q: %w", job, err)

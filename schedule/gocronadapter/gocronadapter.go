@@ -54,7 +54,7 @@ type Locker struct {
 // error names the field that is wrong.
 func NewLocker(l aegis.Locker, cfg *LockerConfig) (*Locker, error) {
 	if l == nil {
-		return nil, errors.New("gocronadapter: locker is nil")
+		return nil, invalid("gocronadapter: NewLocker: locker is nil")
 	}
 	var c LockerConfig
 	if cfg != nil {
@@ -63,14 +63,14 @@ func NewLocker(l aegis.Locker, cfg *LockerConfig) (*Locker, error) {
 	c.LockAtMostFor = cmp.Or(c.LockAtMostFor, 30*time.Second)
 	switch {
 	case c.LockAtMostFor < 0:
-		return nil, fmt.Errorf("gocronadapter: LockerConfig.LockAtMostFor %s is not positive", c.LockAtMostFor)
+		return nil, invalid("gocronadapter: LockerConfig.LockAtMostFor %s is not positive", c.LockAtMostFor)
 	case c.LockAtLeastFor < 0:
-		return nil, fmt.Errorf("gocronadapter: LockerConfig.LockAtLeastFor %s is negative", c.LockAtLeastFor)
+		return nil, invalid("gocronadapter: LockerConfig.LockAtLeastFor %s is negative", c.LockAtLeastFor)
 	case c.LockAtLeastFor > c.LockAtMostFor:
-		return nil, fmt.Errorf("gocronadapter: LockerConfig.LockAtLeastFor %s is longer than LockAtMostFor %s", c.LockAtLeastFor, c.LockAtMostFor)
+		return nil, invalid("gocronadapter: LockerConfig.LockAtLeastFor %s is longer than LockAtMostFor %s", c.LockAtLeastFor, c.LockAtMostFor)
 	}
 	if err := aegis.CheckTTL(c.LockAtMostFor, 0); err != nil {
-		return nil, fmt.Errorf("gocronadapter: LockerConfig.LockAtMostFor: %w", err)
+		return nil, invalid("gocronadapter: LockerConfig.LockAtMostFor: %w", err)
 	}
 	return &Locker{locker: l, cfg: c}, nil
 }
@@ -124,14 +124,21 @@ type Elector struct {
 
 	mu   sync.Mutex
 	lead *elect.Leadership
+	err  error // why campaigning stopped before Close, if it did
 }
 
 // ErrNotLeader is returned by IsLeader when this instance does not lead.
 var ErrNotLeader = errors.New("gocronadapter: not the leader")
 
 // NewElector campaigns in e until ctx ends or Close, again after each lost
-// term.
-func NewElector(ctx context.Context, e *elect.Election) *Elector {
+// term. A nil ctx or e is an error matching aegis.ErrInvalid.
+func NewElector(ctx context.Context, e *elect.Election) (*Elector, error) {
+	switch {
+	case ctx == nil:
+		return nil, invalid("gocronadapter: NewElector: ctx is nil")
+	case e == nil:
+		return nil, invalid("gocronadapter: NewElector: election is nil")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	el := &Elector{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -139,6 +146,14 @@ func NewElector(ctx context.Context, e *elect.Election) *Elector {
 		for ctx.Err() == nil {
 			lead, err := e.Campaign(ctx)
 			if err != nil {
+				// Campaign returns only when ctx ended or on bad input (the
+				// store refused the election's key or TTL): the second must
+				// not look like an ordinary "not the leader" forever.
+				if ctx.Err() == nil {
+					el.mu.Lock()
+					el.err = err
+					el.mu.Unlock()
+				}
 				return
 			}
 			el.mu.Lock()
@@ -151,15 +166,20 @@ func NewElector(ctx context.Context, e *elect.Election) *Elector {
 			el.mu.Unlock()
 		}
 	}()
-	return el
+	return el, nil
 }
 
 // IsLeader implements gocron.Elector: nil while this instance's term can
 // be trusted (it checks the term's local deadline), ErrNotLeader otherwise.
+// When campaigning stopped on an error (not ctx's end or Close), the error
+// wraps ErrNotLeader and that error.
 func (el *Elector) IsLeader(context.Context) error {
 	el.mu.Lock()
-	lead := el.lead
+	lead, err := el.lead, el.err
 	el.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: campaigning stopped: %w", ErrNotLeader, err)
+	}
 	if lead == nil || lead.Err() != nil {
 		return ErrNotLeader
 	}

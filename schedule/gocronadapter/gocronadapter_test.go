@@ -2,6 +2,8 @@ package gocronadapter_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,17 +31,65 @@ func locker(t *testing.T, url string) aegis.Locker {
 	return l
 }
 
-func TestLockerConfig(t *testing.T) {
+// Every caller mistake is an error that matches aegis.ErrInvalid and names
+// the argument or field.
+func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	l := locker(t, testenv.PostgresURL(t))
-	_, err := gocronadapter.NewLocker(nil, nil)
-	require.ErrorContains(t, err, "locker is nil")
-	_, err = gocronadapter.NewLocker(l, &gocronadapter.LockerConfig{LockAtMostFor: -time.Second})
-	require.ErrorContains(t, err, "LockerConfig.LockAtMostFor -1s is not positive")
-	_, err = gocronadapter.NewLocker(l, &gocronadapter.LockerConfig{LockAtMostFor: time.Second, LockAtLeastFor: 2 * time.Second})
-	require.ErrorContains(t, err, "LockerConfig.LockAtLeastFor 2s is longer than LockAtMostFor 1s")
-	_, err = gocronadapter.NewLocker(l, &gocronadapter.LockerConfig{LockAtMostFor: 48 * time.Hour})
-	require.ErrorContains(t, err, "LockerConfig.LockAtMostFor")
+	url := testenv.PostgresURL(t)
+	l := locker(t, url)
+	invalid := func(err error, want string) {
+		t.Helper()
+		require.ErrorIs(t, err, aegis.ErrInvalid, want)
+		require.ErrorContains(t, err, want)
+	}
+	for _, tc := range []struct {
+		l    aegis.Locker
+		cfg  *gocronadapter.LockerConfig
+		want string
+	}{
+		{nil, nil, "gocronadapter: NewLocker: locker is nil"},
+		{l, &gocronadapter.LockerConfig{LockAtMostFor: -time.Second}, "LockerConfig.LockAtMostFor -1s is not positive"},
+		{l, &gocronadapter.LockerConfig{LockAtLeastFor: -time.Second}, "LockerConfig.LockAtLeastFor -1s is negative"},
+		{l, &gocronadapter.LockerConfig{LockAtMostFor: time.Second, LockAtLeastFor: 2 * time.Second}, "LockerConfig.LockAtLeastFor 2s is longer than LockAtMostFor 1s"},
+		{l, &gocronadapter.LockerConfig{LockAtMostFor: 48 * time.Hour}, "LockerConfig.LockAtMostFor"},
+	} {
+		_, err := gocronadapter.NewLocker(tc.l, tc.cfg)
+		invalid(err, tc.want)
+	}
+
+	// A nil election used to be accepted, and the campaign goroutine then
+	// crashed the process.
+	_, err := gocronadapter.NewElector(t.Context(), nil)
+	invalid(err, "gocronadapter: NewElector: election is nil")
+	e, err := elect.New(l, "gocron-config", nil)
+	require.NoError(t, err)
+	//lint:ignore SA1012 a nil ctx is the mistake under test
+	_, err = gocronadapter.NewElector(nil, e)
+	invalid(err, "gocronadapter: NewElector: ctx is nil")
+}
+
+// refusing is a real store that refuses the election's grant as bad input,
+// as a backend does for a TTL or key it cannot serve.
+type refusing struct{ aegis.Locker }
+
+func (refusing) TryAcquire(context.Context, string, time.Duration) (*aegis.Lease, error) {
+	return nil, fmt.Errorf("%w: ttl not supported by this store", aegis.ErrInvalid)
+}
+
+// An Elector whose campaign stopped on bad input says why, instead of
+// answering "not the leader" forever.
+func TestElectorCampaignError(t *testing.T) {
+	t.Parallel()
+	e, err := elect.New(refusing{locker(t, testenv.PostgresURL(t))}, "gocron-refused", &elect.Config{TTL: time.Second})
+	require.NoError(t, err)
+	el, err := gocronadapter.NewElector(t.Context(), e)
+	require.NoError(t, err)
+	t.Cleanup(el.Close)
+	require.Eventually(t, func() bool { return errors.Is(el.IsLeader(t.Context()), aegis.ErrInvalid) }, 10*time.Second, 10*time.Millisecond,
+		"IsLeader reports the campaign's error")
+	err = el.IsLeader(t.Context())
+	require.ErrorIs(t, err, gocronadapter.ErrNotLeader)
+	require.ErrorContains(t, err, "ttl not supported by this store")
 }
 
 // The Locker's lock excludes a second scheduler until Unlock, or until
@@ -103,7 +153,8 @@ func TestElector(t *testing.T) {
 	for _, node := range []string{"a", "b"} {
 		e, err := elect.New(locker(t, url), "gocron", &elect.Config{Node: node, TTL: 500 * time.Millisecond})
 		require.NoError(t, err)
-		el := gocronadapter.NewElector(context.Background(), e)
+		el, err := gocronadapter.NewElector(context.Background(), e)
+		require.NoError(t, err)
 		t.Cleanup(el.Close)
 		els = append(els, el)
 	}
