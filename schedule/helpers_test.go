@@ -155,3 +155,27 @@ func waitFor(t testing.TB, d time.Duration, cond func() bool, msg string, args .
 }
 
 func pgURL(t testing.TB) string { return testenv.PostgresURL(t) }
+
+// recv waits at most d for a value from ch; the test fails, naming what it
+// waited for, when none comes.
+func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("waited %s for %s", d, what)
+		var zero T
+		return zero
+	}
+}
+
+// block waits for ch to be closed, or for d: a job that a test holds
+// (paused) is released even when the test fails before releasing it, so
+// the scheduler's Stop does not wait forever.
+func block(ch <-chan struct{}, d time.Duration) {
+	select {
+	case <-ch:
+	case <-time.After(d):
+	}
+}

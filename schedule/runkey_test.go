@@ -345,24 +345,39 @@ func TestReaper(t *testing.T) {
 	}
 }
 
+// Every caller mistake is an error that matches aegis.ErrInvalid and names
+// the field (or the value) that is wrong.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	r := sqliteReplica(t, sqlitePath(t))
 	run := func(context.Context) error { return nil }
-	_, err := schedule.New(nil)
-	require.ErrorContains(t, err, "Config is nil")
-	_, err = schedule.New(&schedule.Config{})
-	require.ErrorContains(t, err, "none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
-	_, err = schedule.New(&schedule.Config{Store: r.store, Locker: r.locker})
-	require.ErrorContains(t, err, "not several")
-	_, err = schedule.New(&schedule.Config{Store: r.store, Node: strings.Repeat("n", 101)})
-	require.ErrorContains(t, err, "schedule: Config.Node is 101 bytes")
-	_, err = schedule.New(&schedule.Config{Store: r.store, ReapInterval: -time.Second})
-	require.ErrorContains(t, err, "Config.ReapInterval -1s is not positive")
-	_, err = schedule.New(&schedule.Config{Store: r.store, Retention: -time.Second})
-	require.ErrorContains(t, err, "Config.Retention")
-	_, err = schedule.NewStore(t.Context(), r.db, &schedule.StoreConfig{Table: "x y"})
-	require.ErrorContains(t, err, "schedule: StoreConfig.Table")
+	invalid := func(t *testing.T, err error, want string) {
+		t.Helper()
+		require.ErrorIs(t, err, aegis.ErrInvalid, want)
+		require.ErrorContains(t, err, want)
+	}
+	for _, tc := range []struct {
+		cfg  *schedule.Config
+		want string
+	}{
+		{nil, "schedule: Config is nil"},
+		{&schedule.Config{}, "none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set"},
+		{&schedule.Config{Store: r.store, Locker: r.locker}, "not several"},
+		{&schedule.Config{Store: r.store, Node: strings.Repeat("n", 101)}, "schedule: Config.Node is 101 bytes"},
+		{&schedule.Config{Store: r.store, Node: "a\x00b"}, "schedule: Config.Node"},
+		{&schedule.Config{Store: r.store, ReapInterval: -time.Second}, "Config.ReapInterval -1s is shorter than 1ms"},
+		{&schedule.Config{Store: r.store, ReapInterval: time.Nanosecond}, "Config.ReapInterval 1ns is shorter than 1ms"},
+		{&schedule.Config{Store: r.store, Retention: -time.Second}, "Config.Retention -1s is negative"},
+	} {
+		_, err := schedule.New(tc.cfg)
+		invalid(t, err, tc.want)
+	}
+	_, err := schedule.NewStore(t.Context(), r.db, &schedule.StoreConfig{Table: "x y"})
+	invalid(t, err, "schedule: StoreConfig.Table")
+	_, err = schedule.NewStore(t.Context(), nil, nil)
+	invalid(t, err, "schedule: NewStore: db is nil")
+	_, err = r.store.Runs(t.Context(), "j", 0)
+	invalid(t, err, "limit 0 is not positive")
 
 	tests := []struct {
 		job  schedule.Job
@@ -373,11 +388,17 @@ func TestConfigErrors(t *testing.T) {
 		{schedule.Job{Name: "j", Run: run}, "exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got 0"},
 		{schedule.Job{Name: "j", Cron: "* * * * * *", Every: time.Second, Run: run}, "got 2"},
 		{schedule.Job{Name: "j", Cron: "61 * * * * *", Run: run}, `Job.Cron: cron spec "61 * * * * *": second field "61": 61 is out of range 0-59`},
+		{schedule.Job{Name: "j", Cron: "@every 0s", Run: run}, `Job.Cron: cron spec "@every 0s": @every: period 0s is not positive`},
 		{schedule.Job{Name: "j", Every: -time.Second, Run: run}, "Job.Every: period -1s is not positive"},
+		{schedule.Job{Name: "j", Every: time.Microsecond, Run: run}, "Job.Every: period 1µs is not a whole number of milliseconds"},
+		{schedule.Job{Name: "j", Schedule: schedule.Interval{}, Run: run}, "Job.Schedule: period 0s is not positive"},
+		{schedule.Job{Name: "j", Schedule: &schedule.Interval{Period: time.Second, Offset: time.Second}, Run: run}, "Job.Schedule: offset 1s is not in [0, period 1s)"},
+		{schedule.Job{Name: "j", Schedule: (*schedule.Interval)(nil), Run: run}, "Job.Schedule: a nil *Interval"},
+		{schedule.Job{Name: "j", Schedule: &schedule.Cron{}, Run: run}, "Job.Schedule: a Cron that ParseCron did not return"},
 		{schedule.Job{Name: "j", Every: time.Second}, "Job.Run is nil"},
 		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: -time.Second}, "Job.LockAtMostFor -1s is not positive"},
-		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Millisecond}, "shorter than 10ms"},
-		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: 25 * time.Hour}, "longer than 24h"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Millisecond}, "Job.LockAtMostFor 1ms is shorter than 10ms"},
+		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: 25 * time.Hour}, "Job.LockAtMostFor 25h0m0s is longer than 24h"},
 		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtLeastFor: -time.Second}, "Job.LockAtLeastFor -1s is negative"},
 		{schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtLeastFor: time.Second}, "Job.LockAtLeastFor is for lease mode"},
 		{schedule.Job{Name: "j", Every: time.Second, Run: run, StartingDeadline: -1}, "Job.StartingDeadline -1ns is negative"},
@@ -389,13 +410,41 @@ func TestConfigErrors(t *testing.T) {
 	s, err := schedule.New(&schedule.Config{Store: r.store})
 	require.NoError(t, err)
 	for _, tt := range tests {
-		require.ErrorContains(t, s.Add(tt.job), tt.want)
+		err := s.Add(tt.job)
+		invalid(t, err, tt.want)
+		require.ErrorContains(t, err, "schedule: job ")
 	}
 	require.NoError(t, s.Add(schedule.Job{Name: "j", Every: time.Second, Run: run}))
-	require.ErrorContains(t, s.Add(schedule.Job{Name: "j", Every: time.Second, Run: run}), "already added")
+	invalid(t, s.Add(schedule.Job{Name: "j", Every: time.Second, Run: run}), `job "j": Job.Name is already added`)
+	invalid(t, s.AddWorker(nil), "AddWorker is for leader mode (Config.Leader)")
 
 	ls, err := schedule.New(&schedule.Config{Locker: r.locker})
 	require.NoError(t, err)
-	require.ErrorContains(t, ls.Add(schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Second, LockAtLeastFor: 2 * time.Second}),
+	invalid(t, ls.Add(schedule.Job{Name: "j", Every: time.Second, Run: run, LockAtMostFor: time.Second, LockAtLeastFor: 2 * time.Second}),
 		"Job.LockAtLeastFor 2s is longer than Job.LockAtMostFor 1s")
+}
+
+// Outside a run there is no token: TokenFrom says so (ok false) and
+// returns 0, never a run's token (every run's is positive).
+func TestTokenFromOutsideARun(t *testing.T) {
+	t.Parallel()
+	tok, ok := schedule.TokenFrom(context.Background())
+	require.False(t, ok)
+	require.Zero(t, tok)
+	_, ok = schedule.RunFrom(t.Context())
+	require.False(t, ok)
+
+	r := sqliteReplica(t, sqlitePath(t))
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	got := make(chan aegis.Token, 1)
+	start(t, &schedule.Config{Node: "n", Store: r.store, Clock: clock}, schedule.Job{Name: "tok", Every: time.Hour, Run: func(ctx context.Context) error {
+		tok, ok := schedule.TokenFrom(ctx)
+		if !ok {
+			tok = -1
+		}
+		got <- tok
+		return nil
+	}})
+	advanceWhenWaiting(t, clock, time.Hour)
+	require.Positive(t, recv(t, got, 10*time.Second, "the run's token"), "a run's token is positive")
 }
