@@ -64,6 +64,54 @@ func candidate(t testing.TB, s *store, name, node string, ttl time.Duration) *el
 	return e
 }
 
+// recv waits at most d for a value from ch; the test fails, naming what it
+// waited for, when none comes.
+func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("waited %s for %s", d, what)
+		var zero T
+		return zero
+	}
+}
+
+// wait waits at most d for wg; the test fails, naming what it waited for.
+func wait(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	recv(t, done, d, what)
+}
+
+// campaign is e.Campaign(ctx) with a bound: the test fails when e does not
+// lead within d. ctx bounds the term, as it does for Campaign.
+func campaign(t testing.TB, ctx context.Context, e *elect.Election, d time.Duration) *elect.Leadership {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	type result struct {
+		l   *elect.Leadership
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		l, err := e.Campaign(ctx)
+		ch <- result{l, err}
+	}()
+	select {
+	case r := <-ch:
+		require.NoError(t, r.err)
+		return r.l
+	case <-time.After(d):
+		cancel()
+		t.Fatalf("%s did not lead within %s", e.Node(), d)
+		return nil
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testenv.PostgresURL(t))
@@ -143,7 +191,7 @@ func TestOnlyOneLeader(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	wait(t, &wg, time.Minute, "twelve terms")
 	require.GreaterOrEqual(t, len(tokens), 12)
 	for i := 1; i < len(tokens); i++ {
 		require.Greater(t, tokens[i], tokens[i-1], "term tokens increase: %v", tokens)
@@ -173,8 +221,7 @@ func TestObserve(t *testing.T) {
 	}
 	require.Equal(t, elect.Leader{}, next(), "nobody leads yet")
 
-	leadA, err := a.Campaign(t.Context())
-	require.NoError(t, err)
+	leadA := campaign(t, t.Context(), a, 10*time.Second)
 	got := next()
 	require.Equal(t, "node-a", got.Node)
 	require.Equal(t, leadA.Token(), got.Token)
@@ -188,7 +235,7 @@ func TestObserve(t *testing.T) {
 		bLeads <- l
 	}()
 	require.NoError(t, leadA.Resign(t.Context()))
-	leadB := <-bLeads
+	leadB := recv(t, bLeads, 10*time.Second, "B to lead after A resigned")
 	require.Greater(t, leadB.Token(), leadA.Token())
 	for got = next(); got.Node == ""; got = next() {
 		// a poll between the withdrawal and B's record sees no leader
@@ -197,7 +244,13 @@ func TestObserve(t *testing.T) {
 	require.NoError(t, leadB.Resign(t.Context()))
 	require.Equal(t, elect.Leader{}, next())
 	cancel()
-	for range ch {
+	deadline := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-deadline:
+			t.Fatal("Observe's channel was not closed within 5s of its ctx's end")
+		}
 	}
 }
 
@@ -219,7 +272,11 @@ func (l *lateLocker) Acquire(ctx context.Context, key string, ttl time.Duration)
 			return
 		}
 		l.stale <- lease.Token
-		<-l.taken
+		select {
+		case <-l.taken:
+		case <-ctx.Done():
+			return
+		}
 		late = lease
 	})
 	if late != nil {
@@ -247,10 +304,9 @@ func TestCampaignVerifiesAfterWaiting(t *testing.T) {
 		}
 		result <- l
 	}()
-	staleToken := <-late.stale
+	staleToken := recv(t, late.stale, 10*time.Second, "the slow candidate's first grant")
 	// The stale grant expires (nobody renews it); the other candidate wins.
-	leadOther, err := other.Campaign(t.Context())
-	require.NoError(t, err)
+	leadOther := campaign(t, t.Context(), other, 10*time.Second)
 	require.Greater(t, leadOther.Token(), staleToken)
 	close(late.taken)
 	select {
@@ -276,8 +332,7 @@ func TestLeaderWritesAreFenced(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	s1, s2 := newStore(t, url), newStore(t, url)
 	require.NoError(t, fence.MigrateSQL(t.Context(), s1.db))
-	first, err := candidate(t, s1, "fenced", "first", ttl).Campaign(t.Context())
-	require.NoError(t, err)
+	first := campaign(t, t.Context(), candidate(t, s1, "fenced", "first", ttl), 10*time.Second)
 	write := func(db *sql.DB, token aegis.Token) error {
 		tx, err := db.BeginTx(t.Context(), nil)
 		require.NoError(t, err)
@@ -290,10 +345,9 @@ func TestLeaderWritesAreFenced(t *testing.T) {
 	require.NoError(t, write(s1.db, first.Token()))
 	// The first leader's store connection "stalls": its lease expires
 	// unrenewed. Simulate by releasing behind its back through the store.
-	_, err = s1.pool.Exec(t.Context(), `UPDATE aegis_lease SET expires_at = now() WHERE key = 'elect:fenced'`)
+	_, err := s1.pool.Exec(t.Context(), `UPDATE aegis_lease SET expires_at = now() WHERE key = 'elect:fenced'`)
 	require.NoError(t, err)
-	second, err := candidate(t, s2, "fenced", "second", ttl).Campaign(t.Context())
-	require.NoError(t, err)
+	second := campaign(t, t.Context(), candidate(t, s2, "fenced", "second", ttl), 10*time.Second)
 	require.Greater(t, second.Token(), first.Token())
 	require.NoError(t, write(s2.db, second.Token()))
 	require.ErrorIs(t, write(s1.db, first.Token()), aegis.ErrStale, "the deposed leader's write")
