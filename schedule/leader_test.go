@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,14 +307,32 @@ func TestLeaderDeposedEnqueuesNothing(t *testing.T) {
 	require.Len(t, runRows(t, dbURL, "fenced"), len(log.enqueued()))
 }
 
-// once is a schedule with one fire time.
-type once time.Time
+// soon is a schedule with one fire time, 100ms after the scheduler first
+// asks. (A fixed time, picked before the replicas were set up, could pass
+// during the setup under load: the job loop then starts after it, sees no
+// tick to come and returns, and the test waited forever for the run.)
+type soon struct {
+	mu sync.Mutex
+	at time.Time
+}
 
-func (o once) Next(t time.Time) time.Time {
-	if t.Before(time.Time(o)) {
-		return time.Time(o)
+func (s *soon) Next(t time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at.IsZero() {
+		s.at = t.Add(100 * time.Millisecond).Truncate(time.Millisecond) // run keys are in ms
+	}
+	if t.Before(s.at) {
+		return s.at
 	}
 	return time.Time{}
+}
+
+// fire is the fire time, once the scheduler has asked.
+func (s *soon) fire() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.at
 }
 
 // A worker paused past its job's lease, deterministically: worker A runs
@@ -331,7 +350,7 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 	_, err = setup.Exec(t.Context(), `CREATE TABLE reconciliation (token bigint NOT NULL, node text NOT NULL)`)
 	require.NoError(t, err)
 
-	fire := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
+	sched := &soon{}
 	// write is the job's business write, fenced by its run token.
 	write := func(ctx context.Context, pool *pgxpool.Pool, node string) error {
 		token, ok := schedule.TokenFrom(ctx)
@@ -352,10 +371,13 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 	releaseA := make(chan struct{})
 	var wroteA error
 	var nodeA, nodeB *leaderNode
-	jobA := schedule.Job{Name: "reconcile", Schedule: once(fire), Run: func(ctx context.Context) error {
+	jobA := schedule.Job{Name: "reconcile", Schedule: sched, Run: func(ctx context.Context) error {
 		token, _ := schedule.TokenFrom(ctx)
-		startedA <- token
-		<-releaseA // paused: it ignores its context
+		select {
+		case startedA <- token:
+		default: // a second run on A: the test fails on the token count
+		}
+		block(releaseA, time.Minute) // paused: it ignores its context
 		wroteA = write(ctx, nodeA.pool, "A")
 		return nil // as a job that does not look at its write's error
 	}}
@@ -370,7 +392,8 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 	nodeB = newLeaderNode(t, dbURL, "B", leaderOpts{election: "sched-paused", ttl: 2 * time.Second, lease: 2 * time.Second, reap: 20 * time.Millisecond, log: logB}, jobB)
 	leader.campaign(t) // the only one that campaigns; A and B only work
 	nodeA.work(t)
-	tokenA := <-startedA
+	tokenA := recv(t, startedA, 30*time.Second, "A to start the enqueued run")
+	fire := sched.fire()
 	require.Equal(t, baseToken(fire)+1, tokenA)
 
 	// A stops heartbeating; B's reaper reclaims the job once its lease

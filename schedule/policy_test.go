@@ -205,9 +205,11 @@ func TestStoreOutage(t *testing.T) {
 			require.NotContains(t, e.Err.Error(), "password")
 		}
 	}
-	// Still down: nothing runs.
-	time.Sleep(600 * time.Millisecond)
+	// Still down: the schedulers go on trying (two more failed attempts
+	// each), and nothing runs.
 	for name, l := range logs {
+		failed := len(l.eventsOf(schedule.EventError))
+		waitFor(t, 10*time.Second, func() bool { return len(l.eventsOf(schedule.EventError)) >= failed+2 }, "%s tries again during the outage", name)
 		require.Equal(t, before[name], l.count(), "%s ran during the outage", name)
 	}
 	require.NoError(t, pg.Start(ctx))
