@@ -189,7 +189,14 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 		inserted bool
 		res      *queue.Enqueued
 	)
-	err = pgx.BeginFunc(ctx, l.cfg.Pool, func(tx pgx.Tx) error {
+	// Not cut off when the term or the scheduler ends: a cancelled commit
+	// can land and still report an error, and the tick's enqueue would go
+	// unreported. The fence, not the context, decides whether a deposed
+	// leader's enqueue lands.
+	cctx, cancel := claimContext(ctx)
+	defer cancel()
+	err = pgx.BeginFunc(cctx, l.cfg.Pool, func(tx pgx.Tx) error {
+		ctx := cctx
 		// The leader's writes carry its term token: once a newer term has
 		// enqueued, a deposed leader (paused past its lease) enqueues
 		// nothing.

@@ -23,9 +23,10 @@ import (
 // 10s, in which a loaded machine ran seven), and it accounts for the rows
 // a loaded machine leaves besides the runs: a tick whose claim found the
 // previous run still going (overlap forbid: skipped), and a last tick
-// whose claim was cut off by Stop (its row stays running, for the reaper
-// of a live replica, as a crash's would). Such a row once made the count
-// of rows one more than the count of runs.
+// claimed while its node stopped (handed back: its row stays running,
+// expired, for a live replica's reaper). The second once made the count of
+// rows one more than the count of runs: Stop cut the claim off after its
+// commit had landed (see TestStopDuringClaim).
 func TestRunKeyThreeSchedulers(t *testing.T) {
 	t.Parallel()
 	for _, db := range []string{"postgres", "sqlite"} {
@@ -68,11 +69,10 @@ func TestRunKeyThreeSchedulers(t *testing.T) {
 					last = f
 				}
 			}
-			forbid := map[time.Time]bool{}
+			forbid, handedBack := map[time.Time]bool{}, map[time.Time]bool{}
 			for _, e := range log.eventsOf(schedule.EventSkipped) {
-				if strings.HasPrefix(e.Reason, "overlap forbid") {
-					forbid[e.Fire.UTC()] = true
-				}
+				forbid[e.Fire.UTC()] = forbid[e.Fire.UTC()] || strings.HasPrefix(e.Reason, "overlap forbid")
+				handedBack[e.Fire.UTC()] = handedBack[e.Fire.UTC()] || strings.HasPrefix(e.Reason, "stopping: the run is handed back")
 			}
 			succeeded := 0
 			for _, row := range rows {
@@ -87,7 +87,8 @@ func TestRunKeyThreeSchedulers(t *testing.T) {
 					require.True(t, forbid[row.Fire], "row %+v: skipped by overlap forbid, and said so", row)
 				case "running":
 					require.Zero(t, ticks[row.Fire], "row %+v", row)
-					require.False(t, row.Fire.Before(last), "row %+v: only a claim cut off by Stop, after the last run (%s), stays running", row, last)
+					require.False(t, row.Fire.Before(last), "row %+v: only a tick claimed while stopping, after the last run (%s), stays running", row, last)
+					require.True(t, handedBack[row.Fire], "row %+v: handed back, and said so", row)
 				default:
 					t.Fatalf("row %+v: unexpected state", row)
 				}
@@ -496,4 +497,66 @@ func TestTokenFromOutsideARun(t *testing.T) {
 	}})
 	advanceWhenWaiting(t, clock, time.Hour)
 	require.Positive(t, recv(t, got, 10*time.Second, "the run's token"), "a run's token is positive")
+}
+
+// A Stop that comes while a claim waits on the store does not cut the
+// claim off (a cancelled commit can land and still report an error: the
+// row then said the node ran a tick it never started, until its expiry).
+// The claim completes, and the won tick is handed back: its row expires at
+// once, and a live replica's reaper runs it.
+func TestStopDuringClaim(t *testing.T) {
+	t.Parallel()
+	r := pgReplica(t, pgURL(t))
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fire := time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)
+	log := &runLog{}
+	job := schedule.Job{Name: "stopping", Every: time.Hour, LockAtMostFor: time.Minute, Run: func(ctx context.Context) error {
+		log.record(ctx)
+		return nil
+	}}
+	s, err := schedule.New(&schedule.Config{Node: "stopping", Store: r.store, Clock: clock, OnEvent: log.onEvent})
+	require.NoError(t, err)
+	require.NoError(t, s.Add(job))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	require.NoError(t, s.Start(ctx)) // ending ctx stops it, as Stop does
+	t.Cleanup(s.Stop)
+
+	// Another transaction holds the tick's key: the claim's insert waits.
+	tx, err := r.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(t.Context(), `INSERT INTO aegis_schedule_run (job, fire_at, token, node, attempt, state, started_at, expires_at)
+		VALUES ('stopping', $1, 1, 'x', 1, 'running', now(), now())`, fire)
+	require.NoError(t, err)
+	advanceWhenWaiting(t, clock, time.Hour)
+	waitFor(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, r.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`).Scan(&n))
+		return n > 0
+	}, "the claim waits for the other transaction")
+	stop()                                       // the scheduler stops while its claim waits
+	require.NoError(t, tx.Rollback(t.Context())) // the claim's insert lands
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	recv(t, stopped, 10*time.Second, "Stop to return")
+
+	require.Zero(t, log.count(), "nothing runs while stopping")
+	skipped := log.eventsOf(schedule.EventSkipped)
+	require.Len(t, skipped, 1)
+	require.Equal(t, "stopping: the run is handed back to the reapers", skipped[0].Reason)
+	var state string
+	var expired bool
+	require.NoError(t, r.pool.QueryRow(t.Context(), `SELECT state, expires_at <= now() FROM aegis_schedule_run WHERE job = 'stopping'`).Scan(&state, &expired))
+	require.Equal(t, "running", state)
+	require.True(t, expired, "handed back: the reapers' at once, not after LockAtMostFor")
+
+	// A live replica's reaper runs it, with a greater token.
+	start(t, &schedule.Config{Node: "live", Store: pgReplica(t, pgURL(t)).store, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: log.onEvent}, job)
+	waitFor(t, 10*time.Second, func() bool { return log.count() == 1 }, "the live replica's reaper runs the tick")
+	run := log.snapshot()[0]
+	require.Equal(t, fire, run.Fire.UTC())
+	require.Equal(t, "live", run.Node)
+	require.Equal(t, 2, run.Attempt)
+	require.Equal(t, skipped[0].Token+1, run.Token)
 }

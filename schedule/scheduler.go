@@ -461,11 +461,16 @@ func (j *job) overlap(f time.Time) bool {
 func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
 	st := j.s.cfg.Store
 	start := time.Now() // before the claim is sent: the local deadline's start
-	token, state, won, err := st.claim(ctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	cctx, cancel := claimContext(ctx)
+	token, state, won, err := st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	cancel()
 	if err != nil {
 		return nil, true, err
 	}
 	switch {
+	case won && state == "running" && ctx.Err() != nil:
+		j.s.handBack(ctx, j.Name, f, token)
+		return nil, false, nil
 	case !won:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another node has the tick"})
 		return nil, false, nil
@@ -516,7 +521,18 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
 	}
 	start := time.Now()
-	lease, err := locker.TryAcquire(ctx, key, j.LockAtMostFor)
+	cctx, cancel := claimContext(ctx)
+	lease, err := locker.TryAcquire(cctx, key, j.LockAtMostFor)
+	cancel()
+	if err == nil && ctx.Err() != nil {
+		// Stopping: run nothing new, and free the key at once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := locker.Release(rctx, lease); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: lease.Token, Reason: "release a lease acquired while stopping", Err: err})
+		}
+		return nil, false, nil
+	}
 	if errors.Is(err, aegis.ErrHeld) {
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "the job's lease is held"})
 		return nil, false, nil
@@ -603,6 +619,32 @@ func (j *job) call(ctx context.Context) (err error) {
 	return j.Run(ctx)
 }
 
+// claimTimeout bounds a claim that Stop does not cut off.
+const claimTimeout = 5 * time.Second
+
+// claimContext is the context of a claim (a run row's insert or reclaim, a
+// lease's grant): Stop does not cancel it, so its outcome is known. A
+// cancelled commit can land in the store and still report an error: the
+// row (or lease) then said this node ran a tick that it never started,
+// and blocked the tick until its expiry (SQLite showed it, about one stop
+// in twenty that came during a claim).
+func claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+}
+
+// handBack gives a run row claimed while stopping to the reapers: its
+// expiry is now, so a live replica's reaper runs the tick (with a greater
+// token) at its next pass, instead of after LockAtMostFor.
+func (s *Scheduler) handBack(ctx context.Context, job string, f time.Time, token aegis.Token) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.handBack(hctx, job, f, token); err != nil {
+		s.emit(Event{Kind: EventError, Job: job, Fire: f, Token: token, Reason: "hand back a run claimed while stopping", Err: err})
+		return
+	}
+	s.emit(Event{Kind: EventSkipped, Job: job, Fire: f, Token: token, Reason: "stopping: the run is handed back to the reapers"})
+}
+
 // reap retries the crashed runs of this scheduler's jobs in run-key mode.
 func (s *Scheduler) reap(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReapInterval)
@@ -622,14 +664,19 @@ func (s *Scheduler) reap(ctx context.Context) {
 				continue
 			}
 			for _, f := range fires {
+				if ctx.Err() != nil {
+					return
+				}
 				start := time.Now()
-				token, state, attempt, ok, err := s.cfg.Store.reclaim(ctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+				cctx, cancel := claimContext(ctx)
+				token, state, attempt, ok, err := s.cfg.Store.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+				cancel()
 				switch {
 				case err != nil:
-					if ctx.Err() == nil {
-						s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
-					}
+					s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
 				case !ok:
+				case state == "running" && ctx.Err() != nil:
+					s.handBack(ctx, j.Name, f, token)
 				case state == "running":
 					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
 					j.startRunKey(ctx, f, token, attempt, start)

@@ -11,6 +11,7 @@ import "github.com/aegislab/aegis/internal/migrate"
 type runSQL struct {
 	migrations                                 []migrate.Migration
 	claim, replace, heartbeat, finish, expired string
+	handBack                                   string
 	reclaim, last, prune, list                 string
 	// Leader mode (PostgreSQL only).
 	enqueue, skip, record string
@@ -54,6 +55,10 @@ WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
 	finish: `UPDATE %[1]s SET state = $4, ended_at = now(), error = $5
 WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token = $3 AND state = 'running' -- fence: a reclaimed or replaced run's finish changes nothing`,
+	// $1 job, $2 fire ms, $3 token: a run claimed while its node stops.
+	handBack: `UPDATE %[1]s SET expires_at = now() -- the reaper's at once
+WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+  AND token = $3 AND state = 'running' -- fence`,
 	// $1 job.
 	expired: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
 WHERE job = $1 AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
@@ -130,6 +135,8 @@ WHERE job = $1 AND state = 'running' AND fire_ms < $2`,
 	heartbeat: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + ` + $4
 WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running' AND expires_ms > ` + sqliteNow,
 	finish: `UPDATE %[1]s SET state = $4, ended_ms = ` + sqliteNow + `, error = $5
+WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
+	handBack: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + `
 WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
 	expired: `SELECT fire_ms FROM %[1]s
 WHERE job = $1 AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,

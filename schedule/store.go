@@ -75,7 +75,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		return fmt.Sprintf(s, table)
 	}
 	q = runSQL{
-		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish),
+		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish), handBack: f(q.handBack),
 		expired: f(q.expired), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 	}
@@ -168,6 +168,15 @@ func (s *Store) finish(ctx context.Context, job string, fire time.Time, token ae
 	}
 	if n == 0 {
 		return aegis.ErrLost
+	}
+	return nil
+}
+
+// handBack expires a running run that still has its token, so that the
+// reaper takes it at once; nil when it was not (or no longer) this run's.
+func (s *Store) handBack(ctx context.Context, job string, fire time.Time, token aegis.Token) error {
+	if _, err := s.exec(ctx, s.q.handBack, job, fire.UnixMilli(), int64(token)); err != nil {
+		return fmt.Errorf("schedule: hand back %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
 	}
 	return nil
 }
