@@ -201,7 +201,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, res.Job.ID, <-started)
+	require.Equal(t, res.Job.ID, recv(t, started, 20*time.Second, "the job to start"))
 	require.NoError(t, c.CancelJob(ctx, res.Job.ID, "operator"))
 	select {
 	case cause := <-causes:
@@ -210,7 +210,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context was not cancelled")
 	}
-	require.NoError(t, c.Stop(ctx))
+	stop(t, c)
 	j, err := c.Job(ctx, res.Job.ID)
 	require.NoError(t, err)
 	require.Equal(t, StateCancelled, j.State, "the handler's nil did not complete it")

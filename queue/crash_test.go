@@ -128,7 +128,7 @@ func TestCrashedWorkerProcess(t *testing.T) {
 		j, err := w.Job(ctx, id)
 		return err == nil && j.State == StateCompleted
 	})
-	require.NoError(t, w.Stop(ctx))
+	stop(t, w)
 
 	require.Equal(t, 1, runs.get(id), "the second worker ran the job once")
 	require.Equal(t, []aegis.Token{3}, tokens, "reaped (token 2), then claimed (token 3)")

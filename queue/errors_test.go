@@ -54,9 +54,12 @@ func (h *completeTxHandler) work(p *pgxpool.Pool) func(ctx context.Context, job 
 		}
 		h.started <- job
 		if h.waitCtx {
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Minute): // the test fails on the cause
+			}
 		}
-		<-h.proceed
+		block(h.proceed, time.Minute)
 		// The write runs after the loss: its own context, as a handler that
 		// did not look at its context would.
 		wctx := context.WithoutCancel(ctx)
@@ -134,17 +137,17 @@ func TestCompleteTxStale(t *testing.T) {
 				ReapInterval: time.Hour, // only the test reaps
 			}
 			if tc.frozen {
-				cfg.hooks = &testHooks{heartbeat: func() { <-frozen }}
+				cfg.hooks = &testHooks{heartbeat: func() { block(frozen, time.Minute) }}
 			}
 			c := client(t, p, cfg)
 			t.Cleanup(func() { thaw.Do(func() { close(frozen) }) }) // before c's Stop
 			require.NoError(t, c.Start(ctx))
 			res, err := c.Enqueue(ctx, testArgs{}, nil)
 			require.NoError(t, err)
-			<-h.started
+			recv(t, h.started, 20*time.Second, "the handler to start")
 			tc.takeOver(t, c, res.Job.ID)
 			close(h.proceed)
-			got := <-h.result
+			got := recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
 
 			require.ErrorIs(t, got.cause, aegis.ErrLost, "the handler's context is cancelled with a cause matching aegis.ErrLost")
 			require.ErrorIs(t, got.cause, tc.causeIs)
@@ -184,7 +187,7 @@ func TestCompleteTxAfterStop(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	<-h.started
+	recv(t, h.started, 20*time.Second, "the handler to start")
 	stopCtx, cancel := context.WithCancel(ctx)
 	cancel() // no grace: hand the lease back at once
 	stopped := make(chan error, 1)
@@ -193,8 +196,8 @@ func TestCompleteTxAfterStop(t *testing.T) {
 		return stored(t, p, res.Job.ID).State == StateAvailable
 	})
 	close(h.proceed)
-	got := <-h.result
-	require.ErrorIs(t, <-stopped, context.Canceled)
+	got := recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
+	require.ErrorIs(t, recv(t, stopped, 20*time.Second, "Stop to return"), context.Canceled)
 	require.ErrorIs(t, got.cause, ErrStopping)
 	require.ErrorIs(t, got.cause, aegis.ErrLost)
 	require.ErrorIs(t, got.err, aegis.ErrStale)
@@ -224,7 +227,7 @@ func TestCompleteTxMisuse(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	err = <-errs
+	err = recv(t, errs, 20*time.Second, "the second CompleteTx")
 	require.ErrorContains(t, err, "already completed")
 	require.False(t, errors.Is(err, aegis.ErrStale))
 	err = res.Job.CompleteTx(ctx, nil)

@@ -127,17 +127,17 @@ func TestStopGraceful(t *testing.T) {
 		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: 1}},
 		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
 			close(started)
-			<-finish
+			block(finish, time.Minute)
 			return nil
 		}),
 	})
 	require.NoError(t, c.Start(ctx))
 	id := enqueueOne(t, p, nil)
-	<-started
+	recv(t, started, 20*time.Second, "the job to start")
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(ctx) }()
 	close(finish)
-	require.NoError(t, <-stopped)
+	require.NoError(t, recv(t, stopped, 20*time.Second, "Stop to return"))
 	require.Equal(t, 0, count(t, p, `SELECT count(*) FROM aegis_job WHERE id = $1`, id), "completed")
 	require.ErrorContains(t, c.Start(ctx), "stopped")
 }
@@ -163,13 +163,13 @@ func TestStopDeadline(t *testing.T) {
 	})
 	require.NoError(t, c.Start(ctx))
 	a, b := enqueueOne(t, p, nil), enqueueOne(t, p, nil)
-	<-started
-	<-started
+	recv(t, started, 20*time.Second, "the first job to start")
+	recv(t, started, 20*time.Second, "the second job to start")
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, c.Stop(stopCtx), context.DeadlineExceeded)
 	for range 2 {
-		require.ErrorIs(t, <-causes, ErrStopping)
+		require.ErrorIs(t, recv(t, causes, 10*time.Second, "a handler's cancelled context"), ErrStopping)
 	}
 	for _, id := range []int64{a, b} {
 		j := stored(t, p, id)
@@ -204,7 +204,7 @@ func TestConcurrencyPerQueue(t *testing.T) {
 			running[job.Queue]++
 			peak[job.Queue] = max(peak[job.Queue], running[job.Queue])
 			mu.Unlock()
-			<-release
+			block(release, time.Minute)
 			mu.Lock()
 			running[job.Queue]--
 			mu.Unlock()
@@ -384,7 +384,7 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 		return renewals >= 6
 	})
 	close(release)
-	require.EqualValues(t, 1, <-tokens)
+	require.EqualValues(t, 1, recv(t, tokens, 20*time.Second, "the handler to return"))
 	eventually(t, "completed", func() bool { return stored(t, p, id).State == StateCompleted })
 	require.EqualValues(t, 1, stored(t, p, id).Token)
 }

@@ -232,20 +232,20 @@ func TestRiverRaceClients(t *testing.T) {
 		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: 1}},
 		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
 			startedA <- job.Token
-			<-finishA // paused: ignores its context
+			block(finishA, time.Minute) // paused: ignores its context
 			return nil
 		}),
 		Lease:              300 * time.Millisecond,
 		ReapInterval:       time.Hour, // only B reaps
 		Registerer:         regA,
 		CompletedRetention: time.Hour,
-		hooks:              &testHooks{heartbeat: func() { <-frozen }},
+		hooks:              &testHooks{heartbeat: func() { block(frozen, time.Minute) }},
 	})
 	t.Cleanup(thaw) // before A's Stop
 	require.NoError(t, a.Start(ctx))
 	res, err := a.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, <-startedA)
+	require.EqualValues(t, 1, recv(t, startedA, 20*time.Second, "A to start the job"))
 
 	var ranB set
 	var tokenB aegis.Token
@@ -266,7 +266,7 @@ func TestRiverRaceClients(t *testing.T) {
 		j, err := b.Job(ctx, res.Job.ID)
 		return err == nil && j.State == StateCompleted
 	})
-	require.NoError(t, b.Stop(ctx))
+	stop(t, b)
 	require.EqualValues(t, 3, tokenB, "claim 1 (A), reap 2, claim 3 (B)")
 
 	// A wakes up: its completion is rejected.
@@ -275,7 +275,7 @@ func TestRiverRaceClients(t *testing.T) {
 		return testutil.ToFloat64(a.metrics.stale(DefaultQueue, "complete")) == 1
 	})
 	thaw()
-	require.NoError(t, a.Stop(ctx))
+	stop(t, a)
 	require.Zero(t, testutil.ToFloat64(a.metrics.completed(DefaultQueue)))
 	require.Equal(t, 1, ranB.get(res.Job.ID))
 	j, err := b.Job(ctx, res.Job.ID)
@@ -364,7 +364,7 @@ func TestReaperNeverReclaimsCompleted(t *testing.T) {
 				}
 			}
 		})
-		wg.Wait()
+		wait(t, &wg, time.Minute, "the racing goroutines")
 		close(errs)
 		for err := range errs {
 			require.NoError(t, err)
@@ -504,7 +504,7 @@ func TestReapersNeverFight(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	wait(t, &wg, time.Minute, "the reapers")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
