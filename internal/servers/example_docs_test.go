@@ -2,7 +2,9 @@ package servers_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +25,10 @@ func TestExamplePrivateRedis(t *testing.T) {
 	t.Cleanup(func() { _ = replica.Stop() })
 	_, err = servers.RedisCommand(ctx, primary.Addr(), "SET", "k", "v")
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { // synced: the primary's fork for the sync has exited
+		info, err := servers.RedisCommand(ctx, replica.Addr(), "INFO", "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, 10*time.Second, 10*time.Millisecond, "the replica never synced")
 
 	require.NoError(t, primary.Kill())     // crash: SIGKILL to its process group
 	require.NoError(t, primary.Start(ctx)) // the same port, empty data (no persistence)
