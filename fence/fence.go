@@ -16,6 +16,12 @@
 //     naming the canonical object is committed through the fence; Sweep
 //     deletes what no row references and no holder can commit any more.
 //
+// Bad input is refused before any SQL is sent, with an error wrapping
+// aegis.ErrInvalid that names it: a token that is not positive (no grant
+// issues one: it is what a failed schedule.TokenFrom returns), a resource
+// that is empty, longer than MaxResource, not UTF-8 or contains NUL. A
+// missing fence table is an error that says to run Migrate.
+//
 // What the fence does not do: stop a stale holder's side effects outside the
 // fenced store (an e-mail, a call to a service that does not check the
 // token). Those need idempotency on the receiving side.
