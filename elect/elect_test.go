@@ -86,9 +86,9 @@ func wait(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
 	recv(t, done, d, what)
 }
 
-// campaign is e.Campaign(ctx) with a bound: the test fails when e does not
+// campaignWithin is e.Campaign(ctx) with a bound: the test fails when e does not
 // lead within d. ctx bounds the term, as it does for Campaign.
-func campaign(t testing.TB, ctx context.Context, e *elect.Election, d time.Duration) *elect.Leadership {
+func campaignWithin(t testing.TB, ctx context.Context, e *elect.Election, d time.Duration) *elect.Leadership {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -221,7 +221,7 @@ func TestObserve(t *testing.T) {
 	}
 	require.Equal(t, elect.Leader{}, next(), "nobody leads yet")
 
-	leadA := campaign(t, t.Context(), a, 10*time.Second)
+	leadA := campaignWithin(t, t.Context(), a, 10*time.Second)
 	got := next()
 	require.Equal(t, "node-a", got.Node)
 	require.Equal(t, leadA.Token(), got.Token)
@@ -306,7 +306,7 @@ func TestCampaignVerifiesAfterWaiting(t *testing.T) {
 	}()
 	staleToken := recv(t, late.stale, 10*time.Second, "the slow candidate's first grant")
 	// The stale grant expires (nobody renews it); the other candidate wins.
-	leadOther := campaign(t, t.Context(), other, 10*time.Second)
+	leadOther := campaignWithin(t, t.Context(), other, 10*time.Second)
 	require.Greater(t, leadOther.Token(), staleToken)
 	close(late.taken)
 	select {
@@ -332,7 +332,7 @@ func TestLeaderWritesAreFenced(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	s1, s2 := newStore(t, url), newStore(t, url)
 	require.NoError(t, fence.MigrateSQL(t.Context(), s1.db))
-	first := campaign(t, t.Context(), candidate(t, s1, "fenced", "first", ttl), 10*time.Second)
+	first := campaignWithin(t, t.Context(), candidate(t, s1, "fenced", "first", ttl), 10*time.Second)
 	write := func(db *sql.DB, token aegis.Token) error {
 		tx, err := db.BeginTx(t.Context(), nil)
 		require.NoError(t, err)
@@ -347,7 +347,7 @@ func TestLeaderWritesAreFenced(t *testing.T) {
 	// unrenewed. Simulate by releasing behind its back through the store.
 	_, err := s1.pool.Exec(t.Context(), `UPDATE aegis_lease SET expires_at = now() WHERE key = 'elect:fenced'`)
 	require.NoError(t, err)
-	second := campaign(t, t.Context(), candidate(t, s2, "fenced", "second", ttl), 10*time.Second)
+	second := campaignWithin(t, t.Context(), candidate(t, s2, "fenced", "second", ttl), 10*time.Second)
 	require.Greater(t, second.Token(), first.Token())
 	require.NoError(t, write(s2.db, second.Token()))
 	require.ErrorIs(t, write(s1.db, first.Token()), aegis.ErrStale, "the deposed leader's write")

@@ -484,7 +484,16 @@ func TestTokenFromOutsideARun(t *testing.T) {
 	_, ok = schedule.RunFrom(t.Context())
 	require.False(t, ok)
 
+	// `token, _ := TokenFrom(ctx)` outside a run writes nothing: the fence
+	// refuses token 0.
 	r := sqliteReplica(t, sqlitePath(t))
+	require.NoError(t, fence.MigrateSQL(t.Context(), r.db))
+	tx, err := r.db.BeginTx(t.Context(), nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	require.ErrorIs(t, fence.CheckSQL(t.Context(), tx, "outside-a-run", tok), aegis.ErrInvalid)
+	require.NoError(t, tx.Rollback())
+
 	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	got := make(chan aegis.Token, 1)
 	start(t, &schedule.Config{Node: "n", Store: r.store, Clock: clock}, schedule.Job{Name: "tok", Every: time.Hour, Run: func(ctx context.Context) error {
