@@ -214,7 +214,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 }
 
 // Stop stops firing, cancels the running jobs' contexts and waits for
-// them to return and record their outcome.
+// them to return and record their outcome. A claim in flight is not cut
+// off (at most 5s): a tick it wins is not run but handed back, its run row
+// expired for the reaper of a live replica (in lease mode: its lease
+// released).
 func (s *Scheduler) Stop() {
 	s.mu.Lock()
 	cancel := s.cancel
