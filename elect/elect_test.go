@@ -126,7 +126,8 @@ func TestConfigErrors(t *testing.T) {
 		{"ok", elect.Config{Node: strings.Repeat("n", 101)}, "elect: Config.Node is 101 bytes"},
 		{"ok", elect.Config{TTL: -time.Second}, "elect: Config.TTL: aegis: invalid argument: ttl -1s is not positive"},
 		{"ok", elect.Config{TTL: 25 * time.Hour}, "elect: Config.TTL"},
-		{"ok", elect.Config{TTL: time.Millisecond}, "shorter than 10ms"},
+		{"ok", elect.Config{TTL: time.Millisecond}, "elect: Config.TTL: aegis: invalid argument: ttl 1ms is not longer than its clock-drift margin"},
+		{"ok", elect.Config{TTL: 5 * time.Millisecond}, "elect: Config.TTL 5ms is shorter than 10ms"},
 		{"ok", elect.Config{Poll: -time.Second}, "elect: Config.Poll -1s is shorter than 1ms"},
 		{"ok", elect.Config{Poll: time.Microsecond}, "elect: Config.Poll 1µs is shorter than 1ms"},
 	}

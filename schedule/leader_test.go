@@ -416,15 +416,21 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 		logB.record(ctx)
 		return write(ctx, nodeB.pool, "B")
 	}
-	const lease = 300 * time.Millisecond
+	// A's lease: long enough that A's first claim survives a loaded
+	// machine until the test cuts A off (300ms did not: A's first attempt
+	// could fail, and A ran a later claim).
+	const lease = 2 * time.Second
 	leader := newLeaderNode(t, dbURL, "leader", leaderOpts{election: "sched-paused", ttl: 2 * time.Second, lease: lease, reap: time.Hour, log: logL}, jobA)
 	nodeA = newLeaderNode(t, dbURL, "A", leaderOpts{election: "sched-paused", ttl: 2 * time.Second, lease: lease, reap: time.Hour, log: logA}, jobA)
 	nodeB = newLeaderNode(t, dbURL, "B", leaderOpts{election: "sched-paused", ttl: 2 * time.Second, lease: 2 * time.Second, reap: 20 * time.Millisecond, log: logB}, jobB)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(releaseA) }) }
+	t.Cleanup(release) // before the nodes' Stop, should the test fail first
 	leader.campaign(t) // the only one that campaigns; A and B only work
 	nodeA.work(t)
 	tokenA := recv(t, startedA, 30*time.Second, "A to start the enqueued run")
 	fire := sched.fire()
-	require.Equal(t, baseToken(fire)+1, tokenA)
+	require.Equal(t, baseToken(fire)+1, tokenA, "A's run is the job's first claim")
 
 	// A stops heartbeating; B's reaper reclaims the job once its lease
 	// expired; B claims it (token 3), runs and completes it.
@@ -441,7 +447,7 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 
 	// A resumes: everything it writes with its old token is refused.
 	nodeA.proxy.Heal()
-	close(releaseA)
+	release()
 	waitFor(t, 20*time.Second, func() bool { return len(logA.eventsOf(schedule.EventDone)) == 1 }, "A's run returns")
 	require.ErrorIs(t, wroteA, aegis.ErrStale, "A's fenced business write")
 	var refused bool
