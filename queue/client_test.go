@@ -196,7 +196,10 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return nil // would complete, but the lease is lost
 		}),
-		Lease: 300 * time.Millisecond,
+		// Long enough that the next heartbeat (within Lease/3) finds the
+		// cancellation before the local deadline could: the cause must be
+		// the heartbeat's refusal, whatever the machine's load.
+		Lease: 3 * time.Second,
 	})
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)

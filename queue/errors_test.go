@@ -96,7 +96,9 @@ func TestCompleteTxStale(t *testing.T) {
 			// The heartbeat finds the job cancelled first and marks the
 			// claim lost; CompleteTx then refuses without a round trip.
 			// (It used to return a plain "lost its lease" error.)
-			name: "heartbeat found the lease lost", lease: 300 * time.Millisecond, wait: true,
+			// The lease is long enough that the next heartbeat (within
+			// lease/3) comes before the local deadline, under any load.
+			name: "heartbeat found the lease lost", lease: 3 * time.Second, wait: true,
 			takeOver: func(t *testing.T, c *Client, id int64) {
 				require.NoError(t, c.CancelJob(t.Context(), id, "operator"))
 			},
