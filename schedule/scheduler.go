@@ -444,20 +444,37 @@ func (j *job) overlap(f time.Time) bool {
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "overlap forbid: a run of the job is still going on this node"})
 		return false
 	case OverlapReplace:
+		if j.s.mode != modeLease {
+			// Run-key mode cancels the predecessors once the replace
+			// statement has ended their rows (cancelReplaced): cancelled
+			// first, a predecessor could record its end before the replace,
+			// and its row said failed, not replaced.
+			return true
+		}
 		for _, a := range prev {
 			a.cancel(errReplaced)
 		}
-		if j.s.mode == modeLease {
-			// The job's lease is released when the predecessor returns.
-			for _, a := range prev {
-				select {
-				case <-a.done:
-				case <-time.After(j.LockAtMostFor):
-				}
+		// The job's lease is released when the predecessor returns.
+		for _, a := range prev {
+			select {
+			case <-a.done:
+			case <-time.After(j.LockAtMostFor):
 			}
 		}
 	}
 	return true
+}
+
+// cancelReplaced cancels this node's runs of the job older than f, whose
+// rows the replace statement has ended.
+func (j *job) cancelReplaced(f time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for a := range j.running {
+		if a.fire.Before(f) {
+			a.cancel(errReplaced)
+		}
+	}
 }
 
 // fireRunKey claims tick f's run row and runs it if this node won.
@@ -487,6 +504,11 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		} else if n > 0 {
 			j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: f, Token: token, Reason: fmt.Sprintf("replaced %d running predecessors", n)})
 		}
+		// A predecessor on this node stops now (one elsewhere learns at its
+		// next heartbeat). After a failed replace it stops too: the tick
+		// replaces it either way, and its later writes carry the older
+		// token.
+		j.cancelReplaced(f)
 	}
 	return j.startRunKey(ctx, f, token, 1, start), false, nil
 }
