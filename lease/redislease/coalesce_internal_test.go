@@ -172,8 +172,8 @@ func TestRunAllFallsBackToEval(t *testing.T) {
 	lock := redisscript.LockFor("p:", "fallback")
 	calls := []redisscript.Call{
 		redisscript.AcquireCall(lock, "v", time.Minute),
-		redisscript.RenewCall(lock, "v", time.Minute),
-		redisscript.ReleaseCall(lock, "v"),
+		redisscript.RenewCall(lock, "v", 1, time.Minute),
+		redisscript.ReleaseCall(lock, "v", 1),
 		redisscript.AcquireCall(lock, "w", time.Minute),
 	}
 	cmds := redisscript.RunAll(ctx, raw, calls)
@@ -181,9 +181,9 @@ func TestRunAllFallsBackToEval(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, token)
 	for _, cmd := range cmds[1:3] {
-		ok, err := redisscript.OK(cmd)
+		out, err := redisscript.Result(cmd)
 		require.NoError(t, err)
-		require.True(t, ok)
+		require.Equal(t, redisscript.Done, out)
 	}
 	token, _, err = redisscript.AcquireReply(cmds[3])
 	require.NoError(t, err)

@@ -132,6 +132,12 @@ type Config struct {
 	// WaitTimeout bounds that wait. Default 100ms; ignored when
 	// WaitReplicas is 0.
 	WaitTimeout time.Duration
+	// AllowEviction accepts a server whose maxmemory-policy can evict the
+	// token counters (allkeys-lru, allkeys-lfu, allkeys-random), which New
+	// otherwise refuses: an evicted counter restarts the key's tokens at 1,
+	// so a fence then refuses every new holder (or, after it forgot, admits
+	// a stale one). Default false.
+	AllowEviction bool
 }
 
 // Locker is a Redis lease table. It is safe for concurrent use. Close it
@@ -146,11 +152,18 @@ type Locker struct {
 	hub          *redisnotify.Hub
 }
 
-// New returns a Locker on client. A nil cfg means defaults. It sends
-// nothing to the server.
+// New returns a Locker on client. A nil cfg means defaults. Bad
+// configuration is an error wrapping aegis.ErrInvalid that names the field.
+//
+// New asks the server for its maxmemory-policy (one CONFIG GET, bounded by
+// a second) and refuses a policy that can evict the token counters
+// (allkeys-*) unless Config.AllowEviction is set. A server that does not
+// answer, or a user that may not run CONFIG GET (the least-privilege user
+// of ACLRules may not), is not checked, and New still succeeds: check the
+// policy yourself then.
 func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if client == nil {
-		return nil, errors.New("redislease: client is nil")
+		return nil, fmt.Errorf("redislease: %w: client is nil", aegis.ErrInvalid)
 	}
 	var c Config
 	if cfg != nil {
@@ -163,15 +176,23 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	}
 	switch {
 	case c.WaitReplicas < 0:
-		return nil, fmt.Errorf("redislease: Config.WaitReplicas %d is negative", c.WaitReplicas)
+		return nil, fmt.Errorf("redislease: %w: Config.WaitReplicas %d is negative", aegis.ErrInvalid, c.WaitReplicas)
 	case c.WaitTimeout < 0:
-		return nil, fmt.Errorf("redislease: Config.WaitTimeout %s is negative", c.WaitTimeout)
+		return nil, fmt.Errorf("redislease: %w: Config.WaitTimeout %s is negative", aegis.ErrInvalid, c.WaitTimeout)
 	}
 	if c.WaitReplicas > 0 {
 		switch client.(type) {
 		case *redis.Client, *redis.ClusterClient:
 		default:
-			return nil, fmt.Errorf("redislease: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", client)
+			return nil, fmt.Errorf("redislease: %w: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", aegis.ErrInvalid, client)
+		}
+	}
+	if !c.AllowEviction {
+		ctx, cancel := context.WithTimeout(context.Background(), redisscript.CheckTimeout)
+		err := redisscript.CheckEviction(ctx, client, "")
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("redislease: %w", err)
 		}
 	}
 	return &Locker{
@@ -253,7 +274,7 @@ func (l *Locker) acquireReplicated(ctx context.Context, key string, lock redissc
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, rerr := redisscript.Release(rctx, conn, lock, id)
+	_, rerr := redisscript.Release(rctx, conn, lock, id, 0)
 	if err != nil {
 		return 0, 0, errors.Join(fmt.Errorf("WAIT: %w", err), releaseErr(rerr))
 	}
@@ -280,18 +301,19 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("renew", lease.Key)
 	}
 	start := time.Now()
-	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, ttl), grant{})
+	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token), ttl), grant{})
+	out := redisscript.Gone
 	if err == nil {
-		ok, err = redisscript.OK(cmd)
+		out, err = redisscript.Result(cmd)
 	}
 	if err != nil {
 		return l.error("renew", lease.Key, err)
 	}
-	if !ok {
-		return aegis.ErrLost
+	if out != redisscript.Done {
+		return lost("renew", lease.Key, out)
 	}
 	lease.TTL = ttl
 	lease.Deadline = aegis.LocalDeadline(start, ttl)
@@ -306,17 +328,18 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("release", lease.Key)
 	}
-	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value), grant{})
+	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token)), grant{})
+	out := redisscript.Gone
 	if err == nil {
-		ok, err = redisscript.OK(cmd)
+		out, err = redisscript.Result(cmd)
 	}
 	if err != nil {
 		return l.error("release", lease.Key, err)
 	}
-	if !ok {
-		return aegis.ErrLost
+	if out != redisscript.Done {
+		return lost("release", lease.Key, out)
 	}
 	return nil
 }
@@ -355,5 +378,16 @@ func (l *Locker) Close() error {
 
 // error is the one place where the client's errors become this package's.
 func (l *Locker) error(op, key string, err error) error {
-	return fmt.Errorf("redislease: %w", redisscript.Translate(op, key, err))
+	return fmt.Errorf("redislease: %w", redisscript.Translate(op, redisscript.LockFor(l.prefix, key), key, err))
+}
+
+// lost is the ErrLost of a renew or release that found the lease gone.
+func lost(op, key string, out redisscript.Outcome) error {
+	return fmt.Errorf("redislease: %s %q: %w: %s", op, key, aegis.ErrLost, out.Reason())
+}
+
+// forged is the ErrLost of a lease whose Owner does not carry its token:
+// it was altered, or made by another backend; no request is sent.
+func forged(op, key string) error {
+	return fmt.Errorf("redislease: %s %q: %w: the lease's owner does not match its token (an altered or foreign lease)", op, key, aegis.ErrLost)
 }
