@@ -416,7 +416,7 @@ func CheckEviction(ctx context.Context, c redis.UniversalClient, name string) er
 			return nil
 		}
 		if p := policy["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
-			return fmt.Errorf("%w: %sRedis %s has maxmemory-policy %s, which can evict the token counters (they have no TTL), so tokens could restart at 1: set maxmemory-policy to noeviction or a volatile-* policy, or accept it with Config.AllowEviction",
+			return fmt.Errorf("%w: %sRedis %s has maxmemory-policy %s, which can evict the token counters (they have no TTL), so tokens could restart at 1: set maxmemory-policy to noeviction or a volatile-* policy, or accept it with Config.SkipPolicyCheck",
 				aegis.ErrInvalid, name, addr(c), p)
 		}
 		return nil

@@ -132,12 +132,20 @@ type Config struct {
 	// WaitTimeout bounds that wait. Default 100ms; ignored when
 	// WaitReplicas is 0.
 	WaitTimeout time.Duration
-	// AllowEviction accepts a server whose maxmemory-policy can evict the
-	// token counters (allkeys-lru, allkeys-lfu, allkeys-random), which New
-	// otherwise refuses: an evicted counter restarts the key's tokens at 1,
-	// so a fence then refuses every new holder (or, after it forgot, admits
-	// a stale one). Default false.
-	AllowEviction bool
+	// SkipPolicyCheck makes New not ask the server for its
+	// maxmemory-policy. Without it New refuses a policy that can evict the
+	// token counters (allkeys-lru, allkeys-lfu, allkeys-random): an evicted
+	// counter restarts the key's tokens at 1, so a fence then refuses every
+	// new holder. Set it for a server whose policy you accept, or for a
+	// user that may not run CONFIG GET (Redis records the refusal in ACL
+	// LOG). Default false.
+	SkipPolicyCheck bool
+	// NoWakeups makes the Locker's waiters poll (aegis.Acquire's jittered
+	// backoff) instead of subscribing to releases: for a Redis user without
+	// +subscribe. Notify then returns a channel that never fires. Default
+	// false: wake-ups, and a user without the permission gets an error that
+	// says so.
+	NoWakeups bool
 }
 
 // Locker is a Redis lease table. It is safe for concurrent use. Close it
@@ -148,6 +156,7 @@ type Locker struct {
 	prefix       string
 	waitReplicas int
 	waitTimeout  time.Duration
+	noWakeups    bool
 	co           *coalescer
 	hub          *redisnotify.Hub
 }
@@ -157,10 +166,11 @@ type Locker struct {
 //
 // New asks the server for its maxmemory-policy (one CONFIG GET, bounded by
 // a second) and refuses a policy that can evict the token counters
-// (allkeys-*) unless Config.AllowEviction is set. A server that does not
-// answer, or a user that may not run CONFIG GET (the least-privilege user
-// of ACLRules may not), is not checked, and New still succeeds: check the
-// policy yourself then.
+// (allkeys-*) unless Config.SkipPolicyCheck is set. A server that does
+// not answer, or a user that may not run CONFIG GET (the least-privilege
+// user of ACLRules may not), is not checked, and New still succeeds: check
+// the policy yourself then, and set SkipPolicyCheck to keep the refused
+// CONFIG GET out of ACL LOG.
 func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redislease: %w: client is nil", aegis.ErrInvalid)
@@ -187,7 +197,7 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 			return nil, fmt.Errorf("redislease: %w: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", aegis.ErrInvalid, client)
 		}
 	}
-	if !c.AllowEviction {
+	if !c.SkipPolicyCheck {
 		ctx, cancel := context.WithTimeout(context.Background(), redisscript.CheckTimeout)
 		err := redisscript.CheckEviction(ctx, client, "")
 		cancel()
@@ -200,6 +210,7 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:       c.Prefix,
 		waitReplicas: c.WaitReplicas,
 		waitTimeout:  c.WaitTimeout,
+		noWakeups:    c.NoWakeups,
 		co:           newCoalescer(client),
 		hub: redisnotify.New(func() *redis.PubSub {
 			return client.Subscribe(context.Background())
@@ -355,10 +366,16 @@ func ACLRules(prefix string) []string {
 // Notify implements aegis.Notifier: the channel receives a value when key
 // is released through any Locker with the same prefix on the same Redis,
 // or when a lease this Locker saw held expires. It returns once the
-// server has confirmed the subscription.
+// server has confirmed the subscription; a refused subscription (a user
+// without +subscribe, or without the key's channel) is an error that says
+// so, as soon as the server answers. With Config.NoWakeups it returns a
+// nil channel, which never fires: the waiter polls.
 func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, nil, err
+	}
+	if l.noWakeups {
+		return nil, func() {}, nil
 	}
 	ch, stop, err := l.hub.Notify(ctx, redisscript.LockFor(l.prefix, key).Channel())
 	if err != nil {
@@ -370,7 +387,7 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 // Close closes the Locker's wake-up connection and stops the goroutine that
 // sends concurrent calls together, waiting for both. It does not close the
 // client, and does not release leases. Afterwards leases still work (each
-// call on its own), waiters fall back on polling, and Notify fails.
+// call on its own), but Notify fails, and so does aegis.Acquire.
 func (l *Locker) Close() error {
 	l.co.close()
 	return l.hub.Close()

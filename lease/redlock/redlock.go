@@ -108,10 +108,11 @@ type Config struct {
 	// Default: 5% of the call's TTL (the lease's TTL for Release), between
 	// 10ms and 1s.
 	NodeTimeout time.Duration
-	// AllowEviction accepts nodes whose maxmemory-policy can evict the
-	// token counters (allkeys-*), which New otherwise refuses, as in
-	// lease/redislease. Default false.
-	AllowEviction bool
+	// SkipPolicyCheck makes New not ask the nodes for their
+	// maxmemory-policy, as in lease/redislease: without it New refuses a
+	// node whose policy can evict the token counters (allkeys-*). Default
+	// false.
+	SkipPolicyCheck bool
 }
 
 // Locker runs Redlock over its nodes. It is safe for concurrent use. Close
@@ -143,7 +144,7 @@ const MinNodes = 3
 //
 // New asks each node for its maxmemory-policy, as lease/redislease does,
 // and refuses a policy that can evict the token counters unless
-// Config.AllowEviction is set; nodes that do not answer within a second,
+// Config.SkipPolicyCheck is set; nodes that do not answer within a second,
 // or refuse CONFIG GET, are not checked.
 func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if err := checkNodes(nodes); err != nil {
@@ -166,7 +167,7 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:      c.Prefix,
 		nodeTimeout: c.NodeTimeout,
 	}
-	if !c.AllowEviction {
+	if !c.SkipPolicyCheck {
 		errs := make([]error, len(nodes))
 		var wg sync.WaitGroup
 		ctx, cancel := context.WithTimeout(context.Background(), redisscript.CheckTimeout)

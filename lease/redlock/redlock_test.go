@@ -121,7 +121,7 @@ func TestEvictionPolicy(t *testing.T) {
 	_, err = redlock.New(cs, nil)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "redlock: aegis: invalid argument: node 2: Redis "+r.Addr()+" has maxmemory-policy allkeys-lru, which can evict the token counters")
-	locker(t, cs, &redlock.Config{AllowEviction: true})
+	locker(t, cs, &redlock.Config{SkipPolicyCheck: true})
 }
 
 // TestTokenIsTheMaximum: the token is the greatest counter of the granting
