@@ -138,7 +138,7 @@ func TestConcurrentWaiters(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the waiters")
 }
 
 func assertNoError(t *testing.T, err error) bool {
@@ -164,4 +164,20 @@ func TestNotifyCancelled(t *testing.T) {
 	cancel()
 	_, _, err := h.Notify(ctx, testenv.Key(t))
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// waitAll waits for wg, and fails the test when it takes longer than d:
+// no wait in a test is unbounded.
+func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %s", what, d)
+	}
 }

@@ -311,7 +311,7 @@ func TestOnePubSubConnection(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, holder.Release(ctx, l))
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the waiters")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -334,8 +334,12 @@ func TestClose(t *testing.T) {
 	wake, stop, err := l.Notify(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
-	_, ok := <-wake
-	require.False(t, ok, "a waiter's channel is closed by Close")
+	select {
+	case _, ok := <-wake:
+		require.False(t, ok, "a waiter's channel is closed by Close")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not close a waiter's channel")
+	}
 	stop()
 	_, _, err = l.Notify(ctx, "k")
 	require.ErrorContains(t, err, "closed")
@@ -627,4 +631,20 @@ func TestLostSaysWhy(t *testing.T) {
 	err = l.Renew(ctx, &forged, time.Minute)
 	require.ErrorIs(t, err, aegis.ErrLost)
 	require.ErrorContains(t, err, `redislease: renew "k": aegis: lease lost: the lease's owner does not match its token`)
+}
+
+// waitAll waits for wg, and fails the test when it takes longer than d:
+// no wait in a test is unbounded.
+func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %s", what, d)
+	}
 }
