@@ -9,7 +9,8 @@
 // share a hash slot (the {…} hash tag); the fence key has no TTL, so the
 // token survives every release and expiry. Renew is a compare-and-PEXPIRE
 // and Release a compare-and-DEL (which also PUBLISHes on
-// {prefix key}:released), both comparing the grant's owner value: a random
+// {prefix key}:released), both comparing the grant's owner value (and
+// restoring a lost counter, see below): a random
 // 128-bit value from crypto/rand, unique to the grant, never logged nor put
 // into an error. Lease.Owner is that value, ':' and the token; a lease
 // whose token was changed is refused (ErrLost) without a request. Scripts
@@ -70,6 +71,33 @@
 // not fail over with Redis; for correctness that must survive Redis
 // failures, use a consensus store (etcd, ZooKeeper) or PostgreSQL.
 //
+// # Token counters and maxmemory-policy
+//
+// The counter {prefix key}:fence has no TTL and must never be lost: a
+// counter that is gone makes the next grant's token 1 again, which a fence
+// that saw a greater token refuses until the counter passes it (and which
+// could repeat a token the fence has forgotten). The server must therefore
+// never evict it: maxmemory-policy noeviction (Redis's default), or a
+// volatile-* policy, which evicts only keys with a TTL. A volatile-*
+// policy may evict a live lock under memory pressure, which ends that
+// lease early like an expiry (the next grant still gets a greater token);
+// noeviction makes grants fail with OOM instead. The allkeys-* policies
+// evict counters: New asks for the policy (CONFIG GET, when the user may
+// run it) and refuses them with an error wrapping aegis.ErrInvalid, unless
+// Config.SkipPolicyCheck is set. It cannot check a user that may not run
+// CONFIG GET, and does not see a later CONFIG SET, nor a failover to a
+// server configured otherwise.
+//
+// What the backend detects: a counter deleted, evicted or set lower while
+// a lease of its key is held is restored to that lease's token by the
+// lease's next renew or its release (inside the same script), so the next
+// grant's token is still greater. What it cannot detect: a counter lost
+// while no lease of the key is held, or after the holder's last renewal
+// when its lease then expires without a release; a counter lost together
+// with the lock (FLUSHALL, a restart without persistence, a failover to a
+// replica that missed the grants). A grant cannot tell a lost counter from
+// a key never used, and tokens then restart at 1 (TestCounterRestored).
+//
 // # Least-privilege ACL
 //
 // A user that can do nothing but hold leases under the prefix "aegis:"
@@ -83,8 +111,18 @@
 // ":fence" and ":released"; the commands are the scripts (and what they
 // call), the wake-ups' pub/sub and its health check, and WAIT (a client
 // with Options.ClientName also needs +client|setname). Without SCRIPT LOAD
-// the first call of each script on a server sends EVAL, which caches it. A
-// missing permission is an error that says so.
+// the first call of each script on a server sends EVAL, which caches it.
+// Such a user may not run New's CONFIG GET: Redis records the refusal in
+// ACL LOG, which Config.SkipPolicyCheck avoids (check the policy yourself).
+//
+// A missing permission is an error at the first call that needs it, at
+// once, that names the command, keys or channel the call needed and
+// carries the server's words: TryAcquire, Renew and Release for the
+// scripts ("redislease: acquire "k": the Redis user lacks a permission:
+// the user may not run SET; a grant runs EVALSHA or EVAL of a script
+// calling SET, GET, INCR and PTTL on keys …"), Notify (and so
+// aegis.Acquire) for SUBSCRIBE and the key's channel. A user without
+// +subscribe can still wait, by polling, with Config.NoWakeups.
 package redislease
 
 import (
@@ -301,7 +339,8 @@ func releaseErr(err error) error {
 }
 
 // Renew extends lease to ttl from now (server time) if it still holds its
-// key; ErrLost otherwise. One round trip. Renewals are not waited for, even
+// key; otherwise an error wrapping ErrLost that names the key and says
+// whether another owner holds it or it is gone. One round trip. Renewals are not waited for, even
 // with WaitReplicas.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
@@ -332,7 +371,8 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 }
 
 // Release frees lease's key if lease still holds it, and wakes the key's
-// waiters; ErrLost otherwise, changing nothing. One round trip.
+// waiters; otherwise an error wrapping ErrLost as Renew's, changing
+// nothing. One round trip.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -357,8 +397,8 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 
 // ACLRules returns the rules of a least-privilege Redis user for a Locker
 // with prefix: only the prefix's keys and channels, only the commands it
-// sends. Pass them to ACL SETUSER after the user's name, "on" and its
-// password.
+// sends (New's CONFIG GET excepted: see Config.SkipPolicyCheck). Pass them
+// to ACL SETUSER after the user's name, "on" and its password.
 func ACLRules(prefix string) []string {
 	return redisscript.ACLRules(cmp.Or(prefix, redisscript.DefaultPrefix))
 }

@@ -12,11 +12,23 @@
 // that validity. Otherwise the attempt deletes its grants on every node
 // (compare-and-delete) and fails: ErrHeld when some node had the key held
 // by another owner, an error wrapping [ErrNoQuorum] when nodes failed or
-// answered too late. TryAcquire is one attempt; [aegis.Acquire] retries
+// did not answer within the node timeout (naming each node, its address
+// and its failure: "connection refused" for a node that is down), and one
+// wrapping [ErrValidityExpired] when a majority granted but after the
+// validity ran out. TryAcquire is one attempt; [aegis.Acquire] retries
 // after random (jittered, growing) delays, which desynchronizes contenders
 // as Redlock prescribes. Renew and Release run compare-and-PEXPIRE and
 // compare-and-delete on every node; Renew succeeds when a majority
-// extended the lease within its validity.
+// extended the lease within its validity. A lost lease is an error
+// wrapping aegis.ErrLost that says, node by node, whether another owner
+// holds the key or it is gone, never the owner value.
+//
+// New refuses what would make the majority a fiction, with an error
+// wrapping aegis.ErrInvalid: fewer than [MinNodes] nodes, the same client
+// twice, or two clients with the same Options().Addr (it cannot see two
+// names for one server, such as localhost and 127.0.0.1). It also refuses
+// a node whose maxmemory-policy can evict the token counters, as
+// lease/redislease does (see its doc), unless Config.SkipPolicyCheck.
 //
 // The token is the greatest of the counters of the nodes that granted.
 // Counters of different nodes drift apart (a failed attempt increments a
@@ -64,8 +76,13 @@
 // with the fence, and prefer a consensus store (etcd, ZooKeeper) or
 // PostgreSQL when correctness must survive node restarts.
 //
+// On each node a counter deleted or evicted while a lease is held is
+// restored to the lease's token by its renew or release, as in
+// lease/redislease; one lost while the key is free is not detected.
+//
 // Each node needs the same least-privilege ACL as lease/redislease (its
-// ACLRules; Redlock sends no WAIT and subscribes to nothing).
+// ACLRules; Redlock sends no WAIT and subscribes to nothing), and the same
+// Config.SkipPolicyCheck to keep New's CONFIG GET out of ACL LOG.
 package redlock
 
 import (
@@ -135,8 +152,7 @@ type Locker struct {
 const MinNodes = 3
 
 // New returns a Locker over nodes, independent Redis primaries (not
-// replicas of one another, not one Cluster). Five is the usual count, at
-// least MinNodes; the quorum is len(nodes)/2+1. A nil cfg means defaults.
+// replicas of one another, not one Cluster). Five is the usual count; the quorum is len(nodes)/2+1. A nil cfg means defaults.
 // Bad input is an error wrapping aegis.ErrInvalid: no nodes, fewer than
 // MinNodes, a nil node, the same client twice, two clients that dial the
 // same address (Options().Addr; one Redis would count twice toward the
