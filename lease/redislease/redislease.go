@@ -130,6 +130,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -212,6 +213,9 @@ type Locker struct {
 func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redislease: %w: client is nil", aegis.ErrInvalid)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("redislease: %w: client is a nil %T", aegis.ErrInvalid, client)
 	}
 	var c Config
 	if cfg != nil {

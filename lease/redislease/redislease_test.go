@@ -82,6 +82,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		want   string
 	}{
 		{"nil client", nil, nil, "redislease: aegis: invalid argument: client is nil"},
+		{"typed nil client", (*redis.Client)(nil), nil, "redislease: aegis: invalid argument: client is a nil *redis.Client"},
 		{"open brace", c, &redislease.Config{Prefix: "a{b"}, `Config.Prefix "a{b" holds '{', '}' or NUL`},
 		{"close brace", c, &redislease.Config{Prefix: "}"}, `Config.Prefix "}" holds '{', '}' or NUL`},
 		{"NUL", c, &redislease.Config{Prefix: "a\x00"}, "holds '{', '}' or NUL"},
