@@ -469,6 +469,7 @@ func (h *Hub) sweep() {
 		if len(e.waiters) == 0 && !e.idle.IsZero() && now.Sub(e.idle) >= h.linger {
 			idle = append(idle, c)
 			delete(h.entries, c)
+			h.unpend(e) // never confirmed: a late error is not its successor's
 		}
 	}
 	ps := h.ps
