@@ -105,7 +105,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		ans := InspectAnswer{Query: q}
 		var exists bool
 		if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", q.Table).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("inspect: %w", err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		if !exists {
 			ans.Skipped = "no table " + q.Table + " here"
@@ -114,7 +114,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		}
 		rows, err := db.QueryContext(ctx, q.SQL, q.Args(o)...)
 		if err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		ans.Columns, _ = rows.Columns()
 		for rows.Next() {
@@ -125,7 +125,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 			}
 			if err := rows.Scan(ptrs...); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+				return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 			}
 			row := make([]string, len(vals))
 			for i, v := range vals {
@@ -138,7 +138,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		out = append(out, ans)
 	}

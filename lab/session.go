@@ -331,7 +331,16 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 		db, err = sqlitelease.Open(path)
 	}
 	if err != nil {
+		if !strings.HasPrefix(url, "sqlite:") {
+			return nil, "", backend.PostgresError("open the store,", url, err)
+		}
 		return nil, "", fmt.Errorf("lab: open the store: %w", err)
+	}
+	if !strings.HasPrefix(url, "sqlite:") {
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, "", backend.PostgresError("connect to the store,", url, err)
+		}
 	}
 	if err := migrateStore(ctx, db); err != nil {
 		db.Close()

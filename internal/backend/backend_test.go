@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func TestOpen(t *testing.T) {
 		})
 	}
 	_, _, err := backend.Open(t.Context(), "nope", s)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, `unknown backend "nope" (known: `)
 }
 
@@ -83,4 +85,19 @@ func TestZKSessionTimeout(t *testing.T) {
 	s.ZKSessionTimeout = -time.Second
 	_, _, err := backend.Open(t.Context(), "zookeeper", s)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
+
+// A PostgreSQL server that cannot be reached is named, with the cause,
+// without the URL's password.
+func TestOpenPostgresDown(t *testing.T) {
+	t.Parallel()
+	s := backend.FromEnv()
+	s.PostgresURL = "postgres://aegis:s3cretpw@127.0.0.1:1/x?sslmode=disable"
+	_, _, err := backend.Open(t.Context(), "postgres", s)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.EqualError(t, err, "postgres: connect to PostgreSQL at 127.0.0.1:1: connection refused (is the server running, on that port?)")
+
+	s.PostgresURL = "postgres://aegis:s3cretpw%zz@127.0.0.1:1/x"
+	_, _, err = backend.Open(t.Context(), "postgres", s)
+	require.EqualError(t, err, "postgres: open PostgreSQL: the URL does not parse (not shown: it may carry a password)")
 }
