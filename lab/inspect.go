@@ -91,6 +91,19 @@ type InspectAnswer struct {
 // Inspect asks the runbook's queries named in names (all when empty) of
 // the PostgreSQL database db.
 func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) ([]InspectAnswer, error) {
+	switch {
+	case db == nil:
+		return nil, invalid("lab: inspect: db is nil")
+	case o.OlderThan < 0:
+		return nil, invalid("lab: inspect: OlderThan %s is negative", o.OlderThan)
+	case o.Limit < 0:
+		return nil, invalid("lab: inspect: Limit %d is negative", o.Limit)
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(InspectQueries, func(q InspectQuery) bool { return q.Name == n }) {
+			return nil, invalid("lab: inspect: unknown query %q", n)
+		}
+	}
 	if o.OlderThan == 0 {
 		o.OlderThan = 10 * time.Minute
 	}
