@@ -37,7 +37,9 @@ func TestConfigValidate(t *testing.T) {
 		{cfg("none", func(c *lab.Config) { c.Nodes = 0 }), "--nodes 0"},
 		{cfg("none", func(c *lab.Config) { c.TTL = 0 }), "--ttl 0s: must be positive"},
 		{cfg("none", func(c *lab.Config) { c.Work = -time.Second }), "--work -1s"},
-		{cfg("none", func(c *lab.Config) { c.Chaos = []lab.Chaos{{Kind: lab.Pause, Target: "node7", At: time.Second, For: time.Second}} }), "--chaos pause:node7@1s+1s: node7 does not exist"},
+		{cfg("none", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Pause, Target: "node7", At: time.Second, For: time.Second}}
+		}), "--chaos pause:node7@1s+1s: node7 does not exist"},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate()
