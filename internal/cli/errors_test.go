@@ -101,3 +101,22 @@ func TestBinaryDoesNotLinkTesting(t *testing.T) {
 	require.Contains(t, deps, "github.com/aegislab/aegis/internal/cli", "the listing is the binary's")
 	require.NotContains(t, deps, "testing")
 }
+
+// aegis bench lease on servers that are down names them and the cause, at
+// once (etcd and ZooKeeper used to wait out every call's retries, go-redis
+// to log each one).
+func TestBenchLeaseServersDown(t *testing.T) {
+	t.Parallel()
+	addr := closedPort(t)
+	for _, args := range [][]string{
+		{"--backend", "redis", "--redis-addrs", addr},
+		{"--backend", "redlock", "--redis-addrs", addr + "," + addr + "," + addr},
+		{"--backend", "etcd", "--etcd-endpoints", "http://" + addr},
+		{"--backend", "zookeeper", "--zk-servers", addr},
+	} {
+		code, stdout, stderr := run(t, append([]string{"bench", "lease", "--duration", "1s"}, args...)...)
+		require.Equal(t, 1, code, "%v: %s%s", args, stdout, stderr)
+		require.Equal(t, 1, strings.Count(stderr, "\n"), "%v: one line: %s", args, stderr)
+		require.Contains(t, stderr, addr+": connection refused", "%v", args)
+	}
+}
