@@ -5,7 +5,10 @@ package node
 import (
 	"fmt"
 	"os"
+	"strings"
 	"unicode/utf8"
+
+	"github.com/aegislab/aegis"
 )
 
 // MaxLen is the longest node name, in bytes.
@@ -27,20 +30,18 @@ func Default() string {
 
 // Check reports whether name is a usable node name: non-empty, at most
 // MaxLen bytes of UTF-8 without NUL. field names the config field in the
-// error.
+// error, which quotes the name and wraps aegis.ErrInvalid (a bad name is
+// the caller's mistake).
 func Check(field, name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%s is empty", field)
+		return fmt.Errorf("%w: %s is empty", aegis.ErrInvalid, field)
 	case len(name) > MaxLen:
-		return fmt.Errorf("%s is %d bytes, at most %d are allowed", field, len(name), MaxLen)
+		return fmt.Errorf("%w: %s %.40q… is %d bytes, at most %d are allowed", aegis.ErrInvalid, field, name, len(name), MaxLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] == 0 {
-			return fmt.Errorf("%s contains a NUL byte", field)
-		}
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", aegis.ErrInvalid, field, name)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: %s %q contains a NUL byte", aegis.ErrInvalid, field, name)
 	}
 	return nil
 }
