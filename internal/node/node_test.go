@@ -21,6 +21,6 @@ func TestCheck(t *testing.T) {
 	} {
 		err := Check("Config.Node", tc.name)
 		require.ErrorIs(t, err, aegis.ErrInvalid, "%q", tc.name)
-		require.ErrorContains(t, err, tc.want)
+		require.EqualError(t, err, tc.want)
 	}
 }
