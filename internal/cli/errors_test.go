@@ -3,12 +3,15 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/testenv"
 )
 
 // closedPort returns a loopback address nothing listens on: port 1 (a
@@ -119,4 +122,16 @@ func TestBenchLeaseServersDown(t *testing.T) {
 		require.Equal(t, 1, strings.Count(stderr, "\n"), "%v: one line: %s", args, stderr)
 		require.Contains(t, stderr, addr+": connection refused", "%v", args)
 	}
+}
+
+// A server that refuses the login says so, with the server's reason.
+func TestConnectErrorAuthFailed(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	u.User = url.UserPassword("aegis_no_such_role", secret)
+	code, stdout, stderr := run(t, "inspect", "--postgres-url", u.String())
+	require.Equal(t, 1, code, "%s%s", stdout, stderr)
+	require.Contains(t, stderr, "PostgreSQL at "+u.Host+`: authentication failed: role "aegis_no_such_role" does not exist (SQLSTATE 28000)`)
+	require.NotContains(t, stdout+stderr, secret)
 }
