@@ -123,7 +123,7 @@ func TestConfigErrors(t *testing.T) {
 		{"", elect.Config{}, "elect: name is empty"},
 		{strings.Repeat("x", elect.MaxNameLen+1), elect.Config{}, "elect: name is 195 bytes, at most 194"},
 		{"bad\x00name", elect.Config{}, "NUL byte"},
-		{"ok", elect.Config{Node: strings.Repeat("n", 101)}, "elect: Config.Node is 101 bytes"},
+		{"ok", elect.Config{Node: strings.Repeat("n", 101)}, `elect: Config.Node "` + strings.Repeat("n", 40) + `"… is 101 bytes`},
 		{"ok", elect.Config{TTL: -time.Second}, "elect: Config.TTL: aegis: invalid argument: ttl -1s is not positive"},
 		{"ok", elect.Config{TTL: 25 * time.Hour}, "elect: Config.TTL"},
 		{"ok", elect.Config{TTL: time.Millisecond}, "elect: Config.TTL: aegis: invalid argument: ttl 1ms is not longer than its clock-drift margin"},

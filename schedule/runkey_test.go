@@ -413,7 +413,7 @@ func TestConfigErrors(t *testing.T) {
 		{nil, "schedule: Config is nil"},
 		{&schedule.Config{}, "none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set"},
 		{&schedule.Config{Store: r.store, Locker: r.locker}, "not several"},
-		{&schedule.Config{Store: r.store, Node: strings.Repeat("n", 101)}, "schedule: Config.Node is 101 bytes"},
+		{&schedule.Config{Store: r.store, Node: strings.Repeat("n", 101)}, `schedule: Config.Node "` + strings.Repeat("n", 40) + `"… is 101 bytes`},
 		{&schedule.Config{Store: r.store, Node: "a\x00b"}, "schedule: Config.Node"},
 		{&schedule.Config{Store: r.store, ReapInterval: -time.Second}, "Config.ReapInterval -1s is shorter than 1ms"},
 		{&schedule.Config{Store: r.store, ReapInterval: time.Nanosecond}, "Config.ReapInterval 1ns is shorter than 1ms"},
