@@ -144,7 +144,7 @@ func start(t testing.TB, cfg *schedule.Config, jobs ...schedule.Job) *schedule.S
 		require.NoError(t, s.Add(j))
 	}
 	require.NoError(t, s.Start(context.Background()))
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { stop(t, s) })
 	return s
 }
 
@@ -168,6 +168,15 @@ func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 		var zero T
 		return zero
 	}
+}
+
+// stop stops s within a bound: the test fails when its jobs do not return
+// within 30s of their contexts' end.
+func stop(t testing.TB, s *schedule.Scheduler) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { s.Stop(); close(done) }()
+	recv(t, done, 30*time.Second, "the scheduler to stop")
 }
 
 // block waits for ch to be closed, or for d: a job that a test holds

@@ -82,7 +82,7 @@ func newLeaderNode(t *testing.T, dbURL, name string, o leaderOpts, jobs ...sched
 	n := &leaderNode{name: name, proxy: proxy, pool: pool, sched: s, qc: qc}
 	t.Cleanup(func() {
 		proxy.Heal()
-		s.Stop()
+		stop(t, s)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, qc.Stop(ctx))
@@ -149,7 +149,7 @@ func TestLeaderThreeReplicas(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, func() bool { return len(log.enqueued()) >= 15 }, "the leader enqueues 15 ticks")
 	for _, n := range nodes {
-		n.sched.Stop() // no more ticks
+		stop(t, n.sched) // no more ticks
 	}
 	enqueued := log.enqueued()
 	waitFor(t, 20*time.Second, func() bool { return log.count() >= len(enqueued) }, "every enqueued tick runs")
@@ -225,21 +225,21 @@ func TestLeaderFailover(t *testing.T) {
 		return nodes[e.Node]
 	}
 	first := leaderAfter(1)
-	first.sched.Stop() // resigns
+	stop(t, first.sched) // resigns
 	second := leaderAfter(2)
 	require.NotEqual(t, first.name, second.name)
 	// The second leader crashes, as the database sees it: cut off. (Its
 	// worker stops first: a worker cut off in the middle of a run would
 	// have the run retried elsewhere, which is the queue's at-least-once,
 	// not this test's subject.)
-	stop, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	stopCtx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, second.qc.Stop(stop))
+	require.NoError(t, second.qc.Stop(stopCtx))
 	second.proxy.Cut()
 	third := leaderAfter(3)
 	require.NotEqual(t, second.name, third.name)
 	for _, n := range nodes {
-		n.sched.Stop()
+		stop(t, n.sched)
 	}
 	second.proxy.Heal()
 	enqueued := log.enqueued()
@@ -321,7 +321,7 @@ func TestLeaderDeposedEnqueuesNothing(t *testing.T) {
 		return fence.Check(t.Context(), tx, "aegis-schedule/sched-deposed", term+1_000_000)
 	}))
 	waitFor(t, 20*time.Second, func() bool { return len(log.eventsOf(schedule.EventDeposed)) >= 2 }, "the stale terms end")
-	n.sched.Stop()
+	stop(t, n.sched)
 	var refused int
 	for _, e := range log.eventsOf(schedule.EventLost) {
 		require.ErrorIs(t, e.Err, aegis.ErrStale)

@@ -68,7 +68,7 @@ func TestMisfire(t *testing.T) {
 				if restart {
 					// Down for five ticks: the new scheduler learns the last
 					// tick from the run table.
-					s.Stop()
+					stop(t, s)
 					clock.Advance(5*time.Second + 700*time.Millisecond)
 					start(t, cfg, job)
 				} else {

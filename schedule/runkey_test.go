@@ -55,7 +55,7 @@ func TestRunKeyThreeSchedulers(t *testing.T) {
 			}
 			waitFor(t, 60*time.Second, func() bool { return len(log.perTick()) >= 8 }, "eight ticks run")
 			for _, s := range scheds {
-				s.Stop()
+				stop(t, s)
 			}
 			ticks := log.perTick()
 			for _, f := range sortedTicks(ticks) {
@@ -170,7 +170,7 @@ func TestNaiveLockDuplicates(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, func() bool { return len(log.perTick()) >= 5 }, "five ticks")
 			for _, s := range scheds {
-				s.Stop()
+				stop(t, s)
 			}
 			ticks := log.perTick()
 			fs := sortedTicks(ticks)
@@ -315,7 +315,7 @@ func TestKeepAlive(t *testing.T) {
 			}
 			waitFor(t, 10*time.Second, func() bool { return log.count() >= 3 }, "three runs")
 			for _, s := range scheds {
-				s.Stop()
+				stop(t, s)
 			}
 			log.mu.Lock()
 			peak := log.peak
@@ -360,7 +360,7 @@ func TestReaper(t *testing.T) {
 				first, _ = r.store.Runs(t.Context(), "nightly", 10)
 				return len(first) == 1
 			}, "the claim")
-			crashed.Stop() // its finish lands; make the row look crashed again:
+			stop(t, crashed) // its finish lands; make the row look crashed again:
 			_, err := r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
 			require.NoError(t, err)
 
@@ -526,10 +526,10 @@ func TestStopDuringClaim(t *testing.T) {
 	s, err := schedule.New(&schedule.Config{Node: "stopping", Store: r.store, Clock: clock, OnEvent: log.onEvent})
 	require.NoError(t, err)
 	require.NoError(t, s.Add(job))
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	ctx, end := context.WithCancel(context.Background())
+	defer end()
 	require.NoError(t, s.Start(ctx)) // ending ctx stops it, as Stop does
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { stop(t, s) })
 
 	// Another transaction holds the tick's key: the claim's insert waits.
 	tx, err := r.pool.Begin(t.Context())
@@ -544,11 +544,9 @@ func TestStopDuringClaim(t *testing.T) {
 		require.NoError(t, r.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`).Scan(&n))
 		return n > 0
 	}, "the claim waits for the other transaction")
-	stop()                                       // the scheduler stops while its claim waits
+	end()                                        // the scheduler stops while its claim waits
 	require.NoError(t, tx.Rollback(t.Context())) // the claim's insert lands
-	stopped := make(chan struct{})
-	go func() { s.Stop(); close(stopped) }()
-	recv(t, stopped, 10*time.Second, "Stop to return")
+	stop(t, s)
 
 	require.Zero(t, log.count(), "nothing runs while stopping")
 	skipped := log.eventsOf(schedule.EventSkipped)
