@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/aegislab/aegis"
 )
 
 // Dialect is the SQL dialect of a database.
@@ -114,15 +116,16 @@ func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Table checks a table name, optionally schema-qualified ("billing.lease"),
-// and returns it quoted for SQL. An error names the config field.
+// and returns it quoted for SQL. An error names the config field and wraps
+// aegis.ErrInvalid: a bad name is the caller's mistake.
 func Table(field, name string) (string, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", fmt.Errorf("%s: %q has more than one dot", field, name)
+		return "", fmt.Errorf("%s: %w: %q has more than one dot", field, aegis.ErrInvalid, name)
 	}
 	for i, p := range parts {
 		if !identifier.MatchString(p) {
-			return "", fmt.Errorf("%s: %q is not a valid table name (letters, digits and _, at most 63, optionally schema.table)", field, name)
+			return "", fmt.Errorf("%s: %w: %q is not a valid table name (letters, digits and _, at most 63, optionally schema.table)", field, aegis.ErrInvalid, name)
 		}
 		parts[i] = `"` + p + `"`
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -60,5 +61,6 @@ func TestTable(t *testing.T) {
 	for _, bad := range []string{"", "a b", `x"; DROP TABLE y; --`, "a.b.c", "1abc"} {
 		_, err := migrate.Table("Config.Table", bad)
 		require.ErrorContains(t, err, "Config.Table", bad)
+		require.ErrorIs(t, err, aegis.ErrInvalid, bad)
 	}
 }
