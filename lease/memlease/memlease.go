@@ -102,6 +102,9 @@ func (m *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 		if first && e.free(now) {
 			if queued {
 				e.queue = e.queue[1:]
+				// The next waiter is first now: it must wait for this
+				// lease's expiry too, not only for its release.
+				m.wakeFirst(e)
 			}
 			lease := e.grant(key, ttl, now)
 			m.mu.Unlock()
