@@ -63,7 +63,8 @@ type Locker struct {
 	Name  string
 	Store Store
 	// Notify, when set, subscribes to the wake-ups of key (a release while
-	// waiters are queued). Without it, or when it fails, waiters poll.
+	// waiters are queued); an error ends Acquire. Without it, or once a
+	// subscription's channel is closed, waiters poll.
 	Notify func(ctx context.Context, key string) (<-chan struct{}, func(), error)
 	// Poll spaces a waiter's attempts. The zero value polls every 5ms to
 	// 100ms.
@@ -126,11 +127,15 @@ func (l Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*ae
 	var wake <-chan struct{}
 	if l.Notify != nil {
 		// Subscribe before entering the queue: a release that sees the
-		// entry notifies, and the subscription is there to hear it.
-		if ch, stop, err := l.Notify(ctx, key); err == nil {
-			defer stop()
-			wake = ch
+		// entry notifies, and the subscription is there to hear it. One
+		// that cannot be made is an error (as in aegis.Acquire), never a
+		// silent fall back to polling.
+		ch, stop, err := l.Notify(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: acquire %q: wait for release: %w", l.Name, key, err)
 		}
+		defer stop()
+		wake = ch
 	}
 	queued := false
 	defer func() {
