@@ -64,3 +64,38 @@ func TestTable(t *testing.T) {
 		require.ErrorIs(t, err, aegis.ErrInvalid, bad)
 	}
 }
+
+// TestRollback: a connection whose transaction was rolled back goes back to
+// the pool; one on which ROLLBACK failed (here: no transaction was open) is
+// discarded, since nothing proves it is not inside a transaction still.
+func TestRollback(t *testing.T) {
+	t.Parallel()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "r.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	ctx := t.Context()
+	marked := func() bool {
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		var n int
+		require.NoError(t, conn.QueryRowContext(ctx, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'marker'").Scan(&n))
+		return n == 1
+	}
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "CREATE TEMP TABLE marker (x)") // lives as long as the connection
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+	migrate.Rollback(ctx, conn)
+	require.NoError(t, conn.Close())
+	require.True(t, marked(), "a connection rolled back was not reused")
+
+	conn, err = db.Conn(ctx)
+	require.NoError(t, err)
+	migrate.Rollback(ctx, conn) // no transaction: ROLLBACK fails
+	_ = conn.Close()            // already closed by Rollback
+	require.False(t, marked(), "a connection whose ROLLBACK failed went back to the pool")
+}

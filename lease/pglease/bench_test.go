@@ -51,9 +51,7 @@ func benchAcquireRelease(b *testing.B, l *pglease.Locker, pool *pgxpool.Pool, go
 VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = l.token + 1,
   expires_at = excluded.expires_at, granted_at = excluded.granted_at
-WHERE l.expires_at <= now() AND (l.queue_until <= now() OR NOT EXISTS (
-  SELECT 1 FROM bench_lease_waiter w WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
-    AND w.since < coalesce((SELECT m.since FROM bench_lease_waiter m WHERE m.key = $1 AND m.waiter = $2), 'infinity')))
+WHERE l.expires_at <= now() AND l.queue_until <= now()
 RETURNING token`
 		const release = `UPDATE bench_lease SET expires_at = '-infinity'
 WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()

@@ -31,10 +31,11 @@ var migrations = []migrate.Migration{
 }
 
 // grantSQL grants a free or expired key, bumping its token in the same
-// statement, unless a live waiter that queued before $2 is in the key's
-// queue. When the key is live or queued for it updates nothing and returns
-// no row. Concurrent grants of one key serialize on the row lock; the
-// loser's WHERE is re-evaluated against the winner's row and fails.
+// statement, unless waiters are queued for it (queue_until is the latest
+// expiry of their entries). When the key is live or queued for it updates
+// nothing and returns no row. Concurrent grants of one key serialize on the
+// row lock; the loser's WHERE is re-evaluated against the winner's row and
+// fails. The hot path: it reads nothing but its own row.
 const grantSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
 VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
 ON CONFLICT (key) DO UPDATE
@@ -42,19 +43,36 @@ SET owner = excluded.owner,
     token = l.token + 1,
     expires_at = excluded.expires_at,
     granted_at = excluded.granted_at
-WHERE l.expires_at <= now() -- free (released) or expired
-  AND (l.queue_until <= now() -- nobody waits: the queue is not read
-       OR NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
-                      WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
-                        AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity')))
+WHERE l.expires_at <= now()  -- free (released) or expired
+  AND l.queue_until <= now() -- nobody waits
 RETURNING token`
 
-// grantQueuedSQL is grantSQL for a waiter: a grant also removes its queue
-// entry. The lease row is locked first (the EXISTS over g runs before the
-// DELETE reads), the order every statement here takes, so two of them
-// cannot deadlock.
-const grantQueuedSQL = `WITH g AS (` + grantSQL + `),
-dequeued AS (DELETE FROM %[2]s WHERE key = $1 AND waiter = $2 AND EXISTS (SELECT 1 FROM g))
+// grantQueuedSQL is the grant of waiter $2: it takes the key unless a live
+// waiter that queued before it is still there, removes its entry, and
+// lowers queue_until to the latest expiry of the others (-infinity when
+// none is left, so TryAcquire is not refused for a queue that is gone). The
+// lease row is locked first (the EXISTS over g runs before the DELETE
+// reads), the order every statement here takes, so two of them cannot
+// deadlock. An entry that commits while this runs is not seen by the new
+// queue_until; its waiter's next refresh (every 250ms) raises it again.
+const grantQueuedSQL = `WITH g AS (
+INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
+VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
+ON CONFLICT (key) DO UPDATE
+SET owner = excluded.owner,
+    token = l.token + 1,
+    expires_at = excluded.expires_at,
+    granted_at = excluded.granted_at,
+    queue_until = coalesce((SELECT max(o.expires_at) FROM %[2]s o
+                            WHERE o.key = $1 AND o.waiter <> $2 AND o.expires_at > now()), '-infinity')
+WHERE l.expires_at <= now() -- free (released) or expired
+  AND NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
+                  WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
+                    AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity'))
+RETURNING token
+), dequeued AS (
+	DELETE FROM %[2]s WHERE key = $1 AND waiter = $2 AND EXISTS (SELECT 1 FROM g)
+)
 SELECT token FROM g`
 
 // renewSQL extends a lease that this grant still holds.
@@ -89,9 +107,14 @@ INSERT INTO %[2]s AS w (key, waiter, since, expires_at)
 SELECT key, $2, now(), now() + $3 * interval '1 microsecond' FROM hint
 ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at`
 
-// dequeueSQL removes a waiter that gave up and wakes the key's other
-// waiters: the one behind it may now be first.
-const dequeueSQL = `WITH gone AS (
-	DELETE FROM %[2]s WHERE key = $1 AND waiter = $2 RETURNING key
+// dequeueSQL removes a waiter that gave up, lowers queue_until as
+// grantQueuedSQL does, and wakes the key's other waiters: the one behind it
+// may now be first. The lease row is locked first.
+const dequeueSQL = `WITH hint AS (
+	UPDATE %[1]s SET queue_until = coalesce((SELECT max(o.expires_at) FROM %[2]s o
+	                                         WHERE o.key = $1 AND o.waiter <> $2 AND o.expires_at > now()), '-infinity')
+	WHERE key = $1 RETURNING key
+), gone AS (
+	DELETE FROM %[2]s WHERE key IN (SELECT key FROM hint) AND waiter = $2 RETURNING key
 )
 SELECT pg_notify(%[3]s, key) FROM gone`

@@ -156,6 +156,9 @@ func TestNotifyWakesOnRelease(t *testing.T) {
 	var n int
 	require.NoError(t, p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter").Scan(&n))
 	require.Zero(t, n, "a granted waiter leaves the queue")
+	again, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err, "TryAcquire refused for a queue that is gone")
+	require.NoError(t, a.Release(ctx, again))
 	_, _, err = b.Notify(ctx, "")
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 }

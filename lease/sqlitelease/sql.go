@@ -34,8 +34,9 @@ var migrations = []migrate.Migration{
 ) WITHOUT ROWID`},
 }
 
-// grantSQL grants a free or expired key and increments its token, unless a
-// live waiter that queued before $2 is in the key's queue.
+// grantSQL grants a free or expired key and increments its token, unless
+// waiters are queued for it (queue_ms is the latest expiry of their
+// entries). The hot path: it reads nothing but its own row.
 const grantSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_ms, granted_ms)
 VALUES ($1, $2, 1, ` + nowMS + ` + $3, ` + nowMS + `)
 ON CONFLICT (key) DO UPDATE
@@ -44,11 +45,31 @@ SET owner = excluded.owner,
     expires_ms = excluded.expires_ms,
     granted_ms = excluded.granted_ms
 WHERE l.expires_ms <= ` + nowMS + ` -- free (released) or expired
-  AND (l.queue_ms <= ` + nowMS + ` -- nobody waits: the queue is not read
-       OR NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
-                      WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_ms > ` + nowMS + `
-                        AND w.since_ms < coalesce((SELECT m.since_ms FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 9223372036854775807)))
+  AND l.queue_ms <= ` + nowMS + `   -- nobody waits
 RETURNING token`
+
+// grantQueuedSQL is the grant of waiter $2: it takes the key unless a live
+// waiter that queued before it is still there. Its transaction then removes
+// the entry (dequeueSQL) and lowers the hint (unhintSQL).
+const grantQueuedSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_ms, granted_ms)
+VALUES ($1, $2, 1, ` + nowMS + ` + $3, ` + nowMS + `)
+ON CONFLICT (key) DO UPDATE
+SET owner = excluded.owner,
+    token = l.token + 1,
+    expires_ms = excluded.expires_ms,
+    granted_ms = excluded.granted_ms
+WHERE l.expires_ms <= ` + nowMS + ` -- free (released) or expired
+  AND NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
+                  WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_ms > ` + nowMS + `
+                    AND w.since_ms < coalesce((SELECT m.since_ms FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 9223372036854775807))
+RETURNING token`
+
+// unhintSQL lowers the key's queue_ms to the latest expiry of the entries
+// left (0 when none is), after a waiter left the queue, so TryAcquire is not
+// refused for a queue that is gone.
+const unhintSQL = `UPDATE %[1]s
+SET queue_ms = coalesce((SELECT max(w.expires_ms) FROM %[2]s w WHERE w.key = $1 AND w.expires_ms > ` + nowMS + `), 0)
+WHERE key = $1`
 
 // dequeueSQL removes a waiter's entry: after its grant, in the same
 // transaction, or when it gives up.

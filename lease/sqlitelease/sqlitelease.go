@@ -189,7 +189,9 @@ func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 		Store: statements{
 			db:      db,
 			busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
-			grant:   fmt.Sprintf(grantSQL, lease, waiter),
+			grant:   fmt.Sprintf(grantSQL, lease),
+			queued:  fmt.Sprintf(grantQueuedSQL, lease, waiter),
+			unhint:  fmt.Sprintf(unhintSQL, lease, waiter),
 			renew:   fmt.Sprintf(renewSQL, lease),
 			release: fmt.Sprintf(releaseSQL, lease),
 			hint:    fmt.Sprintf(hintSQL, lease),
@@ -237,23 +239,22 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 // statements runs the lease table's statements for rowlease, each
 // operation in a BEGIN IMMEDIATE transaction of its own.
 type statements struct {
-	db                            *sql.DB
-	busy                          string // PRAGMA busy_timeout statement
-	grant, renew, release         string
-	hint, prune, enqueue, dequeue string
+	db                                    *sql.DB
+	busy                                  string // PRAGMA busy_timeout statement
+	grant, queued, renew, release         string
+	hint, unhint, prune, enqueue, dequeue string
 }
 
 func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration, queued bool) (int64, bool, error) {
 	var token int64
 	err := s.immediate(ctx, func(conn *sql.Conn) error {
-		if err := conn.QueryRowContext(ctx, s.grant, key, owner, ms(ttl)).Scan(&token); err != nil {
+		if !queued {
+			return conn.QueryRowContext(ctx, s.grant, key, owner, ms(ttl)).Scan(&token)
+		}
+		if err := conn.QueryRowContext(ctx, s.queued, key, owner, ms(ttl)).Scan(&token); err != nil {
 			return err
 		}
-		if queued {
-			_, err := conn.ExecContext(ctx, s.dequeue, key, owner)
-			return err
-		}
-		return nil
+		return s.leave(ctx, conn, key, owner)
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -282,10 +283,16 @@ func (s statements) Enqueue(ctx context.Context, key, owner string, ttl time.Dur
 }
 
 func (s statements) Dequeue(ctx context.Context, key, owner string) error {
-	return s.immediate(ctx, func(conn *sql.Conn) error {
-		_, err := conn.ExecContext(ctx, s.dequeue, key, owner)
+	return s.immediate(ctx, func(conn *sql.Conn) error { return s.leave(ctx, conn, key, owner) })
+}
+
+// leave removes owner's entry from key's queue and lowers the key's hint.
+func (s statements) leave(ctx context.Context, conn *sql.Conn, key, owner string) error {
+	if _, err := conn.ExecContext(ctx, s.dequeue, key, owner); err != nil {
 		return err
-	})
+	}
+	_, err := conn.ExecContext(ctx, s.unhint, key)
+	return err
 }
 
 func (s statements) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
@@ -325,16 +332,17 @@ func (s statements) immediate(ctx context.Context, fn func(*sql.Conn) error) (er
 	if _, err := conn.ExecContext(ctx, s.busy); err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			// Also when ctx is cancelled, and when BEGIN itself failed (a
+			// cancelled BEGIN may have begun): the connection goes back to
+			// the pool and must not keep the write lock.
+			migrate.Rollback(ctx, conn)
+		}
+	}()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			// Also when ctx is cancelled: the connection goes back to the
-			// pool and must not keep the write lock.
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
 	if err := fn(conn); err != nil {
 		return err
 	}

@@ -302,6 +302,47 @@ func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	require.Greater(t, again.Token, held.Token)
 }
 
+// TestGrantedWaiterFreesTheQueue: once the only waiter is granted and
+// releases, TryAcquire takes the key at once (the queue hint is lowered).
+func TestGrantedWaiterFreesTheQueue(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	db := open(t, path)
+	a, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	b, err := sqlitelease.New(open(t, path), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			err = b.Release(ctx, l)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	_, err = a.TryAcquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, aegis.ErrHeld)
+	require.NoError(t, a.Release(ctx, held))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key within 10s of its release")
+	}
+	again, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err, "TryAcquire refused for a queue that is gone")
+	require.NoError(t, a.Release(ctx, again))
+}
+
 // TestCrashedWaiterBlocksBriefly: a queue entry nobody refreshes (its
 // waiter's process died) holds up the key for at most its expiry.
 func TestCrashedWaiterBlocksBriefly(t *testing.T) {
