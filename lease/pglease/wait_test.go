@@ -3,6 +3,7 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +273,65 @@ func schemaPool(t *testing.T, p *pgxpool.Pool) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(q.Close)
 	return q
+}
+
+// TestNotifyConnectionLost: when the listening connection dies, every
+// subscriber's channel is closed (aegis.Acquire then polls), a waiter
+// still gets the key, and the next Notify listens on a new connection.
+func TestNotifyConnectionLost(t *testing.T) {
+	t.Parallel()
+	p := testenv.Postgres(t)
+	a, err := pglease.New(p, nil)
+	require.NoError(t, err)
+	b, err := pglease.New(schemaPool(t, p), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	wake, stop, err := b.Notify(ctx, "k")
+	require.NoError(t, err)
+	defer stop()
+	var oid uint32
+	require.NoError(t, p.QueryRow(ctx, "SELECT 'aegis_lease'::regclass::oid").Scan(&oid))
+	listen := fmt.Sprintf(`LISTEN "aegis_lease_%d"`, oid)
+	var killed bool
+	require.NoError(t, p.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1", listen).Scan(&killed))
+	require.True(t, killed)
+	select {
+	case _, ok := <-wake:
+		require.False(t, ok, "a wake-up instead of a closed channel")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the channel was not closed within 10s of its connection's end")
+	}
+
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	wake2, stop2, err := b.Notify(ctx, "k")
+	require.NoError(t, err, "Notify after a lost connection")
+	defer stop2()
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			err = b.Release(ctx, l)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	require.NoError(t, a.Release(ctx, held))
+	select {
+	case _, ok := <-wake2:
+		require.True(t, ok, "the new subscription's channel was closed")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up on the new connection within 5s of the release")
+	}
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key within 10s of its release")
+	}
 }
