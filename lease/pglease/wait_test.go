@@ -335,3 +335,41 @@ func TestNotifyConnectionLost(t *testing.T) {
 		t.Fatal("the waiter did not get the key within 10s of its release")
 	}
 }
+
+// TestSchemaQualifiedTable: a table named schema.table gets its waiter
+// table in the same schema, and waiting works there.
+func TestSchemaQualifiedTable(t *testing.T) {
+	t.Parallel()
+	p := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var schema string
+	require.NoError(t, p.QueryRow(ctx, "SELECT current_schema()").Scan(&schema))
+	cfg := &pglease.Config{Table: schema + ".locks"}
+	a, err := pglease.New(p, cfg)
+	require.NoError(t, err)
+	b, err := pglease.New(schemaPool(t, p), cfg)
+	require.NoError(t, err)
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			err = b.Release(ctx, l)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := p.QueryRow(ctx, "SELECT count(*) FROM locks_waiter WHERE key = 'k'").Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue of %s_waiter", cfg.Table)
+	require.NoError(t, a.Release(ctx, held))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key within 10s of its release")
+	}
+}
