@@ -89,7 +89,9 @@ func Open(path string) (*sql.DB, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// The path is escaped: a '?', '#' or '%' in it would otherwise end the
+	// file name in the URI, silently opening another file.
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
 	}

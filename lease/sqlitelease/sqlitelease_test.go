@@ -395,3 +395,20 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT max(version) FROM aegis_migrations WHERE component = 'sqlitelease:aegis_lease'`).Scan(&version))
 	require.Equal(t, 3, version)
 }
+
+// TestOpenOddPath: a path with the characters a URI gives a meaning to
+// ('?', '#', '%', a space) opens that very file, with this package's
+// settings (WAL).
+func TestOpenOddPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	name := "a?b#c%41 d.db"
+	db := open(t, filepath.Join(dir, name))
+	var mode string
+	require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA journal_mode").Scan(&mode))
+	require.Equal(t, "wal", mode)
+	_, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, name))
+	require.NoError(t, err, "the database is not at the path given")
+}
