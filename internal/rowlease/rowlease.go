@@ -153,11 +153,12 @@ func (l Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*ae
 	var refreshed time.Time
 	for attempt := 0; ; attempt++ {
 		if time.Since(refreshed) >= refresh {
-			now := time.Now()
+			// Marked before the call: an Enqueue cut short by ctx may still
+			// have committed, and removing no entry is harmless.
+			queued, refreshed = true, time.Now()
 			if err := l.Store.Enqueue(ctx, key, id, QueueTTL); err != nil {
 				return nil, fmt.Errorf("%s: acquire %q: wait in the queue: %w", l.Name, key, err)
 			}
-			queued, refreshed = true, now
 		}
 		lease, err = l.grant(ctx, key, id, ttl, true)
 		if !errors.Is(err, aegis.ErrHeld) {
