@@ -228,7 +228,9 @@ func (l Locker) result(op string, lease *aegis.Lease, matched bool, err error) e
 		return fmt.Errorf("%s: %s %q: %w", l.Name, op, lease.Key, err)
 	}
 	if !matched {
-		return aegis.ErrLost
+		// One statement cannot tell which of these it was; each means the
+		// same to the caller: stop.
+		return fmt.Errorf("%s: %s %q: %w: released, expired or granted to another owner since", l.Name, op, lease.Key, aegis.ErrLost)
 	}
 	return nil
 }

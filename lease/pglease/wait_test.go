@@ -373,3 +373,20 @@ func TestSchemaQualifiedTable(t *testing.T) {
 		t.Fatal("the waiter did not get the key within 10s of its release")
 	}
 }
+
+// TestLostNamesTheKey: ErrLost from Renew and Release says which key and
+// what it means, and still matches errors.Is.
+func TestLostNamesTheKey(t *testing.T) {
+	t.Parallel()
+	l, err := pglease.New(testenv.Postgres(t), nil)
+	require.NoError(t, err)
+	ctx := t.Context()
+	lease, err := l.TryAcquire(ctx, "jobs/export", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx, lease))
+	for name, err := range map[string]error{"renew": l.Renew(ctx, lease, time.Minute), "release": l.Release(ctx, lease)} {
+		require.ErrorIs(t, err, aegis.ErrLost, name)
+		require.ErrorContains(t, err, `pglease: `+name+` "jobs/export"`, name)
+		require.ErrorContains(t, err, "released, expired or granted to another owner", name)
+	}
+}
