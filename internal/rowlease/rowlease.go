@@ -12,8 +12,9 @@
 // queued, so a holder that releases and at once asks again goes behind the
 // waiters instead of winning every race against them. A waiter that crashes
 // blocks nobody for longer than QueueTTL. The lease row carries a hint, the
-// latest expiry of any queue entry of its key, so a grant with no waiter
-// around reads nothing but its own row.
+// latest expiry of any queue entry of its key: TryAcquire is refused while
+// it is live and otherwise reads nothing but its own row; only a queued
+// waiter's grant reads the queue, to keep its order.
 package rowlease
 
 import (

@@ -33,8 +33,8 @@
 // (Locker implements [aegis.Notifier] over LISTEN/NOTIFY, one connection
 // per Locker taken from the pool while one of its callers waits); a lease
 // that expires sends nothing, so waiters also poll, every 100ms at most.
-// TryAcquire refuses a key that waiters are queued for (ErrHeld). With no
-// waiter, the grant reads only its own row and the release sends no NOTIFY.
+// TryAcquire refuses a key that waiters are queued for (ErrHeld), which it
+// learns from the key's own row; a release nobody waits for sends no NOTIFY.
 package pglease
 
 import (

@@ -21,8 +21,8 @@
 // releases and asks again at once goes behind the waiters instead of
 // starving them; a waiter that crashes holds up a free key for at most a
 // second. SQLite has no notifications, so a waiter polls, every 2ms to 50ms.
-// TryAcquire refuses a key that waiters are queued for (ErrHeld). With no
-// waiter, the grant reads only its own row.
+// TryAcquire refuses a key that waiters are queued for (ErrHeld), which it
+// learns from the key's own row.
 //
 // Open opens a database with the settings this package expects (WAL, a busy
 // timeout, synchronous=FULL so that a token, once granted, survives a power
