@@ -42,7 +42,7 @@ func Example_certificates() {
 	done := make(chan error, 1)
 	go func() { done <- certificates(ctx, pool) }()
 	var key string
-	for key == "" && ctx.Err() == nil {
+	for give := time.Now().Add(30 * time.Second); key == "" && ctx.Err() == nil && time.Now().Before(give); {
 		// The row appears when the handler's transaction commits.
 		err := pool.QueryRow(ctx, "SELECT object_key FROM certificate WHERE learner = 'ada'").Scan(&key)
 		if err != nil {

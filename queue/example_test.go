@@ -87,7 +87,12 @@ func Example() {
 		return
 	}
 	defer c.Stop(ctx)
-	fmt.Println(<-done)
+	select {
+	case line := <-done:
+		fmt.Println(line)
+	case <-time.After(30 * time.Second):
+		fmt.Println("the job did not run within 30s")
+	}
 	// Output:
 	// enqueued: send_certificate duplicate: true
 	// certificate for ada, attempt 1, token 1

@@ -43,10 +43,22 @@ func Example() {
 	}
 	_ = s.Start(ctx)
 	defer s.Stop()
-	for n, _ := clock.Waiters(); n == 0; n, _ = clock.Waiters() {
-		time.Sleep(time.Millisecond)
+	// Wait (bounded) until the scheduler sleeps on the clock, then move it.
+	for give := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if n, _ := clock.Waiters(); n > 0 {
+			break
+		}
+		if time.Now().After(give) {
+			fmt.Println("the scheduler never waited on its clock within 30s")
+			return
+		}
 	}
 	clock.Advance(time.Minute)
-	fmt.Println(<-ran)
+	select {
+	case line := <-ran:
+		fmt.Println(line)
+	case <-time.After(30 * time.Second):
+		fmt.Println("the tick did not run within 30s")
+	}
 	// Output: invoice-export at 02:00, attempt 1, token from fire time: true
 }

@@ -35,7 +35,11 @@ func ExampleNewLocker() {
 		return
 	}
 	s.Start()
-	<-done
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		fmt.Println("the job did not run within 30s")
+	}
 	_ = s.Shutdown()
 	// Output: report sent
 }
