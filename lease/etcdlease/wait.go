@@ -33,7 +33,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	secs, err := l.seconds(ttl)
+	secs, err := l.wholeSeconds(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,8 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
 	}
-	if !resp.Succeeded { // a lease ID is never reused: this cannot happen
+	// Succeeded: both Then ops ran, so Responses has their two answers.
+	if !resp.Succeeded || len(resp.Responses) < 2 { // a lease ID is never reused: this cannot happen
 		return nil, fmt.Errorf("etcdlease: acquire %q: key %q exists already", key, g.path)
 	}
 	rev := resp.Header.Revision // our key's create revision: the token
@@ -117,7 +118,7 @@ func (l *Locker) predecessor(ctx context.Context, key string, g grant, rev int64
 	if err != nil {
 		return "", 0, l.fail("acquire", key, err)
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded || len(resp.Responses) == 0 {
 		return "", 0, errCampaignLost
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
