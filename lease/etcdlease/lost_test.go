@@ -34,7 +34,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterOwnRelease", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a := locker(t, nil)
 		key := testenv.Key(t)
 		lease, err := a.TryAcquire(ctx, key, ttl)
@@ -47,7 +47,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterSuccessor", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a, b, c := locker(t, nil), locker(t, nil), locker(t, nil)
 		key := testenv.Key(t)
 		lease, err := a.TryAcquire(ctx, key, ttl)
@@ -68,7 +68,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterExpiry", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a := locker(t, nil)
 		watcher := client(t, endpoints)
 		key := testenv.Key(t)
@@ -108,11 +108,19 @@ func TestClosedPortSaysWhy(t *testing.T) {
 			return l.Release(ctx, &aegis.Lease{Key: testenv.Key(t), Token: 1, Owner: "0000000000000001." + strings.Repeat("a", 32), TTL: time.Second})
 		},
 	} {
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(bounded(t), 300*time.Millisecond)
 		err := call(ctx)
 		cancel()
 		require.ErrorIs(t, err, context.DeadlineExceeded, name)
 		require.ErrorContains(t, err, addr, name)
 		require.ErrorContains(t, err, "connection refused", name)
 	}
+}
+
+// bounded is a context that ends with the test or after a minute, so a
+// hung call fails the test instead of the package's timeout.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -77,7 +77,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterOwnRelease", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a, _ := connect(t, zkServers, sessionTimeout, nil)
 		key := testenv.Key(t)
 		lease, err := a.TryAcquire(ctx, key, ttl)
@@ -89,7 +89,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterSuccessor", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a, _ := connect(t, zkServers, sessionTimeout, nil)
 		b, _ := connect(t, zkServers, sessionTimeout, nil)
 		c, _ := connect(t, zkServers, sessionTimeout, nil)
@@ -111,7 +111,7 @@ func TestStaleLeaseIsLost(t *testing.T) {
 
 	t.Run("AfterExpiry", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
+		ctx := bounded(t)
 		a, _ := connect(t, zkServers, sessionTimeout, nil)
 		_, watcher := connect(t, zkServers, sessionTimeout, nil)
 		key := testenv.Key(t)
@@ -155,7 +155,7 @@ func TestClosedPortSaysWhy(t *testing.T) {
 			"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, testenv.Key(t), time.Second); return err },
 			"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, testenv.Key(t), time.Second); return err },
 		} {
-			ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+			ctx, cancel := context.WithTimeout(bounded(t), 1500*time.Millisecond)
 			err := call(ctx)
 			cancel()
 			require.ErrorIs(t, err, context.DeadlineExceeded, name, op)
@@ -169,7 +169,7 @@ func TestClosedPortSaysWhy(t *testing.T) {
 // minSessionTimeout reads the minSessionTimeout of the server at addr.
 func minSessionTimeout(t *testing.T, addr string) time.Duration {
 	t.Helper()
-	out, err := servers.ZooKeeperCommand(t.Context(), addr, "conf")
+	out, err := servers.ZooKeeperCommand(bounded(t), addr, "conf")
 	require.NoError(t, err)
 	m := regexp.MustCompile(`minSessionTimeout=(\d+)`).FindStringSubmatch(out)
 	require.NotNil(t, m, "conf answered %.400q", out)
@@ -184,7 +184,7 @@ func minSessionTimeout(t *testing.T, addr string) time.Duration {
 // by its predecessor's release.
 func TestNilConfig(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := bounded(t)
 	zkServers := testenv.ZKServers(t)
 	newLocker := func() (*zklease.Locker, *zk.Conn) {
 		conn, _, err := zk.Connect(zkServers, sessionTimeout, zk.WithLogger(quiet{}))
@@ -245,7 +245,7 @@ func TestNilConfig(t *testing.T) {
 // stays held for the TTL while the session lives.
 func TestTTLLongerThanSession(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
+	ctx := bounded(t)
 	zkServers := testenv.ZKServers(t)
 	const timeout = 2 * time.Second
 	const ttl = 10 * timeout
@@ -284,4 +284,12 @@ func TestTTLLongerThanSession(t *testing.T) {
 	require.NoError(t, a.Renew(ctx, lease, ttl), "the lease is still there to renew")
 	require.NoError(t, a.Release(ctx, lease))
 	require.True(t, strings.HasPrefix(key, "TestTTLLongerThanSession"))
+}
+
+// bounded is a context that ends with the test or after a minute, so a
+// hung call fails the test instead of the package's timeout.
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
