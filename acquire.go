@@ -19,7 +19,8 @@ var retry = backoff.Backoff{Min: 5 * time.Millisecond, Max: 250 * time.Milliseco
 //
 // A Locker that implements [Waiter] waits in its store's own queue instead.
 // Acquire returns at once on any error other than ErrHeld (bad input, an
-// unreachable store): waiting would not fix it. When ctx ends it returns an
+// unreachable store, a Notifier that cannot subscribe): waiting would not
+// fix it. When ctx ends it returns an
 // error wrapping ctx.Err().
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lease, error) {
 	if w, ok := l.(Waiter); ok {
@@ -31,10 +32,14 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lea
 		stop := func() {}
 		if n != nil {
 			// Subscribe before the attempt: a release that lands between a
-			// failed attempt and the wait still wakes us.
-			if ch, cancel, err := n.Notify(ctx, key); err == nil {
-				wake, stop = ch, cancel
+			// failed attempt and the wait still wakes us. A subscription
+			// refused (a missing permission, an unreachable store) is an
+			// error, never a silent fall back to polling late.
+			ch, cancel, err := n.Notify(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("acquire %q: wait for release: %w", key, err)
 			}
+			wake, stop = ch, cancel
 		}
 		lease, err := l.TryAcquire(ctx, key, ttl)
 		if !errors.Is(err, ErrHeld) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -76,6 +77,15 @@ func (h *Held) Lease() Lease {
 	return h.lease
 }
 
+// String describes the held lease without its owner (see [Lease.String]).
+func (h *Held) String() string { return "held " + h.Lease().String() }
+
+// GoString is String, so %#v does not print the owner either.
+func (h *Held) GoString() string { return h.String() }
+
+// LogValue is the held lease for log/slog, without its owner.
+func (h *Held) LogValue() slog.Value { return h.Lease().LogValue() }
+
 // Token is the lease's fencing token: send it with every write.
 func (h *Held) Token() Token { return h.Lease().Token }
 
@@ -87,9 +97,8 @@ func (h *Held) Err() error {
 	if err := context.Cause(h.ctx); err != nil {
 		return err
 	}
-	if d := h.Lease().Deadline; !time.Now().Before(d) {
-		err := fmt.Errorf("%w: local deadline passed without renewal", ErrLost)
-		h.cancel(err)
+	if l := h.Lease(); !time.Now().Before(l.Deadline) {
+		h.cancel(deadlinePassed(l.Key))
 		return context.Cause(h.ctx)
 	}
 	return nil
@@ -128,6 +137,12 @@ func (h *Held) finish(ctx context.Context, keep time.Duration) error {
 	return h.err
 }
 
+// deadlinePassed is the cause of a loss noticed by the clock: no renewal
+// succeeded before the lease's local deadline (a pause, a slow store).
+func deadlinePassed(key string) error {
+	return fmt.Errorf("%w: lease %q: local deadline passed without a renewal", ErrLost, key)
+}
+
 // renew runs until loopCtx ends or the lease is lost. parent is the context
 // given to Hold: when it ends, the lease is released.
 func (h *Held) renew(loopCtx, parent context.Context) {
@@ -157,7 +172,7 @@ func (h *Held) renew(loopCtx, parent context.Context) {
 		}
 		// After a pause both timers may be due; the deadline decides.
 		if !time.Now().Before(lease.Deadline) {
-			h.cancel(fmt.Errorf("%w: local deadline passed without renewal", ErrLost))
+			h.cancel(deadlinePassed(lease.Key))
 			return
 		}
 		start := time.Now()
@@ -168,8 +183,10 @@ func (h *Held) renew(loopCtx, parent context.Context) {
 			if loopCtx.Err() != nil {
 				continue // stopped while renewing: the top of the loop decides
 			}
-			if !errors.Is(err, ErrLost) {
-				err = fmt.Errorf("%w: renew: %w", ErrLost, err)
+			if errors.Is(err, ErrLost) {
+				err = fmt.Errorf("lease %q: renewal refused: %w", lease.Key, err)
+			} else {
+				err = fmt.Errorf("%w: lease %q: renewal failed: %w", ErrLost, lease.Key, err)
 			}
 			h.cancel(err)
 			return

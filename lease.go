@@ -2,7 +2,9 @@ package aegis
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 )
@@ -26,9 +28,42 @@ type Lease struct {
 	Deadline time.Time
 }
 
-// String describes the lease without its owner, which may be a secret.
-func (l *Lease) String() string {
+// A Lease never shows its Owner when printed: String (so %v, %+v and %s),
+// GoString (%#v), LogValue (log/slog's text and JSON handlers) and MarshalJSON
+// all leave it out, on a Lease and on a *Lease alike. For Redis the owner is
+// the value that release and renew compare: whoever reads it can release or
+// extend another worker's lease.
+
+// String describes the lease without its owner.
+func (l Lease) String() string {
 	return fmt.Sprintf("lease %q token %d ttl %s", l.Key, l.Token, l.TTL)
+}
+
+// GoString is String, so %#v does not print the owner either.
+func (l Lease) GoString() string { return l.String() }
+
+// LogValue is the lease for log/slog: key, token, ttl and deadline, no owner.
+func (l Lease) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("key", l.Key),
+		slog.Int64("token", int64(l.Token)),
+		slog.Duration("ttl", l.TTL),
+		slog.Time("deadline", l.Deadline),
+	)
+}
+
+// leaseJSON is a Lease's JSON form: every field but the owner.
+type leaseJSON struct {
+	Key      string        `json:"key"`
+	Token    Token         `json:"token"`
+	TTL      time.Duration `json:"ttl"`
+	Deadline time.Time     `json:"deadline"`
+}
+
+// MarshalJSON encodes the lease without its owner, so a lease written to a
+// log or an API response cannot be replayed to release it.
+func (l Lease) MarshalJSON() ([]byte, error) {
+	return json.Marshal(leaseJSON{Key: l.Key, Token: l.Token, TTL: l.TTL, Deadline: l.Deadline})
 }
 
 // Locker grants leases on keys. Implementations are safe for concurrent use.
@@ -56,8 +91,10 @@ type Locker interface {
 // notification that never comes (an expiry) only costs latency.
 type Notifier interface {
 	// Notify returns a channel that receives a value when key may have
-	// become free, and a function that ends the subscription. The channel
-	// may be closed when the subscription fails; Acquire then polls.
+	// become free, and a function that ends the subscription. An error
+	// (the subscription cannot be made) ends Acquire with that error. The
+	// channel may be closed when a subscription that was made fails later;
+	// Acquire then polls.
 	Notify(ctx context.Context, key string) (<-chan struct{}, func(), error)
 }
 
@@ -95,9 +132,10 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// CheckTTL reports whether ttl is a valid lease TTL: positive and at most
-// max (MaxTTL when max is zero). The error names the value and wraps
-// ErrInvalid.
+// CheckTTL reports whether ttl is a valid lease TTL: longer than its drift
+// margin ([Drift], so the local deadline of a fresh grant is still ahead)
+// and at most max (MaxTTL when max is zero). The error names the value and
+// wraps ErrInvalid.
 func CheckTTL(ttl, max time.Duration) error {
 	if max <= 0 {
 		max = MaxTTL
@@ -105,6 +143,8 @@ func CheckTTL(ttl, max time.Duration) error {
 	switch {
 	case ttl <= 0:
 		return fmt.Errorf("%w: ttl %s is not positive", ErrInvalid, ttl)
+	case ttl <= Drift(ttl):
+		return fmt.Errorf("%w: ttl %s is not longer than its clock-drift margin %s: the lease's local deadline would already have passed when it is granted", ErrInvalid, ttl, Drift(ttl))
 	case ttl > max:
 		return fmt.Errorf("%w: ttl %s is longer than the maximum %s", ErrInvalid, ttl, max)
 	}

@@ -1,6 +1,8 @@
 package aegis_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/memlease"
+	"github.com/aegislab/aegis/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,6 +68,10 @@ func TestCheckTTL(t *testing.T) {
 		{-time.Second, 0, "ttl -1s is not positive"},
 		{aegis.MaxTTL + 1, 0, "longer than the maximum 24h0m0s"},
 		{time.Minute, time.Second, "ttl 1m0s is longer than the maximum 1s"},
+		{time.Millisecond, 0, "ttl 1ms is not longer than its clock-drift margin 2.01ms"},
+		{2 * time.Millisecond, 0, "not longer than its clock-drift margin"},
+		{2020 * time.Microsecond, 0, "not longer than its clock-drift margin"},
+		{3 * time.Millisecond, 0, ""},
 	}
 	for _, tt := range tests {
 		err := aegis.CheckTTL(tt.ttl, tt.max)
@@ -97,4 +105,50 @@ func TestLeaseStringHidesOwner(t *testing.T) {
 	l := &aegis.Lease{Key: "k", Token: 7, Owner: "s3cret", TTL: time.Second}
 	require.NotContains(t, l.String(), "s3cret")
 	require.Contains(t, l.String(), "token 7")
+}
+
+func TestLeaseNeverPrintsOwner(t *testing.T) {
+	t.Parallel()
+	l := aegis.Lease{Key: "k", Token: 7, Owner: "s3cret-owner", TTL: time.Second, Deadline: time.Now()}
+	for _, v := range []any{l, &l, []aegis.Lease{l}, map[string]*aegis.Lease{"x": &l}, struct{ L aegis.Lease }{l}} {
+		locktest.RequireHidden(t, l.Owner, v)
+	}
+	forms := locktest.Printed(l)
+	require.Contains(t, forms["fmt %v"], `lease "k" token 7 ttl 1s`)
+	require.Contains(t, forms["slog JSON"], `"token":7`)
+	require.Contains(t, forms["encoding/json"], `"key":"k"`)
+	var nilLease *aegis.Lease
+	require.NotPanics(t, func() { locktest.Printed(nilLease) })
+}
+
+func TestHeldNeverPrintsOwner(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	h, err := aegis.Hold(ctx, memlease.New(), "held/printed", time.Minute)
+	require.NoError(t, err)
+	defer h.Release(ctx)
+	locktest.RequireHidden(t, h.Lease().Owner, h)
+	locktest.RequireHidden(t, h.Lease().Owner, h.Lease())
+	require.Contains(t, fmt.Sprint(h), `lease "held/printed"`)
+}
+
+func TestHoldLossNamesKeyAndReason(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	l := memlease.New()
+	lease, err := l.TryAcquire(ctx, "loss/reason", 60*time.Millisecond)
+	require.NoError(t, err)
+	forged := *lease
+	forged.Owner = "someone-else"
+	h := aegis.Keep(ctx, l, &forged)
+	defer h.Release(ctx)
+	select {
+	case <-h.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a renewal refused by the store did not cancel the held context within 10s")
+	}
+	cause := context.Cause(h.Context())
+	require.ErrorIs(t, cause, aegis.ErrLost)
+	require.ErrorContains(t, cause, `lease "loss/reason": renewal refused`)
+	require.NotContains(t, cause.Error(), lease.Owner)
 }

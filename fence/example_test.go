@@ -1,11 +1,9 @@
 package fence_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,52 +11,97 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 
-// The README's example: hold a lease, and write through the fence with its
-// token. A holder whose token was superseded gets aegis.ErrStale.
+// The README's example, on an empty database: hold a lease, and write
+// through the fence with its token. A holder whose token was superseded
+// gets aegis.ErrStale.
 func Example() {
 	ctx := context.Background()
-	url := cmp.Or(os.Getenv("AEGIS_POSTGRES_URL"), "postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable")
-	pool, err := pgxpool.New(ctx, url)
+	pool, drop, err := docsnippets.Postgres(ctx) // a pool on a new, empty schema
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer pool.Close()
+	defer drop()
+
+	fmt.Println("export:", readme(ctx, pool))
+	fmt.Println("again:", readme(ctx, pool)) // the next grant: token 2
+	var token int64
+	if err := pool.QueryRow(ctx, "SELECT token FROM aegis_fence WHERE resource = 'invoice-export/2026-10'").Scan(&token); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("fence at token", token)
+
+	// A holder that was paused past its lease comes back with token 1:
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.Check(ctx, tx, "invoice-export/2026-10", 1)
+	})
+	fmt.Println("stale write rejected:", errors.Is(err, aegis.ErrStale))
+	// Output:
+	// export: <nil>
+	// again: <nil>
+	// fence at token 2
+	// stale write rejected: true
+}
+
+// readme is the README's "Fifteen lines", as they are printed there.
+func readme(ctx context.Context, pool *pgxpool.Pool) error {
 	locker, err := pglease.New(pool, nil) // creates the lease table if missing
 	if err != nil {
+		return err
+	}
+	if err := fence.Migrate(ctx, pool); err != nil { // creates the fence table if missing
+		return err
+	}
+	h, err := aegis.Hold(ctx, locker, "invoice-export/2026-10", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	defer h.Release(ctx)
+
+	return pgx.BeginFunc(h.Context(), pool, func(tx pgx.Tx) error {
+		if err := fence.Check(h.Context(), tx, "invoice-export/2026-10", h.Token()); err != nil {
+			return err // aegis.ErrStale: a newer holder wrote already; roll back
+		}
+		return exportInvoices(h.Context(), tx, "2026-10") // your writes, in the same transaction
+	})
+}
+
+// exportInvoices stands for the business write: here one row of a table of
+// its own, so that the example needs nothing but an empty database.
+func exportInvoices(ctx context.Context, tx pgx.Tx, period string) error {
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS invoice_export (period text PRIMARY KEY, exported_at timestamptz NOT NULL)`); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO invoice_export VALUES ($1, now()) ON CONFLICT (period) DO UPDATE SET exported_at = now()`, period)
+	return err
+}
+
+// The fence's checks refuse a token no grant issued before any SQL is
+// sent: here the token of a context outside a scheduled run.
+func ExampleCheck_invalid() {
+	ctx := context.Background()
+	pool, drop, err := docsnippets.Postgres(ctx)
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	defer drop()
 	if err := fence.Migrate(ctx, pool); err != nil {
 		fmt.Println(err)
 		return
 	}
-	resource := fmt.Sprintf("example/%d", time.Now().UnixNano())
-
-	write := func(token aegis.Token) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := fence.Check(ctx, tx, resource, token); err != nil {
-				return err // a newer holder exists: roll back
-			}
-			// The business write goes here, in the same transaction.
-			return nil
-		})
-	}
-
-	h, err := aegis.Hold(ctx, locker, resource, 30*time.Second)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer h.Release(ctx)
-	fmt.Println("first write:", write(h.Token()))
-	// A holder that was paused past its lease comes back with a lower token:
-	err = write(h.Token() - 1)
-	fmt.Println("stale write rejected:", errors.Is(err, aegis.ErrStale))
+	var token aegis.Token // what `token, _ := schedule.TokenFrom(ctx)` gives outside a run
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.Check(ctx, tx, "invoice-export/2026-10", token)
+	})
+	fmt.Println(errors.Is(err, aegis.ErrInvalid))
+	fmt.Println(err)
 	// Output:
-	// first write: <nil>
-	// stale write rejected: true
+	// true
+	// aegis: invalid argument: fence: token 0 is not positive: no lease grants it (a token read from a context outside a run?)
 }

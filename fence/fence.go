@@ -16,6 +16,12 @@
 //     naming the canonical object is committed through the fence; Sweep
 //     deletes what no row references and no holder can commit any more.
 //
+// Bad input is refused before any SQL is sent, with an error wrapping
+// aegis.ErrInvalid that names it: a token that is not positive (no grant
+// issues one: it is what a failed schedule.TokenFrom returns), a resource
+// that is empty, longer than MaxResource, not UTF-8 or contains NUL. A
+// missing fence table is an error that says to run Migrate.
+//
 // What the fence does not do: stop a stale holder's side effects outside the
 // fenced store (an e-mail, a call to a service that does not check the
 // token). Those need idempotency on the receiving side.
@@ -24,7 +30,10 @@ package fence
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -73,28 +82,105 @@ func apply(ctx context.Context, db *sql.DB, d migrate.Dialect) error {
 	return nil
 }
 
+// MaxResource is the longest resource name Check and CheckSQL accept, in
+// bytes. The name is a primary key: a bound keeps the index small and turns
+// a key built from unbounded input into an error instead of a slow insert.
+const MaxResource = 1024
+
 // Check records token for resource inside tx. When a greater token was
 // already accepted it writes nothing and returns aegis.ErrStale; the caller
 // rolls back.
+//
+// The resource must be non-empty UTF-8 of at most MaxResource bytes without
+// NUL, and the token positive (every backend's first token is 1, so 0 is a
+// token that no grant issued, such as the zero value of a failed
+// schedule.TokenFrom): anything else is an error wrapping aegis.ErrInvalid,
+// returned before any SQL is sent. When the fence table is missing the
+// error says to run Migrate.
 func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) error {
+	if tx == nil {
+		return fmt.Errorf("%w: fence: check: tx is nil", aegis.ErrInvalid)
+	}
+	if err := validate(resource, token); err != nil {
+		return err
+	}
 	tag, err := tx.Exec(ctx, checkSQL, resource, int64(token))
 	if err != nil {
-		return fmt.Errorf("fence: check %q: %w", resource, err)
+		return checkErr(resource, err)
 	}
 	return stale(tag.RowsAffected(), resource, token)
 }
 
-// CheckSQL is Check for a database/sql transaction (PostgreSQL or SQLite).
+// CheckSQL is Check for a database/sql transaction (PostgreSQL or SQLite),
+// with the same validation.
 func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) error {
+	if tx == nil {
+		return fmt.Errorf("%w: fence: check: tx is nil", aegis.ErrInvalid)
+	}
+	if err := validate(resource, token); err != nil {
+		return err
+	}
 	res, err := tx.ExecContext(ctx, checkSQL, resource, int64(token))
 	if err != nil {
-		return fmt.Errorf("fence: check %q: %w", resource, err)
+		return checkErr(resource, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("fence: check %q: %w", resource, err)
 	}
 	return stale(n, resource, token)
+}
+
+// validate refuses what Check must never send: a resource that is no
+// name (empty, over-long, not UTF-8, with NUL, which PostgreSQL's text
+// refuses with a raw protocol error) and a token that no grant issued.
+func validate(resource string, token aegis.Token) error {
+	if err := validName("resource", resource); err != nil {
+		return err
+	}
+	return validToken(token)
+}
+
+func validToken(token aegis.Token) error {
+	if token <= 0 {
+		return fmt.Errorf("%w: fence: token %d is not positive: no lease grants it (a token read from a context outside a run?)", aegis.ErrInvalid, token)
+	}
+	return nil
+}
+
+// validName checks a resource name or an object key prefix.
+func validName(what, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: fence: %s is empty", aegis.ErrInvalid, what)
+	case len(name) > MaxResource:
+		return fmt.Errorf("%w: fence: %s is %d bytes, more than %d: %.32q…", aegis.ErrInvalid, what, len(name), MaxResource, name)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: fence: %s %.64q is not valid UTF-8", aegis.ErrInvalid, what, name)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: fence: %s %.64q contains NUL", aegis.ErrInvalid, what, name)
+	}
+	return nil
+}
+
+// checkErr wraps a failed check, naming the fix when the fence table is
+// missing: the first thing a new user meets.
+func checkErr(resource string, err error) error {
+	if missingTable(err) {
+		return fmt.Errorf("fence: check %q: table aegis_fence does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) first: %w", resource, err)
+	}
+	return fmt.Errorf("fence: check %q: %w", resource, err)
+}
+
+// missingTable reports whether err is PostgreSQL's undefined_table (42P01)
+// or SQLite's "no such table" for the fence table.
+func missingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "42P01"
+	}
+	// modernc.org/sqlite has no code for it but the message.
+	return strings.Contains(err.Error(), "no such table: aegis_fence")
 }
 
 // Execer is what Exec needs: a pgx pool, connection or transaction.
@@ -110,7 +196,15 @@ type Execer interface {
 // and returns aegis.ErrStale when it affects no row: another holder's token
 // is in the row now. The statement's WHERE clause must compare the token;
 // Exec cannot check that it does. It returns the rows affected.
+//
+// A nil db or an empty statement is an error wrapping aegis.ErrInvalid.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
+	if db == nil {
+		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
+	}
+	if strings.TrimSpace(sql) == "" {
+		return 0, fmt.Errorf("%w: fence: exec: the statement is empty", aegis.ErrInvalid)
+	}
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
 		return 0, fmt.Errorf("fence: exec: %w", err)
@@ -128,6 +222,12 @@ type SQLExecer interface {
 
 // ExecSQL is Exec through database/sql (PostgreSQL or SQLite).
 func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
+	if db == nil {
+		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
+	}
+	if strings.TrimSpace(query) == "" {
+		return 0, fmt.Errorf("%w: fence: exec: the statement is empty", aegis.ErrInvalid)
+	}
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, fmt.Errorf("fence: exec: %w", err)

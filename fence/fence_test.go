@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -172,4 +174,117 @@ func TestExec(t *testing.T) {
 	n, err = fence.ExecSQL(ctx, db, "UPDATE export SET period = period WHERE period = $1 AND token = $2", "p", 3)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
+}
+
+// invalidChecks are the resources and tokens no Check may send to the
+// store, with what the error must name.
+var invalidChecks = []struct {
+	name     string
+	resource string
+	token    aegis.Token
+	want     string
+}{
+	{"token zero", "r", 0, "token 0 is not positive"},
+	{"negative token", "r", -7, "token -7 is not positive"},
+	{"empty resource", "", 1, "resource is empty"},
+	{"resource over the limit", strings.Repeat("r", 100<<10), 1, "resource is 102400 bytes, more than 1024"},
+	{"resource one byte over", strings.Repeat("r", fence.MaxResource+1), 1, "resource is 1025 bytes, more than 1024"},
+	{"NUL in resource", "a\x00b", 1, `resource "a\x00b" contains NUL`},
+	{"resource not UTF-8", "a\xffb", 1, `resource "a\xffb" is not valid UTF-8`},
+}
+
+// TestCheckInvalid: each bad argument is refused before any SQL is sent.
+// The schema has no fence table, so a statement that reached the server
+// would fail with another error, and in PostgreSQL it would abort the
+// transaction: the statement after the refusal proves the tx is intact.
+func TestCheckInvalid(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Postgres(t)
+	sqlite, err := sqlitelease.Open(filepath.Join(t.TempDir(), "fence.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlite.Close() })
+	dbs := map[string]*sql.DB{"postgres": testenv.PostgresSQL(t), "sqlite": sqlite}
+	for _, tc := range invalidChecks {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				err := fence.Check(ctx, tx, tc.resource, tc.token)
+				require.ErrorIs(t, err, aegis.ErrInvalid)
+				require.ErrorContains(t, err, tc.want)
+				require.Less(t, len(err.Error()), 300, "the error quotes a bounded part of the resource")
+				_, err = tx.Exec(ctx, "SELECT 1")
+				return err
+			})
+			require.NoError(t, err, "the refused check sent nothing: the transaction is intact")
+			for name, db := range dbs {
+				tx, err := db.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				err = fence.CheckSQL(ctx, tx, tc.resource, tc.token)
+				require.ErrorIs(t, err, aegis.ErrInvalid, name)
+				require.ErrorContains(t, err, tc.want, name)
+				_, err = tx.ExecContext(ctx, "SELECT 1")
+				require.NoError(t, err, "%s: the transaction is intact", name)
+				require.NoError(t, tx.Rollback())
+			}
+		})
+	}
+	t.Run("nil tx", func(t *testing.T) {
+		require.ErrorIs(t, fence.Check(t.Context(), nil, "r", 1), aegis.ErrInvalid)
+		require.ErrorIs(t, fence.CheckSQL(t.Context(), nil, "r", 1), aegis.ErrInvalid)
+	})
+	t.Run("limit", func(t *testing.T) {
+		ctx := t.Context()
+		require.NoError(t, fence.Migrate(ctx, pool))
+		require.NoError(t, checkPG(ctx, pool, strings.Repeat("r", fence.MaxResource), 1), "a resource of exactly MaxResource bytes is accepted")
+		require.NoError(t, checkPG(ctx, pool, "ünïcode/résumé", 1))
+	})
+}
+
+// TestCheckMissingTable: the first thing a new user meets without Migrate
+// is an error that says to run it, with the driver's error still wrapped.
+func TestCheckMissingTable(t *testing.T) {
+	t.Parallel()
+	ctx, pool := t.Context(), testenv.Postgres(t)
+	err := checkPG(ctx, pool, "r", 1)
+	require.ErrorContains(t, err, "run fence.Migrate")
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42P01", pgErr.Code)
+	require.NotErrorIs(t, err, aegis.ErrStale)
+
+	sqlite, err := sqlitelease.Open(filepath.Join(t.TempDir(), "fence.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlite.Close() })
+	for name, db := range map[string]*sql.DB{"postgres": testenv.PostgresSQL(t), "sqlite": sqlite} {
+		err := checkSQL(ctx, db, "r", 1)
+		require.ErrorContains(t, err, "run fence.Migrate", name)
+		require.ErrorContains(t, err, "fence.MigrateSQL", name)
+	}
+
+	// Another failure is not reported as a missing table.
+	require.NoError(t, fence.Migrate(ctx, pool))
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT 1/0"); err == nil {
+			return errors.New("division by zero succeeded")
+		}
+		return fence.Check(ctx, tx, "r", 1) // in an aborted transaction
+	})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "run fence.Migrate")
+}
+
+func TestExecInvalid(t *testing.T) {
+	t.Parallel()
+	ctx, pool := t.Context(), testenv.Postgres(t)
+	for _, q := range []string{"", "  \n\t"} {
+		_, err := fence.Exec(ctx, pool, q)
+		require.ErrorIs(t, err, aegis.ErrInvalid)
+		require.ErrorContains(t, err, "the statement is empty")
+		_, err = fence.ExecSQL(ctx, testenv.PostgresSQL(t), q)
+		require.ErrorIs(t, err, aegis.ErrInvalid)
+	}
+	_, err := fence.Exec(ctx, nil, "SELECT 1")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = fence.ExecSQL(ctx, nil, "SELECT 1")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 }

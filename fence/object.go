@@ -37,12 +37,40 @@ const tokenDigits = 19
 // resource: prefix/0000000000000000007.ext. No two grants share it, so a
 // stale holder's upload can never overwrite the canonical object that a
 // newer holder committed.
-func TokenKey(prefix string, token aegis.Token, ext string) string {
+//
+// The token must be positive; prefix and ext must be UTF-8 without NUL,
+// prefix at most MaxResource bytes, ext without '/'. Anything else is an
+// error wrapping aegis.ErrInvalid: a key made from token 0 (a token read
+// outside a run) would look canonical to nobody and never be swept.
+func TokenKey(prefix string, token aegis.Token, ext string) (string, error) {
+	if err := validToken(token); err != nil {
+		return "", err
+	}
+	if err := validPrefix(prefix); err != nil {
+		return "", err
+	}
+	ext = strings.TrimPrefix(ext, ".")
+	if ext != "" {
+		if err := validName("extension", ext); err != nil {
+			return "", err
+		}
+		if strings.IndexByte(ext, '/') >= 0 {
+			return "", fmt.Errorf("%w: fence: extension %q contains '/'", aegis.ErrInvalid, ext)
+		}
+	}
 	name := fmt.Sprintf("%0*d", tokenDigits, int64(token))
 	if ext != "" {
-		name += "." + strings.TrimPrefix(ext, ".")
+		name += "." + ext
 	}
-	return path.Join(prefix, name)
+	return path.Join(prefix, name), nil
+}
+
+// validPrefix checks an object key prefix; empty means the store's root.
+func validPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return validName("prefix", prefix)
 }
 
 // KeyToken returns the token in a key made by TokenKey.
@@ -55,7 +83,7 @@ func KeyToken(key string) (aegis.Token, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(base, 10, 64)
-	if err != nil || n < 0 {
+	if err != nil || n <= 0 {
 		return 0, false
 	}
 	return aegis.Token(n), true
@@ -66,7 +94,22 @@ func KeyToken(key string) (aegis.Token, bool) {
 // stale holder's upload, which the fence will refuse) and that no row
 // references. Objects of the current or a greater token are kept, because
 // their holder may still commit them. It returns the keys deleted.
+//
+// A nil store or referenced, a current token that is not positive or a
+// prefix TokenKey would refuse is an error wrapping aegis.ErrInvalid.
 func Sweep(ctx context.Context, store ObjectStore, prefix string, current aegis.Token, referenced func(key string) bool) ([]string, error) {
+	switch {
+	case store == nil:
+		return nil, fmt.Errorf("%w: fence: sweep: store is nil", aegis.ErrInvalid)
+	case referenced == nil:
+		return nil, fmt.Errorf("%w: fence: sweep: referenced is nil", aegis.ErrInvalid)
+	}
+	if err := validToken(current); err != nil {
+		return nil, err
+	}
+	if err := validPrefix(prefix); err != nil {
+		return nil, err
+	}
 	keys, err := store.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("fence: sweep %q: %w", prefix, err)
@@ -96,7 +139,7 @@ var _ ObjectStore = (*Dir)(nil)
 // NewDir returns a Dir rooted at root, creating the directory when missing.
 func NewDir(root string) (*Dir, error) {
 	if root == "" {
-		return nil, errors.New("fence: object directory is empty")
+		return nil, fmt.Errorf("%w: fence: object directory is empty", aegis.ErrInvalid)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
@@ -104,10 +147,14 @@ func NewDir(root string) (*Dir, error) {
 	return &Dir{root: root}, nil
 }
 
-// file maps a key to a path under root, refusing keys that would escape it.
+// file maps a key to a path under root, refusing keys that would escape it
+// or that no file system names.
 func (d *Dir) file(key string) (string, error) {
-	if key == "" || !fs.ValidPath(key) || key == "." {
-		return "", fmt.Errorf("fence: invalid object key %q", key)
+	if err := validName("object key", key); err != nil {
+		return "", err
+	}
+	if !fs.ValidPath(key) || key == "." {
+		return "", fmt.Errorf("%w: fence: invalid object key %q: not a relative slash-separated path", aegis.ErrInvalid, key)
 	}
 	return filepath.Join(d.root, filepath.FromSlash(key)), nil
 }

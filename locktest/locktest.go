@@ -45,6 +45,10 @@ type Config struct {
 	// Increments is how many critical sections each goroutine of the
 	// concurrency test runs. Default 10.
 	Increments int
+	// Handoff bounds how long a waiter blocked in aegis.Acquire may be kept
+	// out by a greedy holder that releases and at once acquires again.
+	// Default TTL + 1s: a fair backend hands over within one hold.
+	Handoff time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -59,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Increments <= 0 {
 		c.Increments = 10
+	}
+	if c.Handoff <= 0 {
+		c.Handoff = c.TTL + time.Second
 	}
 	return c
 }
@@ -81,6 +88,11 @@ func Run(t *testing.T, cfg Config) {
 		{"StaleOwnerChangesNothing", s.staleOwner},
 		{"ForgedLeaseChangesNothing", s.forgedLease},
 		{"ReleasedLeaseIsGone", s.releasedLeaseIsGone},
+		{"StaleAfterOwnRelease", s.staleAfterOwnRelease},
+		{"StaleAfterSuccessor", s.staleAfterSuccessor},
+		{"StaleAfterExpiry", s.staleAfterExpiry},
+		{"LeaseNeverPrintsOwner", s.ownerHidden},
+		{"WaiterBeatsGreedyHolder", s.greedyHolder},
 		{"RenewExtendsPastTTL", s.renewExtends},
 		{"LockAtLeastForThroughRenew", s.lockAtLeastFor},
 		{"ConcurrentCounter", s.concurrentCounter},

@@ -85,7 +85,10 @@ func Render(period string, token aegis.Token) []byte {
 // Upload writes the PDF under the key of its token; no other grant shares
 // the key, so a stale upload can never replace the canonical object.
 func (e *Exports) Upload(ctx context.Context, period string, token aegis.Token, pdf []byte) (string, error) {
-	key := fence.TokenKey("exports/"+period, token, "pdf")
+	key, err := fence.TokenKey("exports/"+period, token, "pdf")
+	if err != nil {
+		return "", err
+	}
 	if err := e.Objects.Put(ctx, key, bytes.NewReader(pdf)); err != nil {
 		return "", err
 	}

@@ -545,8 +545,9 @@ func (p *Proc) aliveLocked() bool {
 		case <-p.done:
 			return false
 		default:
-			return true
 		}
+		// Not reaped yet, but a process another handle stopped (StopDir) is
+		// a zombie until this handle's Wait returns: that is not running.
 	}
 	state, started, err := processStat(p.pid)
 	return err == nil && started == p.started && state != 'Z' && state != 'X'

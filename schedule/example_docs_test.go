@@ -1,0 +1,175 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/docsnippets"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/queue"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// Run-key mode on PostgreSQL, from an empty database: docs/schedule.md's
+// usage (runKeyMode's body) until its first run has committed.
+func ExampleNew_runKeyMode() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, drop, err := docsnippets.Postgres(ctx) // a pool on a new, empty schema
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	fmt.Println(untilRun(ctx, pool, runKeyMode))
+	// Output:
+	// reconciled, with a run's token: true
+	// <nil>
+}
+
+// runKeyMode is docs/schedule.md's run-key mode, as printed there.
+func runKeyMode(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool) // or sqlitelease.Open(path)
+	defer db.Close()
+	store, err := schedule.NewStore(ctx, db, nil) // creates the run table (numbered migrations)
+	if err != nil {
+		return err
+	}
+	if err := fence.MigrateSQL(ctx, db); err != nil { // the job's writes go through the fence
+		return err
+	}
+	s, err := schedule.New(&schedule.Config{Node: "web-1", Store: store}) // run-key mode
+	if err != nil {
+		return err
+	}
+	err = s.Add(schedule.Job{
+		Name:          "nightly-reconciliation", // ShedLock's @SchedulerLock name
+		Cron:          "* * * * * *",            // seconds first: every second here; 02:00 in Berlin is "TZ=Europe/Berlin 0 0 2 * * *"
+		LockAtMostFor: 30 * time.Minute,         // run row / lease TTL, kept alive while the job runs
+		Run: func(ctx context.Context) error {
+			token, _ := schedule.TokenFrom(ctx) // outside a run it is 0, which the fence refuses
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := fence.CheckSQL(ctx, tx, "nightly-reconciliation", token); err != nil {
+				return err // aegis.ErrStale: a later run has written
+			}
+			if err := reconcile(ctx); err != nil { // the job's writes, on tx
+				return err
+			}
+			return tx.Commit()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer s.Stop() // waits for a running job
+	<-ctx.Done()   // until shutdown
+	return nil
+}
+
+// Leader mode, from an empty database: docs/schedule.md's leader mode
+// (leaderMode's body) until the first run a worker took from the queue.
+func ExampleNew_leaderMode() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, drop, err := docsnippets.Postgres(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	fmt.Println(untilRun(ctx, pool, leaderMode))
+	// Output:
+	// reconciled, with a run's token: true
+	// <nil>
+}
+
+// leaderMode is docs/schedule.md's leader mode, as printed there.
+func leaderMode(ctx context.Context, pool *pgxpool.Pool) error {
+	locker, err := pglease.New(pool, nil) // any aegis.Locker elects
+	if err != nil {
+		return err
+	}
+	election, err := elect.New(locker, "scheduler", &elect.Config{Node: "web-1", TTL: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	s, err := schedule.New(&schedule.Config{Node: "web-1", Leader: &schedule.LeaderConfig{
+		Election: election, Pool: pool, // Queue: "schedule", Table: "aegis_schedule_run" by default
+	}})
+	if err != nil {
+		return err
+	}
+	err = s.Add(schedule.Job{Name: "nightly-reconciliation", Cron: "* * * * * *", Run: reconcile}) // the same jobs on every replica
+	if err != nil {
+		return err
+	}
+	workers := queue.NewWorkers()
+	if err := s.AddWorker(workers); err != nil { // this replica works runs (a replica may only enqueue, or only work)
+		return err
+	}
+	if err := s.Start(ctx); err != nil { // first: creates the tables (the queue's too); campaigns; enqueues while it leads
+		return err
+	}
+	defer s.Stop()
+	qc, err := queue.New(pool, &queue.Config{Queues: map[string]queue.QueueConfig{"schedule": {MaxWorkers: 4}}, Workers: workers})
+	if err != nil {
+		return err
+	}
+	if err := qc.Start(ctx); err != nil { // workers compete: FOR UPDATE SKIP LOCKED
+		return err
+	}
+	defer qc.Stop(context.WithoutCancel(ctx)) // graceful: waits for running jobs
+	<-ctx.Done()                              // until shutdown
+	return nil
+}
+
+// reconciled receives a line from the first reconcile.
+var reconciled = make(chan string, 1)
+
+// reconcile stands for the job: its writes carry the run's token (in
+// leader mode too: token, _ := schedule.TokenFrom(ctx), then fence.Check).
+func reconcile(ctx context.Context) error {
+	token, ok := schedule.TokenFrom(ctx)
+	select {
+	case reconciled <- fmt.Sprint("reconciled, with a run's token: ", ok && token > 0):
+	default: // a later tick
+	}
+	return nil
+}
+
+// untilRun runs mode until reconcile has run once, then shuts it down and
+// returns what it returned; every wait is bounded by ctx.
+func untilRun(ctx context.Context, pool *pgxpool.Pool, mode func(context.Context, *pgxpool.Pool) error) error {
+	ctx, shutdown := context.WithCancel(ctx)
+	defer shutdown()
+	done := make(chan error, 1)
+	go func() { done <- mode(ctx, pool) }()
+	select {
+	case line := <-reconciled:
+		fmt.Println(line)
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no run within the example's bound: %w", ctx.Err())
+	}
+	shutdown()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("the scheduler did not stop within 30s")
+	}
+}
