@@ -336,9 +336,12 @@ func (l *Locker) moveLease(ctx context.Context, g grant, lease *aegis.Lease, ttl
 		}
 		return lost("renew", lease.Key, reasonGone)
 	}
-	// Succeeded: both Then ops ran, so Responses has their two answers.
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		l.revoke(ctx, clientv3.LeaseID(kvs[0].Lease)) // no key is attached to it any more
+	// Succeeded: both Then ops ran, so Responses has their two answers; the
+	// first, the get before the put, names the old etcd lease.
+	if len(resp.Responses) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			l.revoke(ctx, clientv3.LeaseID(kvs[0].Lease)) // no key is attached to it any more
+		}
 	}
 	return nil
 }

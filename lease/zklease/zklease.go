@@ -32,7 +32,9 @@
 //     30 minutes on an ensemble whose maxSessionTimeout is 40 s): the key
 //     stays held for the TTL while the holder's session lives, and the
 //     holder keeps trusting it as long as it renews within each session
-//     timeout. See docs/decisions.md.
+//     timeout. aegis.Hold renews every TTL/3 and computes its own deadline
+//     from the TTL after each renewal, so under Hold keep the TTL within
+//     the session timeout. See docs/decisions.md.
 //   - Renew is a write the leader orders (a multi holding one version
 //     check), not a read a lagging server may answer, and it fails with
 //     aegis.ErrLost when the connection's session is not the one that
@@ -410,6 +412,9 @@ func (l *Locker) create(key string) (node, error) {
 	}
 	if err != nil {
 		return node{}, err
+	}
+	if !strings.HasPrefix(path, dir+"/") { // a server answering another path: not ours to slice
+		return node{}, fmt.Errorf("create under %q answered the path %q", dir, path)
 	}
 	n := node{name: path[len(dir)+1:], path: path, session: session}
 	n.seq, _ = sequence(n.name)
