@@ -54,6 +54,7 @@ func TestConnectAndNewValidate(t *testing.T) {
 		"negative timeout": {conn, &zklease.Config{SessionTimeout: -time.Second}, "Config.SessionTimeout -1s is negative"},
 		"relative root":    {conn, &zklease.Config{Root: "aegis"}, `Config.Root "aegis" must start with /`},
 		"dot root":         {conn, &zklease.Config{Root: "/a/../b"}, `Config.Root "/a/../b" is not a valid ZooKeeper path`},
+		"empty ACL":        {conn, &zklease.Config{ACL: []zk.ACL{}}, "Config.ACL is empty"},
 	} {
 		_, err := zklease.New(tt.conn, tt.cfg)
 		require.ErrorIs(t, err, aegis.ErrInvalid, name)

@@ -171,6 +171,9 @@ func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 	if c.ACL == nil {
 		c.ACL = zk.WorldACL(zk.PermAll)
 	}
+	if len(c.ACL) == 0 { // the servers would refuse every create
+		return nil, fmt.Errorf("%w: zklease: Config.ACL is empty (nil means the default, zk.WorldACL(zk.PermAll))", aegis.ErrInvalid)
+	}
 	if err := checkRoot(c.Root); err != nil {
 		return nil, err
 	}
