@@ -88,7 +88,7 @@ const maxChaosDuration = 24 * time.Hour
 // wrong.
 func ParseChaos(spec string) (Chaos, error) {
 	bad := func(format string, args ...any) (Chaos, error) {
-		return Chaos{}, fmt.Errorf("chaos %q: %s", spec, fmt.Sprintf(format, args...))
+		return Chaos{}, invalid("chaos %q: %s", spec, fmt.Sprintf(format, args...))
 	}
 	kind, rest, ok := strings.Cut(spec, ":")
 	if !ok {

@@ -1,12 +1,14 @@
 package lab_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -75,7 +77,8 @@ func TestParseChaosErrors(t *testing.T) {
 		_, err := lab.ParseChaos(tt.spec)
 		require.Error(t, err, tt.spec)
 		require.Contains(t, err.Error(), tt.want, tt.spec)
-		require.True(t, strings.HasPrefix(err.Error(), "chaos \""), "the error quotes the spec: %v", err)
+		require.True(t, strings.HasPrefix(err.Error(), fmt.Sprintf("chaos %q: ", tt.spec)), "the error quotes the spec: %v", err)
+		require.ErrorIs(t, err, aegis.ErrInvalid, tt.spec)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/servers"
 )
 
@@ -58,35 +59,35 @@ func (c Config) Ticks() int {
 func (c Config) Window() time.Duration { return 2*c.TTL + c.Work + c.Tick }
 
 // Validate checks the configuration and says what is wrong, naming the
-// flag.
+// flag and quoting its value, in an error that wraps aegis.ErrInvalid.
 func (c Config) Validate() error {
 	s, ok := LookupStrategy(c.Strategy)
 	switch {
 	case c.Strategy == "":
-		return fmt.Errorf("--strategy is required (%s)", strings.Join(StrategyNames(), ", "))
+		return invalid("--strategy is required (%s)", strings.Join(StrategyNames(), ", "))
 	case !ok:
-		return fmt.Errorf("--strategy %q: unknown (known: %s)", c.Strategy, strings.Join(StrategyNames(), ", "))
+		return invalid("--strategy %q: unknown (known: %s)", c.Strategy, strings.Join(StrategyNames(), ", "))
 	case c.Nodes < 1 || c.Nodes > MaxNodes:
-		return fmt.Errorf("--nodes %d: want 1 to %d", c.Nodes, MaxNodes)
+		return invalid("--nodes %d: want 1 to %d", c.Nodes, MaxNodes)
 	case c.Tick < 10*time.Millisecond:
-		return fmt.Errorf("--tick %s: want at least 10ms", c.Tick)
+		return invalid("--tick %s: want at least 10ms", c.Tick)
 	case c.Duration < c.Tick:
-		return fmt.Errorf("--duration %s: want at least one tick (%s)", c.Duration, c.Tick)
+		return invalid("--duration %s: want at least one tick (%s)", c.Duration, c.Tick)
 	case c.Ticks() > MaxTicks:
-		return fmt.Errorf("--duration %s / --tick %s is %d ticks: want at most %d", c.Duration, c.Tick, c.Ticks(), MaxTicks)
+		return invalid("--duration %s / --tick %s is %d ticks: want at most %d", c.Duration, c.Tick, c.Ticks(), MaxTicks)
 	case c.Work < 0:
-		return fmt.Errorf("--work %s: must not be negative", c.Work)
+		return invalid("--work %s: must not be negative", c.Work)
 	case c.TTL <= 0:
-		return fmt.Errorf("--ttl %s: must be positive", c.TTL)
+		return invalid("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
-		return fmt.Errorf("--ttl %s: want at most 1h", c.TTL)
+		return invalid("--ttl %s: want at most 1h", c.TTL)
 	case s.Name == "queue" && c.TTL < 100*time.Millisecond:
-		return fmt.Errorf("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
+		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
 		if err := c.checkChaos(s, ch); err != nil {
-			errs = append(errs, fmt.Errorf("--chaos %s: %w", ch, err))
+			errs = append(errs, invalid("--chaos %s: %v", ch, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -118,6 +119,18 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 		}
 	}
 	return nil
+}
+
+// inputError is a caller's mistake (a flag, a chaos spec): it wraps
+// aegis.ErrInvalid, and reads as its message alone, which names the flag
+// and quotes the value (the command line prints it as it is).
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+func (e *inputError) Unwrap() error { return aegis.ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &inputError{msg: fmt.Sprintf(format, args...)}
 }
 
 // fenced reports whether the run's writes go through a fence.

@@ -1,11 +1,14 @@
 package lab_test
 
 import (
+	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -34,6 +37,9 @@ func TestConfigValidate(t *testing.T) {
 		{cfg("none", func(c *lab.Config) { c.Nodes = 0 }), "--nodes 0"},
 		{cfg("none", func(c *lab.Config) { c.TTL = 0 }), "--ttl 0s: must be positive"},
 		{cfg("none", func(c *lab.Config) { c.Work = -time.Second }), "--work -1s"},
+		{cfg("none", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Pause, Target: "node7", At: time.Second, For: time.Second}}
+		}), "--chaos pause:node7@1s+1s: node7 does not exist"},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate()
@@ -42,5 +48,30 @@ func TestConfigValidate(t *testing.T) {
 			continue
 		}
 		require.ErrorContains(t, err, tt.want)
+		require.ErrorIs(t, err, aegis.ErrInvalid, tt.want)
+	}
+}
+
+// Inspect's bad input is refused before a query runs.
+func TestInspectRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	_, err := lab.Inspect(t.Context(), nil, nil, lab.InspectOptions{})
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "db is nil")
+	db, err := sql.Open("pgx", testenv.PostgresURL(t))
+	require.NoError(t, err)
+	defer db.Close()
+	for _, tc := range []struct {
+		names []string
+		o     lab.InspectOptions
+		want  string
+	}{
+		{nil, lab.InspectOptions{OlderThan: -time.Second}, "OlderThan -1s is negative"},
+		{nil, lab.InspectOptions{Limit: -1}, "Limit -1 is negative"},
+		{[]string{"stuck", "who"}, lab.InspectOptions{}, `unknown query "who"`},
+	} {
+		_, err := lab.Inspect(t.Context(), db, tc.names, tc.o)
+		require.ErrorIs(t, err, aegis.ErrInvalid, tc.want)
+		require.ErrorContains(t, err, tc.want)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // its end is reported as a healed event.
 func (r *Run) Inject(ctx context.Context, ch Chaos) error {
 	if err := r.cfg.checkChaos(r.strat, ch); err != nil && ch.Kind != Skew {
-		return fmt.Errorf("--chaos %s: %w", ch, err)
+		return invalid("--chaos %s: %v", ch, err)
 	}
 	if err := r.s.checkDestructive(ch); err != nil {
 		return err

@@ -91,6 +91,19 @@ type InspectAnswer struct {
 // Inspect asks the runbook's queries named in names (all when empty) of
 // the PostgreSQL database db.
 func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) ([]InspectAnswer, error) {
+	switch {
+	case db == nil:
+		return nil, invalid("lab: inspect: db is nil")
+	case o.OlderThan < 0:
+		return nil, invalid("lab: inspect: OlderThan %s is negative", o.OlderThan)
+	case o.Limit < 0:
+		return nil, invalid("lab: inspect: Limit %d is negative", o.Limit)
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(InspectQueries, func(q InspectQuery) bool { return q.Name == n }) {
+			return nil, invalid("lab: inspect: unknown query %q", n)
+		}
+	}
 	if o.OlderThan == 0 {
 		o.OlderThan = 10 * time.Minute
 	}
@@ -105,7 +118,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		ans := InspectAnswer{Query: q}
 		var exists bool
 		if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", q.Table).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("inspect: %w", err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		if !exists {
 			ans.Skipped = "no table " + q.Table + " here"
@@ -114,7 +127,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		}
 		rows, err := db.QueryContext(ctx, q.SQL, q.Args(o)...)
 		if err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		ans.Columns, _ = rows.Columns()
 		for rows.Next() {
@@ -125,7 +138,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 			}
 			if err := rows.Scan(ptrs...); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+				return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 			}
 			row := make([]string, len(vals))
 			for i, v := range vals {
@@ -138,7 +151,7 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", q.Name, err)
+			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		out = append(out, ans)
 	}

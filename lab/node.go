@@ -131,19 +131,19 @@ func (c NodeConfig) args() []string {
 
 func (c NodeConfig) validate() error {
 	if _, ok := LookupStrategy(c.Strategy); !ok {
-		return fmt.Errorf("unknown strategy %q", c.Strategy)
+		return invalid("unknown strategy %q", c.Strategy)
 	}
 	switch {
 	case c.Run == "":
-		return errors.New("--run is required")
+		return invalid("--run is required")
 	case c.Node < 1:
-		return fmt.Errorf("--node %d: must be at least 1", c.Node)
+		return invalid("--node %d: must be at least 1", c.Node)
 	case c.Tick <= 0 || c.TTL <= 0 || c.Work < 0 || c.Window <= 0:
-		return errors.New("--tick, --ttl and --window must be positive, --work not negative")
+		return invalid("--tick, --ttl and --window must be positive, --work not negative")
 	case c.Ticks < 1:
-		return fmt.Errorf("--ticks %d: must be at least 1", c.Ticks)
+		return invalid("--ticks %d: must be at least 1", c.Ticks)
 	case c.Store == "":
-		return errors.New("--store is required")
+		return invalid("--store is required")
 	}
 	return nil
 }

@@ -20,23 +20,19 @@ func redisPause(strategy string, fence bool) lab.Config {
 	return c
 }
 
-// The seeds' Redis lock: the holder paused past its TTL. Unfenced its late
-// write lands (a duplicate, a violation); fenced it is refused.
+// The seeds' Redis lock: the holder paused past its TTL. Once another node
+// entered its tick, unfenced its late write lands (a duplicate, a
+// violation); fenced it is refused.
 func TestRedisPause(t *testing.T) {
 	t.Parallel()
 	for _, fence := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), redisPause("redis", fence))
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1)
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-				require.Equal(t, lab.CheckOK, rep.Checker)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-				require.Equal(t, lab.CheckViolation, rep.Checker)
+				requireSafe(t, rep)
 			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
@@ -67,9 +63,13 @@ func grants(rep *lab.Report) []lab.Event {
 }
 
 // A failover before replication loses the grant: the promoted replica's
-// counter is one behind, so the next grant repeats the lost token, here to
-// another node while the first holder still works (700 ms). The fence
-// cannot tell two holders of one token apart.
+// counter is one behind, so the next grant repeats the lost token, to
+// another node while the first holder may still work (700 ms). The fence
+// cannot tell two holders of one token apart. What follows depends on
+// timing, and the report must say it as it happened: whether the second
+// holder entered the first's tick (a duplicate tick), and, if so, whether
+// it read before the first wrote (both commit: a duplicate applied, a
+// violation) or after (it finds the tick done).
 func TestRedisFailoverRepeatsAToken(t *testing.T) {
 	t.Parallel()
 	c := short("redis", true, "failover:redis@0s")
@@ -87,8 +87,43 @@ func TestRedisFailoverRepeatsAToken(t *testing.T) {
 	}
 	require.NotZero(t, lost)
 	require.Equal(t, 2, granted[lost], "token %d was granted twice", lost)
-	require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "two holders of token %d entered one tick", lost)
-	t.Logf("fenced, after the failover: duplicates_applied %d, checker %s", rep.DuplicatesApplied, rep.Checker)
+	// The fence cannot tell the two holders of the token apart: the second
+	// presents a token equal to the greatest it saw, which it takes (no
+	// greater token is granted while the second holds the lease).
+	var again lab.Event // the second grant of the lost token
+	for _, e := range grants(rep) {
+		if e.Token == lost {
+			again = e
+		}
+	}
+	enter := map[string]float64{}
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventEnter {
+			enter[e.Attempt] = e.T
+		}
+	}
+	var first, second []lab.Attempt // the attempts under the first grant, and under the second
+	for _, a := range rep.Attempts {
+		switch {
+		case a.Token != lost:
+		case a.Node == again.Node && enter[a.ID] >= again.T:
+			second = append(second, a)
+		default:
+			first = append(first, a)
+		}
+	}
+	require.NotEmpty(t, second, "node%d entered under the repeated token %d", again.Node, lost)
+	for _, b := range second {
+		require.NotEqual(t, lab.Refused, b.Outcome, "the fence took the repeated token %d from node%d's attempt %s", lost, b.Node, b.ID)
+		for _, a := range first {
+			if a.Tick == b.Tick && a.Read == b.Read && a.Outcome == lab.Committed && b.Outcome == lab.Committed {
+				// Both holders of the token read the same balance and both
+				// committed, fenced: the harm of the lost grant.
+				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1, "tick %d applied by both holders of token %d", a.Tick, lost)
+				require.Equal(t, lab.CheckViolation, rep.Checker)
+			}
+		}
+	}
 }
 
 // A restart without persistence loses the token counter: tokens go back,
@@ -126,13 +161,14 @@ func TestRedlockPause(t *testing.T) {
 		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), redisPause("redlock", fence))
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1)
 			if fence {
+				// Not requireSafe: Redlock's tokens are not consensus (a
+				// node that missed a grant's INCR can make a later grant
+				// repeat a token, which the fence cannot tell apart); no
+				// duplicate was ever applied here, and none may be.
 				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
 			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }

@@ -205,7 +205,7 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // lab did not start.
 func (s *Session) checkDestructive(ch Chaos) error {
 	if (ch.Kind == Failover || ch.Kind == Restart) && s.given(servers.KindRedis) {
-		return fmt.Errorf("--chaos %s kills or restarts a Redis server, and the lab never touches servers it did not start: leave --redis-addrs and AEGIS_REDIS_ADDRS unset so that it starts its own", ch)
+		return invalid("--chaos %s kills or restarts a Redis server, and the lab never touches servers it did not start: leave --redis-addrs and AEGIS_REDIS_ADDRS unset so that it starts its own", ch)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,8 +55,10 @@ func run(t *testing.T, s *lab.Session, c lab.Config) *lab.Report {
 	c.OutDir = t.TempDir()
 	r, err := s.Start(t.Context(), c)
 	require.NoError(t, err)
-	rep, err := r.Wait(t.Context())
-	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), c.Duration+c.Window()+2*time.Minute)
+	defer cancel()
+	rep, err := r.Wait(ctx)
+	require.NoError(t, err, "the run did not end")
 	var b strings.Builder
 	_ = rep.WriteSummary(&b)
 	t.Log("\n" + b.String())
@@ -72,6 +75,7 @@ func run(t *testing.T, s *lab.Session, c lab.Config) *lab.Report {
 			t.Log("events:\n" + ev.String())
 		}
 	})
+	requireConsistent(t, r.ID, rep)
 	return rep
 }
 
@@ -98,8 +102,9 @@ func TestPGUniqueNoDuplicates(t *testing.T) {
 	require.Zero(t, rep.MissedTicks)
 }
 
-// The holder paused past its TTL, unfenced: its late write lands on top of
-// its successor's, a duplicate, and the checker finds the overlap.
+// The holder paused past its TTL, unfenced: once another node entered its
+// tick, its late write lands on top of its successor's, a duplicate, and
+// the checker finds the overlap (run checks the counts against SQL).
 func TestPauseUnfencedAppliesDuplicate(t *testing.T) {
 	t.Parallel()
 	for _, strategy := range []string{"pg-lease", "sqlite"} {
@@ -107,10 +112,7 @@ func TestPauseUnfencedAppliesDuplicate(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short(strategy, false, "pause:holder@500ms+1500ms"))
 			require.False(t, rep.Fenced)
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1)
-			require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-			require.Zero(t, rep.StaleRejected)
-			require.Equal(t, lab.CheckViolation, rep.Checker)
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
@@ -123,24 +125,20 @@ func TestPauseFencedRefusesStaleWrite(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short(strategy, true, "pause:holder@500ms+1500ms"))
-			require.True(t, rep.Fenced)
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1)
-			require.Zero(t, rep.DuplicatesApplied)
-			require.GreaterOrEqual(t, rep.StaleRejected, 1)
-			require.Zero(t, rep.LostUpdates)
-			require.Equal(t, lab.CheckOK, rep.Checker)
+			requireSafe(t, rep)
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
 
 // A holder killed inside its critical section is replaced once its lease
-// expires, and restarted; nothing is applied twice.
+// expires, and restarted; nothing is applied twice. (Whether its tick is
+// taken over within its window is a race with the window: run checks that
+// missed_ticks is what SQL says.)
 func TestKillHolder(t *testing.T) {
 	t.Parallel()
 	rep := run(t, session(t), short("pg-lease", true, "kill:holder@500ms"))
-	require.Zero(t, rep.DuplicatesApplied)
-	require.Zero(t, rep.MissedTicks, "the tick of the killed holder is taken over within its window")
-	require.Equal(t, lab.CheckOK, rep.Checker)
+	requireSafe(t, rep)
 	var killed, restarted bool
 	for _, e := range rep.Events {
 		killed = killed || (e.Kind == lab.EventChaos && strings.Contains(e.Detail, "killed with SIGKILL"))
@@ -150,26 +148,59 @@ func TestKillHolder(t *testing.T) {
 	require.True(t, restarted)
 }
 
-// pg-unique's winner killed inside the last tick leaves that tick undone
-// (its row claimed, nobody else may run it). The run ends as its nodes
-// finish, before the tick's window closes: the report counts the tick
-// missed, and the events say so too (the dashboard draws them).
+// pg-unique's winner killed inside its tick leaves that tick undone (its
+// row claimed, nobody else may run it). Killed in the last tick (the kill
+// comes as it fires), the run ends as its nodes finish, before the tick's
+// window closes: the report counts the tick missed, and the events say so
+// too (the dashboard draws them).
 func TestMissedTickAtTheEndHasItsEvent(t *testing.T) {
 	t.Parallel()
 	rep := run(t, session(t), short("pg-unique", false, "kill:holder@2s")) // tick 6 fires at 2 s
-	require.Equal(t, 1, rep.MissedTicks, "the killed winner's tick is undone")
+	// The killed winner's attempt: which tick it was in is a race (the
+	// kill takes the node inside the critical section at 2 s, or the next
+	// to enter it); that its tick is missed then is not.
+	killed, at := 0, 0.0
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventChaos && strings.Contains(e.Detail, "killed with SIGKILL") {
+			killed, at = e.Node, e.T
+		}
+	}
+	require.NotZero(t, killed, "a node was killed")
+	entered := map[string]bool{}
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventEntered && e.Node == killed && e.T <= at {
+			entered[e.Attempt] = true
+		}
+	}
+	var victim lab.Attempt // its last attempt that had read before the kill
+	for _, a := range rep.Attempts {
+		if entered[a.ID] {
+			victim = a
+		}
+	}
+	require.NotEmpty(t, victim.ID, "node%d was inside a tick when killed", killed)
+	var want []int
+	if victim.Outcome != lab.Committed { // it was killed before its write landed
+		want = []int{victim.Tick}
+	}
 	var missed []int
 	for _, e := range rep.Events {
 		if e.Kind == lab.EventMissed {
 			missed = append(missed, e.Tick)
 		}
 	}
-	require.Equal(t, []int{6}, missed, "one missed event, for the last tick")
+	require.Equal(t, want, missed, "one missed event, for the killed winner's tick (%s)", victim.Outcome)
+	require.Equal(t, len(want), rep.MissedTicks, "the killed winner's tick is undone, the others done")
+	t.Logf("the kill took tick %d of %d", victim.Tick, rep.Ticks)
 }
 
 // A holder cut from its servers loses its lease; when the partition heals,
-// its retried write reaches the store: unfenced it lands, fenced it is
-// refused.
+// its retried write reaches the store (if the tick's window has not ended):
+// unfenced it lands, fenced it is refused. Which comes first, the
+// successor's entry or the heal, is a race: the test asserts what each
+// interleaving forces (a fresh clone's make test once failed here when the
+// successor read after the holder's write, in sequence: a duplicate the
+// checker of a counter calls linearizable).
 func TestPartitionHolder(t *testing.T) {
 	t.Parallel()
 	for _, fence := range []bool{false, true} {
@@ -177,13 +208,9 @@ func TestPartitionHolder(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short("pg-lease", fence, "partition:holder@500ms+800ms"))
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-				require.Equal(t, lab.CheckOK, rep.Checker)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-				require.Equal(t, lab.CheckViolation, rep.Checker)
+				requireSafe(t, rep)
 			}
+			requireTakeoverOutcome(t, rep, false)
 		})
 	}
 }
@@ -207,20 +234,17 @@ func TestOptimisticPause(t *testing.T) {
 		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short("optimistic", fence, "pause:holder@500ms+1500ms"))
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the claim was stolen")
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
+				requireSafe(t, rep)
 			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
 
 // A skewed node fires its ticks by its own clock: with its clock 400 ms
-// ahead, it enters each tick well before the others (margin: half the
-// skew).
+// ahead, it enters each tick before the tick fires on the real clock,
+// which an honest node never does.
 func TestSkew(t *testing.T) {
 	t.Parallel()
 	c := short("none", false, "skew:node2=+400ms")
@@ -235,10 +259,12 @@ func TestSkew(t *testing.T) {
 	require.Equal(t, 12, rep.Executions, "every node runs every tick, tick 1 included")
 	// Tick 1 fires 200 ms after the start line: node2 runs it at once.
 	for tick := 2; tick <= rep.Ticks; tick++ {
+		fire := (time.Duration(tick-1) * c.Tick).Seconds()
 		skewed, ok2 := first[[2]int{tick, 2}]
 		honest, ok1 := first[[2]int{tick, 1}]
 		require.True(t, ok1 && ok2, "tick %d", tick)
-		require.Less(t, skewed, honest-0.2, "tick %d: node2 (clock +400ms) entered at %.3fs, node1 at %.3fs", tick, skewed, honest)
+		require.GreaterOrEqual(t, honest, fire-0.001, "tick %d: node1 (honest) entered at %.3fs, before the tick fired at %.3fs", tick, honest, fire)
+		require.Less(t, skewed, fire, "tick %d: node2 (clock +400ms) entered at %.3fs, not before the tick fired at %.3fs", tick, skewed, fire)
 	}
 }
 
@@ -251,9 +277,7 @@ func TestLatency(t *testing.T) {
 	c := short("pg-lease", true, "latency:postgres=15ms")
 	c.Tick, c.Work, c.Duration = 500*time.Millisecond, 50*time.Millisecond, 4*500*time.Millisecond
 	rep := run(t, session(t), c)
-	require.Zero(t, rep.DuplicatesApplied)
-	require.Zero(t, rep.MissedTicks)
-	require.Equal(t, lab.CheckOK, rep.Checker)
+	requireSafe(t, rep)
 	var applied bool
 	for _, e := range rep.Events {
 		applied = applied || (e.Kind == lab.EventChaos && e.Detail == "latency:postgres=15ms")
@@ -263,12 +287,13 @@ func TestLatency(t *testing.T) {
 
 // pg-advisory: a partition drops the holder's connection, and the lock
 // with it; another node takes it while the holder still works, and the
-// holder's retried write lands when the partition heals.
+// holder's retried write lands when the partition heals (within the
+// tick's window): nothing can fence it.
 func TestAdvisoryPartition(t *testing.T) {
 	t.Parallel()
 	rep := run(t, session(t), short("pg-advisory", true, "partition:holder@500ms+800ms"))
-	require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-	require.Equal(t, lab.CheckViolation, rep.Checker)
+	require.False(t, rep.Fenced, "pg-advisory has no token to fence with")
+	requireTakeoverOutcome(t, rep, false)
 }
 
 // etcd: a session lease; the test servers' minimum lease is 1 s.
@@ -280,15 +305,10 @@ func TestEtcdPause(t *testing.T) {
 			c := short("etcd", fence, "pause:holder@500ms+2s")
 			c.TTL = time.Second
 			rep := run(t, session(t), c)
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the paused holder's lease expired and another node entered")
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-				require.Equal(t, lab.CheckOK, rep.Checker)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-				require.Equal(t, lab.CheckViolation, rep.Checker)
+				requireSafe(t, rep)
 			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
@@ -303,15 +323,10 @@ func TestZooKeeperPause(t *testing.T) {
 		t.Run(map[bool]string{false: "unfenced", true: "fenced"}[fence], func(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short("zookeeper", fence, "pause:holder@500ms+1500ms"))
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the paused holder's session expired and another node entered")
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-				require.Equal(t, lab.CheckOK, rep.Checker)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-				require.Equal(t, lab.CheckViolation, rep.Checker)
+				requireSafe(t, rep)
 			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }
@@ -320,9 +335,9 @@ func TestZooKeeperPause(t *testing.T) {
 // a reaper reclaims the job with a greater token and another worker runs
 // the tick. Unfenced, the resumed worker's write lands (the queue refuses
 // only its completion); fenced, CompleteTx refuses it and rolls it back.
-// (Not asserted: the checker and lost updates. The queue excludes per
-// job, not across jobs: the reclaimed tick's job can run alongside a later
-// tick's, which is a lost update whatever the fence.)
+// (Not asserted: the checker and lost updates, beyond run's checks. The
+// queue excludes per job, not across jobs: the reclaimed tick's job can run
+// alongside a later tick's, which is a lost update whatever the fence.)
 func TestQueuePause(t *testing.T) {
 	t.Parallel()
 	for _, fence := range []bool{false, true} {
@@ -330,39 +345,13 @@ func TestQueuePause(t *testing.T) {
 			t.Parallel()
 			rep := run(t, session(t), short("queue", fence, "pause:holder@500ms+1500ms"))
 			require.Equal(t, fence, rep.Fenced)
-			require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "the reclaimed job ran on another worker")
-			require.Zero(t, rep.MissedTicks)
-			// The paused worker's tick and token: its last entry before the
-			// pause; then another worker's entry into that tick.
-			var paused int
-			var at float64
-			for _, e := range rep.Events {
-				if e.Kind == lab.EventChaos && strings.Contains(e.Detail, "paused with SIGSTOP") {
-					paused, at = e.Node, e.T
-				}
-			}
-			require.NotZero(t, paused)
-			var tick int
-			var token int64
-			for _, e := range rep.Events {
-				if e.Kind == lab.EventEntered && e.Node == paused && e.T <= at {
-					tick, token = e.Tick, e.Token
-				}
-			}
-			require.NotZero(t, tick, "the paused node was inside a tick")
-			var reclaimed bool
-			for _, e := range rep.Events {
-				reclaimed = reclaimed || (e.Kind == lab.EventEntered && e.Node != paused && e.Tick == tick && e.Token > token)
-			}
-			require.True(t, reclaimed, "the reaper reclaimed the paused worker's job with a greater token")
 			if fence {
-				require.Zero(t, rep.DuplicatesApplied)
-				require.GreaterOrEqual(t, rep.StaleRejected, 1)
-			} else {
-				require.GreaterOrEqual(t, rep.DuplicatesApplied, 1)
-				require.Zero(t, rep.StaleRejected)
-				require.Equal(t, lab.CheckViolation, rep.Checker)
+				requireSafe(t, rep)
 			}
+			if to, ok := findTakeover(rep); ok {
+				require.Greater(t, to.successor.Token, to.stale.Token, "the reaper reclaimed the paused worker's job with a greater token")
+			}
+			requireTakeoverOutcome(t, rep, true)
 		})
 	}
 }

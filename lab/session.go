@@ -331,7 +331,16 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 		db, err = sqlitelease.Open(path)
 	}
 	if err != nil {
+		if !strings.HasPrefix(url, "sqlite:") {
+			return nil, "", backend.PostgresError("open the store,", url, err)
+		}
 		return nil, "", fmt.Errorf("lab: open the store: %w", err)
+	}
+	if !strings.HasPrefix(url, "sqlite:") {
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, "", backend.PostgresError("connect to the store,", url, err)
+		}
 	}
 	if err := migrateStore(ctx, db); err != nil {
 		db.Close()
@@ -353,7 +362,7 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 func (s *Session) Availability(ctx context.Context, strategy string) error {
 	st, ok := LookupStrategy(strategy)
 	if !ok {
-		return fmt.Errorf("unknown strategy %q", strategy)
+		return invalid("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
 	if st.Lease() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))

@@ -73,7 +73,7 @@ func Names() []string { return slices.Sorted(maps.Keys(openers)) }
 func Open(ctx context.Context, name string, s Servers) (aegis.Locker, func(), error) {
 	open, ok := openers[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("unknown backend %q (known: %s)", name, strings.Join(Names(), ", "))
+		return nil, nil, fmt.Errorf("%w: unknown backend %q (known: %s)", aegis.ErrInvalid, name, strings.Join(Names(), ", "))
 	}
 	return open(ctx, s)
 }

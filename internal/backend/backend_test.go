@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func TestOpen(t *testing.T) {
 		})
 	}
 	_, _, err := backend.Open(t.Context(), "nope", s)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, `unknown backend "nope" (known: `)
 }
 
@@ -83,4 +85,46 @@ func TestZKSessionTimeout(t *testing.T) {
 	s.ZKSessionTimeout = -time.Second
 	_, _, err := backend.Open(t.Context(), "zookeeper", s)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
+
+// A PostgreSQL server that cannot be reached is named, with the cause,
+// without the URL's password.
+func TestOpenPostgresDown(t *testing.T) {
+	t.Parallel()
+	s := backend.FromEnv()
+	s.PostgresURL = "postgres://aegis:s3cretpw@127.0.0.1:1/x?sslmode=disable"
+	_, _, err := backend.Open(t.Context(), "postgres", s)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.EqualError(t, err, "postgres: connect to PostgreSQL at 127.0.0.1:1: connection refused (is the server running, on that port?)")
+
+	s.PostgresURL = "postgres://aegis:s3cretpw%zz@127.0.0.1:1/x"
+	_, _, err = backend.Open(t.Context(), "postgres", s)
+	require.EqualError(t, err, "postgres: open PostgreSQL: the URL does not parse (not shown: it may carry a password)")
+}
+
+// A backend whose servers are down says which and why at Open, at once,
+// instead of hanging in the client's retries or saying only "context
+// deadline exceeded".
+func TestOpenServersDown(t *testing.T) {
+	t.Parallel()
+	down := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+	for _, tc := range []struct {
+		name string
+		s    backend.Servers
+		want string
+	}{
+		{"redis", backend.Servers{RedisAddrs: down}, "redis: no server answers: 127.0.0.1:1: connection refused"},
+		{"redlock", backend.Servers{RedisAddrs: down}, "redlock: 0 of 3 servers answer, 2 needed: 127.0.0.1:1: connection refused; 127.0.0.1:2: connection refused; 127.0.0.1:3: connection refused"},
+		{"etcd", backend.Servers{EtcdEndpoints: []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}}, "etcd: no server answers: 127.0.0.1:1: connection refused; 127.0.0.1:2: connection refused"},
+		{"zookeeper", backend.Servers{ZKServers: down[:1]}, "zookeeper: no server answers: 127.0.0.1:1: connection refused"},
+	} {
+		start := time.Now()
+		_, _, err := backend.Open(t.Context(), tc.name, tc.s)
+		require.EqualError(t, err, tc.want, tc.name)
+		require.Less(t, time.Since(start), 5*time.Second, "%s: said at once", tc.name)
+	}
+	for _, name := range []string{"redis", "redlock", "etcd", "zookeeper"} {
+		_, _, err := backend.Open(t.Context(), name, backend.Servers{})
+		require.ErrorIs(t, err, aegis.ErrInvalid, "%s without servers", name)
+	}
 }

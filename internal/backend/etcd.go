@@ -13,8 +13,15 @@ import (
 )
 
 func openEtcd(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	eps := nonEmpty(s.EtcdEndpoints)
+	if len(eps) == 0 {
+		return nil, nil, fmt.Errorf("etcd: %w: no endpoint (AEGIS_ETCD_ENDPOINTS or --etcd-endpoints)", aegis.ErrInvalid)
+	}
+	if err := reachable(ctx, "etcd", eps, 1); err != nil {
+		return nil, nil, err
+	}
 	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.EtcdEndpoints,
+		Endpoints:   eps,
 		DialTimeout: 5 * time.Second,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      zap.NewNop(),

@@ -2,7 +2,7 @@ package backend
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -14,10 +14,13 @@ import (
 
 // openRedis is redislease on the first of Servers.RedisAddrs, the
 // single-node one.
-func openRedis(_ context.Context, s Servers) (aegis.Locker, func(), error) {
+func openRedis(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	addrs := nonEmpty(s.RedisAddrs)
 	if len(addrs) == 0 {
-		return nil, nil, errors.New("redis: no address (AEGIS_REDIS_ADDRS or --redis-addrs)")
+		return nil, nil, fmt.Errorf("redis: %w: no address (AEGIS_REDIS_ADDRS or --redis-addrs)", aegis.ErrInvalid)
+	}
+	if err := reachable(ctx, "redis", addrs[:1], 1); err != nil {
+		return nil, nil, err
 	}
 	c := redis.NewClient(&redis.Options{Addr: addrs[0]})
 	l, err := redislease.New(c, nil)
@@ -41,10 +44,15 @@ func RedlockAddrs(addrs []string) []string {
 }
 
 // openRedlock is redlock on RedlockAddrs(Servers.RedisAddrs).
-func openRedlock(_ context.Context, s Servers) (aegis.Locker, func(), error) {
+func openRedlock(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	addrs := RedlockAddrs(s.RedisAddrs)
 	if len(addrs) == 0 {
-		return nil, nil, errors.New("redlock: no address (AEGIS_REDIS_ADDRS or --redis-addrs)")
+		return nil, nil, fmt.Errorf("redlock: %w: no address (AEGIS_REDIS_ADDRS or --redis-addrs)", aegis.ErrInvalid)
+	}
+	// A majority is what a grant needs; a minority down is what Redlock
+	// is for.
+	if err := reachable(ctx, "redlock", addrs, len(addrs)/2+1); err != nil {
+		return nil, nil, err
 	}
 	cs := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {

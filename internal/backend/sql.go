@@ -2,7 +2,6 @@ package backend
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,7 +18,11 @@ func openMemory(context.Context, Servers) (aegis.Locker, func(), error) {
 func openPostgres(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	pool, err := pgxpool.New(ctx, s.PostgresURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("postgres: %w", err)
+		return nil, nil, PostgresError("postgres: open", s.PostgresURL, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, PostgresError("postgres: connect to", s.PostgresURL, err)
 	}
 	l, err := pglease.New(pool, nil)
 	if err != nil {

@@ -18,12 +18,19 @@ import (
 // maxSessionTimeout (60 s on the servers of internal/servers).
 const zkSessionTimeout = time.Minute
 
-func openZooKeeper(_ context.Context, s Servers) (aegis.Locker, func(), error) {
+func openZooKeeper(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	timeout := cmp.Or(s.ZKSessionTimeout, zkSessionTimeout)
 	if timeout < 0 {
 		return nil, nil, fmt.Errorf("zookeeper: %w: session timeout %s is negative", aegis.ErrInvalid, timeout)
 	}
-	conn, cfg, err := zklease.Connect(s.ZKServers, timeout, zk.WithLogger(quietZK{}))
+	zs := nonEmpty(s.ZKServers)
+	if len(zs) == 0 {
+		return nil, nil, fmt.Errorf("zookeeper: %w: no server (AEGIS_ZK_SERVERS or --zk-servers)", aegis.ErrInvalid)
+	}
+	if err := reachable(ctx, "zookeeper", zs, 1); err != nil {
+		return nil, nil, err
+	}
+	conn, cfg, err := zklease.Connect(zs, timeout, zk.WithLogger(quietZK{}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("zookeeper: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/latency"
+	"github.com/aegislab/aegis/internal/latency/measure"
 )
 
 var benchCommand = command{
@@ -101,7 +101,7 @@ func runBenchLease(ctx context.Context, args []string, stdout, stderr io.Writer)
 		keys[g] = fmt.Sprintf("aegis-bench/%x/%d", run, g)
 	}
 	const ttl = time.Minute
-	res, err := latency.Run(ctx, *goroutines, *duration, func(g int) error {
+	res, err := measure.Run(ctx, *goroutines, *duration, func(g int) error {
 		lease, err := l.TryAcquire(ctx, keys[g], ttl)
 		if err != nil {
 			return err

@@ -80,7 +80,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "aegis %s: %s\nRun 'aegis help %s' for usage.\n", c.name, ue.msg, c.name)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "aegis %s: %v\n", c.name, err)
+		// A package's error that begins with the command's name ("lab:
+		// ..." from package lab) would read "aegis lab: lab: ...".
+		fmt.Fprintf(stderr, "aegis %s: %s\n", c.name, strings.TrimPrefix(err.Error(), c.name+": "))
 		return 1
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/servers"
 	"github.com/aegislab/aegis/lab"
 )
@@ -77,9 +78,12 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	db, err := sql.Open("pgx", *url)
 	if err != nil {
-		return fmt.Errorf("open the database: %w", err)
+		return backend.PostgresError("open", *url, err)
 	}
 	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return backend.PostgresError("connect to", *url, err)
+	}
 	answers, err := lab.Inspect(ctx, db, fs.Args(), o)
 	if err != nil {
 		return err

@@ -133,7 +133,8 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&chaos, "chaos", "a fault `SPEC` (repeatable)")
 	scenario := fs.String("scenario", "", "run the preset `NAME` instead: "+strings.Join(lab.ScenarioNames(), ", "))
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	out := fs.String("out", ".", "`directory` for the checker's visualisation of a violation")
+	// Not the current directory: runs left their pages in checkouts.
+	out := fs.String("out", "", "`directory` for the checker's visualisation of a violation (default $TMPDIR, else /tmp)")
 	dir := fs.String("dir", "", "scratch `directory` for the servers the lab starts (default: a temporary one, removed on exit)")
 	given := labServerFlags(fs)
 	if err := fs.parse(args); err != nil {
@@ -143,6 +144,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	c.Chaos = chaos
+	*out = cmp.Or(*out, os.TempDir())
 	var sc lab.Scenario
 	if *scenario != "" {
 		var ok bool
@@ -197,6 +199,13 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if werr := writeReports(stdout, sc, done, *asJSON); werr != nil {
 		return werr
+	}
+	if *asJSON { // the summary names it; JSON has no field for it
+		for _, r := range done {
+			if r.Visualisation != "" {
+				fmt.Fprintf(stderr, "aegis lab: %s: the checker's visualisation of the violation: %s\n", r.Config, r.Visualisation)
+			}
+		}
 	}
 	if err != nil {
 		return errors.New("interrupted: the report covers what ran until then")

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -101,4 +104,45 @@ func TestScenarioJSON(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, writeReports(&b, sc, reports, true))
 	golden(t, "scenario.json.golden", b.String())
+}
+
+// Without --out, the checker's visualisation of a violation goes under
+// $TMPDIR, not into the current directory, and its path is printed. Not
+// parallel: it sets TMPDIR.
+func TestLabRunVisualisationInTMPDIR(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cwd, err := os.Getwd()
+	require.NoError(t, err)
+	before, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*.html"))
+	require.NoError(t, err)
+	// Two nodes run the one tick, unfenced, each reading the balance at the
+	// tick and writing it a second later.
+	code, stdout, stderr := run(t, "lab", "run", "--strategy", "none", "--nodes", "2", "--duration", "1s", "--tick", "1s",
+		"--work", "1s", "--json", "--postgres-url", testenv.PostgresURL(t))
+	require.Equal(t, 0, code, stderr)
+	after, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*.html"))
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing written into the current directory")
+
+	var rep lab.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	read := map[int64]int{} // balance read → critical sections that read it
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventEntered && e.Value != nil {
+			read[*e.Value]++
+		}
+	}
+	require.Equal(t, 2, rep.Executions, "both nodes ran the tick")
+	if len(read) == 1 {
+		// Both read the same balance and both committed: no order explains
+		// it, so the checker's verdict is forced.
+		require.Equal(t, lab.CheckViolation, rep.Checker)
+	}
+	if rep.Checker == lab.CheckViolation {
+		m := regexp.MustCompile(`visualisation of the violation: (\S+)`).FindStringSubmatch(stderr)
+		require.NotNil(t, m, "the path is printed: %s", stderr)
+		require.Equal(t, tmp, filepath.Dir(m[1]))
+		require.FileExists(t, m[1])
+	}
 }

@@ -50,7 +50,15 @@ func labServe(t *testing.T, args ...string) (string, func() int, func() string) 
 			cancel()
 			select {
 			case code = <-done:
-				for range lines {
+				// stdout is closed before done is sent: the reader ends.
+				timeout := time.After(10 * time.Second)
+				for open := true; open; {
+					select {
+					case _, open = <-lines:
+					case <-timeout:
+						t.Errorf("the reader of aegis lab's stdout did not end")
+						open = false
+					}
 				}
 			case <-time.After(60 * time.Second):
 				t.Errorf("aegis lab did not stop within 60s after Ctrl-C; stderr:\n%s", stderr.String())

@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -15,5 +17,5 @@ func TestMain(m *testing.M) {
 		os.Exit(lab.NodeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Setenv("AEGISLAB_TEST_NODE", "1") // inherited by the nodes the tests' labs start
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }

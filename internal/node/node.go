@@ -5,7 +5,10 @@ package node
 import (
 	"fmt"
 	"os"
+	"strings"
 	"unicode/utf8"
+
+	"github.com/aegislab/aegis"
 )
 
 // MaxLen is the longest node name, in bytes.
@@ -27,20 +30,29 @@ func Default() string {
 
 // Check reports whether name is a usable node name: non-empty, at most
 // MaxLen bytes of UTF-8 without NUL. field names the config field in the
-// error.
+// error, which quotes the name and wraps aegis.ErrInvalid (a bad name is
+// the caller's mistake) without saying so in its text, so that a caller
+// may wrap it with its own prefix.
 func Check(field, name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%s is empty", field)
+		return invalid("%s is empty", field)
 	case len(name) > MaxLen:
-		return fmt.Errorf("%s is %d bytes, at most %d are allowed", field, len(name), MaxLen)
+		return invalid("%s %.40q… is %d bytes, at most %d are allowed", field, name, len(name), MaxLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	}
-	for i := 0; i < len(name); i++ {
-		if name[i] == 0 {
-			return fmt.Errorf("%s contains a NUL byte", field)
-		}
+		return invalid("%s %q is not valid UTF-8", field, name)
+	case strings.IndexByte(name, 0) >= 0:
+		return invalid("%s %q contains a NUL byte", field, name)
 	}
 	return nil
+}
+
+// inputError reads as its message and wraps aegis.ErrInvalid.
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+func (e *inputError) Unwrap() error { return aegis.ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &inputError{msg: fmt.Sprintf(format, args...)}
 }

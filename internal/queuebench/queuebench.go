@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/queue"
 )
 
@@ -31,14 +32,14 @@ const PoolSize = 16
 func Schema(ctx context.Context, url, prefix string) (*pgxpool.Config, func(), error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse the PostgreSQL URL: %w", err) // pgx redacts passwords
+		return nil, nil, backend.PostgresError("open", url, err)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	schema := prefix + "_" + hex.EncodeToString(b[:])
 	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return nil, nil, backend.PostgresError("connect to", url, err)
 	}
 	defer conn.Close(ctx)
 	ident := pgx.Identifier{schema}.Sanitize()

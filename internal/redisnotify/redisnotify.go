@@ -25,6 +25,9 @@ package redisnotify
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +62,9 @@ type Hub struct {
 	ps      *redis.PubSub // nil until the first Notify
 	closed  bool
 	entries map[string]*entry // by channel
+	pending []*entry          // unconfirmed SUBSCRIBEs, in the order they were sent
 	nudge   chan struct{}     // the earliest expiry wake moved
+	stop    chan struct{}     // closed by Close: the reader stops waiting
 	done    chan struct{}     // closed when the loop has returned
 }
 
@@ -67,6 +72,7 @@ type entry struct {
 	waiters   map[chan struct{}]struct{}
 	ready     chan struct{} // closed when the subscription is confirmed or failed
 	confirmed bool
+	err       error     // the server refused the SUBSCRIBE (set before ready closes)
 	idle      time.Time // when the last waiter left; zero while waited on
 	wakeAt    time.Time // wake the waiters then (a holder's expiry); zero: none
 }
@@ -80,13 +86,16 @@ func New(open func() *redis.PubSub, linger time.Duration) *Hub {
 		linger:  linger,
 		entries: make(map[string]*entry),
 		nudge:   make(chan struct{}, 1),
+		stop:    make(chan struct{}),
 	}
 }
 
 // Notify registers a waiter on channel and returns the channel it is woken
 // on and the function that unregisters it. It returns once the server has
 // confirmed the subscription (or after a bound, or when ctx ends: then with
-// ctx's error). The wake channel is closed if the Hub closes.
+// ctx's error). When the server refuses the SUBSCRIBE (a user without the
+// permission), Notify returns that error as soon as it arrives. The wake
+// channel is closed if the Hub closes.
 func (h *Hub) Notify(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
 	wake := make(chan struct{}, 1)
 	e, fresh, err := h.register(channel, wake)
@@ -95,6 +104,9 @@ func (h *Hub) Notify(ctx context.Context, channel string) (<-chan struct{}, func
 	}
 	stop := func() { h.unregister(channel, wake) }
 	if fresh {
+		h.mu.Lock()
+		h.pending = append(h.pending, e)
+		h.mu.Unlock()
 		err := h.ps.Subscribe(ctx, channel)
 		if err != nil {
 			// go-redis keeps a channel it failed to subscribe in its list
@@ -114,6 +126,10 @@ func (h *Hub) Notify(ctx context.Context, channel string) (<-chan struct{}, func
 	defer timer.Stop()
 	select {
 	case <-e.ready:
+		if e.err != nil {
+			stop()
+			return nil, nil, e.err
+		}
 	case <-timer.C: // unconfirmed: the waiter polls, and a late message still wakes it
 	case <-ctx.Done():
 		stop()
@@ -130,7 +146,7 @@ func (h *Hub) register(channel string, wake chan struct{}) (e *entry, fresh bool
 		h.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	if e = h.entries[channel]; e != nil {
+	if e = h.entries[channel]; e != nil && e.err == nil {
 		e.waiters[wake] = struct{}{}
 		e.idle = time.Time{}
 		h.mu.Unlock()
@@ -146,7 +162,7 @@ func (h *Hub) register(channel string, wake chan struct{}) (e *entry, fresh bool
 		return nil, false, ErrClosed
 	}
 	h.startLocked()
-	if e = h.entries[channel]; e == nil {
+	if e = h.entries[channel]; e == nil || e.err != nil {
 		e = &entry{waiters: make(map[chan struct{}]struct{}), ready: make(chan struct{})}
 		h.entries[channel] = e
 		fresh = true
@@ -186,6 +202,7 @@ func (h *Hub) failed(channel string, e *entry) {
 	if h.entries[channel] == e {
 		delete(h.entries, channel)
 	}
+	h.unpend(e)
 	if !e.confirmed {
 		e.confirmed = true
 		close(e.ready)
@@ -200,8 +217,67 @@ func (h *Hub) startLocked() {
 	}
 	h.ps = h.open()
 	h.done = make(chan struct{})
-	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
+	msgs := make(chan any, 256)
+	go h.read(h.ps, msgs)
 	go h.loop(msgs)
+}
+
+// healthCheck is how long the connection may stay silent before the reader
+// sends a PING, and then how long the PING may go unanswered before the
+// connection is taken for dead and replaced (go-redis resubscribes).
+const healthCheck = 3 * time.Second
+
+// read receives from the pub/sub connection and passes messages,
+// confirmations and the server's error replies to the loop, until Close.
+// It replaces go-redis's own channel, which drops error replies: a NOPERM
+// answering a SUBSCRIBE must reach the waiter at once, not after
+// confirmWait.
+func (h *Hub) read(ps *redis.PubSub, out chan<- any) {
+	defer close(out)
+	pinged, failures := false, 0
+	for {
+		var (
+			m   any
+			err error
+		)
+		if pinged {
+			// A timeout of Receive (not ReceiveTimeout) makes go-redis
+			// replace the connection.
+			ctx, cancel := context.WithTimeout(context.Background(), healthCheck)
+			m, err = ps.Receive(ctx)
+			cancel()
+		} else {
+			m, err = ps.ReceiveTimeout(context.Background(), healthCheck)
+		}
+		var rerr redis.Error
+		var nerr net.Error
+		switch {
+		case errors.Is(err, redis.ErrClosed):
+			return
+		case err == nil:
+			pinged, failures = false, 0
+			if _, pong := m.(*redis.Pong); !pong {
+				out <- m
+			}
+		case errors.As(err, &rerr):
+			pinged, failures = false, 0
+			out <- err
+		case errors.As(err, &nerr) && nerr.Timeout() && !pinged:
+			pinged = true
+			_ = ps.Ping(context.Background()) // a failed write reconnects
+		default:
+			// The connection broke (go-redis reconnects on the next
+			// Receive) or the server is down: wait a little, as go-redis's
+			// channel does.
+			pinged = false
+			failures++
+			select {
+			case <-h.stop:
+				return
+			case <-time.After(min(time.Duration(failures)*100*time.Millisecond, time.Second)):
+			}
+		}
+	}
 }
 
 // Expires tells the Hub that the lease its channel's waiters wait on
@@ -236,6 +312,8 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
+	close(h.stop)
+	h.pending = nil
 	for _, e := range h.entries {
 		for w := range e.waiters {
 			close(w)
@@ -284,9 +362,13 @@ func (h *Hub) loop(msgs <-chan any) {
 	}
 }
 
-// handle fans a message out to the channel's waiters, and marks a
-// subscription confirmed.
+// handle fans a message out to the channel's waiters, marks a
+// subscription confirmed, and fails a subscription the server refused.
 func (h *Hub) handle(m any) {
+	if err, ok := m.(error); ok {
+		h.refused(err)
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch m := m.(type) {
@@ -304,12 +386,62 @@ func (h *Hub) handle(m any) {
 		}
 		if !e.confirmed {
 			e.confirmed = true
+			h.unpend(e)
 			close(e.ready)
 			return
 		}
 		// A second confirmation is go-redis resubscribing after a
 		// reconnect: a release may have been published meanwhile.
 		wakeAll(e)
+	}
+}
+
+// refused handles an error reply on the connection. Replies come in the
+// order of the commands, so a refused SUBSCRIBE is the oldest unconfirmed
+// one; an error that is not a SUBSCRIBE's (a PING or UNSUBSCRIBE refused,
+// say) fails no waiter. A refused channel is dropped from go-redis's list
+// too, so that it does not resubscribe it after a reconnect.
+func (h *Hub) refused(err error) {
+	if s := err.Error(); !strings.Contains(s, "'subscribe'") && !strings.Contains(s, "channel") {
+		return
+	}
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	if len(h.pending) == 0 || h.closed {
+		h.mu.Unlock()
+		return
+	}
+	e := h.pending[0]
+	h.pending = h.pending[1:]
+	var channel string
+	for c, x := range h.entries {
+		if x == e {
+			channel = c
+			delete(h.entries, c)
+		}
+	}
+	if !e.confirmed {
+		e.confirmed = true
+		e.err = fmt.Errorf("SUBSCRIBE %q refused: %w", channel, err)
+		close(e.ready)
+	}
+	ps := h.ps
+	h.mu.Unlock()
+	if channel != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = ps.Unsubscribe(ctx, channel)
+	}
+}
+
+// unpend removes e from the unconfirmed SUBSCRIBEs. h.mu is held.
+func (h *Hub) unpend(e *entry) {
+	for i, x := range h.pending {
+		if x == e {
+			h.pending = append(h.pending[:i], h.pending[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -337,6 +469,7 @@ func (h *Hub) sweep() {
 		if len(e.waiters) == 0 && !e.idle.IsZero() && now.Sub(e.idle) >= h.linger {
 			idle = append(idle, c)
 			delete(h.entries, c)
+			h.unpend(e) // never confirmed: a late error is not its successor's
 		}
 	}
 	ps := h.ps

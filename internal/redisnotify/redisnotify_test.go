@@ -2,6 +2,8 @@ package redisnotify_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,7 +140,7 @@ func TestConcurrentWaiters(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the waiters")
 }
 
 func assertNoError(t *testing.T, err error) bool {
@@ -164,4 +166,76 @@ func TestNotifyCancelled(t *testing.T) {
 	cancel()
 	_, _, err := h.Notify(ctx, testenv.Key(t))
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// waitAll waits for wg, and fails the test when it takes longer than d:
+// no wait in a test is unbounded.
+func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %s", what, d)
+	}
+}
+
+// TestRefusedSubscription: a SUBSCRIBE the server refuses (a user without
+// the channel's permission) fails that Notify as soon as the refusal
+// arrives, with the server's error; subscriptions sent before and after
+// it, on channels the user may use, are not mistaken for it.
+func TestRefusedSubscription(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0]})
+	t.Cleanup(func() { _ = admin.Close() })
+	user, allowed := "aegis-notify-"+testenv.Key(t), "ok:"+testenv.Key(t)+":"
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "on", ">"+user, "resetchannels", "&"+allowed+"*", "-@all", "+subscribe", "+unsubscribe", "+ping").Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddrs(t)[0], Username: user, Password: user})
+	t.Cleanup(func() { _ = c.Close() })
+	h := redisnotify.New(func() *redis.PubSub { return c.Subscribe(context.Background()) }, time.Minute)
+	t.Cleanup(func() { require.NoError(t, h.Close()) })
+
+	// Allowed and refused channels at once, so that replies interleave.
+	const n = 12
+	type result struct {
+		channel string
+		wake    <-chan struct{}
+		err     error
+		took    time.Duration
+	}
+	results := make(chan result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ch := fmt.Sprint(allowed, i)
+		if i%2 == 1 {
+			ch = fmt.Sprint("refused:", testenv.Key(t), ":", i)
+		}
+		wg.Go(func() {
+			start := time.Now()
+			w, _, err := h.Notify(ctx, ch)
+			results <- result{ch, w, err, time.Since(start)}
+		})
+	}
+	waitAll(t, &wg, time.Minute, "the Notify calls")
+	close(results)
+	for r := range results {
+		if strings.HasPrefix(r.channel, "refused:") {
+			require.ErrorContains(t, r.err, fmt.Sprintf("SUBSCRIBE %q refused: NOPERM", r.channel))
+			require.Less(t, r.took, time.Second, "refused at once, not after the confirmation bound")
+			continue
+		}
+		require.NoError(t, r.err, r.channel)
+		require.EqualValues(t, 1, numSub(t, admin, r.channel))
+		require.NoError(t, admin.Publish(ctx, r.channel, "").Err())
+		woken(t, r.wake, r.channel)
+	}
+	// A refused channel is forgotten: asking again is refused again.
+	_, _, err := h.Notify(ctx, "refused:again")
+	require.ErrorContains(t, err, "NOPERM")
 }

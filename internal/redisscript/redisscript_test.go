@@ -1,6 +1,8 @@
 package redisscript_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,4 +90,49 @@ func FuzzValue(f *testing.F) {
 			require.Equal(t, owner, redisscript.Owner(value, token), "Value inverts Owner")
 		}
 	})
+}
+
+// redisError is an error reply as go-redis returns it.
+type redisError string
+
+func (e redisError) Error() string { return string(e) }
+func (redisError) RedisError()     {}
+
+// TestTranslatePermissions: Redis words a refusal differently by version
+// and by where it happens (a command sent, a command inside a script); the
+// error says which command, key or channel the call needed in each case.
+func TestTranslatePermissions(t *testing.T) {
+	t.Parallel()
+	lock := redisscript.LockFor("p:", "k")
+	for _, tt := range []struct {
+		op, reply, want string
+	}{
+		{"acquire", "NOPERM this user has no permissions to run the 'evalsha' command", `acquire "k": the Redis user lacks a permission: the user may not run EVALSHA; a grant runs EVALSHA or EVAL of a script calling SET, GET, INCR and PTTL on keys "{p:k}" and "{p:k}:fence" (see ACLRules): wrapped: NOPERM`},
+		{"acquire", "NOPERM User app has no permissions to run the 'evalsha' command", "the user may not run EVALSHA;"},
+		{"acquire", "NOPERM this user has no permissions to access one of the keys used as arguments", "the user may not access the keys;"},
+		{"acquire", "NOPERM User app has no permissions to access the '{p:k}' key", "the user may not access the keys;"},
+		{"acquire", "ERR The user executing the script can't run this command or subcommand script: 8c94, on @user_script:2.", "the user may not run a command; a grant runs"},
+		{"acquire", "ERR ACL failure in script: User app has no permissions to run the 'set' command script: 8c94, on @user_script:2.", "the user may not run SET; a grant runs"},
+		{"renew", "ERR The user executing the script can't access at least one of the keys mentioned in the command script: 1", `the user may not access the keys; a renewal runs EVALSHA or EVAL of a script calling GET, PEXPIRE and SET on keys "{p:k}" and "{p:k}:fence"`},
+		{"release", "ERR The user executing the script can't publish to the channel mentioned in the command script: 1", `the user may not use the channel; a release runs EVALSHA or EVAL of a script calling GET, SET and DEL on keys "{p:k}" and "{p:k}:fence" and PUBLISH on channel "{p:k}:released"`},
+		{"notify", "NOPERM this user has no permissions to run the 'subscribe' command", `the user may not run SUBSCRIBE; a wait runs SUBSCRIBE on channel "{p:k}:released"`},
+		{"notify", "NOPERM this user has no permissions to access one of the channels used as arguments", "the user may not use the channel; a wait runs SUBSCRIBE"},
+	} {
+		err := redisscript.Translate(tt.op, lock, "k", fmt.Errorf("wrapped: %w", redisError(tt.reply)))
+		require.ErrorContains(t, err, tt.want, tt.reply)
+		require.ErrorContains(t, err, tt.reply, "the server's own words stay")
+	}
+	for _, reply := range []string{"ERR value is not an integer or out of range script: 1", "WRONGTYPE Operation against a key holding the wrong kind of value"} {
+		err := redisscript.Translate("acquire", lock, "k", redisError(reply))
+		require.Equal(t, `acquire "k": `+reply, err.Error())
+		require.False(t, redisscript.IsPermission(redisError(reply)))
+	}
+	require.False(t, redisscript.IsPermission(errors.New("NOPERM from no server")), "only server replies")
+}
+
+func TestPrefixErrorsAreInvalid(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"", "{", strings.Repeat("p", 65)} {
+		require.ErrorIs(t, redisscript.CheckPrefix("F", prefix), aegis.ErrInvalid, "%q", prefix)
+	}
 }

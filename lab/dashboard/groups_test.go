@@ -133,7 +133,13 @@ func TestCloseStopsRunsAndStreams(t *testing.T) {
 		require.False(t, testenv.PidAlive(n.Pid), "node%d (pid %d) still runs after Close", n.Node, n.Pid)
 	}
 	drain(t, events, &rs, 10*time.Second) // the stream ends
-	for range groups {                    // and so does the groups stream
+	timeout := time.After(10 * time.Second)
+	for open := true; open; { // and so does the groups stream
+		select {
+		case _, open = <-groups:
+		case <-timeout:
+			t.Fatal("the groups stream still goes 10s after Close")
+		}
 	}
 	code, b := h.do(http.MethodPost, "/api/groups", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}}})
 	require.Equal(t, http.StatusConflict, code, "%s", b)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -339,6 +340,64 @@ func drain(t *testing.T, events <-chan sseEvent, rs *runStream, d time.Duration)
 			return
 		}
 	}
+}
+
+// runReport fetches a run's JSON report.
+func (h *harness) runReport(t *testing.T, id string) lab.Report {
+	t.Helper()
+	code, b := h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	var rep lab.Report
+	require.NoError(t, json.Unmarshal(b, &rep))
+	return rep
+}
+
+// sameRead reports whether two attempts of one tick read the same balance.
+func sameRead(events []lab.Event) bool {
+	seen := map[[2]int64]bool{} // (tick, balance read)
+	for _, e := range events {
+		if e.Kind == lab.EventEntered && e.Value != nil {
+			k := [2]int64{int64(e.Tick), *e.Value}
+			if seen[k] {
+				return true
+			}
+			seen[k] = true
+		}
+	}
+	return false
+}
+
+// takenOver returns the attempt a paused node was inside when it was
+// paused, when another node entered the same tick before it resumed.
+func takenOver(events []lab.Event) (string, bool) {
+	node, from, to := 0, 0.0, math.Inf(1)
+	for _, e := range events {
+		switch {
+		case node == 0 && e.Kind == lab.EventChaos && strings.Contains(e.Detail, "paused with SIGSTOP"):
+			node, from = e.Node, e.T
+		case node != 0 && e.Kind == lab.EventHealed && e.Node == node:
+			to = min(to, e.T)
+		}
+	}
+	attempt, tick, ended := "", 0, map[string]bool{}
+	for _, e := range events {
+		switch {
+		case e.T > from:
+		case e.Kind == lab.EventEntered && e.Node == node:
+			attempt, tick = e.Attempt, e.Tick
+		case e.Kind == lab.EventExecuted || e.Kind == lab.EventStale || e.Kind == lab.EventAbandon:
+			ended[e.Attempt] = true
+		}
+	}
+	if node == 0 || attempt == "" || ended[attempt] {
+		return "", false
+	}
+	for _, e := range events {
+		if e.Kind == lab.EventEntered && e.Node != node && e.Tick == tick && e.T >= from && e.T <= to {
+			return attempt, true
+		}
+	}
+	return "", false
 }
 
 func dump(events []lab.Event) string {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -67,7 +67,7 @@ type Server struct {
 // New returns the dashboard over session.
 func New(session *lab.Session, cfg *Config) (*Server, error) {
 	if session == nil {
-		return nil, errors.New("dashboard: session is nil")
+		return nil, fmt.Errorf("%w: dashboard: session is nil", aegis.ErrInvalid)
 	}
 	var c Config
 	if cfg != nil {
@@ -76,7 +76,7 @@ func New(session *lab.Session, cfg *Config) (*Server, error) {
 	c.OutDir = cmp.Or(c.OutDir, filepath.Join(session.Dir(), "visualisations"))
 	c.MaxActive = cmp.Or(c.MaxActive, 12)
 	if c.MaxActive < 1 {
-		return nil, fmt.Errorf("dashboard: MaxActive %d: want at least 1", c.MaxActive)
+		return nil, fmt.Errorf("%w: dashboard: MaxActive %d: want at least 1", aegis.ErrInvalid, c.MaxActive)
 	}
 	if c.Log == nil {
 		c.Log = io.Discard

@@ -199,7 +199,7 @@ func (co *coalescer) release(g grant, cmd *redis.Cmd) {
 	if token, _, err := redisscript.AcquireReply(cmd); err == nil && token > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_, _ = redisscript.Release(ctx, co.client, g.lock, g.value)
+		_, _ = redisscript.Release(ctx, co.client, g.lock, g.value, 0)
 		co.undone.Add(1)
 	}
 }

@@ -83,7 +83,7 @@ func TestCoalescedCallsKeepExclusion(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the contending goroutines")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestAbandonedGrantsAreReleased(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the abandoning goroutines")
 	require.NoError(t, l.Close(), "Close waits until the coalescer released what landed late")
 	t.Logf("%d of %d attempts gave up; %d grants landed after their caller left", abandoned.Load(), goroutines*rounds, l.co.undone.Load())
 	keys, err := raw.Keys(ctx, "{"+prefix+"k-*}").Result()
@@ -151,7 +151,7 @@ func TestCloseWhileQueued(t *testing.T) {
 		})
 	}
 	require.NoError(t, l.Close())
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the calls queued at Close")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -172,8 +172,8 @@ func TestRunAllFallsBackToEval(t *testing.T) {
 	lock := redisscript.LockFor("p:", "fallback")
 	calls := []redisscript.Call{
 		redisscript.AcquireCall(lock, "v", time.Minute),
-		redisscript.RenewCall(lock, "v", time.Minute),
-		redisscript.ReleaseCall(lock, "v"),
+		redisscript.RenewCall(lock, "v", 1, time.Minute),
+		redisscript.ReleaseCall(lock, "v", 1),
 		redisscript.AcquireCall(lock, "w", time.Minute),
 	}
 	cmds := redisscript.RunAll(ctx, raw, calls)
@@ -181,9 +181,9 @@ func TestRunAllFallsBackToEval(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, token)
 	for _, cmd := range cmds[1:3] {
-		ok, err := redisscript.OK(cmd)
+		out, err := redisscript.Result(cmd)
 		require.NoError(t, err)
-		require.True(t, ok)
+		require.Equal(t, redisscript.Done, out)
 	}
 	token, _, err = redisscript.AcquireReply(cmds[3])
 	require.NoError(t, err)
@@ -209,4 +209,20 @@ func TestAcquireResentReturnsItsGrant(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, other, "held")
 	require.Greater(t, left, 50*time.Second)
+}
+
+// waitAll waits for wg, and fails the test when it takes longer than d:
+// no wait in a test is unbounded.
+func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %s", what, d)
+	}
 }

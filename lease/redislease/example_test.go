@@ -17,7 +17,8 @@ import (
 
 // A lease on one Redis, its token, and a second owner that waits for it.
 func Example() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	addr, _, _ := strings.Cut(cmp.Or(os.Getenv("AEGIS_REDIS_ADDRS"), "127.0.0.1:16379"), ",")
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()

@@ -9,7 +9,8 @@
 // share a hash slot (the {…} hash tag); the fence key has no TTL, so the
 // token survives every release and expiry. Renew is a compare-and-PEXPIRE
 // and Release a compare-and-DEL (which also PUBLISHes on
-// {prefix key}:released), both comparing the grant's owner value: a random
+// {prefix key}:released), both comparing the grant's owner value (and
+// restoring a lost counter, see below): a random
 // 128-bit value from crypto/rand, unique to the grant, never logged nor put
 // into an error. Lease.Owner is that value, ':' and the token; a lease
 // whose token was changed is refused (ErrLost) without a request. Scripts
@@ -70,6 +71,33 @@
 // not fail over with Redis; for correctness that must survive Redis
 // failures, use a consensus store (etcd, ZooKeeper) or PostgreSQL.
 //
+// # Token counters and maxmemory-policy
+//
+// The counter {prefix key}:fence has no TTL and must never be lost: a
+// counter that is gone makes the next grant's token 1 again, which a fence
+// that saw a greater token refuses until the counter passes it (and which
+// could repeat a token the fence has forgotten). The server must therefore
+// never evict it: maxmemory-policy noeviction (Redis's default), or a
+// volatile-* policy, which evicts only keys with a TTL. A volatile-*
+// policy may evict a live lock under memory pressure, which ends that
+// lease early like an expiry (the next grant still gets a greater token);
+// noeviction makes grants fail with OOM instead. The allkeys-* policies
+// evict counters: New asks for the policy (CONFIG GET, when the user may
+// run it) and refuses them with an error wrapping aegis.ErrInvalid, unless
+// Config.SkipPolicyCheck is set. It cannot check a user that may not run
+// CONFIG GET, and does not see a later CONFIG SET, nor a failover to a
+// server configured otherwise.
+//
+// What the backend detects: a counter deleted, evicted or set lower while
+// a lease of its key is held is restored to that lease's token by the
+// lease's next renew or its release (inside the same script), so the next
+// grant's token is still greater. What it cannot detect: a counter lost
+// while no lease of the key is held, or after the holder's last renewal
+// when its lease then expires without a release; a counter lost together
+// with the lock (FLUSHALL, a restart without persistence, a failover to a
+// replica that missed the grants). A grant cannot tell a lost counter from
+// a key never used, and tokens then restart at 1 (TestCounterRestored).
+//
 // # Least-privilege ACL
 //
 // A user that can do nothing but hold leases under the prefix "aegis:"
@@ -83,8 +111,18 @@
 // ":fence" and ":released"; the commands are the scripts (and what they
 // call), the wake-ups' pub/sub and its health check, and WAIT (a client
 // with Options.ClientName also needs +client|setname). Without SCRIPT LOAD
-// the first call of each script on a server sends EVAL, which caches it. A
-// missing permission is an error that says so.
+// the first call of each script on a server sends EVAL, which caches it.
+// Such a user may not run New's CONFIG GET: Redis records the refusal in
+// ACL LOG, which Config.SkipPolicyCheck avoids (check the policy yourself).
+//
+// A missing permission is an error at the first call that needs it, at
+// once, that names the command, keys or channel the call needed and
+// carries the server's words: TryAcquire, Renew and Release for the
+// scripts ("redislease: acquire "k": the Redis user lacks a permission:
+// the user may not run SET; a grant runs EVALSHA or EVAL of a script
+// calling SET, GET, INCR and PTTL on keys …"), Notify (and so
+// aegis.Acquire) for SUBSCRIBE and the key's channel. A user without
+// +subscribe can still wait, by polling, with Config.NoWakeups.
 package redislease
 
 import (
@@ -92,6 +130,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -132,6 +171,20 @@ type Config struct {
 	// WaitTimeout bounds that wait. Default 100ms; ignored when
 	// WaitReplicas is 0.
 	WaitTimeout time.Duration
+	// SkipPolicyCheck makes New not ask the server for its
+	// maxmemory-policy. Without it New refuses a policy that can evict the
+	// token counters (allkeys-lru, allkeys-lfu, allkeys-random): an evicted
+	// counter restarts the key's tokens at 1, so a fence then refuses every
+	// new holder. Set it for a server whose policy you accept, or for a
+	// user that may not run CONFIG GET (Redis records the refusal in ACL
+	// LOG). Default false.
+	SkipPolicyCheck bool
+	// NoWakeups makes the Locker's waiters poll (aegis.Acquire's jittered
+	// backoff) instead of subscribing to releases: for a Redis user without
+	// +subscribe. Notify then returns a channel that never fires. Default
+	// false: wake-ups, and a user without the permission gets an error that
+	// says so.
+	NoWakeups bool
 }
 
 // Locker is a Redis lease table. It is safe for concurrent use. Close it
@@ -142,15 +195,27 @@ type Locker struct {
 	prefix       string
 	waitReplicas int
 	waitTimeout  time.Duration
+	noWakeups    bool
 	co           *coalescer
 	hub          *redisnotify.Hub
 }
 
-// New returns a Locker on client. A nil cfg means defaults. It sends
-// nothing to the server.
+// New returns a Locker on client. A nil cfg means defaults. Bad
+// configuration is an error wrapping aegis.ErrInvalid that names the field.
+//
+// New asks the server for its maxmemory-policy (one CONFIG GET, bounded by
+// a second) and refuses a policy that can evict the token counters
+// (allkeys-*) unless Config.SkipPolicyCheck is set. A server that does
+// not answer, or a user that may not run CONFIG GET (the least-privilege
+// user of ACLRules may not), is not checked, and New still succeeds: check
+// the policy yourself then, and set SkipPolicyCheck to keep the refused
+// CONFIG GET out of ACL LOG.
 func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	if client == nil {
-		return nil, errors.New("redislease: client is nil")
+		return nil, fmt.Errorf("redislease: %w: client is nil", aegis.ErrInvalid)
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("redislease: %w: client is a nil %T", aegis.ErrInvalid, client)
 	}
 	var c Config
 	if cfg != nil {
@@ -163,15 +228,23 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 	}
 	switch {
 	case c.WaitReplicas < 0:
-		return nil, fmt.Errorf("redislease: Config.WaitReplicas %d is negative", c.WaitReplicas)
+		return nil, fmt.Errorf("redislease: %w: Config.WaitReplicas %d is negative", aegis.ErrInvalid, c.WaitReplicas)
 	case c.WaitTimeout < 0:
-		return nil, fmt.Errorf("redislease: Config.WaitTimeout %s is negative", c.WaitTimeout)
+		return nil, fmt.Errorf("redislease: %w: Config.WaitTimeout %s is negative", aegis.ErrInvalid, c.WaitTimeout)
 	}
 	if c.WaitReplicas > 0 {
 		switch client.(type) {
 		case *redis.Client, *redis.ClusterClient:
 		default:
-			return nil, fmt.Errorf("redislease: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", client)
+			return nil, fmt.Errorf("redislease: %w: Config.WaitReplicas needs a *redis.Client or *redis.ClusterClient (WAIT must run on the connection of the grant), not %T", aegis.ErrInvalid, client)
+		}
+	}
+	if !c.SkipPolicyCheck {
+		ctx, cancel := context.WithTimeout(context.Background(), redisscript.CheckTimeout)
+		err := redisscript.CheckEviction(ctx, client, "")
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("redislease: %w", err)
 		}
 	}
 	return &Locker{
@@ -179,6 +252,7 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:       c.Prefix,
 		waitReplicas: c.WaitReplicas,
 		waitTimeout:  c.WaitTimeout,
+		noWakeups:    c.NoWakeups,
 		co:           newCoalescer(client),
 		hub: redisnotify.New(func() *redis.PubSub {
 			return client.Subscribe(context.Background())
@@ -253,7 +327,7 @@ func (l *Locker) acquireReplicated(ctx context.Context, key string, lock redissc
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, rerr := redisscript.Release(rctx, conn, lock, id)
+	_, rerr := redisscript.Release(rctx, conn, lock, id, 0)
 	if err != nil {
 		return 0, 0, errors.Join(fmt.Errorf("WAIT: %w", err), releaseErr(rerr))
 	}
@@ -269,7 +343,8 @@ func releaseErr(err error) error {
 }
 
 // Renew extends lease to ttl from now (server time) if it still holds its
-// key; ErrLost otherwise. One round trip. Renewals are not waited for, even
+// key; otherwise an error wrapping ErrLost that names the key and says
+// whether another owner holds it or it is gone. One round trip. Renewals are not waited for, even
 // with WaitReplicas.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
@@ -280,18 +355,19 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("renew", lease.Key)
 	}
 	start := time.Now()
-	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, ttl), grant{})
+	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token), ttl), grant{})
+	out := redisscript.Gone
 	if err == nil {
-		ok, err = redisscript.OK(cmd)
+		out, err = redisscript.Result(cmd)
 	}
 	if err != nil {
 		return l.error("renew", lease.Key, err)
 	}
-	if !ok {
-		return aegis.ErrLost
+	if out != redisscript.Done {
+		return lost("renew", lease.Key, out)
 	}
 	lease.TTL = ttl
 	lease.Deadline = aegis.LocalDeadline(start, ttl)
@@ -299,32 +375,34 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 }
 
 // Release frees lease's key if lease still holds it, and wakes the key's
-// waiters; ErrLost otherwise, changing nothing. One round trip.
+// waiters; otherwise an error wrapping ErrLost as Renew's, changing
+// nothing. One round trip.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("release", lease.Key)
 	}
-	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value), grant{})
+	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token)), grant{})
+	out := redisscript.Gone
 	if err == nil {
-		ok, err = redisscript.OK(cmd)
+		out, err = redisscript.Result(cmd)
 	}
 	if err != nil {
 		return l.error("release", lease.Key, err)
 	}
-	if !ok {
-		return aegis.ErrLost
+	if out != redisscript.Done {
+		return lost("release", lease.Key, out)
 	}
 	return nil
 }
 
 // ACLRules returns the rules of a least-privilege Redis user for a Locker
 // with prefix: only the prefix's keys and channels, only the commands it
-// sends. Pass them to ACL SETUSER after the user's name, "on" and its
-// password.
+// sends (New's CONFIG GET excepted: see Config.SkipPolicyCheck). Pass them
+// to ACL SETUSER after the user's name, "on" and its password.
 func ACLRules(prefix string) []string {
 	return redisscript.ACLRules(cmp.Or(prefix, redisscript.DefaultPrefix))
 }
@@ -332,10 +410,16 @@ func ACLRules(prefix string) []string {
 // Notify implements aegis.Notifier: the channel receives a value when key
 // is released through any Locker with the same prefix on the same Redis,
 // or when a lease this Locker saw held expires. It returns once the
-// server has confirmed the subscription.
+// server has confirmed the subscription; a refused subscription (a user
+// without +subscribe, or without the key's channel) is an error that says
+// so, as soon as the server answers. With Config.NoWakeups it returns a
+// nil channel, which never fires: the waiter polls.
 func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, nil, err
+	}
+	if l.noWakeups {
+		return nil, func() {}, nil
 	}
 	ch, stop, err := l.hub.Notify(ctx, redisscript.LockFor(l.prefix, key).Channel())
 	if err != nil {
@@ -347,7 +431,7 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 // Close closes the Locker's wake-up connection and stops the goroutine that
 // sends concurrent calls together, waiting for both. It does not close the
 // client, and does not release leases. Afterwards leases still work (each
-// call on its own), waiters fall back on polling, and Notify fails.
+// call on its own), but Notify fails, and so does aegis.Acquire.
 func (l *Locker) Close() error {
 	l.co.close()
 	return l.hub.Close()
@@ -355,5 +439,16 @@ func (l *Locker) Close() error {
 
 // error is the one place where the client's errors become this package's.
 func (l *Locker) error(op, key string, err error) error {
-	return fmt.Errorf("redislease: %w", redisscript.Translate(op, key, err))
+	return fmt.Errorf("redislease: %w", redisscript.Translate(op, redisscript.LockFor(l.prefix, key), key, err))
+}
+
+// lost is the ErrLost of a renew or release that found the lease gone.
+func lost(op, key string, out redisscript.Outcome) error {
+	return fmt.Errorf("redislease: %s %q: %w: %s", op, key, aegis.ErrLost, out.Reason())
+}
+
+// forged is the ErrLost of a lease whose Owner does not carry its token:
+// it was altered, or made by another backend; no request is sent.
+func forged(op, key string) error {
+	return fmt.Errorf("redislease: %s %q: %w: the lease's owner does not match its token (an altered or foreign lease)", op, key, aegis.ErrLost)
 }

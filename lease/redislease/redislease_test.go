@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func TestLocktest(t *testing.T) {
 		New: func(t *testing.T) aegis.Locker {
 			return locker(t, client(t, addr), &redislease.Config{Prefix: p})
 		},
-		TTL: 200 * time.Millisecond,
+		TTL: time.Second, // long enough that a loaded machine (a second suite beside this one) does not expire a renewing holder
 	})
 }
 
@@ -80,7 +81,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg    *redislease.Config
 		want   string
 	}{
-		{"nil client", nil, nil, "client is nil"},
+		{"nil client", nil, nil, "redislease: aegis: invalid argument: client is nil"},
+		{"typed nil client", (*redis.Client)(nil), nil, "redislease: aegis: invalid argument: client is a nil *redis.Client"},
 		{"open brace", c, &redislease.Config{Prefix: "a{b"}, `Config.Prefix "a{b" holds '{', '}' or NUL`},
 		{"close brace", c, &redislease.Config{Prefix: "}"}, `Config.Prefix "}" holds '{', '}' or NUL`},
 		{"NUL", c, &redislease.Config{Prefix: "a\x00"}, "holds '{', '}' or NUL"},
@@ -93,10 +95,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := redislease.New(tt.client, tt.cfg)
 			require.ErrorContains(t, err, tt.want)
+			require.ErrorIs(t, err, aegis.ErrInvalid)
 			require.True(t, strings.HasPrefix(err.Error(), "redislease: "), err.Error())
 		})
 	}
-	for _, cfg := range []*redislease.Config{nil, {}, {Prefix: "x"}, {WaitReplicas: 2, WaitTimeout: time.Second}} {
+	// A server that does not answer is not checked (nil: New's bounded
+	// CONFIG GET runs and fails); the others skip the check.
+	for _, cfg := range []*redislease.Config{nil, {SkipPolicyCheck: true}, {Prefix: "x", SkipPolicyCheck: true}, {WaitReplicas: 2, WaitTimeout: time.Second, SkipPolicyCheck: true}} {
 		l, err := redislease.New(c, cfg)
 		require.NoError(t, err, "%+v", cfg)
 		require.NoError(t, l.Close())
@@ -132,8 +137,8 @@ func TestLayout(t *testing.T) {
 	require.Zero(t, raw.Exists(ctx, lock).Val(), "released: the lock is gone")
 	require.Equal(t, fmt.Sprint(lease.Token), raw.Get(ctx, fence).Val(), "the counter stays")
 
-	// A sub-millisecond TTL is rounded up, not rejected by the server.
-	short, err := l.TryAcquire(ctx, key, time.Microsecond)
+	// A TTL in a fraction of a millisecond is rounded up.
+	short, err := l.TryAcquire(ctx, key, 2500*time.Microsecond)
 	require.NoError(t, err)
 	require.Greater(t, short.Token, lease.Token)
 }
@@ -164,7 +169,7 @@ func TestCluster(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				return locker(t, c, &redislease.Config{WaitReplicas: 0})
 			},
-			TTL: 200 * time.Millisecond,
+			TTL: time.Second, // long enough that a loaded machine (a second suite beside this one) does not expire a renewing holder
 		})
 	})
 }
@@ -309,7 +314,7 @@ func TestOnePubSubConnection(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, holder.Release(ctx, l))
 	}
-	wg.Wait()
+	waitAll(t, &wg, time.Minute, "the waiters")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -332,8 +337,12 @@ func TestClose(t *testing.T) {
 	wake, stop, err := l.Notify(ctx, "k")
 	require.NoError(t, err)
 	require.NoError(t, l.Close())
-	_, ok := <-wake
-	require.False(t, ok, "a waiter's channel is closed by Close")
+	select {
+	case _, ok := <-wake:
+		require.False(t, ok, "a waiter's channel is closed by Close")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not close a waiter's channel")
+	}
 	stop()
 	_, _, err = l.Notify(ctx, "k")
 	require.ErrorContains(t, err, "closed")
@@ -383,18 +392,23 @@ func TestLeastPrivilegeUser(t *testing.T) {
 	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
 	require.NoError(t, admin.Do(ctx, "ACL", "LOG", "RESET").Err())
 	opt := &redis.Options{Addr: primary.Addr(), Username: user, Password: password}
+	// The user may not run New's CONFIG GET; skipping it keeps ACL LOG
+	// empty (TestEvictionPolicy shows New succeeds without skipping).
+	cfg := redislease.Config{Prefix: p, SkipPolicyCheck: true}
 
 	t.Run("locktest", func(t *testing.T) {
 		locktest.Run(t, locktest.Config{
 			New: func(t *testing.T) aegis.Locker {
-				return locker(t, clientWith(t, opt), &redislease.Config{Prefix: p, WaitReplicas: 1, WaitTimeout: 5 * time.Second})
+				cfg := cfg
+				cfg.WaitReplicas, cfg.WaitTimeout = 1, 5*time.Second
+				return locker(t, clientWith(t, opt), &cfg)
 			},
-			TTL: 200 * time.Millisecond,
+			TTL: time.Second, // long enough that a loaded machine (a second suite beside this one) does not expire a renewing holder
 		})
 	})
 	t.Run("health check", func(t *testing.T) {
 		// go-redis pings an idle pub/sub connection every 3 s.
-		l := locker(t, clientWith(t, opt), &redislease.Config{Prefix: p})
+		l := locker(t, clientWith(t, opt), &cfg)
 		_, stop, err := l.Notify(ctx, "idle")
 		require.NoError(t, err)
 		defer stop()
@@ -409,7 +423,9 @@ func TestLeastPrivilegeUser(t *testing.T) {
 	})
 	log, err := admin.ACLLog(ctx, 10).Result()
 	require.NoError(t, err)
-	require.Empty(t, log, "the server refused a command of the least-privilege user")
+	for _, e := range log {
+		t.Errorf("the server refused a command of the least-privilege user: %+v", *e)
+	}
 
 	u := clientWith(t, opt)
 	require.ErrorContains(t, u.Set(ctx, "other", "x", 0).Err(), "NOPERM", "keys outside the prefix")
@@ -419,9 +435,9 @@ func TestLeastPrivilegeUser(t *testing.T) {
 	require.ErrorContains(t, u.Publish(ctx, "news", "x").Err(), "NOPERM", "channels outside the prefix")
 
 	// Another prefix: the error says what is wrong, and holds no secret.
-	other := locker(t, u, &redislease.Config{Prefix: "other:"})
+	other := locker(t, u, &redislease.Config{Prefix: "other:", SkipPolicyCheck: true})
 	_, err = other.TryAcquire(ctx, "k", time.Second)
-	require.ErrorContains(t, err, `redislease: acquire "k": the Redis user lacks a permission the lease needs (see the ACL rules in the package doc): NOPERM`)
+	require.ErrorContains(t, err, `redislease: acquire "k": the Redis user lacks a permission: the user may not access the keys; a grant runs EVALSHA or EVAL of a script calling SET, GET, INCR and PTTL on keys "{other:k}" and "{other:k}:fence" (see ACLRules): NOPERM`)
 	require.NotContains(t, err.Error(), password)
 }
 
@@ -429,4 +445,209 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// aclUser creates a user on the Redis at admin with rules, deleted with the
+// test, and returns a client of it.
+func aclUser(t *testing.T, admin *redis.Client, rules ...string) *redis.Client {
+	t.Helper()
+	user, password := "aegis-"+randomHex(6), randomHex(16)
+	args := []any{"ACL", "SETUSER", user, "on", ">" + password}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	require.NoError(t, admin.Do(t.Context(), args...).Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	return clientWith(t, &redis.Options{Addr: admin.Options().Addr, Username: user, Password: password})
+}
+
+// without is rules less the ones named.
+func without(rules []string, drop ...string) []string {
+	var out []string
+	for _, r := range rules {
+		if !slices.Contains(drop, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestMissingPermissions: a user that lacks a permission the lease needs
+// gets, at the first call that needs it and at once, an error that says
+// which command, key or channel; waiting (Acquire) does not stall on a
+// subscription the server refused.
+func TestMissingPermissions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	admin := client(t, startRedis(t, nil).Addr())
+	const p = "app:"
+	rules := redislease.ACLRules(p)
+	// A bound far below the 2 s a refused SUBSCRIBE used to cost.
+	const prompt = time.Second
+
+	t.Run("no subscribe", func(t *testing.T) {
+		l := locker(t, aclUser(t, admin, without(rules, "+subscribe")...), &redislease.Config{Prefix: p})
+		start := time.Now()
+		_, _, err := l.Notify(ctx, "k")
+		require.ErrorContains(t, err, `redislease: notify "k": the Redis user lacks a permission: the user may not run SUBSCRIBE; a wait runs SUBSCRIBE on channel "{app:k}:released"`)
+		require.ErrorContains(t, err, "NOPERM")
+		require.Less(t, time.Since(start), prompt, "the refusal is reported when it arrives")
+		_, _, err = l.Notify(ctx, "k")
+		require.ErrorContains(t, err, "may not run SUBSCRIBE", "every call says so")
+
+		start = time.Now()
+		_, err = aegis.Acquire(ctx, l, "k", time.Minute)
+		require.ErrorContains(t, err, "may not run SUBSCRIBE", "Acquire says why it cannot wait")
+		require.Less(t, time.Since(start), prompt, "at once")
+
+		// Without wake-ups the same user polls.
+		polls := locker(t, aclUser(t, admin, without(rules, "+subscribe")...), &redislease.Config{Prefix: p, NoWakeups: true})
+		held, err := polls.TryAcquire(ctx, "k", 300*time.Millisecond)
+		require.NoError(t, err)
+		lease, err := aegis.Acquire(ctx, polls, "k", time.Minute)
+		require.NoError(t, err, "granted once the holder's lease expired")
+		require.Greater(t, lease.Token, held.Token)
+		require.NoError(t, polls.Release(ctx, lease))
+	})
+	t.Run("no channel", func(t *testing.T) {
+		l := locker(t, aclUser(t, admin, without(rules, "&{"+p+"*")...), &redislease.Config{Prefix: p})
+		start := time.Now()
+		_, _, err := l.Notify(ctx, "k")
+		require.ErrorContains(t, err, `redislease: notify "k": the Redis user lacks a permission: the user may not use the channel; a wait runs SUBSCRIBE on channel "{app:k}:released"`)
+		require.Less(t, time.Since(start), prompt)
+		lease, err := l.TryAcquire(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		err = l.Release(ctx, lease)
+		require.ErrorContains(t, err, `redislease: release "k": the Redis user lacks a permission: the user may not use the channel; a release runs EVALSHA or EVAL of a script calling GET, SET and DEL on keys "{app:k}" and "{app:k}:fence" and PUBLISH on channel "{app:k}:released"`)
+		require.NotContains(t, err.Error(), strings.Split(lease.Owner, ":")[0])
+	})
+	t.Run("no script commands", func(t *testing.T) {
+		l := locker(t, aclUser(t, admin, without(rules, "+set", "+incr")...), &redislease.Config{Prefix: p})
+		start := time.Now()
+		_, err := aegis.Acquire(ctx, l, "k", time.Minute)
+		require.ErrorContains(t, err, `redislease: acquire "k": the Redis user lacks a permission: `)
+		require.ErrorContains(t, err, `a grant runs EVALSHA or EVAL of a script calling SET, GET, INCR and PTTL on keys "{app:k}" and "{app:k}:fence" (see ACLRules): `)
+		require.Less(t, time.Since(start), prompt, "the refusal is not delayed by the wake-up subscription")
+	})
+	t.Run("no evalsha", func(t *testing.T) {
+		l := locker(t, aclUser(t, admin, without(rules, "+evalsha")...), &redislease.Config{Prefix: p})
+		_, err := l.TryAcquire(ctx, "k", time.Minute)
+		require.ErrorContains(t, err, `redislease: acquire "k": the Redis user lacks a permission: the user may not run EVALSHA; `)
+	})
+	t.Run("read-only", func(t *testing.T) {
+		u := aclUser(t, admin, "resetkeys", "~{"+p+"*", "resetchannels", "&{"+p+"*", "-@all", "+@read", "+evalsha", "+eval", "+subscribe", "+ping")
+		l := locker(t, u, &redislease.Config{Prefix: p})
+		_, err := l.TryAcquire(ctx, "k", time.Minute)
+		require.ErrorContains(t, err, `redislease: acquire "k": the Redis user lacks a permission: `)
+		require.ErrorContains(t, err, `calling SET, GET, INCR and PTTL on keys "{app:k}" and "{app:k}:fence"`)
+	})
+}
+
+// TestEvictionPolicy: New refuses a server whose maxmemory-policy can evict
+// the token counters (they have no TTL), unless told to accept it; a
+// volatile-* policy evicts only keys with a TTL, so it is accepted.
+func TestEvictionPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := startRedis(t, nil)
+	admin := client(t, r.Addr())
+	for _, policy := range []string{"allkeys-lru", "allkeys-lfu", "allkeys-random"} {
+		require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", policy).Err())
+		_, err := redislease.New(client(t, r.Addr()), nil)
+		require.ErrorIs(t, err, aegis.ErrInvalid, policy)
+		require.ErrorContains(t, err, "redislease: aegis: invalid argument: Redis "+r.Addr()+" has maxmemory-policy "+policy+", which can evict the token counters")
+		require.ErrorContains(t, err, "Config.SkipPolicyCheck")
+		locker(t, client(t, r.Addr()), &redislease.Config{SkipPolicyCheck: true})
+	}
+	for _, policy := range []string{"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
+		require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", policy).Err())
+		locker(t, client(t, r.Addr()), nil)
+	}
+	// A user that may not read CONFIG is not checked (and not refused).
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	locker(t, aclUser(t, admin, redislease.ACLRules("")...), nil)
+}
+
+// TestCounterRestored: a counter deleted (or evicted) while a lease is held
+// is restored to the lease's token by its renew or release, so the next
+// grant continues above it. One lost while no lease is held cannot be
+// told from a key never used: tokens restart at 1.
+func TestCounterRestored(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	raw := client(t, testenv.RedisAddrs(t)[0])
+	p := prefix(t)
+	l := locker(t, raw, &redislease.Config{Prefix: p})
+	fence := "{" + p + "k}:fence"
+	for range 3 {
+		lease, err := l.TryAcquire(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx, lease))
+	}
+	lease, err := l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, lease.Token)
+
+	require.NoError(t, raw.Del(ctx, fence).Err())
+	require.NoError(t, l.Renew(ctx, lease, time.Minute))
+	require.Equal(t, "4", raw.Get(ctx, fence).Val(), "the renewal restored the counter")
+	require.NoError(t, raw.Set(ctx, fence, 1, 0).Err())
+	require.NoError(t, l.Release(ctx, lease))
+	require.Equal(t, "4", raw.Get(ctx, fence).Val(), "the release restored a counter below its token")
+	next, err := l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, next.Token, "the order continues")
+	require.NoError(t, l.Release(ctx, next))
+
+	require.NoError(t, raw.Del(ctx, fence).Err())
+	again, err := l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, again.Token, "lost while free: undetectable, tokens restart")
+	require.NoError(t, l.Release(ctx, again))
+}
+
+// TestLostSaysWhy: ErrLost names the key and what Redis found, never the
+// owner value.
+func TestLostSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	raw := client(t, testenv.RedisAddrs(t)[0])
+	p := prefix(t)
+	l := locker(t, raw, &redislease.Config{Prefix: p})
+	lease, err := l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	secret := strings.Split(lease.Owner, ":")[0]
+
+	require.NoError(t, raw.Set(ctx, "{"+p+"k}", "someone", time.Minute).Err())
+	for _, err := range []error{l.Renew(ctx, lease, time.Minute), l.Release(ctx, lease)} {
+		require.ErrorIs(t, err, aegis.ErrLost)
+		require.Regexp(t, `^redislease: (renew|release) "k": aegis: lease lost: another owner holds the key$`, err.Error())
+		require.NotContains(t, err.Error(), secret)
+	}
+	require.NoError(t, raw.Del(ctx, "{"+p+"k}").Err())
+	for _, err := range []error{l.Renew(ctx, lease, time.Minute), l.Release(ctx, lease)} {
+		require.ErrorIs(t, err, aegis.ErrLost)
+		require.Regexp(t, `^redislease: (renew|release) "k": aegis: lease lost: the key is gone`, err.Error())
+	}
+	forged := *lease
+	forged.Token++
+	err = l.Renew(ctx, &forged, time.Minute)
+	require.ErrorIs(t, err, aegis.ErrLost)
+	require.ErrorContains(t, err, `redislease: renew "k": aegis: lease lost: the lease's owner does not match its token`)
+}
+
+// waitAll waits for wg, and fails the test when it takes longer than d:
+// no wait in a test is unbounded.
+func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %s", what, d)
+	}
 }

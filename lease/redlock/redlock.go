@@ -12,11 +12,23 @@
 // that validity. Otherwise the attempt deletes its grants on every node
 // (compare-and-delete) and fails: ErrHeld when some node had the key held
 // by another owner, an error wrapping [ErrNoQuorum] when nodes failed or
-// answered too late. TryAcquire is one attempt; [aegis.Acquire] retries
+// did not answer within the node timeout (naming each node, its address
+// and its failure: "connection refused" for a node that is down), and one
+// wrapping [ErrValidityExpired] when a majority granted but after the
+// validity ran out. TryAcquire is one attempt; [aegis.Acquire] retries
 // after random (jittered, growing) delays, which desynchronizes contenders
 // as Redlock prescribes. Renew and Release run compare-and-PEXPIRE and
 // compare-and-delete on every node; Renew succeeds when a majority
-// extended the lease within its validity.
+// extended the lease within its validity. A lost lease is an error
+// wrapping aegis.ErrLost that says, node by node, whether another owner
+// holds the key or it is gone, never the owner value.
+//
+// New refuses what would make the majority a fiction, with an error
+// wrapping aegis.ErrInvalid: fewer than [MinNodes] nodes, the same client
+// twice, or two clients with the same Options().Addr (it cannot see two
+// names for one server, such as localhost and 127.0.0.1). It also refuses
+// a node whose maxmemory-policy can evict the token counters, as
+// lease/redislease does (see its doc), unless Config.SkipPolicyCheck.
 //
 // The token is the greatest of the counters of the nodes that granted.
 // Counters of different nodes drift apart (a failed attempt increments a
@@ -64,8 +76,13 @@
 // with the fence, and prefer a consensus store (etcd, ZooKeeper) or
 // PostgreSQL when correctness must survive node restarts.
 //
+// On each node a counter deleted or evicted while a lease is held is
+// restored to the lease's token by its renew or release, as in
+// lease/redislease; one lost while the key is free is not detected.
+//
 // Each node needs the same least-privilege ACL as lease/redislease (its
-// ACLRules; Redlock sends no WAIT and subscribes to nothing).
+// ACLRules; Redlock sends no WAIT and subscribes to nothing), and the same
+// Config.SkipPolicyCheck to keep New's CONFIG GET out of ACL LOG.
 package redlock
 
 import (
@@ -73,6 +90,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,8 +105,9 @@ import (
 
 var _ aegis.Locker = (*Locker)(nil)
 
-// ErrNoQuorum is wrapped by the errors of attempts that failed because too
-// few nodes answered in time, with no node reporting the key held.
+// ErrNoQuorum is wrapped by the errors of calls that failed because too
+// few nodes answered in time, with no node reporting the key held (or,
+// for renew and release, lost). The error names each node and its failure.
 var ErrNoQuorum = errors.New("redlock: no quorum of nodes answered")
 
 // cleanupTimeout bounds the deletion of a failed attempt's grants, which
@@ -104,6 +125,11 @@ type Config struct {
 	// Default: 5% of the call's TTL (the lease's TTL for Release), between
 	// 10ms and 1s.
 	NodeTimeout time.Duration
+	// SkipPolicyCheck makes New not ask the nodes for their
+	// maxmemory-policy, as in lease/redislease: without it New refuses a
+	// node whose policy can evict the token counters (allkeys-*). Default
+	// false.
+	SkipPolicyCheck bool
 }
 
 // Locker runs Redlock over its nodes. It is safe for concurrent use. Close
@@ -120,17 +146,25 @@ type Locker struct {
 	calls sync.WaitGroup
 }
 
+// MinNodes is the fewest nodes New accepts: with one or two, the quorum is
+// every node, so Redlock would survive no node failure and be a slower
+// lease/redislease.
+const MinNodes = 3
+
 // New returns a Locker over nodes, independent Redis primaries (not
-// replicas of one another, not one Cluster). Five is the usual count; the
-// quorum is len(nodes)/2+1. A nil cfg means defaults. It sends nothing.
+// replicas of one another, not one Cluster). Five is the usual count; the quorum is len(nodes)/2+1. A nil cfg means defaults.
+// Bad input is an error wrapping aegis.ErrInvalid: no nodes, fewer than
+// MinNodes, a nil node, the same client twice, two clients that dial the
+// same address (Options().Addr; one Redis would count twice toward the
+// quorum), or a bad Config field.
+//
+// New asks each node for its maxmemory-policy, as lease/redislease does,
+// and refuses a policy that can evict the token counters unless
+// Config.SkipPolicyCheck is set; nodes that do not answer within a second,
+// or refuse CONFIG GET, are not checked.
 func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
-	if len(nodes) == 0 {
-		return nil, errors.New("redlock: no nodes")
-	}
-	for i, n := range nodes {
-		if n == nil {
-			return nil, fmt.Errorf("redlock: node %d is nil", i)
-		}
+	if err := checkNodes(nodes); err != nil {
+		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	var c Config
 	if cfg != nil {
@@ -141,14 +175,75 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	if c.NodeTimeout < 0 {
-		return nil, fmt.Errorf("redlock: Config.NodeTimeout %s is negative", c.NodeTimeout)
+		return nil, fmt.Errorf("redlock: %w: Config.NodeTimeout %s is negative", aegis.ErrInvalid, c.NodeTimeout)
 	}
-	return &Locker{
+	l := &Locker{
 		nodes:       append([]redis.UniversalClient(nil), nodes...),
 		quorum:      len(nodes)/2 + 1,
 		prefix:      c.Prefix,
 		nodeTimeout: c.NodeTimeout,
-	}, nil
+	}
+	if !c.SkipPolicyCheck {
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), redisscript.CheckTimeout)
+		for i, n := range l.nodes {
+			wg.Go(func() { errs[i] = redisscript.CheckEviction(ctx, n, fmt.Sprintf("node %d: ", i)) })
+		}
+		wg.Wait()
+		cancel()
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("redlock: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// checkNodes refuses node lists that cannot make an independent majority.
+func checkNodes(nodes []redis.UniversalClient) error {
+	if len(nodes) == 0 {
+		return fmt.Errorf("%w: no nodes", aegis.ErrInvalid)
+	}
+	clients := make(map[any]int)
+	addrs := make(map[string]int)
+	for i, n := range nodes {
+		if n == nil {
+			return fmt.Errorf("%w: node %d is nil", aegis.ErrInvalid, i)
+		}
+		if v := reflect.ValueOf(n); v.Kind() == reflect.Pointer && v.IsNil() {
+			return fmt.Errorf("%w: node %d is a nil %T", aegis.ErrInvalid, i, n)
+		}
+		if reflect.TypeOf(n).Comparable() {
+			if j, ok := clients[n]; ok {
+				return fmt.Errorf("%w: nodes %d and %d are the same client: one Redis would count twice toward the quorum", aegis.ErrInvalid, j, i)
+			}
+			clients[n] = i
+		}
+		if a := addrOf(n); a != "" {
+			if j, ok := addrs[a]; ok {
+				return fmt.Errorf("%w: nodes %d and %d both dial %s: one Redis would count twice toward the quorum", aegis.ErrInvalid, j, i, a)
+			}
+			addrs[a] = i
+		}
+	}
+	if len(nodes) < MinNodes {
+		return fmt.Errorf("%w: %d nodes; Redlock needs at least %d independent primaries (with fewer, the quorum is every node and one failure stops it): use lease/redislease for one Redis", aegis.ErrInvalid, len(nodes), MinNodes)
+	}
+	return nil
+}
+
+// addrOf is the network and address a node's client dials ("" when its
+// type does not say, as for a Cluster or Ring).
+func addrOf(n redis.UniversalClient) string {
+	o, ok := n.(interface{ Options() *redis.Options })
+	if !ok {
+		return ""
+	}
+	opt := o.Options()
+	if opt.Addr == "" {
+		return ""
+	}
+	return cmp.Or(opt.Network, "tcp") + " " + opt.Addr
 }
 
 // timeout is the per-node timeout of a call with ttl.
@@ -164,8 +259,10 @@ func (l *Locker) Quorum() int { return l.quorum }
 
 // TryAcquire makes one Redlock attempt (see the package doc): ErrHeld when
 // another owner holds the key on enough nodes to deny a majority, an error
-// wrapping ErrNoQuorum when nodes failed. A failed attempt leaves nothing
-// held. One parallel round trip, two when the nodes' counters disagree.
+// wrapping ErrNoQuorum when nodes failed (naming each node and its
+// failure), an error wrapping ErrValidityExpired when a majority granted
+// but too late. A failed attempt leaves nothing held. One parallel round
+// trip, two when the nodes' counters disagree.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
@@ -194,15 +291,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 			held++
 		}
 	}
-	err := l.tally(ctx, "acquire", key, grants, granted, held, aegis.ErrHeld)
+	err := l.tally(ctx, "acquire", lock, key, grants, granted, held)
 	if err == nil {
 		err = l.raise(ctx, key, ttl, lock, grants, token)
 	}
 	if err == nil {
-		if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
-			err = fmt.Errorf("redlock: acquire %q: a majority granted after %s, past the validity of a %s lease: %w",
-				key, elapsed.Round(time.Microsecond), ttl, ErrNoQuorum)
-		}
+		err = l.valid("acquire", key, start, ttl)
 	}
 	if err != nil {
 		l.undo(ctx, ttl, lock, id, grants)
@@ -215,6 +309,21 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		TTL:      ttl,
 		Deadline: aegis.LocalDeadline(start, ttl),
 	}, nil
+}
+
+// ErrValidityExpired is wrapped by the error of an attempt or renewal
+// whose majority answered, but after the lease's validity (TTL − drift
+// from the start of the call) had run out: the nodes are slow, or the TTL
+// is too short for them.
+var ErrValidityExpired = errors.New("redlock: the lease's validity ran out before a majority answered")
+
+// valid fails a call started at start whose validity has run out.
+func (l *Locker) valid(op, key string, start time.Time, ttl time.Duration) error {
+	if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
+		return fmt.Errorf("redlock: %s %q: %w: a majority answered after %s, and a %s lease is valid for %s (the TTL less %s of drift)",
+			op, key, ErrValidityExpired, elapsed.Round(time.Microsecond), ttl, ttl-aegis.Drift(ttl), aegis.Drift(ttl))
+	}
+	return nil
 }
 
 // raise brings every granting node whose counter is below token up to it,
@@ -235,7 +344,13 @@ func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, lock 
 	})
 	for i, r := range raised {
 		if lagging[i] && (r.err != nil || r.v < token) {
-			return fmt.Errorf("redlock: acquire %q: raising node %d's counter to the token: %w: %w", key, i, ErrNoQuorum, cmp.Or(r.err, errors.New("counter below token")))
+			cause := r.err
+			if cause == nil {
+				cause = errors.New("its counter stayed below the token")
+			} else {
+				cause = redisscript.Translate("raise", lock, key, cause)
+			}
+			return fmt.Errorf("redlock: acquire %q: raising %s's counter to the token: %w: %w", key, l.name(i), ErrNoQuorum, cause)
 		}
 	}
 	return nil
@@ -251,15 +366,17 @@ func (l *Locker) undo(ctx context.Context, ttl time.Duration, lock redisscript.L
 		which[i] = g.err != nil || g.v > 0
 	}
 	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, lock, id)
-		return b2i(ok), err
+		out, err := redisscript.Release(ctx, c, lock, id, 0)
+		return int64(out), err
 	})
 }
 
 // Renew extends lease on every node that still holds it; it succeeds when
-// a majority did within the lease's validity. Otherwise it returns ErrLost
-// when some node no longer holds the lease (work under it must stop), and
-// an error wrapping ErrNoQuorum when nodes failed and none said so.
+// a majority did within the lease's validity. Otherwise it returns an
+// error wrapping ErrLost when some node no longer holds the lease (work
+// under it must stop; the error says what each node found), one wrapping
+// ErrValidityExpired when the majority answered too late, and one
+// wrapping ErrNoQuorum when nodes failed and none said the lease is lost.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -269,19 +386,19 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("renew", lease.Key)
 	}
 	lock := redisscript.LockFor(l.prefix, lease.Key)
 	start := time.Now()
 	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Renew(ctx, c, lock, value, ttl)
-		return b2i(ok), err
+		out, err := redisscript.Renew(ctx, c, lock, value, int64(lease.Token), ttl)
+		return int64(out), err
 	})
-	if err := l.settle(ctx, "renew", lease.Key, rs); err != nil {
+	if err := l.settle(ctx, "renew", lock, lease.Key, rs); err != nil {
 		return err
 	}
-	if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
-		return fmt.Errorf("redlock: renew %q: a majority answered after %s, past the validity of a %s lease: %w", lease.Key, elapsed.Round(time.Microsecond), ttl, ErrNoQuorum)
+	if err := l.valid("renew", lease.Key, start, ttl); err != nil {
+		return err
 	}
 	lease.TTL = ttl
 	lease.Deadline = aegis.LocalDeadline(start, ttl)
@@ -289,68 +406,96 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 }
 
 // Release deletes lease on every node that still holds it. It succeeds
-// when a majority did. Otherwise it returns ErrLost when some node no
-// longer held the lease (what was deleted are this lease's own leftovers
-// on a minority), and an error wrapping ErrNoQuorum when nodes failed and
-// none said so.
+// when a majority did. Otherwise it returns an error wrapping ErrLost when
+// some node no longer held the lease (what was deleted are this lease's
+// own leftovers on a minority), and one wrapping ErrNoQuorum when nodes
+// failed and none said so.
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
 	value, ok := redisscript.Value(lease)
 	if !ok {
-		return aegis.ErrLost
+		return forged("release", lease.Key)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redlock: release %q: %w", lease.Key, err)
 	}
 	lock := redisscript.LockFor(l.prefix, lease.Key)
 	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		ok, err := redisscript.Release(ctx, c, lock, value)
-		return b2i(ok), err
+		out, err := redisscript.Release(ctx, c, lock, value, int64(lease.Token))
+		return int64(out), err
 	})
-	return l.settle(ctx, "release", lease.Key, rs)
+	return l.settle(ctx, "release", lock, lease.Key, rs)
 }
 
-// settle decides a renew or release from the nodes' replies (1: done, 0:
-// not held).
-func (l *Locker) settle(ctx context.Context, op, key string, rs []reply) error {
+// forged is the ErrLost of a lease whose Owner does not carry its token:
+// it was altered, or made by another backend; no request is sent.
+func forged(op, key string) error {
+	return fmt.Errorf("redlock: %s %q: %w: the lease's owner does not match its token (an altered or foreign lease)", op, key, aegis.ErrLost)
+}
+
+// settle decides a renew or release from the nodes' replies (Done, or
+// Gone and Taken: not held).
+func (l *Locker) settle(ctx context.Context, op string, lock redisscript.Lock, key string, rs []reply) error {
 	var yes, no int
 	for _, r := range rs {
 		switch {
 		case r.err != nil:
-		case r.v == 1:
+		case redisscript.Outcome(r.v) == redisscript.Done:
 			yes++
 		default:
 			no++
 		}
 	}
-	return l.tally(ctx, op, key, rs, yes, no, aegis.ErrLost)
+	return l.tally(ctx, op, lock, key, rs, yes, no)
 }
 
-// tally returns nil when yes reaches the quorum; otherwise refusal
-// (ErrHeld, ErrLost) when some node said no, so that a contender retries
-// and a holder stops even with a node down; otherwise an error wrapping
-// ErrNoQuorum that names the nodes' failures. The end of ctx wins over
-// both.
-func (l *Locker) tally(ctx context.Context, op, key string, rs []reply, yes, no int, refusal error) error {
+// tally returns nil when yes reaches the quorum; otherwise a refusal when
+// some node said no (ErrHeld for acquire, so that a contender retries;
+// ErrLost for renew and release, so that a holder stops even with a node
+// down); otherwise an error wrapping ErrNoQuorum that names the nodes'
+// failures. The end of ctx wins over both.
+func (l *Locker) tally(ctx context.Context, op string, lock redisscript.Lock, key string, rs []reply, yes, no int) error {
 	if yes >= l.quorum {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redlock: %s %q: %w", op, key, err)
 	}
-	if no > 0 {
-		return refusal
+	if no > 0 && op == "acquire" {
+		return aegis.ErrHeld
 	}
+	l.diagnose(ctx, rs)
+	var why []string
 	var errs []error
 	for i, r := range rs {
-		if r.err != nil {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, redisscript.Translate(op, key, r.err)))
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", l.name(i), redisscript.Translate(op, lock, key, r.err)))
+		case op != "acquire" && redisscript.Outcome(r.v) != redisscript.Done:
+			why = append(why, fmt.Sprintf("%s: %s", l.name(i), redisscript.Outcome(r.v).Reason()))
 		}
+	}
+	if no > 0 {
+		for _, err := range errs {
+			why = append(why, err.Error())
+		}
+		return fmt.Errorf("redlock: %s %q: %w: %d of %d nodes hold the lease, %d needed (%s)",
+			op, key, aegis.ErrLost, yes, len(rs), l.quorum, strings.Join(why, "; "))
 	}
 	return fmt.Errorf("redlock: %s %q: %d of %d nodes agreed, %d needed: %w: %w",
 		op, key, yes, len(rs), l.quorum, ErrNoQuorum, errors.Join(errs...))
+}
+
+// name names node i in errors: its index and, when its client says, its
+// address.
+func (l *Locker) name(i int) string {
+	if a := addrOf(l.nodes[i]); a != "" {
+		_, a, _ = strings.Cut(a, " ")
+		return fmt.Sprintf("node %d (%s)", i, a)
+	}
+	return fmt.Sprintf("node %d", i)
 }
 
 // reply is one node's answer to one operation.
@@ -401,13 +546,60 @@ wait:
 	// caller's (tally reports the caller's own end separately).
 	for i := range rs {
 		if errors.Is(rs[i].err, errNoAnswer) || errors.Is(rs[i].err, context.DeadlineExceeded) && ctx.Err() == nil {
-			rs[i].err = fmt.Errorf("%w within %s", errNoAnswer, timeout)
+			rs[i].err = &noAnswer{within: timeout}
 		}
 	}
 	return rs
 }
 
+// dial connects to node i's address, bounded by timeout, and returns the
+// error when it cannot (refused, unreachable); nil when it can, or when
+// the client does not say its address.
+func (l *Locker) dial(ctx context.Context, i int, timeout time.Duration) error {
+	a := addrOf(l.nodes[i])
+	if a == "" || ctx.Err() != nil {
+		return nil
+	}
+	network, address, _ := strings.Cut(a, " ")
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, network, address)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
+	return nil
+}
+
 var errNoAnswer = errors.New("no answer")
+
+// noAnswer is the error of a node that did not answer in time, with the
+// reason found by dialling it, if any.
+type noAnswer struct {
+	within time.Duration
+	dial   error
+}
+
+func (e *noAnswer) Error() string {
+	if e.dial != nil {
+		return fmt.Sprintf("no answer within %s: %v", e.within, e.dial)
+	}
+	return fmt.Sprintf("no answer within %s", e.within)
+}
+
+func (e *noAnswer) Unwrap() []error { return []error{errNoAnswer, e.dial} }
+
+// diagnose dials the nodes that did not answer, at once: go-redis hides
+// why (it retries a refused dial until the context ends), and "connection
+// refused" says more than a timeout. It runs only when a call fails.
+func (l *Locker) diagnose(ctx context.Context, rs []reply) {
+	var wg sync.WaitGroup
+	for i := range rs {
+		if e, ok := rs[i].err.(*noAnswer); ok {
+			wg.Go(func() { e.dial = l.dial(ctx, i, e.within) })
+		}
+	}
+	wg.Wait()
+}
 
 // Close waits for requests to slow nodes that operations stopped waiting
 // for (each ends within the client's read timeout). It does not close the
@@ -415,11 +607,4 @@ var errNoAnswer = errors.New("no answer")
 func (l *Locker) Close() error {
 	l.calls.Wait()
 	return nil
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }

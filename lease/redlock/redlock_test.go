@@ -59,40 +59,75 @@ func TestLocktest(t *testing.T) {
 			// Generous node timeouts: the machine is shared with other tests.
 			return locker(t, clients(t, addrs), &redlock.Config{Prefix: p, NodeTimeout: time.Second})
 		},
-		TTL: 300 * time.Millisecond,
+		TTL: time.Second, // long enough that a loaded machine does not expire a renewing holder
 	})
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	newClient := func(addr string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr}) // never dialled
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, b, c := newClient("127.0.0.1:1"), newClient("127.0.0.1:2"), newClient("127.0.0.1:3")
+	sameAddr := newClient("127.0.0.1:2")
+	var typedNil *redis.Client
 	tests := []struct {
 		name  string
 		nodes []redis.UniversalClient
 		cfg   *redlock.Config
 		want  string
 	}{
-		{"no nodes", nil, nil, "redlock: no nodes"},
-		{"nil node", []redis.UniversalClient{c, nil}, nil, "redlock: node 1 is nil"},
-		{"brace", []redis.UniversalClient{c}, &redlock.Config{Prefix: "{"}, `redlock: Config.Prefix "{" holds '{', '}' or NUL`},
-		{"negative timeout", []redis.UniversalClient{c}, &redlock.Config{NodeTimeout: -time.Second}, "redlock: Config.NodeTimeout -1s is negative"},
+		{"no nodes", nil, nil, "redlock: aegis: invalid argument: no nodes"},
+		{"nil node", []redis.UniversalClient{a, nil, c}, nil, "redlock: aegis: invalid argument: node 1 is nil"},
+		{"typed nil node", []redis.UniversalClient{a, b, typedNil}, nil, "redlock: aegis: invalid argument: node 2 is a nil *redis.Client"},
+		{"one node", []redis.UniversalClient{a}, nil, "redlock: aegis: invalid argument: 1 nodes; Redlock needs at least 3 independent primaries"},
+		{"two nodes", []redis.UniversalClient{a, b}, nil, "2 nodes; Redlock needs at least 3"},
+		{"the same client three times", []redis.UniversalClient{a, a, a}, nil, "redlock: aegis: invalid argument: nodes 0 and 1 are the same client: one Redis would count twice toward the quorum"},
+		{"the same client twice", []redis.UniversalClient{a, b, c, b}, nil, "nodes 1 and 3 are the same client"},
+		{"two clients of one address", []redis.UniversalClient{a, b, sameAddr}, nil, "redlock: aegis: invalid argument: nodes 1 and 2 both dial tcp 127.0.0.1:2: one Redis would count twice toward the quorum"},
+		{"brace", []redis.UniversalClient{a, b, c}, &redlock.Config{Prefix: "{"}, `redlock: aegis: invalid argument: Config.Prefix "{" holds '{', '}' or NUL`},
+		{"negative timeout", []redis.UniversalClient{a, b, c}, &redlock.Config{NodeTimeout: -time.Second}, "redlock: aegis: invalid argument: Config.NodeTimeout -1s is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := redlock.New(tt.nodes, tt.cfg)
+			require.ErrorIs(t, err, aegis.ErrInvalid)
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-	for n, quorum := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
+	for n, quorum := range map[int]int{3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
 		cs := make([]redis.UniversalClient, n)
 		for i := range cs {
-			cs[i] = c
+			cs[i] = newClient(fmt.Sprint("127.0.0.1:", i+1))
 		}
-		l, err := redlock.New(cs, nil)
+		l, err := redlock.New(cs, &redlock.Config{SkipPolicyCheck: true})
 		require.NoError(t, err)
 		require.Equal(t, quorum, l.Quorum(), "%d nodes", n)
 	}
+	// Nodes that do not answer are not checked: New still succeeds, within
+	// its bound.
+	start := time.Now()
+	_, err := redlock.New([]redis.UniversalClient{a, b, c}, nil)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 5*time.Second)
+}
+
+// TestEvictionPolicy: a node whose maxmemory-policy can evict the token
+// counters is refused, as in redislease.
+func TestEvictionPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r, err := servers.StartRedis(ctx, filepath.Join(t.TempDir(), "lru"), &servers.RedisConfig{Config: map[string]string{"maxmemory-policy": "allkeys-lru"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Stop() })
+	live := nodes(t)
+	cs := clients(t, []string{live[0], live[1], r.Addr()})
+	_, err = redlock.New(cs, nil)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "redlock: aegis: invalid argument: node 2: Redis "+r.Addr()+" has maxmemory-policy allkeys-lru, which can evict the token counters")
+	locker(t, cs, &redlock.Config{SkipPolicyCheck: true})
 }
 
 // TestTokenIsTheMaximum: the token is the greatest counter of the granting
@@ -175,9 +210,19 @@ func TestRenewAndReleaseNeedAMajority(t *testing.T) {
 		require.NoError(t, c.Del(ctx, lock).Err())
 	}
 	require.NoError(t, l.Renew(ctx, lease, time.Minute), "three of five still hold it")
+	require.NoError(t, cs[2].Set(ctx, lock, "someone", time.Minute).Err())
+	err = l.Renew(ctx, lease, time.Minute)
+	require.ErrorIs(t, err, aegis.ErrLost, "two of five")
+	for i := range 2 {
+		require.ErrorContains(t, err, fmt.Sprintf("node %d (%s): the key is gone", i, nodes(t)[i]))
+	}
+	require.ErrorContains(t, err, fmt.Sprintf("node 2 (%s): another owner holds the key", nodes(t)[2]))
+	require.ErrorContains(t, err, `redlock: renew "job": aegis: lease lost: 2 of 5 nodes hold the lease, 3 needed (`)
+	require.NotContains(t, err.Error(), strings.Split(lease.Owner, ":")[0], "never the owner value")
+	err = l.Release(ctx, lease)
+	require.ErrorIs(t, err, aegis.ErrLost)
+	require.ErrorContains(t, err, `redlock: release "job": aegis: lease lost: 2 of 5 nodes hold the lease, 3 needed (`)
 	require.NoError(t, cs[2].Del(ctx, lock).Err())
-	require.ErrorIs(t, l.Renew(ctx, lease, time.Minute), aegis.ErrLost, "two of five")
-	require.ErrorIs(t, l.Release(ctx, lease), aegis.ErrLost)
 	for i, c := range cs {
 		require.Zero(t, c.Exists(ctx, lock).Val(), "node %d: the lost lease's leftovers were deleted", i)
 	}
@@ -218,8 +263,54 @@ func TestUnreachableNodes(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNoQuorum)
 	require.NotErrorIs(t, err, aegis.ErrHeld)
 	require.ErrorContains(t, err, `redlock: acquire "job": 2 of 5 nodes agreed, 3 needed`)
-	require.ErrorContains(t, err, "node 2: ")
+	require.ErrorContains(t, err, "node 2 (127.0.0.1:1): ")
 	require.ErrorContains(t, err, "connection refused")
+
+	// Clients with go-redis's defaults retry a refused dial until the node
+	// timeout ends: the error still names the node and says why.
+	var defaults []redis.UniversalClient
+	for _, a := range []string{live[0], "127.0.0.1:1", "127.0.0.1:2"} {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = c.Close() })
+		defaults = append(defaults, c)
+	}
+	l = locker(t, defaults, &redlock.Config{Prefix: p, NodeTimeout: 50 * time.Millisecond})
+	_, err = l.TryAcquire(ctx, "job", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNoQuorum)
+	require.ErrorContains(t, err, `node 1 (127.0.0.1:1): acquire "job": no answer within 50ms: dial tcp 127.0.0.1:1: connect: connection refused`)
+	require.ErrorContains(t, err, `node 2 (127.0.0.1:2): acquire "job": no answer within 50ms: dial tcp 127.0.0.1:2: connect: connection refused`)
+}
+
+// TestValidityExpired: when every node answers but the majority's answers
+// come after the lease's validity, the error says the validity ran out,
+// not that no quorum answered, and nothing is left held.
+func TestValidityExpired(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var addrs []string
+	for i := range 2 {
+		r, err := servers.StartRedis(ctx, filepath.Join(t.TempDir(), fmt.Sprint("slow-", i)), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Stop() })
+		addrs = append(addrs, r.Addr())
+	}
+	addrs = append(addrs, nodes(t)[0])
+	cs := clients(t, addrs)
+	p := prefix(t)
+	l := locker(t, cs, &redlock.Config{Prefix: p, NodeTimeout: 10 * time.Second})
+	// The two private nodes hold writes (scripts included) for 500ms: they
+	// answer, but after the 100ms lease's validity.
+	for _, c := range cs[:2] {
+		require.NoError(t, c.Do(ctx, "CLIENT", "PAUSE", "500", "WRITE").Err())
+	}
+	_, err := l.TryAcquire(ctx, "job", 100*time.Millisecond)
+	require.ErrorIs(t, err, redlock.ErrValidityExpired)
+	require.NotErrorIs(t, err, redlock.ErrNoQuorum)
+	require.NotContains(t, err.Error(), "no quorum")
+	require.Regexp(t, `^redlock: acquire "job": redlock: the lease's validity ran out before a majority answered: a majority answered after \S+, and a 100ms lease is valid for 97ms \(the TTL less 3ms of drift\)$`, err.Error())
+	for i, c := range cs {
+		require.Zero(t, c.Exists(ctx, "{"+p+"job}").Val(), "node %d: the late grant was deleted", i)
+	}
 }
 
 // TestSlowNode: a node that does not answer (paused) counts as failed after
@@ -243,14 +334,15 @@ func TestSlowNode(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "the attempt waited for the paused node beyond its timeout")
 	require.NoError(t, l.Release(ctx, lease))
 
-	// Two nodes, one paused: no quorum, and the error says the node did
-	// not answer; it is not the caller's context running out.
-	two, err := redlock.New(cs[1:], &redlock.Config{Prefix: prefix(t), NodeTimeout: 50 * time.Millisecond})
+	// One node of three live, one paused, one refusing: no quorum, and the
+	// error says the paused node did not answer (it accepts connections);
+	// it is not the caller's context running out.
+	two, err := redlock.New(append(cs[1:], clients(t, []string{"127.0.0.1:1"})...), &redlock.Config{Prefix: prefix(t), NodeTimeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	_, err = two.TryAcquire(ctx, "job", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNoQuorum)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, `node 1: acquire "job": no answer within 50ms`)
+	require.ErrorContains(t, err, fmt.Sprintf("node 1 (%s): acquire \"job\": no answer within 50ms\n", slow.Addr()))
 
 	require.NoError(t, slow.Resume())
 	require.NoError(t, l.Close())
