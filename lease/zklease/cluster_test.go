@@ -71,7 +71,7 @@ func TestCluster(t *testing.T) {
 
 	// proxied is a Locker whose connection reaches every member through a
 	// proxy of its own, and the functions that cut and heal them all.
-	proxied := func(t *testing.T, timeout time.Duration) (*zklease.Locker, *zk.Conn, func(), func()) {
+	proxied := func(t *testing.T, timeout time.Duration, cfg ...func(*zklease.Config)) (*zklease.Locker, *zk.Conn, func(), func()) {
 		var proxies []*tcpproxy.Proxy
 		var addrs []string
 		for _, m := range ensemble.Members() {
@@ -81,7 +81,11 @@ func TestCluster(t *testing.T) {
 			proxies = append(proxies, p)
 			addrs = append(addrs, p.Addr())
 		}
-		l, conn := connect(t, addrs, timeout, nil)
+		var set func(*zklease.Config)
+		if len(cfg) > 0 {
+			set = cfg[0]
+		}
+		l, conn := connect(t, addrs, timeout, set)
 		each := func(f func(*tcpproxy.Proxy)) func() {
 			return func() {
 				for _, p := range proxies {
@@ -143,7 +147,7 @@ func TestCluster(t *testing.T) {
 		// and the holder's deadline has passed by then.
 		const timeout = 2 * time.Second
 		const ttl = 15 * timeout
-		holder, conn, cut, heal := proxied(t, timeout)
+		holder, conn, cut, heal := proxied(t, timeout, func(c *zklease.Config) { c.MaxTTL = time.Hour })
 		successor, _ := direct(t, timeout)
 		key := testenv.Key(t)
 		lease, err := holder.TryAcquire(ctx, key, ttl)
@@ -170,7 +174,7 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, successor.Release(ctx, granted))
 	})
 
-	t.Run("NilConfigWaitsOutADisconnection", func(t *testing.T) {
+	t.Run("NoEventChannelWaitsOutADisconnection", func(t *testing.T) {
 		ctx := bounded(t)
 		// Without an event channel the Locker polls the connection's state:
 		// a Renew that started while the connection was down succeeds once
@@ -186,7 +190,8 @@ func TestCluster(t *testing.T) {
 		}
 		conn, _, err := zk.Connect(addrs, 20*time.Second, zk.WithLogger(quiet{}))
 		require.NoError(t, err)
-		holder, err := zklease.New(conn, nil)
+		// No Events and no SessionTimeout: polled, and probed.
+		holder, err := zklease.New(conn, &zklease.Config{MaxTTL: time.Minute})
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			require.NoError(t, holder.Close())

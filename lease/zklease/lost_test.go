@@ -55,6 +55,7 @@ func TestConnectAndNewValidate(t *testing.T) {
 		"relative root":    {conn, &zklease.Config{Root: "aegis"}, `Config.Root "aegis" must start with /`},
 		"dot root":         {conn, &zklease.Config{Root: "/a/../b"}, `Config.Root "/a/../b" is not a valid ZooKeeper path`},
 		"empty ACL":        {conn, &zklease.Config{ACL: []zk.ACL{}}, "Config.ACL is empty"},
+		"negative max":     {conn, &zklease.Config{MaxTTL: -time.Second}, "Config.MaxTTL -1s is negative"},
 	} {
 		_, err := zklease.New(tt.conn, tt.cfg)
 		require.ErrorIs(t, err, aegis.ErrInvalid, name)
@@ -184,17 +185,37 @@ func minSessionTimeout(t *testing.T, addr string) time.Duration {
 }
 
 // TestNilConfig runs Lockers made by New(conn, nil) on connections of
-// zk.Connect: the session timeout bounding their deadlines is the
-// server's minSessionTimeout, learned by the Locker, and a waiter is woken
-// by its predecessor's release.
+// zk.Connect: the session timeout bounding their TTLs and deadlines is the
+// server's minSessionTimeout, learned by the Locker. With only MaxTTL
+// raised (no event channel, no session timeout: polled and probed), a
+// waiter is woken by its predecessor's release and deadlines follow the
+// probed session timeout.
 func TestNilConfig(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t)
 	zkServers := testenv.ZKServers(t)
+	dconn, _, err := zk.Connect(zkServers, sessionTimeout, zk.WithLogger(quiet{}))
+	require.NoError(t, err)
+	defaults, err := zklease.New(dconn, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, defaults.Close())
+		dconn.Close()
+	})
+	_, err = defaults.TryAcquire(ctx, testenv.Key(t), time.Hour)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	least := minSessionTimeout(t, dconn.Server())
+	require.ErrorContains(t, err, "ttl 1h0m0s is longer than the ZooKeeper session timeout "+least.String())
+	require.ErrorContains(t, err, "raise Config.MaxTTL")
+	start := time.Now()
+	short, err := defaults.TryAcquire(ctx, testenv.Key(t), least)
+	require.NoError(t, err, "a TTL of the least session timeout")
+	require.False(t, short.Deadline.After(start.Add(least)))
+
 	newLocker := func() (*zklease.Locker, *zk.Conn) {
 		conn, _, err := zk.Connect(zkServers, sessionTimeout, zk.WithLogger(quiet{}))
 		require.NoError(t, err)
-		l, err := zklease.New(conn, nil)
+		l, err := zklease.New(conn, &zklease.Config{MaxTTL: time.Hour})
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			require.NoError(t, l.Close())
@@ -210,10 +231,10 @@ func TestNilConfig(t *testing.T) {
 	warm, err := a.TryAcquire(ctx, key+"-warm", ttl)
 	require.NoError(t, err)
 	require.NoError(t, a.Release(ctx, warm))
-	start := time.Now()
+	start = time.Now()
 	lease, err := a.TryAcquire(ctx, key, ttl)
 	require.NoError(t, err)
-	least := minSessionTimeout(t, conn.Server())
+	least = minSessionTimeout(t, conn.Server())
 	require.Less(t, least, ttl, "the shared ensemble's minSessionTimeout is below the test's TTL")
 	require.Equal(t, ttl, lease.TTL)
 	require.False(t, lease.Deadline.After(start.Add(least)), "the deadline follows the least session timeout %s: it is %s after the start", least, lease.Deadline.Sub(start))
@@ -245,18 +266,22 @@ func TestNilConfig(t *testing.T) {
 }
 
 // TestTTLLongerThanSession takes a lease whose TTL is ten times the
-// session timeout: its deadline follows the session, renewals within each
-// session timeout keep it trusted past the session timeout, and the key
-// stays held for the TTL while the session lives.
+// session timeout, refused by default and taken with Config.MaxTTL raised:
+// its deadline follows the session, renewals within each session timeout
+// keep it trusted past the session timeout, and the key stays held for the
+// TTL while the session lives.
 func TestTTLLongerThanSession(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t)
 	zkServers := testenv.ZKServers(t)
 	const timeout = 2 * time.Second
 	const ttl = 10 * timeout
-	a, _ := connect(t, zkServers, timeout, nil)
+	a, _ := connect(t, zkServers, timeout, func(c *zklease.Config) { c.MaxTTL = time.Hour })
 	b, _ := connect(t, zkServers, timeout, nil)
 	key := testenv.Key(t)
+	_, err := b.TryAcquire(ctx, key, ttl)
+	require.ErrorIs(t, err, aegis.ErrInvalid, "by default")
+	require.ErrorContains(t, err, "ttl 20s is longer than the ZooKeeper session timeout 2s")
 	start := time.Now()
 	lease, err := a.TryAcquire(ctx, key, ttl)
 	require.NoError(t, err, "a TTL longer than the session timeout")

@@ -24,13 +24,16 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	for {
 		timeout, err := l.ready(ctx)
 		if err != nil {
 			return nil, l.fail("acquire", key, err)
+		}
+		if err := l.fits(ttl, timeout); err != nil {
+			return nil, err
 		}
 		lease, err := l.campaign(ctx, key, ttl, timeout)
 		if !errors.Is(err, errCampaignLost) {

@@ -27,14 +27,15 @@
 //     timeout) − drift, where start is when the grant's or Renew's request
 //     was sent. The ensemble answered that request, so the session lives at
 //     least one session timeout after it was sent, and the timer deletes the
-//     node no sooner than TTL after it. A TTL may therefore be longer than
-//     the session timeout (up to aegis.MaxTTL: ShedLock's lockAtMostFor of
-//     30 minutes on an ensemble whose maxSessionTimeout is 40 s): the key
-//     stays held for the TTL while the holder's session lives, and the
-//     holder keeps trusting it as long as it renews within each session
-//     timeout. aegis.Hold renews every TTL/3 and computes its own deadline
-//     from the TTL after each renewal, so under Hold keep the TTL within
-//     the session timeout. See docs/decisions.md.
+//     node no sooner than TTL after it. By default a TTL may not exceed
+//     the session timeout (aegis.ErrInvalid), so the deadline is start +
+//     TTL − drift as on every backend. With Config.MaxTTL raised, a TTL may
+//     be longer (ShedLock's lockAtMostFor of 30 minutes on an ensemble
+//     whose maxSessionTimeout is 40 s): the key stays held for the TTL
+//     while the holder's session lives, and the holder keeps trusting it
+//     as long as it renews within each session timeout. aegis.Hold renews
+//     every TTL/3 and computes its own deadline from the TTL after each
+//     renewal, which is why that is not the default. See docs/decisions.md.
 //   - Renew is a write the leader orders (a multi holding one version
 //     check), not a read a lagging server may answer, and it fails with
 //     aegis.ErrLost when the connection's session is not the one that
@@ -110,6 +111,14 @@ type Config struct {
 	// connected to for its minSessionTimeout (a handshake of its own), which
 	// no session of the ensemble can undercut when its members share it.
 	SessionTimeout time.Duration
+	// MaxTTL is the longest TTL accepted. Default 0: the session timeout,
+	// because aegis.Hold trusts a lease for TTL after each renewal while the
+	// session may expire one session timeout after the ensemble last heard
+	// from the client. Raise it to take longer TTLs: their local Deadline
+	// follows the session, min(start + TTL, start + session timeout) −
+	// drift, so the caller must renew within each session timeout to keep
+	// trusting the lease.
+	MaxTTL time.Duration
 	// Root is the node under which every lock lives, created when missing.
 	// Default "/aegis/lease".
 	Root string
@@ -129,6 +138,8 @@ type Locker struct {
 	sess *session
 	root string
 	acl  []zk.ACL
+	// maxTTL is Config.MaxTTL; 0 bounds TTLs by the session timeout.
+	maxTTL time.Duration
 
 	probeMu sync.Mutex // one probe of the session timeout at a time
 
@@ -167,6 +178,9 @@ func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 	if c.SessionTimeout < 0 {
 		return nil, fmt.Errorf("%w: zklease: Config.SessionTimeout %s is negative", aegis.ErrInvalid, c.SessionTimeout)
 	}
+	if c.MaxTTL < 0 {
+		return nil, fmt.Errorf("%w: zklease: Config.MaxTTL %s is negative", aegis.ErrInvalid, c.MaxTTL)
+	}
 	c.Root = cmp.Or(c.Root, "/aegis/lease")
 	if c.ACL == nil {
 		c.ACL = zk.WorldACL(zk.PermAll)
@@ -182,6 +196,7 @@ func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 		sess:   c.session,
 		root:   c.Root,
 		acl:    c.ACL,
+		maxTTL: c.MaxTTL,
 		stop:   make(chan struct{}),
 		leases: map[string]*record{},
 	}
@@ -293,6 +308,19 @@ func (l *Locker) ready(ctx context.Context) (time.Duration, error) {
 	return timeout, nil
 }
 
+// checkTTL validates ttl before the session is known: positive, and at
+// most Config.MaxTTL when it was raised (aegis.MaxTTL otherwise).
+func (l *Locker) checkTTL(ttl time.Duration) error { return aegis.CheckTTL(ttl, l.maxTTL) }
+
+// fits refuses, unless Config.MaxTTL was raised, a ttl longer than the
+// session timeout.
+func (l *Locker) fits(ttl, timeout time.Duration) error {
+	if l.maxTTL == 0 && ttl > timeout {
+		return fmt.Errorf("%w: ttl %s is longer than the ZooKeeper session timeout %s: connect with a longer session timeout (the servers' maxSessionTimeout caps it), or raise Config.MaxTTL and renew within each session timeout", aegis.ErrInvalid, ttl, timeout)
+	}
+	return nil
+}
+
 // deadline is the local deadline of a grant or renewal for ttl whose
 // request was sent at start, on a session of the given timeout: the lease
 // is trusted while both its TTL timer and its session must still be alive.
@@ -312,12 +340,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	timeout, err := l.ready(ctx)
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
+	}
+	if err := l.fits(ttl, timeout); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
@@ -572,7 +603,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -588,6 +619,9 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return err
 	}
 	_, timeout, _ := l.sessNow()
+	if err := l.fits(ttl, timeout); err != nil {
+		return l.fail("renew", lease.Key, err)
+	}
 	start := time.Now()
 	err := l.retryOn(ctx, r.session, func() error {
 		res, err := l.conn.Multi(&zk.CheckVersionRequest{Path: r.path, Version: r.version})

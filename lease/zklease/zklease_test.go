@@ -50,8 +50,9 @@ func TestLocktest(t *testing.T) {
 			l, _ := connect(t, testenv.ZKServers(t), sessionTimeout, nil)
 			return l
 		},
-		// The TTL is the Locker's timer; the session timeout bounds the
-		// deadline, not the TTL.
-		TTL: time.Second,
+		// The TTL is the Locker's timer; by default the session timeout
+		// bounds it.
+		TTL:    time.Second,
+		MaxTTL: sessionTimeout,
 	})
 }
