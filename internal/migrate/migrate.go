@@ -10,9 +10,13 @@ package migrate
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
+
+	"github.com/aegislab/aegis"
 )
 
 // Dialect is the SQL dialect of a database.
@@ -51,16 +55,17 @@ func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Mi
 	if d == SQLite {
 		begin = "BEGIN IMMEDIATE" // take the write lock now: no upgrade later
 	}
+	defer func() {
+		if err != nil {
+			// Roll back even when ctx is cancelled, and when BEGIN failed
+			// (a cancelled BEGIN may have begun): the connection returns to
+			// the pool and must not carry an open transaction.
+			Rollback(ctx, conn)
+		}
+	}()
 	if _, err := conn.ExecContext(ctx, begin); err != nil {
 		return fmt.Errorf("migrate %s: %w", component, err)
 	}
-	defer func() {
-		if err != nil {
-			// Roll back even when ctx is cancelled: the connection returns
-			// to the pool and must not carry an open transaction.
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
 	if d == Postgres {
 		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockID); err != nil {
 			return fmt.Errorf("migrate %s: lock: %w", component, err)
@@ -96,6 +101,22 @@ func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Mi
 	return nil
 }
 
+// rollbackTimeout bounds the ROLLBACK of Rollback.
+const rollbackTimeout = 5 * time.Second
+
+// Rollback ends the transaction open on conn, if any, even when ctx is
+// cancelled. When the ROLLBACK fails (no transaction was open, or the
+// connection is broken) the connection is discarded instead of going back
+// to the pool, since nothing proves it is not still inside a transaction
+// (on SQLite: holding the database's write lock); conn is then closed.
+func Rollback(ctx context.Context, conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
 // Detect tells whether db is SQLite or PostgreSQL.
 func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
 	var v string
@@ -114,15 +135,16 @@ func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Table checks a table name, optionally schema-qualified ("billing.lease"),
-// and returns it quoted for SQL. An error names the config field.
+// and returns it quoted for SQL. An error names the config field and wraps
+// aegis.ErrInvalid: a bad name is the caller's mistake.
 func Table(field, name string) (string, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return "", fmt.Errorf("%s: %q has more than one dot", field, name)
+		return "", fmt.Errorf("%s: %w: %q has more than one dot", field, aegis.ErrInvalid, name)
 	}
 	for i, p := range parts {
 		if !identifier.MatchString(p) {
-			return "", fmt.Errorf("%s: %q is not a valid table name (letters, digits and _, at most 63, optionally schema.table)", field, name)
+			return "", fmt.Errorf("%s: %w: %q is not a valid table name (letters, digits and _, at most 63, optionally schema.table)", field, aegis.ErrInvalid, name)
 		}
 		parts[i] = `"` + p + `"`
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -60,5 +61,41 @@ func TestTable(t *testing.T) {
 	for _, bad := range []string{"", "a b", `x"; DROP TABLE y; --`, "a.b.c", "1abc"} {
 		_, err := migrate.Table("Config.Table", bad)
 		require.ErrorContains(t, err, "Config.Table", bad)
+		require.ErrorIs(t, err, aegis.ErrInvalid, bad)
 	}
+}
+
+// TestRollback: a connection whose transaction was rolled back goes back to
+// the pool; one on which ROLLBACK failed (here: no transaction was open) is
+// discarded, since nothing proves it is not inside a transaction still.
+func TestRollback(t *testing.T) {
+	t.Parallel()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "r.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	ctx := t.Context()
+	marked := func() bool {
+		conn, err := db.Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		var n int
+		require.NoError(t, conn.QueryRowContext(ctx, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'marker'").Scan(&n))
+		return n == 1
+	}
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "CREATE TEMP TABLE marker (x)") // lives as long as the connection
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+	migrate.Rollback(ctx, conn)
+	require.NoError(t, conn.Close())
+	require.True(t, marked(), "a connection rolled back was not reused")
+
+	conn, err = db.Conn(ctx)
+	require.NoError(t, err)
+	migrate.Rollback(ctx, conn) // no transaction: ROLLBACK fails
+	_ = conn.Close()            // already closed by Rollback
+	require.False(t, marked(), "a connection whose ROLLBACK failed went back to the pool")
 }

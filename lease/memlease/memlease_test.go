@@ -1,9 +1,11 @@
 package memlease_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
@@ -22,4 +24,35 @@ func TestLocktest(t *testing.T) {
 		New: func(*testing.T) aegis.Locker { return shared },
 		TTL: 200 * time.Millisecond,
 	})
+}
+
+// TestSecondWaiterWakesOnExpiry: two waiters queue behind a holder; the
+// first is granted and never releases; the second takes the key when that
+// lease expires (nothing is released, so only the expiry can wake it).
+func TestSecondWaiterWakesOnExpiry(t *testing.T) {
+	t.Parallel()
+	l := memlease.New()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	held, err := l.TryAcquire(ctx, "k", 100*time.Millisecond)
+	require.NoError(t, err)
+	got := make(chan *aegis.Lease, 2)
+	for range 2 {
+		go func() {
+			lease, err := l.Acquire(ctx, "k", 100*time.Millisecond)
+			if err != nil {
+				lease = nil
+			}
+			got <- lease
+		}()
+	}
+	for i := range 2 {
+		select {
+		case lease := <-got:
+			require.NotNil(t, lease, "waiter %d failed", i)
+			require.Greater(t, lease.Token, held.Token)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d got no grant within 5s of expiries of 100ms", i)
+		}
+	}
 }

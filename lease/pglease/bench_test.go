@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/latency"
 	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
@@ -50,9 +51,11 @@ func benchAcquireRelease(b *testing.B, l *pglease.Locker, pool *pgxpool.Pool, go
 VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = l.token + 1,
   expires_at = excluded.expires_at, granted_at = excluded.granted_at
-WHERE l.expires_at <= now() RETURNING token`
+WHERE l.expires_at <= now() AND l.queue_until <= now()
+RETURNING token`
 		const release = `UPDATE bench_lease SET expires_at = '-infinity'
-WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()`
+WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()
+RETURNING CASE WHEN queue_until > now() THEN pg_notify('bench', key) END`
 		run(b, func(key string) error {
 			var token int64
 			if err := pool.QueryRow(ctx, acquire, key, "raw", int64(time.Minute/time.Microsecond)).Scan(&token); err != nil {
@@ -78,4 +81,82 @@ WHERE key = $1 AND owner = $2 AND token = $3 AND expires_at > now()`
 func benchPool(b *testing.B) *pgxpool.Pool {
 	b.Helper()
 	return testenv.Postgres(b)
+}
+
+// BenchmarkHandoff measures the handoff of a contended key: a holder
+// releases while a waiter on another pool (another process) is blocked in
+// aegis.Acquire, queued and listening. Each handoff is the time from the
+// holder's Release call to the waiter's Acquire returning with the key:
+// the release, its NOTIFY, and the waiter's grant.
+//
+//	go test -run '^$' -bench Handoff -benchtime 200x ./lease/pglease
+func BenchmarkHandoff(b *testing.B) {
+	pool := benchPool(b)
+	holder, err := pglease.New(pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	other, err := pgxpool.NewWithConfig(context.Background(), pool.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer other.Close()
+	waiter, err := pglease.New(other, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	type result struct {
+		lease *aegis.Lease
+		err   error
+	}
+	var rec latency.Recorder
+	const key = "handoff"
+	b.ResetTimer()
+	for range b.N {
+		held, err := holder.TryAcquire(ctx, key, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := aegis.Acquire(ctx, waiter, key, time.Minute)
+			got <- result{l, err}
+		}()
+		// The waiter subscribes before it enters the queue: queued, it
+		// listens.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var queued bool
+			if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM aegis_lease_waiter WHERE key = $1)", key).Scan(&queued); err != nil {
+				b.Fatal(err)
+			}
+			if queued {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatal("the waiter did not enter the queue within 10s")
+			}
+		}
+		start := time.Now()
+		if err := holder.Release(ctx, held); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			rec.Add(time.Since(start))
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+			if err := waiter.Release(ctx, r.lease); err != nil {
+				b.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			b.Fatal("the waiter did not get the key within 10s of its release")
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(rec.Percentile(50))/1e3, "handoff-p50-µs")
+	b.ReportMetric(float64(rec.Percentile(99))/1e3, "handoff-p99-µs")
 }

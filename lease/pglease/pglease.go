@@ -24,6 +24,17 @@
 //
 // Each grant's row is kept for good: a workload that uses a new key for
 // every run (a key per tick) grows the table by one small row per key.
+//
+// Waiting: [aegis.Acquire] waits in the key's queue (Locker implements
+// [aegis.Waiter]), a second table beside the lease table, so a holder that
+// releases and asks again at once goes behind the waiters instead of
+// starving them; a waiter that crashes holds up a free key for at most a
+// second. A release of a key with waiters sends a NOTIFY that wakes them
+// (Locker implements [aegis.Notifier] over LISTEN/NOTIFY, one connection
+// per Locker taken from the pool while one of its callers waits); a lease
+// that expires sends nothing, so waiters also poll, every 100ms at most.
+// TryAcquire refuses a key that waiters are queued for (ErrHeld), which it
+// learns from the key's own row; a release nobody waits for sends no NOTIFY.
 package pglease
 
 import (
@@ -31,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,20 +54,25 @@ import (
 	"github.com/aegislab/aegis/internal/rowlease"
 )
 
-var _ aegis.Locker = (*Locker)(nil)
+var (
+	_ aegis.Locker   = (*Locker)(nil)
+	_ aegis.Waiter   = (*Locker)(nil)
+	_ aegis.Notifier = (*Locker)(nil)
+)
 
 // Config configures a Locker. The zero value is valid.
 type Config struct {
 	// Table is the lease table, optionally schema-qualified. Default
-	// "aegis_lease".
+	// "aegis_lease". The waiter queue is the table of the same name with
+	// "_waiter" appended, so the name (after the schema) is at most 56
+	// characters.
 	Table string
 }
 
 // Locker is a PostgreSQL lease table. It is safe for concurrent use.
 type Locker struct {
-	pool        *pgxpool.Pool
-	name, table string // as configured; quoted for SQL
-	rows        rowlease.Locker
+	rows   rowlease.Locker
+	listen *listener
 }
 
 // migrateTimeout bounds the table creation that New runs. Teams that want
@@ -63,74 +80,123 @@ type Locker struct {
 const migrateTimeout = 30 * time.Second
 
 // New returns a Locker on pool, creating the lease table when it is missing
-// (within 30s; call Migrate first to control that with a context of your
-// own). A nil cfg means defaults.
+// and upgrading one created by an earlier version (within 30s; call Migrate
+// first to control that with a context of your own). A nil cfg means
+// defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
-	l, err := newLocker(pool, cfg)
+	t, err := tables(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
-	if err := l.migrate(ctx); err != nil {
+	if err := t.migrate(ctx); err != nil {
 		return nil, err
+	}
+	// The channel is named for the table's oid: unique per table in the
+	// database, whatever its schema or search_path, and a short identifier.
+	var oid uint32
+	if err := pool.QueryRow(ctx, "SELECT $1::regclass::oid", t.lease).Scan(&oid); err != nil {
+		return nil, fmt.Errorf("pglease: find table %s: %w", t.name, err)
+	}
+	channel := fmt.Sprintf("aegis_lease_%d", oid)
+	literal := "'" + channel + "'"
+	l := &Locker{listen: newListener(pool, channel)}
+	l.rows = rowlease.Locker{
+		Name: "pglease",
+		Store: statements{
+			pool:        pool,
+			grant:       fmt.Sprintf(grantSQL, t.lease, t.waiter),
+			grantQueued: fmt.Sprintf(grantQueuedSQL, t.lease, t.waiter),
+			renew:       fmt.Sprintf(renewSQL, t.lease),
+			release:     fmt.Sprintf(releaseSQL, t.lease, t.waiter, literal),
+			enqueue:     fmt.Sprintf(enqueueSQL, t.lease, t.waiter),
+			dequeue:     fmt.Sprintf(dequeueSQL, t.lease, t.waiter, literal),
+		},
+		Notify: l.listen.Notify,
 	}
 	return l, nil
 }
 
-// Migrate creates the lease table of cfg when it is missing, for teams that
-// run migrations apart from their services. New does the same.
+// Migrate creates the lease table of cfg when it is missing, or upgrades it,
+// for teams that run migrations apart from their services. New does the
+// same.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
-	l, err := newLocker(pool, cfg)
+	t, err := tables(pool, cfg)
 	if err != nil {
 		return err
 	}
-	return l.migrate(ctx)
+	return t.migrate(ctx)
 }
 
-func newLocker(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
+// tableSet is a Locker's tables, checked and quoted.
+type tableSet struct {
+	pool          *pgxpool.Pool
+	name          string // as configured
+	lease, waiter string // quoted for SQL
+}
+
+func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
 	if pool == nil {
-		return nil, errors.New("pglease: pool is nil")
+		return tableSet{}, fmt.Errorf("pglease: %w: pool is nil", aegis.ErrInvalid)
 	}
 	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
 	c.Table = cmp.Or(c.Table, "aegis_lease")
-	table, err := migrate.Table("pglease: Config.Table", c.Table)
+	lease, err := migrate.Table("pglease: Config.Table", c.Table)
 	if err != nil {
-		return nil, err
+		return tableSet{}, err
 	}
-	return &Locker{
-		pool:  pool,
-		name:  c.Table,
-		table: table,
-		rows: rowlease.Locker{Name: "pglease", Store: statements{
-			pool:    pool,
-			acquire: fmt.Sprintf(acquireSQL, table),
-			renew:   fmt.Sprintf(renewSQL, table),
-			release: fmt.Sprintf(releaseSQL, table),
-		}},
-	}, nil
+	const suffix = "_waiter"
+	if base := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(base)+len(suffix) > 63 {
+		return tableSet{}, fmt.Errorf("pglease: Config.Table: %w: %q is longer than 56 characters (the waiter table appends %q)", aegis.ErrInvalid, c.Table, suffix)
+	}
+	waiter, err := migrate.Table("pglease: Config.Table", c.Table+suffix)
+	if err != nil {
+		return tableSet{}, err
+	}
+	return tableSet{pool: pool, name: c.Table, lease: lease, waiter: waiter}, nil
 }
 
-func (l *Locker) migrate(ctx context.Context) error {
+func (t tableSet) migrate(ctx context.Context) error {
 	ms := make([]migrate.Migration, len(migrations))
 	for i, m := range migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, l.table)}
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, t.lease, t.waiter)}
 	}
-	db := stdlib.OpenDBFromPool(l.pool)
+	db := stdlib.OpenDBFromPool(t.pool)
 	defer db.Close()
-	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+l.name, ms); err != nil {
+	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name, ms); err != nil {
 		return fmt.Errorf("pglease: %w", err)
 	}
 	return nil
 }
 
-// TryAcquire grants key for ttl unless another owner's lease is live
-// (ErrHeld). One round trip.
+// TryAcquire grants key for ttl unless another owner's lease is live or
+// waiters are queued for the key (ErrHeld). One round trip.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	return l.rows.TryAcquire(ctx, key, ttl)
+}
+
+// Acquire implements aegis.Waiter: it blocks until key is granted for ttl
+// or ctx ends, waiting in the key's queue and woken by releases (see the
+// package doc). When ctx ends it returns an error wrapping ctx.Err() and
+// leaves the queue.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	return l.rows.Acquire(ctx, key, ttl)
+}
+
+// Notify implements aegis.Notifier: the channel receives a value when a
+// lease of key is released while waiters are queued for it, or when a
+// waiter gives up. It is closed when the listening connection fails. The
+// function ends the subscription; the last one of a Locker closes its
+// listening connection.
+func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, nil, err
+	}
+	return l.listen.Notify(ctx, key)
 }
 
 // Renew extends lease to now+ttl, database time, if it still holds its key;
@@ -147,17 +213,24 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 
 // statements runs the lease table's statements for rowlease.
 type statements struct {
-	pool                    *pgxpool.Pool
-	acquire, renew, release string
+	pool                                                 *pgxpool.Pool
+	grant, grantQueued, renew, release, enqueue, dequeue string
 }
 
-func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
-	var token int64
-	err := s.pool.QueryRow(ctx, s.acquire, key, owner, ttl.Microseconds()).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration, queued bool) (int64, bool, error) {
+	sql := s.grant
+	if queued {
+		sql = s.grantQueued
 	}
-	return token, err == nil, err
+	var token int64
+	err := s.pool.QueryRow(ctx, sql, key, owner, ttl.Microseconds()).Scan(&token)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return token, true, nil
 }
 
 func (s statements) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
@@ -168,7 +241,22 @@ func (s statements) Release(ctx context.Context, key, owner string, token int64)
 	return s.exec(ctx, s.release, key, owner, token)
 }
 
+func (s statements) Enqueue(ctx context.Context, key, owner string, ttl time.Duration) error {
+	_, err := s.pool.Exec(ctx, s.enqueue, key, owner, ttl.Microseconds())
+	return err
+}
+
+func (s statements) Dequeue(ctx context.Context, key, owner string) error {
+	_, err := s.pool.Exec(ctx, s.dequeue, key, owner)
+	return err
+}
+
+// exec runs a statement that compares owner and token: matched tells that
+// it changed a row, and is false whenever err is not nil.
 func (s statements) exec(ctx context.Context, sql string, args ...any) (bool, error) {
 	tag, err := s.pool.Exec(ctx, sql, args...)
-	return tag.RowsAffected() > 0, err
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
 }

@@ -2,12 +2,14 @@ package pglease
 
 import "github.com/aegislab/aegis/internal/migrate"
 
-// Every statement below is one round trip, resolved by the primary key, and
-// reads the time from the database (now()), never from the client. %[1]s is
-// the quoted table name.
+// Every statement below reads the time from the database (now()), never
+// from the client. The lease statements are one round trip each, resolved
+// by the primary key. %[1]s is the quoted lease table, %[2]s the quoted
+// waiter table, %[3]s the notification channel as a string literal.
 
-// migrations create the lease table. A key's row is never deleted: its
-// token must survive every release and expiry.
+// migrations create the lease table and the waiter queue. A key's row is
+// never deleted: its token must survive every release and expiry. Version 2
+// and 3 add fair waiting (see package rowlease) to tables created before.
 var migrations = []migrate.Migration{
 	{Version: 1, SQL: `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text        PRIMARY KEY,
@@ -16,21 +18,62 @@ var migrations = []migrate.Migration{
 	expires_at timestamptz NOT NULL,
 	granted_at timestamptz NOT NULL
 )`},
+	// queue_until is the latest expiry of a waiter of the key: once it has
+	// passed, nobody waits and a grant need not read the queue.
+	{Version: 2, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS queue_until timestamptz NOT NULL DEFAULT '-infinity'`},
+	{Version: 3, SQL: `CREATE TABLE IF NOT EXISTS %[2]s (
+	key        text        NOT NULL,
+	waiter     text        NOT NULL, -- the owner id the waiter will be granted under
+	since      timestamptz NOT NULL, -- its place in the queue
+	expires_at timestamptz NOT NULL, -- refreshed while it waits
+	PRIMARY KEY (key, waiter)
+)`},
 }
 
-// acquireSQL grants a free or expired key, bumping its token in the same
-// statement. When the key is live it updates nothing and returns no row.
-// Concurrent grants of one key serialize on the row lock; the loser's WHERE
-// is re-evaluated against the winner's row and fails.
-const acquireSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
+// grantSQL grants a free or expired key, bumping its token in the same
+// statement, unless waiters are queued for it (queue_until is the latest
+// expiry of their entries). When the key is live or queued for it updates
+// nothing and returns no row. Concurrent grants of one key serialize on the
+// row lock; the loser's WHERE is re-evaluated against the winner's row and
+// fails. The hot path: it reads nothing but its own row.
+const grantSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
 VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
 ON CONFLICT (key) DO UPDATE
 SET owner = excluded.owner,
     token = l.token + 1,
     expires_at = excluded.expires_at,
     granted_at = excluded.granted_at
-WHERE l.expires_at <= now() -- free (released) or expired
+WHERE l.expires_at <= now()  -- free (released) or expired
+  AND l.queue_until <= now() -- nobody waits
 RETURNING token`
+
+// grantQueuedSQL is the grant of waiter $2: it takes the key unless a live
+// waiter that queued before it is still there, removes its entry, and
+// lowers queue_until to the latest expiry of the others (-infinity when
+// none is left, so TryAcquire is not refused for a queue that is gone). The
+// lease row is locked first (the EXISTS over g runs before the DELETE
+// reads), the order every statement here takes, so two of them cannot
+// deadlock. An entry that commits while this runs is not seen by the new
+// queue_until; its waiter's next refresh (every 250ms) raises it again.
+const grantQueuedSQL = `WITH g AS (
+INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
+VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
+ON CONFLICT (key) DO UPDATE
+SET owner = excluded.owner,
+    token = l.token + 1,
+    expires_at = excluded.expires_at,
+    granted_at = excluded.granted_at,
+    queue_until = coalesce((SELECT max(o.expires_at) FROM %[2]s o
+                            WHERE o.key = $1 AND o.waiter <> $2 AND o.expires_at > now()), '-infinity')
+WHERE l.expires_at <= now() -- free (released) or expired
+  AND NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
+                  WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
+                    AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity'))
+RETURNING token
+), dequeued AS (
+	DELETE FROM %[2]s WHERE key = $1 AND waiter = $2 AND EXISTS (SELECT 1 FROM g)
+)
+SELECT token FROM g`
 
 // renewSQL extends a lease that this grant still holds.
 const renewSQL = `UPDATE %[1]s
@@ -39,8 +82,39 @@ WHERE key = $1 AND owner = $2 AND token = $3 -- compare owner and token
   AND expires_at > now()                     -- an expired lease cannot be revived`
 
 // releaseSQL frees a key that this grant still holds. The row stays, with
-// its token; expires_at = -infinity marks it free.
+// its token; expires_at = -infinity marks it free. Waiters are notified only
+// when the key has some (queue_until), so a release nobody waits for costs
+// no NOTIFY, whose commit serializes on a cluster-wide lock.
 const releaseSQL = `UPDATE %[1]s
 SET expires_at = '-infinity'
 WHERE key = $1 AND owner = $2 AND token = $3 -- compare owner and token
-  AND expires_at > now()`
+  AND expires_at > now()
+RETURNING CASE WHEN queue_until > now() THEN pg_notify(%[3]s, key) END`
+
+// enqueueSQL enters or refreshes waiter $2 in key $1's queue until now+$3µs,
+// keeping its place (since), drops the entries of waiters that expired (they
+// crashed or gave up without a word), and raises the key's queue_until hint.
+// The lease row is updated first (the queue statements read its result), the
+// lock order of grantQueuedSQL. A key without a row is not held: nothing is
+// queued, and the waiter's next grant takes it.
+const enqueueSQL = `WITH hint AS (
+	UPDATE %[1]s SET queue_until = greatest(queue_until, now() + $3 * interval '1 microsecond')
+	WHERE key = $1 RETURNING key
+), gone AS (
+	DELETE FROM %[2]s WHERE key IN (SELECT key FROM hint) AND waiter <> $2 AND expires_at <= now()
+)
+INSERT INTO %[2]s AS w (key, waiter, since, expires_at)
+SELECT key, $2, now(), now() + $3 * interval '1 microsecond' FROM hint
+ON CONFLICT (key, waiter) DO UPDATE SET expires_at = excluded.expires_at`
+
+// dequeueSQL removes a waiter that gave up, lowers queue_until as
+// grantQueuedSQL does, and wakes the key's other waiters: the one behind it
+// may now be first. The lease row is locked first.
+const dequeueSQL = `WITH hint AS (
+	UPDATE %[1]s SET queue_until = coalesce((SELECT max(o.expires_at) FROM %[2]s o
+	                                         WHERE o.key = $1 AND o.waiter <> $2 AND o.expires_at > now()), '-infinity')
+	WHERE key = $1 RETURNING key
+), gone AS (
+	DELETE FROM %[2]s WHERE key IN (SELECT key FROM hint) AND waiter = $2 RETURNING key
+)
+SELECT pg_notify(%[3]s, key) FROM gone`

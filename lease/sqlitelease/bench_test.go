@@ -53,7 +53,8 @@ func benchAcquireRelease(b *testing.B, l *sqlitelease.Locker, db *sql.DB, gorout
 VALUES ($1, $2, 1, ` + now + ` + $3, ` + now + `)
 ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = l.token + 1,
   expires_ms = excluded.expires_ms, granted_ms = excluded.granted_ms
-WHERE l.expires_ms <= ` + now + ` RETURNING token`
+WHERE l.expires_ms <= ` + now + ` AND l.queue_ms <= ` + now + `
+RETURNING token`
 		const release = `UPDATE aegis_lease SET expires_ms = 0
 WHERE key = $1 AND owner = $2 AND token = $3 AND expires_ms > ` + now
 		// Open's DSN makes BeginTx issue BEGIN IMMEDIATE.

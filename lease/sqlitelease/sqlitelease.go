@@ -16,6 +16,14 @@
 // SQLite's locking is not reliable on network file systems. It does not
 // coordinate separate hosts.
 //
+// Waiting: [aegis.Acquire] waits in the key's queue (Locker implements
+// [aegis.Waiter]), a second table beside the lease table, so a holder that
+// releases and asks again at once goes behind the waiters instead of
+// starving them; a waiter that crashes holds up a free key for at most a
+// second. SQLite has no notifications, so a waiter polls, every 2ms to 50ms.
+// TryAcquire refuses a key that waiters are queued for (ErrHeld), which it
+// learns from the key's own row.
+//
 // Open opens a database with the settings this package expects (WAL, a busy
 // timeout, synchronous=FULL so that a token, once granted, survives a power
 // loss).
@@ -29,6 +37,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"time"
 
 	"modernc.org/sqlite" // the pure-Go driver, registered as "sqlite"
@@ -40,11 +49,16 @@ import (
 	"github.com/aegislab/aegis/internal/rowlease"
 )
 
-var _ aegis.Locker = (*Locker)(nil)
+var (
+	_ aegis.Locker = (*Locker)(nil)
+	_ aegis.Waiter = (*Locker)(nil)
+)
 
 // Config configures a Locker. The zero value is valid.
 type Config struct {
-	// Table is the lease table. Default "aegis_lease".
+	// Table is the lease table. Default "aegis_lease". The waiter queue is
+	// the table of the same name with "_waiter" appended, so the name is at
+	// most 56 characters.
 	Table string
 	// BusyTimeout is how long an operation waits for another process's
 	// write transaction to end. Default 5s.
@@ -67,7 +81,7 @@ type Locker struct {
 // retries that for up to 5s.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
-		return nil, errors.New("sqlitelease: database path is empty")
+		return nil, fmt.Errorf("sqlitelease: %w: database path is empty", aegis.ErrInvalid)
 	}
 	q := url.Values{}
 	// busy_timeout first: it applies to the statements after it.
@@ -75,7 +89,9 @@ func Open(path string) (*sql.DB, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// The path is escaped: a '?', '#' or '%' in it would otherwise end the
+	// file name in the URI, silently opening another file.
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
 	}
@@ -118,19 +134,19 @@ func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	return l, nil
 }
 
-// Migrate creates the lease table of cfg when it is missing. New does the
-// same.
+// Migrate creates the lease table of cfg when it is missing, or upgrades
+// one created by an earlier version. New does the same.
 func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
-	c, table, err := config(cfg)
+	if db == nil {
+		return fmt.Errorf("sqlitelease: %w: db is nil", aegis.ErrInvalid)
+	}
+	c, lease, waiter, err := config(cfg)
 	if err != nil {
 		return err
 	}
-	if db == nil {
-		return errors.New("sqlitelease: db is nil")
-	}
 	ms := make([]migrate.Migration, len(migrations))
 	for i, m := range migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, table)}
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, lease, waiter)}
 	}
 	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms); err != nil {
 		return fmt.Errorf("sqlitelease: %w", err)
@@ -138,35 +154,57 @@ func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
 	return nil
 }
 
-func config(cfg *Config) (Config, string, error) {
-	var c Config
+// config fills the defaults of cfg and checks it; it returns the quoted
+// lease and waiter tables.
+func config(cfg *Config) (c Config, lease, waiter string, err error) {
 	if cfg != nil {
 		c = *cfg
 	}
 	c.Table = cmp.Or(c.Table, "aegis_lease")
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
 	if c.BusyTimeout < 0 {
-		return c, "", fmt.Errorf("sqlitelease: Config.BusyTimeout %s is negative", c.BusyTimeout)
+		return c, "", "", fmt.Errorf("sqlitelease: %w: Config.BusyTimeout %s is negative", aegis.ErrInvalid, c.BusyTimeout)
 	}
-	table, err := migrate.Table("sqlitelease: Config.Table", c.Table)
-	return c, table, err
+	if lease, err = migrate.Table("sqlitelease: Config.Table", c.Table); err != nil {
+		return c, "", "", err
+	}
+	const suffix = "_waiter"
+	if base := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(base)+len(suffix) > 63 {
+		return c, "", "", fmt.Errorf("sqlitelease: Config.Table: %w: %q is longer than 56 characters (the waiter table appends %q)", aegis.ErrInvalid, c.Table, suffix)
+	}
+	if waiter, err = migrate.Table("sqlitelease: Config.Table", c.Table+suffix); err != nil {
+		return c, "", "", err
+	}
+	return c, lease, waiter, nil
 }
 
 func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 	if db == nil {
-		return nil, errors.New("sqlitelease: db is nil")
+		return nil, fmt.Errorf("sqlitelease: %w: db is nil", aegis.ErrInvalid)
 	}
-	c, table, err := config(cfg)
+	c, lease, waiter, err := config(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{rows: rowlease.Locker{Name: "sqlitelease", Store: statements{
-		db:      db,
-		busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
-		acquire: fmt.Sprintf(acquireSQL, table),
-		renew:   fmt.Sprintf(renewSQL, table),
-		release: fmt.Sprintf(releaseSQL, table),
-	}}}, nil
+	return &Locker{rows: rowlease.Locker{
+		Name: "sqlitelease",
+		Store: statements{
+			db:      db,
+			busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
+			grant:   fmt.Sprintf(grantSQL, lease),
+			queued:  fmt.Sprintf(grantQueuedSQL, lease, waiter),
+			unhint:  fmt.Sprintf(unhintSQL, lease, waiter),
+			renew:   fmt.Sprintf(renewSQL, lease),
+			release: fmt.Sprintf(releaseSQL, lease),
+			hint:    fmt.Sprintf(hintSQL, lease),
+			prune:   fmt.Sprintf(pruneSQL, lease, waiter),
+			enqueue: fmt.Sprintf(enqueueSQL, lease, waiter),
+			dequeue: fmt.Sprintf(dequeueSQL, lease, waiter),
+		},
+		// No notifications: a waiter polls, finely, since while it is
+		// queued nobody else takes a freed key.
+		Poll: backoff.Backoff{Min: 2 * time.Millisecond, Max: 50 * time.Millisecond},
+	}}, nil
 }
 
 // ms converts a TTL to whole milliseconds, rounding up: the store never
@@ -175,10 +213,17 @@ func ms(ttl time.Duration) int64 {
 	return int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
 }
 
-// TryAcquire grants key for ttl unless another owner's lease is live
-// (ErrHeld).
+// TryAcquire grants key for ttl unless another owner's lease is live or
+// waiters are queued for the key (ErrHeld).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	return l.rows.TryAcquire(ctx, key, ttl)
+}
+
+// Acquire implements aegis.Waiter: it blocks until key is granted for ttl
+// or ctx ends, waiting in the key's queue (see the package doc). When ctx
+// ends it returns an error wrapping ctx.Err() and leaves the queue.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	return l.rows.Acquire(ctx, key, ttl)
 }
 
 // Renew extends lease to now+ttl if it still holds its key; ErrLost
@@ -193,23 +238,63 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	return l.rows.Release(ctx, lease)
 }
 
-// statements runs the lease table's statements for rowlease, each in a
-// BEGIN IMMEDIATE transaction of its own.
+// statements runs the lease table's statements for rowlease, each
+// operation in a BEGIN IMMEDIATE transaction of its own.
 type statements struct {
-	db                      *sql.DB
-	busy                    string // PRAGMA busy_timeout statement
-	acquire, renew, release string
+	db                                    *sql.DB
+	busy                                  string // PRAGMA busy_timeout statement
+	grant, queued, renew, release         string
+	hint, unhint, prune, enqueue, dequeue string
 }
 
-func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration) (int64, bool, error) {
+func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration, queued bool) (int64, bool, error) {
 	var token int64
 	err := s.immediate(ctx, func(conn *sql.Conn) error {
-		return conn.QueryRowContext(ctx, s.acquire, key, owner, ms(ttl)).Scan(&token)
+		if !queued {
+			return conn.QueryRowContext(ctx, s.grant, key, owner, ms(ttl)).Scan(&token)
+		}
+		if err := conn.QueryRowContext(ctx, s.queued, key, owner, ms(ttl)).Scan(&token); err != nil {
+			return err
+		}
+		return s.leave(ctx, conn, key, owner)
 	})
-	if errors.Is(err, sql.ErrNoRows) {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
+	case err != nil:
+		return 0, false, err
 	}
-	return token, err == nil, err
+	return token, true, nil
+}
+
+func (s statements) Enqueue(ctx context.Context, key, owner string, ttl time.Duration) error {
+	return s.immediate(ctx, func(conn *sql.Conn) error {
+		res, err := conn.ExecContext(ctx, s.hint, key, ms(ttl))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // no row: the key is not held, nothing to wait for
+		}
+		if _, err := conn.ExecContext(ctx, s.prune, key, owner); err != nil {
+			return err
+		}
+		_, err = conn.ExecContext(ctx, s.enqueue, key, owner, ms(ttl))
+		return err
+	})
+}
+
+func (s statements) Dequeue(ctx context.Context, key, owner string) error {
+	return s.immediate(ctx, func(conn *sql.Conn) error { return s.leave(ctx, conn, key, owner) })
+}
+
+// leave removes owner's entry from key's queue and lowers the key's hint.
+func (s statements) leave(ctx context.Context, conn *sql.Conn, key, owner string) error {
+	if _, err := conn.ExecContext(ctx, s.dequeue, key, owner); err != nil {
+		return err
+	}
+	_, err := conn.ExecContext(ctx, s.unhint, key)
+	return err
 }
 
 func (s statements) Renew(ctx context.Context, key, owner string, token int64, ttl time.Duration) (bool, error) {
@@ -230,7 +315,10 @@ func (s statements) exec(ctx context.Context, stmt string, args ...any) (bool, e
 		n, err = res.RowsAffected()
 		return err
 	})
-	return n > 0, err
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
 }
 
 // immediate runs fn in a BEGIN IMMEDIATE transaction on one connection.
@@ -246,16 +334,17 @@ func (s statements) immediate(ctx context.Context, fn func(*sql.Conn) error) (er
 	if _, err := conn.ExecContext(ctx, s.busy); err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			// Also when ctx is cancelled, and when BEGIN itself failed (a
+			// cancelled BEGIN may have begun): the connection goes back to
+			// the pool and must not keep the write lock.
+			migrate.Rollback(ctx, conn)
+		}
+	}()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			// Also when ctx is cancelled: the connection goes back to the
-			// pool and must not keep the write lock.
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
 	if err := fn(conn); err != nil {
 		return err
 	}

@@ -1,9 +1,11 @@
 package sqlitelease_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv("SQLITELEASE_CHILD_DB"); path != "" {
+		if key := os.Getenv("SQLITELEASE_CHILD_GREEDY"); key != "" {
+			os.Exit(greedyChild(path, key))
+		}
 		os.Exit(child(path))
 	}
 	goleak.VerifyTestMain(m)
@@ -125,12 +130,285 @@ func child(path string) int {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := open(t, filepath.Join(t.TempDir(), "x.db"))
+	for name, cfg := range map[string]*sqlitelease.Config{
+		"bad name":      {Table: "bad name"},
+		"too long":      {Table: strings.Repeat("x", 57)},
+		"negative busy": {BusyTimeout: -time.Second},
+	} {
+		_, err := sqlitelease.New(db, cfg)
+		require.ErrorIs(t, err, aegis.ErrInvalid, name)
+		require.ErrorContains(t, err, "Config.", name)
+		require.ErrorIs(t, sqlitelease.Migrate(t.Context(), db, cfg), aegis.ErrInvalid, name)
+	}
 	_, err := sqlitelease.New(db, &sqlitelease.Config{Table: "bad name"})
 	require.ErrorContains(t, err, "Config.Table")
 	_, err = sqlitelease.New(db, &sqlitelease.Config{BusyTimeout: -time.Second})
 	require.ErrorContains(t, err, "Config.BusyTimeout")
+	_, err = sqlitelease.New(db, &sqlitelease.Config{Table: strings.Repeat("x", 56)})
+	require.NoError(t, err, "56 characters fit")
 	_, err = sqlitelease.New(nil, nil)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "db is nil")
+	require.ErrorIs(t, sqlitelease.Migrate(t.Context(), nil, nil), aegis.ErrInvalid)
 	_, err = sqlitelease.Open("")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "path is empty")
+}
+
+// TestWaiterUnderGreedyProcess: a process that loops Hold → 5ms of work →
+// Release on a key must not keep another process's waiter out. Before the
+// queue, the waiter got the key only when its poll fell into the holder's
+// gap between Release and its next grant: seconds.
+func TestWaiterUnderGreedyProcess(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	l, err := sqlitelease.New(open(t, path), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SQLITELEASE_CHILD_DB="+path, "SQLITELEASE_CHILD_GREEDY=greedy")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	granted := make(chan aegis.Token, 1)
+	go func() {
+		// Each line is a token the greedy process was granted.
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			tok, err := strconv.ParseInt(sc.Text(), 10, 64)
+			if err != nil {
+				continue
+			}
+			select {
+			case granted <- aegis.Token(tok):
+			default:
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		stdin.Close() // the child stops at the end of its stdin
+		select {
+		case err := <-exited:
+			require.NoError(t, err, "the greedy process failed")
+		case <-time.After(20 * time.Second):
+			t.Error("the greedy process did not stop within 20s of its stdin closing")
+		}
+	}()
+
+	const bound = time.Second
+	var last aegis.Token
+	for round := range 5 {
+		// Ask while the other process is in its loop: after one of its
+		// grants that came after the waiter's last.
+	next:
+		for {
+			select {
+			case tok := <-granted:
+				if tok > last {
+					break next
+				}
+			case err := <-exited:
+				t.Fatalf("round %d: the greedy process ended: %v", round, err)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("round %d: the greedy process got no grant within 20s", round)
+			}
+		}
+		start := time.Now()
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		lease, err := aegis.Acquire(actx, l, "greedy", 10*time.Second)
+		acancel()
+		waited := time.Since(start)
+		require.NoError(t, err, "round %d", round)
+		require.Less(t, waited, bound, "round %d: the waiter waited %s under a greedy process", round, waited)
+		require.Greater(t, lease.Token, last)
+		last = lease.Token
+		require.NoError(t, l.Release(ctx, lease))
+	}
+}
+
+// greedyChild is the greedy process of TestWaiterUnderGreedyProcess: it
+// loops Hold → 5ms → Release on key and prints each grant's token, until
+// its stdin ends.
+func greedyChild(path, key string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	db, err := sqlitelease.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	l, err := sqlitelease.New(db, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for {
+		h, err := aegis.Hold(ctx, l, key, 10*time.Second)
+		if ctx.Err() != nil {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(h.Token())
+		select {
+		case <-time.After(5 * time.Millisecond): // the holder's work
+		case <-ctx.Done():
+		}
+		if err := h.Release(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+}
+
+// TestWaiterThatGivesUpLeavesTheQueue: a waiter whose context ends removes
+// its entry, so the key is free for the next TryAcquire at once.
+func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	db := open(t, path)
+	a, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	b, err := sqlitelease.New(open(t, path), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	short, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	_, err = b.Acquire(short, "k", time.Minute)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var n int
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter").Scan(&n))
+	require.Zero(t, n, "a waiter that gave up left its entry")
+	require.NoError(t, a.Release(ctx, held))
+	again, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err, "the key stayed reserved for a waiter that gave up")
+	require.Greater(t, again.Token, held.Token)
+}
+
+// TestGrantedWaiterFreesTheQueue: once the only waiter is granted and
+// releases, TryAcquire takes the key at once (the queue hint is lowered).
+func TestGrantedWaiterFreesTheQueue(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	db := open(t, path)
+	a, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	b, err := sqlitelease.New(open(t, path), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			err = b.Release(ctx, l)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return err == nil && n == 1
+	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	_, err = a.TryAcquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, aegis.ErrHeld)
+	require.NoError(t, a.Release(ctx, held))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the key within 10s of its release")
+	}
+	again, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err, "TryAcquire refused for a queue that is gone")
+	require.NoError(t, a.Release(ctx, again))
+}
+
+// TestCrashedWaiterBlocksBriefly: a queue entry nobody refreshes (its
+// waiter's process died) holds up the key for at most its expiry.
+func TestCrashedWaiterBlocksBriefly(t *testing.T) {
+	t.Parallel()
+	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
+	a, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	held, err := a.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	// What a waiter's Enqueue leaves when its process dies.
+	const now = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
+	_, err = db.ExecContext(ctx, `INSERT INTO aegis_lease_waiter (key, waiter, since_ms, expires_ms) VALUES ('k', 'dead', `+now+`, `+now+` + 1000)`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `UPDATE aegis_lease SET queue_ms = `+now+` + 1000 WHERE key = 'k'`)
+	require.NoError(t, err)
+	require.NoError(t, a.Release(ctx, held))
+	_, err = a.TryAcquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, aegis.ErrHeld, "a live queue entry must hold the key for its waiter")
+	start := time.Now()
+	got, err := aegis.Acquire(ctx, a, "k", time.Minute)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 3*time.Second, "a dead waiter's entry held the key too long")
+	require.Greater(t, got.Token, held.Token)
+}
+
+// TestUpgradeFromVersion1: a lease table created before the queue is
+// upgraded by New, and its tokens go on from where they were.
+func TestUpgradeFromVersion1(t *testing.T) {
+	t.Parallel()
+	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, stmt := range []string{
+		`CREATE TABLE aegis_migrations (component text NOT NULL, version integer NOT NULL, PRIMARY KEY (component, version))`,
+		`INSERT INTO aegis_migrations VALUES ('sqlitelease:aegis_lease', 1)`,
+		`CREATE TABLE aegis_lease (key TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL, expires_ms INTEGER NOT NULL, granted_ms INTEGER NOT NULL) WITHOUT ROWID`,
+		`INSERT INTO aegis_lease VALUES ('k', 'old', 41, 0, 0)`,
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	l, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	lease, err := aegis.Acquire(ctx, l, "k", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, aegis.Token(42), lease.Token)
+	var version int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT max(version) FROM aegis_migrations WHERE component = 'sqlitelease:aegis_lease'`).Scan(&version))
+	require.Equal(t, 3, version)
+}
+
+// TestOpenOddPath: a path with the characters a URI gives a meaning to
+// ('?', '#', '%', a space) opens that very file, with this package's
+// settings (WAL).
+func TestOpenOddPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	name := "a?b#c%41 d.db"
+	db := open(t, filepath.Join(dir, name))
+	var mode string
+	require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA journal_mode").Scan(&mode))
+	require.Equal(t, "wal", mode)
+	_, err := sqlitelease.New(db, nil)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, name))
+	require.NoError(t, err, "the database is not at the path given")
 }
