@@ -30,10 +30,14 @@
 //     and owner, then revokes the etcd lease. A stale or forged lease gets
 //     aegis.ErrLost and changes nothing.
 //
-// TTLs: etcd leases have whole seconds. A TTL is rounded up to the next
-// second at the server (a 1.5 s lease lives 2 s there) while Lease.TTL and
-// Lease.Deadline keep the TTL asked for, so the local deadline stays
-// conservative. etcd raises a lease shorter than its minimum (1.5 election
+// TTLs: etcd leases have whole seconds. A grant (TryAcquire, Acquire) takes
+// a whole number of seconds and refuses any other TTL with aegis.ErrInvalid:
+// a 500 ms or 1.5 s lease would silently live 1 or 2 s at the server. Renew
+// takes any TTL and rounds it up to the next second at the server, because
+// its callers hand it a remaining time (lockAtLeastFor, Held.ReleaseAfter)
+// that is never whole, and keeping a lease up to a second longer than asked
+// is what "at least" means; Lease.TTL and Lease.Deadline keep the TTL asked
+// for, so the local deadline stays conservative. etcd raises a lease shorter than its minimum (1.5 election
 // timeouts, rounded up: 2 s with etcd's default settings) without saying so;
 // this package notices the raised TTL in the grant's answer, revokes the
 // lease and returns an error wrapping aegis.ErrInvalid that names the
@@ -106,7 +110,7 @@ type Locker struct {
 // New returns a Locker on client. A nil cfg means defaults.
 func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 	if client == nil {
-		return nil, errors.New("etcdlease: client is nil")
+		return nil, fmt.Errorf("%w: etcdlease: client is nil", aegis.ErrInvalid)
 	}
 	var c Config
 	if cfg != nil {
@@ -115,10 +119,10 @@ func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 	c.Prefix = cmp.Or(c.Prefix, "aegis/lease/")
 	c.MaxTTL = cmp.Or(c.MaxTTL, aegis.MaxTTL)
 	switch {
-	case c.MaxTTL < 0:
-		return nil, fmt.Errorf("etcdlease: Config.MaxTTL %s is negative", c.MaxTTL)
+	case c.MaxTTL < time.Second:
+		return nil, fmt.Errorf("%w: etcdlease: Config.MaxTTL %s is shorter than 1s: etcd leases are whole seconds", aegis.ErrInvalid, c.MaxTTL)
 	case c.MaxTTL > maxLeaseTTL:
-		return nil, fmt.Errorf("etcdlease: Config.MaxTTL %s is longer than etcd's limit of %d s", c.MaxTTL, int64(maxLeaseTTL/time.Second))
+		return nil, fmt.Errorf("%w: etcdlease: Config.MaxTTL %s is longer than etcd's limit of %d s", aegis.ErrInvalid, c.MaxTTL, int64(maxLeaseTTL/time.Second))
 	}
 	return &Locker{client: client, prefix: c.Prefix, maxTTL: c.MaxTTL}, nil
 }
@@ -150,6 +154,18 @@ func (l *Locker) grantOf(lease *aegis.Lease) (grant, bool) {
 	}
 	prefix := l.prefix + keypath.Segment(lease.Key) + "/"
 	return grant{owner: lease.Owner, prefix: prefix, path: prefix + hexID}, true
+}
+
+// wholeSeconds is seconds for a grant: ttl must be a whole number of
+// seconds.
+func (l *Locker) wholeSeconds(ttl time.Duration) (int64, error) {
+	if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+		return 0, err
+	}
+	if ttl%time.Second != 0 {
+		return 0, fmt.Errorf("%w: ttl %s is not a whole number of seconds: etcd leases are whole seconds", aegis.ErrInvalid, ttl)
+	}
+	return l.seconds(ttl)
 }
 
 // seconds validates ttl and returns it in whole seconds, rounded up.
@@ -185,7 +201,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	secs, err := l.seconds(ttl)
+	secs, err := l.wholeSeconds(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +267,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	g, ok := l.grantOf(lease)
 	if !ok {
-		return aegis.ErrLost
+		return lost("renew", lease.Key, reasonForged)
 	}
 	start := time.Now()
 	if secs == int64((lease.TTL+time.Second-1)/time.Second) {
@@ -279,9 +295,13 @@ func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) err
 	if err != nil {
 		return l.fail("renew", lease.Key, err)
 	}
+	// A failed comparison runs no Then op: Responses is empty.
+	if !resp.Succeeded || len(resp.Responses) == 0 {
+		return lost("renew", lease.Key, reasonGone)
+	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if !resp.Succeeded || len(kvs) == 0 {
-		return aegis.ErrLost
+	if len(kvs) == 0 {
+		return lost("renew", lease.Key, reasonGone)
 	}
 	var ka *clientv3.LeaseKeepAliveResponse
 	err = retryRead(ctx, func() (err error) {
@@ -292,7 +312,7 @@ func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) err
 		return l.fail("renew", lease.Key, err)
 	}
 	if ka.TTL <= 0 {
-		return aegis.ErrLost
+		return lost("renew", lease.Key, reasonExpired)
 	}
 	return nil
 }
@@ -314,10 +334,14 @@ func (l *Locker) moveLease(ctx context.Context, g grant, lease *aegis.Lease, ttl
 		if err != nil {
 			return l.fail("renew", lease.Key, err)
 		}
-		return aegis.ErrLost
+		return lost("renew", lease.Key, reasonGone)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		l.revoke(ctx, clientv3.LeaseID(kvs[0].Lease)) // no key is attached to it any more
+	// Succeeded: both Then ops ran, so Responses has their two answers; the
+	// first, the get before the put, names the old etcd lease.
+	if len(resp.Responses) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			l.revoke(ctx, clientv3.LeaseID(kvs[0].Lease)) // no key is attached to it any more
+		}
 	}
 	return nil
 }
@@ -333,7 +357,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	}
 	g, ok := l.grantOf(lease)
 	if !ok {
-		return aegis.ErrLost
+		return lost("release", lease.Key, reasonForged)
 	}
 	resp, err := l.client.Txn(ctx).If(held(g, lease.Token)...).
 		Then(clientv3.OpDelete(g.path, clientv3.WithPrevKV())).
@@ -341,8 +365,8 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err != nil {
 		return l.fail("release", lease.Key, err)
 	}
-	if !resp.Succeeded {
-		return aegis.ErrLost
+	if !resp.Succeeded || len(resp.Responses) == 0 {
+		return lost("release", lease.Key, reasonGone)
 	}
 	// The key is gone: the lock is free. The etcd lease has no key left; a
 	// revoke that fails leaves it to expire, harmlessly.
@@ -396,11 +420,31 @@ func (l *Locker) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, _ = l.client.Revoke(ctx, id)
 }
 
+// Why a lease is lost, as the error says it.
+const (
+	reasonGone    = "key deleted or taken (released, expired with its etcd lease, or granted to another owner)"
+	reasonExpired = "etcd lease expired"
+	reasonForged  = "owner names no grant of this package"
+)
+
+// lost is aegis.ErrLost for op on key, saying why.
+func lost(op, key, reason string) error {
+	return fmt.Errorf("etcdlease: %s %q: %s: %w", op, key, reason, aegis.ErrLost)
+}
+
 // fail translates a client error: a missing etcd lease is a lost lease;
 // anything else (an unreachable cluster, a cancelled context) is wrapped.
+// When the cluster did not answer in time, the error names the endpoints
+// that cannot be dialled and why: the client itself only says "context
+// deadline exceeded".
 func (l *Locker) fail(op, key string, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return aegis.ErrLost
+		return lost(op, key, reasonExpired)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || unavailable(err) {
+		if why := dialProblems(l.client.Endpoints()); why != "" {
+			return fmt.Errorf("etcdlease: %s %q: %s: %w", op, key, why, err)
+		}
 	}
 	return fmt.Errorf("etcdlease: %s %q: %w", op, key, err)
 }

@@ -1,7 +1,6 @@
 package etcdlease_test
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
@@ -60,28 +59,40 @@ func TestNewValidates(t *testing.T) {
 		want   string
 	}{
 		"nil client":   {nil, nil, "client is nil"},
-		"negative max": {c, &etcdlease.Config{MaxTTL: -time.Second}, "Config.MaxTTL -1s is negative"},
-		"huge max":     {c, &etcdlease.Config{MaxTTL: math.MaxInt64}, "longer than etcd's limit"},
+		"negative max": {c, &etcdlease.Config{MaxTTL: -time.Second}, "Config.MaxTTL -1s is shorter than 1s"},
+		"sub-second":   {c, &etcdlease.Config{MaxTTL: 500 * time.Millisecond}, "Config.MaxTTL 500ms is shorter than 1s: etcd leases are whole seconds"},
+		"huge max":     {c, &etcdlease.Config{MaxTTL: math.MaxInt64}, "Config.MaxTTL 2562047h47m16.854775807s is longer than etcd's limit"},
 	} {
 		_, err := etcdlease.New(tt.client, tt.cfg)
+		require.ErrorIs(t, err, aegis.ErrInvalid, name)
 		require.ErrorContains(t, err, tt.want, name)
 	}
 	_, err := etcdlease.New(c, &etcdlease.Config{MaxTTL: 48 * time.Hour})
 	require.NoError(t, err, "a longer MaxTTL is allowed")
 }
 
-func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
+// TestGrantTTLIsWholeSeconds: a grant refuses a TTL etcd would round, and
+// Renew, whose callers pass remaining times (lockAtLeastFor), rounds up.
+func TestGrantTTLIsWholeSeconds(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c := client(t, testenv.EtcdEndpoints(t))
 	l, err := etcdlease.New(c, nil)
 	require.NoError(t, err)
 	key := testenv.Key(t)
-	lease, err := l.TryAcquire(ctx, key, 1200*time.Millisecond)
-	require.NoError(t, err)
+	for _, ttl := range []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond} {
+		_, err := l.TryAcquire(ctx, key, ttl)
+		require.ErrorIs(t, err, aegis.ErrInvalid)
+		require.ErrorContains(t, err, "ttl "+ttl.String()+" is not a whole number of seconds: etcd leases are whole seconds")
+		_, err = l.Acquire(ctx, key, ttl)
+		require.ErrorIs(t, err, aegis.ErrInvalid)
+		require.ErrorContains(t, err, "ttl "+ttl.String()+" is not a whole number of seconds")
+	}
+	lease, err := l.TryAcquire(ctx, key, 3*time.Second)
+	require.NoError(t, err, "the refusals left nothing behind")
+	require.NoError(t, l.Renew(ctx, lease, 1200*time.Millisecond))
 	require.Equal(t, 1200*time.Millisecond, lease.TTL, "the lease keeps the TTL asked for")
-	ttl := leaseTTL(t, c, key)
-	require.EqualValues(t, 2, ttl, "the etcd lease has the TTL rounded up")
+	require.EqualValues(t, 2, leaseTTL(t, c, key), "the etcd lease has the TTL rounded up")
 	require.NoError(t, l.Release(ctx, lease))
 }
 
@@ -96,5 +107,3 @@ func leaseTTL(t *testing.T, c *clientv3.Client, key string) int64 {
 	require.NoError(t, err)
 	return ttl.GrantedTTL
 }
-
-var _ = context.Background

@@ -33,7 +33,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	secs, err := l.seconds(ttl)
+	secs, err := l.wholeSeconds(ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,8 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
 	}
-	if !resp.Succeeded { // a lease ID is never reused: this cannot happen
+	// Succeeded: both Then ops ran, so Responses has their two answers.
+	if !resp.Succeeded || len(resp.Responses) < 2 { // a lease ID is never reused: this cannot happen
 		return nil, fmt.Errorf("etcdlease: acquire %q: key %q exists already", key, g.path)
 	}
 	rev := resp.Header.Revision // our key's create revision: the token
@@ -86,7 +87,7 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 		if pred == "" {
 			break
 		}
-		if err := l.waitDelete(ctx, id, pred, at, ttl); err != nil {
+		if err := l.waitDelete(ctx, key, id, pred, at, ttl); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +95,7 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 	// etcd lease: if that succeeds, it was alive all along, so our key was
 	// never deleted (keys go with their lease), and the grant is ours.
 	kaStart := time.Now()
-	if err := l.keepAliveWaiting(ctx, id); err != nil {
+	if err := l.keepAliveWaiting(ctx, key, id); err != nil {
 		return nil, err
 	}
 	lease.Deadline = aegis.LocalDeadline(kaStart, ttl)
@@ -117,7 +118,7 @@ func (l *Locker) predecessor(ctx context.Context, key string, g grant, rev int64
 	if err != nil {
 		return "", 0, l.fail("acquire", key, err)
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded || len(resp.Responses) == 0 {
 		return "", 0, errCampaignLost
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -131,7 +132,7 @@ func (l *Locker) predecessor(ctx context.Context, key string, g grant, rev int64
 // the watch ends (the caller checks again), or ctx ends. Meanwhile it keeps
 // the waiting etcd lease id alive every ttl/3 and fails with
 // errCampaignLost when that lease is gone.
-func (l *Locker) waitDelete(ctx context.Context, id clientv3.LeaseID, pred string, at int64, ttl time.Duration) error {
+func (l *Locker) waitDelete(ctx context.Context, key string, id clientv3.LeaseID, pred string, at int64, ttl time.Duration) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	events := l.client.Watch(wctx, pred, clientv3.WithRev(at+1), clientv3.WithFilterPut())
@@ -141,7 +142,7 @@ func (l *Locker) waitDelete(ctx context.Context, id clientv3.LeaseID, pred strin
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("etcdlease: acquire: %w", ctx.Err())
+			return fmt.Errorf("etcdlease: acquire %q: %w", key, ctx.Err())
 		case resp, ok := <-events:
 			if !ok || resp.Err() != nil || resp.Canceled {
 				return nil // the caller looks again
@@ -153,14 +154,14 @@ func (l *Locker) waitDelete(ctx context.Context, id clientv3.LeaseID, pred strin
 			}
 		case <-tick.C:
 			kaCtx, kaCancel := context.WithTimeout(ctx, every)
-			err := l.keepAliveWaiting(kaCtx, id)
+			err := l.keepAliveWaiting(kaCtx, key, id)
 			kaCancel()
 			switch {
 			case err == nil:
 			case errors.Is(err, errCampaignLost):
 				return err
 			case ctx.Err() != nil:
-				return fmt.Errorf("etcdlease: acquire: %w", ctx.Err())
+				return fmt.Errorf("etcdlease: acquire %q: %w", key, ctx.Err())
 			}
 			// Another failure (the cluster unreachable): keep waiting. If
 			// the lease expires meanwhile, the next keep-alive or the check
@@ -171,7 +172,7 @@ func (l *Locker) waitDelete(ctx context.Context, id clientv3.LeaseID, pred strin
 
 // keepAliveWaiting refreshes a waiting campaign's etcd lease, turning a
 // missing lease into errCampaignLost.
-func (l *Locker) keepAliveWaiting(ctx context.Context, id clientv3.LeaseID) error {
+func (l *Locker) keepAliveWaiting(ctx context.Context, key string, id clientv3.LeaseID) error {
 	err := retryRead(ctx, func() error {
 		_, err := l.client.KeepAliveOnce(ctx, id)
 		return err
@@ -180,7 +181,7 @@ func (l *Locker) keepAliveWaiting(ctx context.Context, id clientv3.LeaseID) erro
 		return errCampaignLost
 	}
 	if err != nil {
-		return fmt.Errorf("etcdlease: acquire: keep waiting lease alive: %w", err)
+		return fmt.Errorf("etcdlease: acquire %q: keep waiting lease alive: %w", key, err)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func TestCluster(t *testing.T) {
 
 	// proxied is a Locker whose connection reaches every member through a
 	// proxy of its own, and the functions that cut and heal them all.
-	proxied := func(t *testing.T, timeout time.Duration) (*zklease.Locker, *zk.Conn, func(), func()) {
+	proxied := func(t *testing.T, timeout time.Duration, cfg ...func(*zklease.Config)) (*zklease.Locker, *zk.Conn, func(), func()) {
 		var proxies []*tcpproxy.Proxy
 		var addrs []string
 		for _, m := range ensemble.Members() {
@@ -81,7 +81,11 @@ func TestCluster(t *testing.T) {
 			proxies = append(proxies, p)
 			addrs = append(addrs, p.Addr())
 		}
-		l, conn := connect(t, addrs, timeout, nil)
+		var set func(*zklease.Config)
+		if len(cfg) > 0 {
+			set = cfg[0]
+		}
+		l, conn := connect(t, addrs, timeout, set)
 		each := func(f func(*tcpproxy.Proxy)) func() {
 			return func() {
 				for _, p := range proxies {
@@ -135,6 +139,87 @@ func TestCluster(t *testing.T) {
 		}, 30*time.Second, 10*time.Millisecond, "the client reconnects on a new session")
 		require.ErrorIs(t, holder.Renew(ctx, lease, timeout), aegis.ErrLost, "renew on the new session")
 		require.ErrorIs(t, holder.Release(ctx, lease), aegis.ErrLost, "release on the new session")
+	})
+
+	t.Run("CutOffHolderWithATTLLongerThanItsSession", func(t *testing.T) {
+		ctx := bounded(t)
+		// A TTL of 15 session timeouts: the session's expiry frees the key,
+		// and the holder's deadline has passed by then.
+		const timeout = 2 * time.Second
+		const ttl = 15 * timeout
+		holder, conn, cut, heal := proxied(t, timeout, func(c *zklease.Config) { c.MaxTTL = time.Hour })
+		successor, _ := direct(t, timeout)
+		key := testenv.Key(t)
+		lease, err := holder.TryAcquire(ctx, key, ttl)
+		require.NoError(t, err)
+		session := conn.SessionID()
+		cut()
+		var granted *aegis.Lease
+		require.Eventually(t, func() bool {
+			granted, err = successor.TryAcquire(ctx, key, timeout)
+			return err == nil
+		}, 20*time.Second, 10*time.Millisecond, "the session's expiry frees the key")
+		at := time.Now()
+		require.False(t, at.Before(lease.Deadline), "the successor was granted the key %s before the holder's deadline", lease.Deadline.Sub(at))
+		require.True(t, at.Before(lease.Deadline.Add(ttl/2)), "the session, not the TTL, ended the lease")
+		require.Greater(t, granted.Token, lease.Token)
+		heal()
+		require.Eventually(t, func() bool {
+			return conn.State() == zk.StateHasSession && conn.SessionID() != session
+		}, 30*time.Second, 10*time.Millisecond, "the holder reconnects on a new session")
+		err = holder.Renew(ctx, lease, ttl)
+		require.ErrorIs(t, err, aegis.ErrLost)
+		require.ErrorContains(t, err, "session expired")
+		require.NoError(t, successor.Renew(ctx, granted, timeout), "the successor is intact")
+		require.NoError(t, successor.Release(ctx, granted))
+	})
+
+	t.Run("NoEventChannelWaitsOutADisconnection", func(t *testing.T) {
+		ctx := bounded(t)
+		// Without an event channel the Locker polls the connection's state:
+		// a Renew that started while the connection was down succeeds once
+		// it is back on the same session.
+		var proxies []*tcpproxy.Proxy
+		var addrs []string
+		for _, m := range ensemble.Members() {
+			p, err := tcpproxy.New(m.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			proxies = append(proxies, p)
+			addrs = append(addrs, p.Addr())
+		}
+		conn, _, err := zk.Connect(addrs, 20*time.Second, zk.WithLogger(quiet{}))
+		require.NoError(t, err)
+		// No Events and no SessionTimeout: polled, and probed.
+		holder, err := zklease.New(conn, &zklease.Config{MaxTTL: time.Minute})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			require.NoError(t, holder.Close())
+			conn.Close()
+		})
+		key := testenv.Key(t)
+		lease, err := holder.TryAcquire(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		session := conn.SessionID()
+		for _, p := range proxies {
+			p.Cut()
+		}
+		require.Eventually(t, func() bool { return conn.State() != zk.StateHasSession }, 20*time.Second, time.Millisecond, "the client sees the cut")
+		done := make(chan error, 1)
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		go func() { done <- holder.Renew(rctx, lease, 10*time.Second) }()
+		for _, p := range proxies {
+			p.Heal()
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Fatal("the Renew was not woken within 15s of the heal")
+		}
+		require.Equal(t, session, conn.SessionID(), "the same session")
+		require.NoError(t, holder.Release(ctx, lease))
 	})
 
 	t.Run("CampaignThatOutlivesItsSessionDoesNotWin", func(t *testing.T) {

@@ -3,19 +3,32 @@ package zklease
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/aegislab/aegis"
 )
 
 // Connect is zk.Connect for a Locker. It connects to servers with the
 // given session timeout and returns the connection with the Config that New
 // needs to trust it: Connect observes what zk.Conn does not tell, the
 // session timeout the ensemble actually granted (servers clamp the one asked
-// for to their [minSessionTimeout, maxSessionTimeout], silently) and every
-// session event (disconnection, reconnection, expiry).
+// for to their [minSessionTimeout, maxSessionTimeout], silently), every
+// session event (disconnection, reconnection, expiry), and why a server
+// cannot be dialled.
+//
+// servers must not be empty and sessionTimeout must be at least a
+// millisecond (ZooKeeper counts milliseconds in an int32); anything else is
+// an error wrapping aegis.ErrInvalid. With a zero timeout zk.Connect would
+// connect and then fail every handshake, forever.
 //
 // options are zk's connection options (zk.WithLogger, zk.WithLogInfo, …).
 // They are applied first; Connect then sets its own dialer and event
@@ -25,9 +38,24 @@ import (
 // Like zk.Connect it returns at once and connects in the background; the
 // Locker's calls wait for the session. Close the connection when done.
 func Connect(servers []string, sessionTimeout time.Duration, options ...func(*zk.Conn)) (*zk.Conn, *Config, error) {
+	if len(servers) == 0 {
+		return nil, nil, fmt.Errorf("%w: zklease: Connect: servers is empty", aegis.ErrInvalid)
+	}
+	for i, s := range servers {
+		if strings.TrimSpace(s) == "" {
+			return nil, nil, fmt.Errorf("%w: zklease: Connect: servers[%d] is empty", aegis.ErrInvalid, i)
+		}
+	}
+	switch {
+	case sessionTimeout < time.Millisecond:
+		return nil, nil, fmt.Errorf("%w: zklease: Connect: session timeout %s is not positive: ask for the session timeout you want (the servers clamp it to their [minSessionTimeout, maxSessionTimeout])", aegis.ErrInvalid, sessionTimeout)
+	case sessionTimeout > math.MaxInt32*time.Millisecond:
+		return nil, nil, fmt.Errorf("%w: zklease: Connect: session timeout %s does not fit ZooKeeper's int32 of milliseconds", aegis.ErrInvalid, sessionTimeout)
+	}
 	s := newSession(sessionTimeout)
 	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
 		c, err := net.DialTimeout(network, address, timeout)
+		s.dialed(address, err)
 		if err != nil {
 			return nil, err
 		}
@@ -41,22 +69,24 @@ func Connect(servers []string, sessionTimeout time.Duration, options ...func(*zk
 		zk.WithEventCallback(s.event)(c)
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("zklease: Connect: %w", err)
 	}
 	return conn, &Config{SessionTimeout: sessionTimeout, session: s}, nil
 }
 
 // session is what a Locker knows of its connection's session beyond
-// zk.Conn's State and SessionID: the granted timeout, and a channel closed
-// at every session event so that waits wake up.
+// zk.Conn's State and SessionID: the granted timeout, a channel closed at
+// every session event so that waits wake up, and (through Connect) why the
+// servers could not be dialled.
 type session struct {
 	mu      sync.Mutex
-	timeout time.Duration
+	timeout time.Duration // 0: not known yet (New without a timeout probes it)
 	changed chan struct{}
+	dialErr map[string]error // by server, the last failed dial; Connect only
 }
 
 func newSession(timeout time.Duration) *session {
-	return &session{timeout: timeout, changed: make(chan struct{})}
+	return &session{timeout: timeout, changed: make(chan struct{}), dialErr: map[string]error{}}
 }
 
 // event wakes the waits up at a session event. It never blocks: zk calls
@@ -65,6 +95,10 @@ func (s *session) event(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return
 	}
+	s.wake()
+}
+
+func (s *session) wake() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	close(s.changed)
@@ -77,6 +111,29 @@ func (s *session) setTimeout(d time.Duration) {
 	s.timeout = d
 }
 
+// dialed records the outcome of a dial of server.
+func (s *session) dialed(server string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.dialErr, server)
+	} else {
+		s.dialErr[server] = err
+	}
+}
+
+// dialProblems describes the servers whose last dial failed ("" if none).
+func (s *session) dialProblems() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for server, err := range s.dialErr {
+		out = append(out, "server "+server+": "+err.Error())
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
 // now returns the granted timeout and a channel closed at the next event.
 func (s *session) now() (time.Duration, <-chan struct{}) {
 	s.mu.Lock()
@@ -85,23 +142,95 @@ func (s *session) now() (time.Duration, <-chan struct{}) {
 }
 
 // ready waits until conn has a session, or ctx ends, or stop is closed,
-// and returns the session's id and granted timeout.
-func (s *session) ready(ctx context.Context, conn *zk.Conn, stop <-chan struct{}) (int64, time.Duration, error) {
+// and returns the session's id.
+func (s *session) ready(ctx context.Context, conn *zk.Conn, stop <-chan struct{}) (int64, error) {
 	for {
-		timeout, changed := s.now()
+		_, changed := s.now()
 		if conn.State() == zk.StateHasSession {
 			if id := conn.SessionID(); id != 0 {
-				return id, timeout, nil
+				return id, nil
 			}
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
+			return 0, ctx.Err()
 		case <-stop:
-			return 0, 0, errClosed
+			return 0, errClosed
 		}
 	}
+}
+
+// pollInterval is how often a Locker without Config.Events looks at the
+// connection's state and session id.
+const pollInterval = 20 * time.Millisecond
+
+// poll wakes the session's waits whenever conn's state or session id
+// changes, until stop is closed: the session events of a connection whose
+// event channel the Locker was not given.
+func (s *session) poll(conn *zk.Conn, stop <-chan struct{}) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	state, id := conn.State(), conn.SessionID()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if st, sid := conn.State(), conn.SessionID(); st != state || sid != id {
+			state, id = st, sid
+			s.wake()
+		}
+	}
+}
+
+// probeMinTimeout learns the least session timeout server grants (its
+// minSessionTimeout) with a handshake of its own: a ConnectRequest asking
+// for 1 ms, which the server raises to its minimum, then a closeSession.
+// Every session the ensemble grants lasts at least that long, so it is a
+// safe bound when the granted timeout of the Locker's own session is not
+// known. (zk.Conn keeps the granted timeout to itself.)
+func probeMinTimeout(ctx context.Context, server string) (time.Duration, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	// ConnectRequest: protocolVersion int32, lastZxidSeen int64, timeOut
+	// int32, sessionId int64, passwd (int32 length, 16 bytes), behind an
+	// int32 length.
+	req := make([]byte, 4+44)
+	binary.BigEndian.PutUint32(req[0:], 44)
+	binary.BigEndian.PutUint32(req[16:], 1) // timeOut: 1 ms
+	binary.BigEndian.PutUint32(req[28:], 16)
+	if _, err := c.Write(req); err != nil {
+		return 0, err
+	}
+	// ConnectResponse: length, protocolVersion int32, timeOut int32, …
+	var head [12]byte
+	if _, err := io.ReadFull(c, head[:]); err != nil {
+		return 0, fmt.Errorf("read the handshake answer: %w", err)
+	}
+	ms := int32(binary.BigEndian.Uint32(head[8:]))
+	if ms <= 0 {
+		return 0, fmt.Errorf("the handshake answer grants a session timeout of %d ms", ms)
+	}
+	// closeSession: xid int32, type int32 (-11), behind an int32 length.
+	var bye [12]byte
+	binary.BigEndian.PutUint32(bye[0:], 8)
+	binary.BigEndian.PutUint32(bye[4:], 1)
+	binary.BigEndian.PutUint32(bye[8:], uint32(0xfffffff5)) // -11
+	_, _ = c.Write(bye[:])
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // sniffConn reads the session timeout the server granted from the connect

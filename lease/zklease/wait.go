@@ -24,14 +24,18 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
 	}
 	for {
-		if _, err := l.ready(ctx, ttl); err != nil {
+		timeout, err := l.ready(ctx)
+		if err != nil {
 			return nil, l.fail("acquire", key, err)
 		}
-		lease, err := l.campaign(ctx, key, ttl)
+		if err := l.fits(ttl, timeout); err != nil {
+			return nil, err
+		}
+		lease, err := l.campaign(ctx, key, ttl, timeout)
 		if !errors.Is(err, errCampaignLost) {
 			return lease, err
 		}
@@ -43,7 +47,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 var errCampaignLost = errors.New("zklease: campaign lost its node while waiting")
 
 // campaign is one place in key's queue, from the create to the grant.
-func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration) (_ *aegis.Lease, err error) {
+func (l *Locker) campaign(ctx context.Context, key string, ttl, timeout time.Duration) (_ *aegis.Lease, err error) {
 	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
@@ -82,7 +86,7 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration) (_
 			return nil, l.fail("acquire", key, err)
 		}
 	}
-	return l.hold(ctx, key, n, start, ttl)
+	return l.hold(ctx, key, n, start, ttl, timeout)
 }
 
 // waitFor waits until n's predecessor is deleted (or was already), the

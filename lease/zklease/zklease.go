@@ -16,11 +16,6 @@
 // that created it, and a session lives as long as the ensemble hears from
 // the client within the session timeout. So:
 //
-//   - A lease's TTL must not exceed the session timeout the ensemble granted
-//     (longer TTLs are rejected with aegis.ErrInvalid). A successful grant or
-//     Renew is a request the ensemble answered, after which the session
-//     lives at least one session timeout, and the lease's local Deadline,
-//     TTL after the request was sent, passes before the session can expire.
 //   - The Locker deletes the node itself TTL after the last grant or Renew
 //     (a timer per lease, checked by the node's version), so an unrenewed
 //     lease ends after its TTL like on every backend, and a Renew with a
@@ -28,6 +23,19 @@
 //     now. If the process dies or is cut off first, the session timeout
 //     bounds the lease instead: the key is free one session timeout after
 //     the ensemble last heard from the process.
+//   - The local Deadline follows both: min(start + TTL, start + session
+//     timeout) − drift, where start is when the grant's or Renew's request
+//     was sent. The ensemble answered that request, so the session lives at
+//     least one session timeout after it was sent, and the timer deletes the
+//     node no sooner than TTL after it. By default a TTL may not exceed
+//     the session timeout (aegis.ErrInvalid), so the deadline is start +
+//     TTL − drift as on every backend. With Config.MaxTTL raised, a TTL may
+//     be longer (ShedLock's lockAtMostFor of 30 minutes on an ensemble
+//     whose maxSessionTimeout is 40 s): the key stays held for the TTL
+//     while the holder's session lives, and the holder keeps trusting it
+//     as long as it renews within each session timeout. aegis.Hold renews
+//     every TTL/3 and computes its own deadline from the TTL after each
+//     renewal, which is why that is not the default. See docs/decisions.md.
 //   - Renew is a write the leader orders (a multi holding one version
 //     check), not a read a lagging server may answer, and it fails with
 //     aegis.ErrLost when the connection's session is not the one that
@@ -63,6 +71,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,19 +93,32 @@ var (
 var errClosed = errors.New("zklease: locker closed")
 
 // Config configures a Locker. Connect returns one filled in; with a
-// connection made by zk.Connect, Events and SessionTimeout are required.
+// connection made by zk.Connect a nil Config means defaults.
 type Config struct {
 	// Events is the session event channel zk.Connect returned with the
 	// connection. The Locker reads it (so nothing else may) until it is
-	// closed or the Locker is. Not needed with a Config from Connect.
+	// closed or the Locker is: waits wake at once at a session event.
+	// Default nil: the Locker polls the connection's State and SessionID
+	// every 20 ms instead. Not needed with a Config from Connect.
 	Events <-chan zk.Event
 	// SessionTimeout is the session timeout the ensemble granted: the one
 	// asked for, clamped to the servers' [minSessionTimeout,
-	// maxSessionTimeout] (by default 2 and 20 ticks). TTLs longer than it are
-	// rejected. It must not exceed what the servers grant, or the local
-	// deadline can pass after the session expired; Connect reads the granted
-	// value from the wire and needs no guess. Required with Events.
+	// maxSessionTimeout] (by default 2 and 20 ticks). It bounds the local
+	// Deadline of every grant and renewal. It must not exceed what the
+	// servers grant, or the local deadline can pass after the session
+	// expired; Connect reads the granted value from the wire and needs no
+	// guess. Default 0: at the first call the Locker asks the server it is
+	// connected to for its minSessionTimeout (a handshake of its own), which
+	// no session of the ensemble can undercut when its members share it.
 	SessionTimeout time.Duration
+	// MaxTTL is the longest TTL accepted. Default 0: the session timeout,
+	// because aegis.Hold trusts a lease for TTL after each renewal while the
+	// session may expire one session timeout after the ensemble last heard
+	// from the client. Raise it to take longer TTLs: their local Deadline
+	// follows the session, min(start + TTL, start + session timeout) −
+	// drift, so the caller must renew within each session timeout to keep
+	// trusting the lease.
+	MaxTTL time.Duration
 	// Root is the node under which every lock lives, created when missing.
 	// Default "/aegis/lease".
 	Root string
@@ -108,13 +130,18 @@ type Config struct {
 }
 
 // Locker is a ZooKeeper lock table on one connection. It is safe for
-// concurrent use. It owns a timer per lease it holds and, with
-// Config.Events, the goroutine that reads them: Close stops them.
+// concurrent use. It owns a timer per lease it holds and, unless its Config
+// came from Connect, the goroutine that reads Config.Events or polls the
+// connection's state: Close stops them.
 type Locker struct {
 	conn *zk.Conn
 	sess *session
 	root string
 	acl  []zk.ACL
+	// maxTTL is Config.MaxTTL; 0 bounds TTLs by the session timeout.
+	maxTTL time.Duration
+
+	probeMu sync.Mutex // one probe of the session timeout at a time
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -137,19 +164,29 @@ type record struct {
 	gone    bool // deleted or lost: nothing may succeed on it any more
 }
 
-// New returns a Locker on conn. cfg is required (see Config): Connect
-// returns one.
+// New returns a Locker on conn. A nil cfg means defaults (see Config);
+// Connect returns a Config that knows the granted session timeout and gets
+// every session event at once. Errors wrap aegis.ErrInvalid.
 func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 	if conn == nil {
-		return nil, errors.New("zklease: conn is nil")
+		return nil, fmt.Errorf("%w: zklease: conn is nil", aegis.ErrInvalid)
 	}
-	if cfg == nil {
-		return nil, errors.New("zklease: Config is required: connect with zklease.Connect, or give the Events and SessionTimeout of zk.Connect")
+	var c Config
+	if cfg != nil {
+		c = *cfg
 	}
-	c := *cfg
+	if c.SessionTimeout < 0 {
+		return nil, fmt.Errorf("%w: zklease: Config.SessionTimeout %s is negative", aegis.ErrInvalid, c.SessionTimeout)
+	}
+	if c.MaxTTL < 0 {
+		return nil, fmt.Errorf("%w: zklease: Config.MaxTTL %s is negative", aegis.ErrInvalid, c.MaxTTL)
+	}
 	c.Root = cmp.Or(c.Root, "/aegis/lease")
 	if c.ACL == nil {
 		c.ACL = zk.WorldACL(zk.PermAll)
+	}
+	if len(c.ACL) == 0 { // the servers would refuse every create
+		return nil, fmt.Errorf("%w: zklease: Config.ACL is empty (nil means the default, zk.WorldACL(zk.PermAll))", aegis.ErrInvalid)
 	}
 	if err := checkRoot(c.Root); err != nil {
 		return nil, err
@@ -159,18 +196,17 @@ func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 		sess:   c.session,
 		root:   c.Root,
 		acl:    c.ACL,
+		maxTTL: c.MaxTTL,
 		stop:   make(chan struct{}),
 		leases: map[string]*record{},
 	}
 	if l.sess == nil {
-		switch {
-		case c.Events == nil:
-			return nil, errors.New("zklease: Config.Events is required (the channel zk.Connect returned), or connect with zklease.Connect")
-		case c.SessionTimeout <= 0:
-			return nil, fmt.Errorf("zklease: Config.SessionTimeout %s is not positive: give the session timeout the ensemble granted", c.SessionTimeout)
-		}
 		l.sess = newSession(c.SessionTimeout)
-		l.wg.Go(func() { l.drain(c.Events) })
+		if c.Events != nil {
+			l.wg.Go(func() { l.drain(c.Events) })
+		} else {
+			l.wg.Go(func() { l.sess.poll(conn, l.stop) })
+		}
 	}
 	return l, nil
 }
@@ -213,11 +249,11 @@ func (l *Locker) Close() error {
 
 func checkRoot(root string) error {
 	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
-		return fmt.Errorf("zklease: Config.Root %q must start with / and not end with one", root)
+		return fmt.Errorf("%w: zklease: Config.Root %q must start with / and not end with one", aegis.ErrInvalid, root)
 	}
 	for _, seg := range strings.Split(root[1:], "/") {
 		if seg == "" || seg == "." || seg == ".." || strings.ContainsFunc(seg, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return fmt.Errorf("zklease: Config.Root %q is not a valid ZooKeeper path", root)
+			return fmt.Errorf("%w: zklease: Config.Root %q is not a valid ZooKeeper path", aegis.ErrInvalid, root)
 		}
 	}
 	return nil
@@ -245,24 +281,55 @@ func sequence(name string) (int64, bool) {
 	return n, err == nil
 }
 
-// ready validates ttl against the granted session timeout and returns the
-// session id, once the connection has a session.
-func (l *Locker) ready(ctx context.Context, ttl time.Duration) (int64, error) {
+// ready waits for the connection to have a session and returns the
+// session timeout that bounds local deadlines, probing it first when it is
+// not known.
+func (l *Locker) ready(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	id, timeout, err := l.sess.ready(ctx, l.conn, l.stop)
-	if err != nil {
+	if _, err := l.sess.ready(ctx, l.conn, l.stop); err != nil {
 		return 0, err
 	}
-	if ttl > timeout {
-		return 0, errTooLong(ttl, timeout)
+	if timeout, _ := l.sess.now(); timeout > 0 {
+		return timeout, nil
 	}
-	return id, nil
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
+	if timeout, _ := l.sess.now(); timeout > 0 {
+		return timeout, nil
+	}
+	server := l.conn.Server()
+	timeout, err := probeMinTimeout(ctx, server)
+	if err != nil {
+		return 0, fmt.Errorf("learn the session timeout (the minSessionTimeout of %s): %w", server, err)
+	}
+	l.sess.setTimeout(timeout)
+	return timeout, nil
 }
 
-func errTooLong(ttl, timeout time.Duration) error {
-	return fmt.Errorf("%w: ttl %s is longer than the ZooKeeper session timeout %s: a lease cannot outlive the session it is checked against; connect with a longer session timeout (the servers' maxSessionTimeout caps it)", aegis.ErrInvalid, ttl, timeout)
+// checkTTL validates ttl before the session is known: positive, and at
+// most Config.MaxTTL when it was raised (aegis.MaxTTL otherwise).
+func (l *Locker) checkTTL(ttl time.Duration) error { return aegis.CheckTTL(ttl, l.maxTTL) }
+
+// fits refuses, unless Config.MaxTTL was raised, a ttl longer than the
+// session timeout.
+func (l *Locker) fits(ttl, timeout time.Duration) error {
+	if l.maxTTL == 0 && ttl > timeout {
+		return fmt.Errorf("%w: ttl %s is longer than the ZooKeeper session timeout %s: connect with a longer session timeout (the servers' maxSessionTimeout caps it), or raise Config.MaxTTL and renew within each session timeout", aegis.ErrInvalid, ttl, timeout)
+	}
+	return nil
+}
+
+// deadline is the local deadline of a grant or renewal for ttl whose
+// request was sent at start, on a session of the given timeout: the lease
+// is trusted while both its TTL timer and its session must still be alive.
+func deadline(start time.Time, ttl, timeout time.Duration) time.Time {
+	d := aegis.LocalDeadline(start, ttl)
+	if s := aegis.LocalDeadline(start, timeout); s.Before(d) {
+		return s
+	}
+	return d
 }
 
 // TryAcquire grants key for ttl unless another grant holds it or waits for
@@ -273,11 +340,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	if _, err := l.ready(ctx, ttl); err != nil {
+	timeout, err := l.ready(ctx)
+	if err != nil {
 		return nil, l.fail("acquire", key, err)
+	}
+	if err := l.fits(ttl, timeout); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
@@ -291,12 +362,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		}
 		return nil, l.fail("acquire", key, err)
 	}
-	return l.hold(ctx, key, n, start, ttl)
+	return l.hold(ctx, key, n, start, ttl, timeout)
 }
 
 // hold records a granted node and starts its expiry timer. When the Locker
 // was closed meanwhile it deletes the node instead.
-func (l *Locker) hold(ctx context.Context, key string, n node, start time.Time, ttl time.Duration) (*aegis.Lease, error) {
+func (l *Locker) hold(ctx context.Context, key string, n node, start time.Time, ttl, timeout time.Duration) (*aegis.Lease, error) {
 	r := &record{path: n.path, czxid: n.stat.Czxid, version: n.stat.Version, session: n.stat.EphemeralOwner}
 	r.expires = time.Now().Add(ttl)
 	l.mu.Lock()
@@ -318,7 +389,7 @@ func (l *Locker) hold(ctx context.Context, key string, n node, start time.Time, 
 		Token:    aegis.Token(n.stat.Czxid),
 		Owner:    n.name,
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
+		Deadline: deadline(start, ttl, timeout),
 	}, nil
 }
 
@@ -375,6 +446,9 @@ func (l *Locker) create(key string) (node, error) {
 	}
 	if err != nil {
 		return node{}, err
+	}
+	if !strings.HasPrefix(path, dir+"/") { // a server answering another path: not ours to slice
+		return node{}, fmt.Errorf("create under %q answered the path %q", dir, path)
 	}
 	n := node{name: path[len(dir)+1:], path: path, session: session}
 	n.seq, _ = sequence(n.name)
@@ -529,7 +603,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := l.checkTTL(ttl); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -537,15 +611,16 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	r := l.record(lease)
 	if r == nil {
-		return aegis.ErrLost
+		return lost("renew", lease.Key, reasonUnknown)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := l.usable(r); err != nil {
+	if err := l.usable(r, "renew", lease.Key); err != nil {
 		return err
 	}
-	if _, timeout, _ := l.sessNow(); ttl > timeout {
-		return l.fail("renew", lease.Key, errTooLong(ttl, timeout))
+	_, timeout, _ := l.sessNow()
+	if err := l.fits(ttl, timeout); err != nil {
+		return l.fail("renew", lease.Key, err)
 	}
 	start := time.Now()
 	err := l.retryOn(ctx, r.session, func() error {
@@ -558,7 +633,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	r.expires = time.Now().Add(ttl)
 	r.timer.Reset(ttl)
 	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	lease.Deadline = deadline(start, ttl, timeout)
 	return nil
 }
 
@@ -580,11 +655,11 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	}
 	r := l.record(lease)
 	if r == nil {
-		return aegis.ErrLost
+		return lost("release", lease.Key, reasonUnknown)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := l.usable(r); err != nil {
+	if err := l.usable(r, "release", lease.Key); err != nil {
 		return err
 	}
 	err := l.retryOn(ctx, r.session, func() error { return l.conn.Delete(r.path, r.version) })
@@ -612,15 +687,15 @@ func (l *Locker) record(lease *aegis.Lease) *record {
 
 // usable fails with ErrLost when r was deleted, expired by its TTL, or
 // belongs to a session the connection no longer has. r.mu is held.
-func (l *Locker) usable(r *record) error {
+func (l *Locker) usable(r *record, op, key string) error {
 	switch {
 	case r.gone:
-		return aegis.ErrLost
+		return lost(op, key, reasonGone)
 	case l.conn.SessionID() != r.session:
 		l.forget(r) // its session ended: so did its node
-		return aegis.ErrLost
+		return lost(op, key, reasonSession)
 	case !time.Now().Before(r.expires):
-		return aegis.ErrLost // the timer is deleting it
+		return lost(op, key, reasonTTL) // the timer is deleting it
 	}
 	return nil
 }
@@ -669,11 +744,28 @@ func multiErr(res []zk.MultiResponse, err error) error {
 // lost turns an answer that the node is gone into ErrLost (forgetting the
 // record) and wraps anything else. r.mu is held.
 func (l *Locker) lost(r *record, op, key string, err error) error {
-	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrSessionExpired) {
+	switch {
+	case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion):
 		l.forget(r)
-		return aegis.ErrLost
+		return lost(op, key, reasonGone)
+	case errors.Is(err, zk.ErrSessionExpired):
+		l.forget(r)
+		return lost(op, key, reasonSession)
 	}
 	return l.fail(op, key, err)
+}
+
+// Why a lease is lost, as the error says it.
+const (
+	reasonGone    = "node deleted or changed (released, expired, or its session ended)"
+	reasonSession = "session expired: the connection is on another session, and the node went with the old one"
+	reasonTTL     = "ttl passed without renewal"
+	reasonUnknown = "not held through this Locker (released, expired, granted by another Locker, or forged)"
+)
+
+// lost is aegis.ErrLost for op on key, saying why.
+func lost(op, key, reason string) error {
+	return fmt.Errorf("zklease: %s %q: %s: %w", op, key, reason, aegis.ErrLost)
 }
 
 // forget marks r gone and drops it. r.mu is held.
@@ -723,12 +815,45 @@ func (l *Locker) enter() bool {
 }
 
 // fail wraps an error of op on key. ErrHeld and ErrLost pass unchanged.
+// A call that ran out of time without a session says why there is none:
+// zk only logs its dial errors, so the caller would see "context deadline
+// exceeded" alone.
 func (l *Locker) fail(op, key string, err error) error {
 	if errors.Is(err, aegis.ErrHeld) || errors.Is(err, aegis.ErrLost) {
 		return err
 	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if why := l.noSession(); why != "" {
+			return fmt.Errorf("zklease: %s %q: %s: %w", op, key, why, err)
+		}
+	}
 	return fmt.Errorf("zklease: %s %q: %w", op, key, err)
 }
+
+// noSession describes why the connection has no session ("" when it has
+// one): the dial errors Connect saw, or else a dial of the server zk is
+// trying now.
+func (l *Locker) noSession() string {
+	state := l.conn.State()
+	if state == zk.StateHasSession {
+		return ""
+	}
+	why := "no ZooKeeper session (" + state.String() + ")"
+	if p := l.sess.dialProblems(); p != "" {
+		return why + ": " + p
+	}
+	if server := l.conn.Server(); server != "" {
+		c, err := net.DialTimeout("tcp", server, probeTimeout)
+		if err != nil {
+			return why + ": server " + server + ": " + err.Error()
+		}
+		_ = c.Close()
+	}
+	return why
+}
+
+// probeTimeout bounds the dial of noSession.
+const probeTimeout = 500 * time.Millisecond
 
 // call runs op on a goroutine of the Locker and returns its result, or
 // ctx's error when ctx ends first (zk's calls take no context). undo, if

@@ -22,7 +22,7 @@ type quiet struct{}
 func (quiet) Printf(string, ...any) {}
 
 // sessionTimeout is the session timeout the tests ask the shared ensemble
-// for; it bounds their TTLs.
+// for; it bounds their leases' deadlines.
 const sessionTimeout = 30 * time.Second
 
 // connect connects to servers through zklease.Connect, closing the
@@ -50,7 +50,8 @@ func TestLocktest(t *testing.T) {
 			l, _ := connect(t, testenv.ZKServers(t), sessionTimeout, nil)
 			return l
 		},
-		// The TTL is the Locker's timer; the session timeout only bounds it.
+		// The TTL is the Locker's timer; by default the session timeout
+		// bounds it.
 		TTL:    time.Second,
 		MaxTTL: sessionTimeout,
 	})

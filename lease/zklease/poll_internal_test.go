@@ -1,0 +1,43 @@
+package zklease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/internal/testenv"
+)
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// TestPollWakesWaits: a Locker without an event channel wakes its waits
+// when the connection's state changes, and Close stops the poller.
+func TestPollWakesWaits(t *testing.T) {
+	t.Parallel()
+	p, err := tcpproxy.New(testenv.ZKServers(t)[0])
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	conn, _, err := zk.Connect([]string{p.Addr()}, 30*time.Second, zk.WithLogger(quiet{}))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	l, err := New(conn, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = l.sess.ready(ctx, conn, l.stop)
+	require.NoError(t, err, "a session within 10s")
+	_, changed := l.sess.now()
+	p.Cut()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up within 10s of the connection's loss")
+	}
+	require.NoError(t, l.Close(), "Close waits for the poller")
+}
