@@ -148,8 +148,11 @@ func deadlinePassed(key string) error {
 func (h *Held) renew(loopCtx, parent context.Context) {
 	defer close(h.done)
 	lease := h.Lease()
-	interval := lease.TTL / 3
 	for {
+		// Renew every TTL/3, and at least twice before the deadline: a
+		// backend may set a deadline earlier than TTL − drift (zklease's
+		// follows its session timeout too).
+		interval := max(min(lease.TTL/3, time.Until(lease.Deadline)/2), time.Millisecond)
 		next := time.NewTimer(interval)
 		expire := time.NewTimer(time.Until(lease.Deadline))
 		select {
@@ -191,7 +194,11 @@ func (h *Held) renew(loopCtx, parent context.Context) {
 			h.cancel(err)
 			return
 		}
-		lease.Deadline = LocalDeadline(start, lease.TTL)
+		// The earlier of Hold's own deadline and the one Renew set: a
+		// backend that knows a tighter bound (a session) is never overruled.
+		if d := LocalDeadline(start, lease.TTL); lease.Deadline.IsZero() || d.Before(lease.Deadline) {
+			lease.Deadline = d
+		}
 		h.mu.Lock()
 		h.lease.Deadline = lease.Deadline
 		h.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -151,4 +152,53 @@ func TestHoldLossNamesKeyAndReason(t *testing.T) {
 	require.ErrorIs(t, cause, aegis.ErrLost)
 	require.ErrorContains(t, cause, `lease "loss/reason": renewal refused`)
 	require.NotContains(t, cause.Error(), lease.Owner)
+}
+
+// tight is a Locker whose grants and renewals carry a deadline far shorter
+// than their TTL, as zklease's do when its session timeout is the tighter
+// bound.
+type tight struct {
+	inner    *memlease.Locker // not embedded: its Acquire (aegis.Waiter) would bypass TryAcquire
+	renewals atomic.Int64
+}
+
+func (l *tight) Release(ctx context.Context, lease *aegis.Lease) error {
+	return l.inner.Release(ctx, lease)
+}
+
+const tightDeadline = 150 * time.Millisecond
+
+func (l *tight) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	lease, err := l.inner.TryAcquire(ctx, key, ttl)
+	if err == nil {
+		lease.Deadline = time.Now().Add(tightDeadline)
+	}
+	return lease, err
+}
+
+func (l *tight) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
+	start := time.Now()
+	if err := l.inner.Renew(ctx, lease, ttl); err != nil {
+		return err
+	}
+	lease.Deadline = start.Add(tightDeadline)
+	l.renewals.Add(1)
+	return nil
+}
+
+func TestHoldKeepsTheBackendsDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	l := &tight{inner: memlease.New()}
+	h, err := aegis.Hold(ctx, l, "tight", time.Minute)
+	require.NoError(t, err)
+	defer h.Release(ctx)
+	give := time.Now().Add(30 * time.Second)
+	for l.renewals.Load() < 5 {
+		require.NoError(t, h.Err(), "the lease was lost after %d renewals: Hold renewed on its TTL, past the deadline the backend set", l.renewals.Load())
+		require.True(t, time.Now().Before(give), "five renewals did not happen within 30s")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, h.Err())
+	require.WithinDuration(t, time.Now(), h.Lease().Deadline, tightDeadline, "Hold overruled the backend's deadline with its TTL's")
 }
