@@ -46,7 +46,7 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lea
 			stop()
 			return lease, err
 		}
-		woken, err := wait(ctx, wake, retry.Delay(attempt))
+		woken, err := backoff.Wait(ctx, wake, retry.Delay(attempt))
 		stop()
 		if err != nil {
 			return nil, fmt.Errorf("acquire %q: %w", key, err)
@@ -57,22 +57,3 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lea
 	}
 }
 
-// wait blocks for d, until wake fires, or until ctx ends. A closed wake
-// channel (a failed subscription) falls back to the timer.
-func wait(ctx context.Context, wake <-chan struct{}, d time.Duration) (woken bool, err error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case _, ok := <-wake:
-			if ok {
-				return true, nil
-			}
-			wake = nil
-		case <-timer.C:
-			return false, nil
-		}
-	}
-}

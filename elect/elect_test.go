@@ -64,28 +64,6 @@ func candidate(t testing.TB, s *store, name, node string, ttl time.Duration) *el
 	return e
 }
 
-// recv waits at most d for a value from ch; the test fails, naming what it
-// waited for, when none comes.
-func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("waited %s for %s", d, what)
-		var zero T
-		return zero
-	}
-}
-
-// wait waits at most d for wg; the test fails, naming what it waited for.
-func wait(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	recv(t, done, d, what)
-}
-
 // campaignWithin is e.Campaign(ctx) with a bound: the test fails when e does not
 // lead within d. ctx bounds the term, as it does for Campaign.
 func campaignWithin(t testing.TB, ctx context.Context, e *elect.Election, d time.Duration) *elect.Leadership {
@@ -192,7 +170,7 @@ func TestOnlyOneLeader(t *testing.T) {
 			}
 		})
 	}
-	wait(t, &wg, time.Minute, "twelve terms")
+	testenv.Wait(t, &wg, time.Minute, "twelve terms")
 	require.GreaterOrEqual(t, len(tokens), 12)
 	for i := 1; i < len(tokens); i++ {
 		require.Greater(t, tokens[i], tokens[i-1], "term tokens increase: %v", tokens)
@@ -236,7 +214,7 @@ func TestObserve(t *testing.T) {
 		bLeads <- l
 	}()
 	require.NoError(t, leadA.Resign(t.Context()))
-	leadB := recv(t, bLeads, 10*time.Second, "B to lead after A resigned")
+	leadB := testenv.Recv(t, bLeads, 10*time.Second, "B to lead after A resigned")
 	require.Greater(t, leadB.Token(), leadA.Token())
 	for got = next(); got.Node == ""; got = next() {
 		// a poll between the withdrawal and B's record sees no leader
@@ -305,7 +283,7 @@ func TestCampaignVerifiesAfterWaiting(t *testing.T) {
 		}
 		result <- l
 	}()
-	staleToken := recv(t, late.stale, 10*time.Second, "the slow candidate's first grant")
+	staleToken := testenv.Recv(t, late.stale, 10*time.Second, "the slow candidate's first grant")
 	// The stale grant expires (nobody renews it); the other candidate wins.
 	leadOther := campaignWithin(t, t.Context(), other, 10*time.Second)
 	require.Greater(t, leadOther.Token(), staleToken)

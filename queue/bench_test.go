@@ -82,7 +82,7 @@ func BenchmarkInsertToStart(b *testing.B) {
 		at := time.Now()
 		_, err := c.Enqueue(ctx, testArgs{}, nil)
 		require.NoError(b, err)
-		rec.Add(recv(b, started, 20*time.Second, "the job to start").Sub(at))
+		rec.Add(testenv.Recv(b, started, 20*time.Second, "the job to start").Sub(at))
 	}
 	rec.Report(b)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 )
 
 // TestWorkAll runs many jobs through a client, batched and synchronous
@@ -204,7 +205,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, res.Job.ID, recv(t, started, 20*time.Second, "the job to start"))
+	require.Equal(t, res.Job.ID, testenv.Recv(t, started, 20*time.Second, "the job to start"))
 	require.NoError(t, c.CancelJob(ctx, res.Job.ID, "operator"))
 	select {
 	case cause := <-causes:

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 )
 
 // TestUniqueConcurrent enqueues the same unique key from many goroutines
@@ -39,7 +40,7 @@ func TestUniqueConcurrent(t *testing.T) {
 			})
 		}
 		close(start)
-		wait(t, &wg, 20*time.Second, "the concurrent enqueues")
+		testenv.Wait(t, &wg, 20*time.Second, "the concurrent enqueues")
 		inserted := 0
 		for i := range callers {
 			require.NoError(t, errs[i])
@@ -88,14 +89,14 @@ func TestUniqueAcrossTransactions(t *testing.T) {
 		})
 		if commit {
 			require.NoError(t, tx.Commit(ctx))
-			second := recv(t, done, 20*time.Second, "the waiting enqueue")
+			second := testenv.Recv(t, done, 20*time.Second, "the waiting enqueue")
 			require.True(t, second.Duplicate)
 			require.Equal(t, first.Job.ID, second.Job.ID)
 			// Finish the job: the key is free again.
 			require.NoError(t, c.CancelJob(ctx, first.Job.ID, "done"))
 		} else {
 			require.NoError(t, tx.Rollback(ctx))
-			second := recv(t, done, 20*time.Second, "the waiting enqueue")
+			second := testenv.Recv(t, done, 20*time.Second, "the waiting enqueue")
 			require.False(t, second.Duplicate)
 			require.NotEqual(t, first.Job.ID, second.Job.ID)
 			require.Equal(t, `{"n": 2}`, string(second.Job.EncodedArgs))

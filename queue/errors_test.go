@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 )
 
 // The error contract of fenced writes, through a real client: whatever
@@ -146,10 +147,10 @@ func TestCompleteTxStale(t *testing.T) {
 			require.NoError(t, c.Start(ctx))
 			res, err := c.Enqueue(ctx, testArgs{}, nil)
 			require.NoError(t, err)
-			recv(t, h.started, 20*time.Second, "the handler to start")
+			testenv.Recv(t, h.started, 20*time.Second, "the handler to start")
 			tc.takeOver(t, c, res.Job.ID)
 			close(h.proceed)
-			got := recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
+			got := testenv.Recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
 
 			require.ErrorIs(t, got.cause, aegis.ErrLost, "the handler's context is cancelled with a cause matching aegis.ErrLost")
 			require.ErrorIs(t, got.cause, tc.causeIs)
@@ -189,7 +190,7 @@ func TestCompleteTxAfterStop(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	recv(t, h.started, 20*time.Second, "the handler to start")
+	testenv.Recv(t, h.started, 20*time.Second, "the handler to start")
 	stopCtx, cancel := context.WithCancel(ctx)
 	cancel() // no grace: hand the lease back at once
 	stopped := make(chan error, 1)
@@ -198,8 +199,8 @@ func TestCompleteTxAfterStop(t *testing.T) {
 		return stored(t, p, res.Job.ID).State == StateAvailable
 	})
 	close(h.proceed)
-	got := recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
-	require.ErrorIs(t, recv(t, stopped, 20*time.Second, "Stop to return"), context.Canceled)
+	got := testenv.Recv(t, h.result, 20*time.Second, "the handler's CompleteTx")
+	require.ErrorIs(t, testenv.Recv(t, stopped, 20*time.Second, "Stop to return"), context.Canceled)
 	require.ErrorIs(t, got.cause, ErrStopping)
 	require.ErrorIs(t, got.cause, aegis.ErrLost)
 	require.ErrorIs(t, got.err, aegis.ErrStale)
@@ -229,7 +230,7 @@ func TestCompleteTxMisuse(t *testing.T) {
 	require.NoError(t, c.Start(ctx))
 	res, err := c.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	err = recv(t, errs, 20*time.Second, "the second CompleteTx")
+	err = testenv.Recv(t, errs, 20*time.Second, "the second CompleteTx")
 	require.ErrorContains(t, err, "already completed")
 	require.False(t, errors.Is(err, aegis.ErrStale))
 	err = res.Job.CompleteTx(ctx, nil)

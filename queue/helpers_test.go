@@ -108,28 +108,6 @@ func workers(fn func(ctx context.Context, job *Job[testArgs]) error) *Workers {
 	return ws
 }
 
-// recv waits at most d for a value from ch; the test fails, naming what it
-// waited for, when none comes.
-func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("waited %s for %s", d, what)
-		var zero T
-		return zero
-	}
-}
-
-// wait waits at most d for wg; the test fails, naming what it waited for.
-func wait(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	recv(t, done, d, what)
-}
-
 // block waits for ch to be closed, or for d: a handler (or a heartbeat)
 // that a test holds is released even when the test fails before releasing
 // it, so that the client's Stop returns.

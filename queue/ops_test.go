@@ -133,11 +133,11 @@ func TestStopGraceful(t *testing.T) {
 	})
 	require.NoError(t, c.Start(ctx))
 	id := enqueueOne(t, p, nil)
-	recv(t, started, 20*time.Second, "the job to start")
+	testenv.Recv(t, started, 20*time.Second, "the job to start")
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(ctx) }()
 	close(finish)
-	require.NoError(t, recv(t, stopped, 20*time.Second, "Stop to return"))
+	require.NoError(t, testenv.Recv(t, stopped, 20*time.Second, "Stop to return"))
 	require.Equal(t, 0, count(t, p, `SELECT count(*) FROM aegis_job WHERE id = $1`, id), "completed")
 	require.ErrorContains(t, c.Start(ctx), "stopped")
 }
@@ -163,13 +163,13 @@ func TestStopDeadline(t *testing.T) {
 	})
 	require.NoError(t, c.Start(ctx))
 	a, b := enqueueOne(t, p, nil), enqueueOne(t, p, nil)
-	recv(t, started, 20*time.Second, "the first job to start")
-	recv(t, started, 20*time.Second, "the second job to start")
+	testenv.Recv(t, started, 20*time.Second, "the first job to start")
+	testenv.Recv(t, started, 20*time.Second, "the second job to start")
 	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, c.Stop(stopCtx), context.DeadlineExceeded)
 	for range 2 {
-		require.ErrorIs(t, recv(t, causes, 10*time.Second, "a handler's cancelled context"), ErrStopping)
+		require.ErrorIs(t, testenv.Recv(t, causes, 10*time.Second, "a handler's cancelled context"), ErrStopping)
 	}
 	for _, id := range []int64{a, b} {
 		j := stored(t, p, id)
@@ -387,7 +387,7 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 		return renewals >= 6
 	})
 	close(release)
-	require.EqualValues(t, 1, recv(t, tokens, 20*time.Second, "the handler to return"))
+	require.EqualValues(t, 1, testenv.Recv(t, tokens, 20*time.Second, "the handler to return"))
 	eventually(t, "completed", func() bool { return stored(t, p, id).State == StateCompleted })
 	require.EqualValues(t, 1, stored(t, p, id).Token)
 }

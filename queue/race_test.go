@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/testenv"
 )
 
 // worker is the statements of one worker: its ID in locked_by and its
@@ -245,7 +246,7 @@ func TestRiverRaceClients(t *testing.T) {
 	require.NoError(t, a.Start(ctx))
 	res, err := a.Enqueue(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, recv(t, startedA, 20*time.Second, "A to start the job"))
+	require.EqualValues(t, 1, testenv.Recv(t, startedA, 20*time.Second, "A to start the job"))
 
 	var ranB set
 	var tokenB aegis.Token
@@ -364,7 +365,7 @@ func TestReaperNeverReclaimsCompleted(t *testing.T) {
 				}
 			}
 		})
-		wait(t, &wg, time.Minute, "the racing goroutines")
+		testenv.Wait(t, &wg, time.Minute, "the racing goroutines")
 		close(errs)
 		for err := range errs {
 			require.NoError(t, err)
@@ -504,7 +505,7 @@ func TestReapersNeverFight(t *testing.T) {
 			}
 		})
 	}
-	wait(t, &wg, time.Minute, "the reapers")
+	testenv.Wait(t, &wg, time.Minute, "the reapers")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)

@@ -156,27 +156,13 @@ func waitFor(t testing.TB, d time.Duration, cond func() bool, msg string, args .
 
 func pgURL(t testing.TB) string { return testenv.PostgresURL(t) }
 
-// recv waits at most d for a value from ch; the test fails, naming what it
-// waited for, when none comes.
-func recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("waited %s for %s", d, what)
-		var zero T
-		return zero
-	}
-}
-
 // stop stops s within a bound: the test fails when its jobs do not return
 // within 30s of their contexts' end.
 func stop(t testing.TB, s *schedule.Scheduler) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { s.Stop(); close(done) }()
-	recv(t, done, 30*time.Second, "the scheduler to stop")
+	testenv.Recv(t, done, 30*time.Second, "the scheduler to stop")
 }
 
 // block waits for ch to be closed, or for d: a job that a test holds

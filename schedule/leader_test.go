@@ -19,6 +19,7 @@ import (
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
@@ -428,7 +429,7 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 	t.Cleanup(release) // before the nodes' Stop, should the test fail first
 	leader.campaign(t) // the only one that campaigns; A and B only work
 	nodeA.work(t)
-	tokenA := recv(t, startedA, 30*time.Second, "A to start the enqueued run")
+	tokenA := testenv.Recv(t, startedA, 30*time.Second, "A to start the enqueued run")
 	fire := sched.fire()
 	require.Equal(t, baseToken(fire)+1, tokenA, "A's run is the job's first claim")
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -221,7 +222,7 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 			cfg.OnEvent = log.onEvent
 			start(t, cfg, job)
 			advanceWhenWaiting(t, clock, time.Hour)
-			token := recv(t, running, 10*time.Second, "the run to start")
+			token := testenv.Recv(t, running, 10*time.Second, "the run to start")
 			// Take the lease (or run row) away, as an expiry during a pause
 			// followed by a successor's grant would.
 			var successor aegis.Token
@@ -240,7 +241,7 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 					`UPDATE aegis_schedule_run SET token = token + 1 WHERE job = 'lossy' RETURNING token`).Scan(&tok))
 				successor = aegis.Token(tok)
 			}
-			at := recv(t, cancelled, 10*time.Second, "the job's context to be cancelled after the loss")
+			at := testenv.Recv(t, cancelled, 10*time.Second, "the job's context to be cancelled after the loss")
 			took := at.Sub(stolen)
 			t.Logf("%s: the job was cancelled %s after its lease was lost (TTL %s)", mode, took, ttl)
 			require.Less(t, took, ttl/3+150*time.Millisecond, "cancelled within a third of the TTL (plus a round trip)")
@@ -329,7 +330,7 @@ func TestKeepAlive(t *testing.T) {
 			require.NotEmpty(t, stale, "the first runner's late write lost to the second's token")
 			var final int64
 			require.NoError(t, r.db.QueryRow(`SELECT token FROM aegis_fence WHERE resource = 'long-result'`).Scan(&final))
-			require.Greater(t, final, int64(recv(t, stale, time.Second, "a fenced-out token")))
+			require.Greater(t, final, int64(testenv.Recv(t, stale, time.Second, "a fenced-out token")))
 		})
 	}
 }
@@ -505,7 +506,7 @@ func TestTokenFromOutsideARun(t *testing.T) {
 		return nil
 	}})
 	advanceWhenWaiting(t, clock, time.Hour)
-	require.Positive(t, recv(t, got, 10*time.Second, "the run's token"), "a run's token is positive")
+	require.Positive(t, testenv.Recv(t, got, 10*time.Second, "the run's token"), "a run's token is positive")
 }
 
 // A Stop that comes while a claim waits on the store does not cut the

@@ -1,7 +1,9 @@
-// Package backoff computes jittered exponential delays.
+// Package backoff computes jittered exponential delays, and waits them out
+// unless a wake-up comes first.
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -27,4 +29,26 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+// Wait blocks for d, until wake fires, or until ctx ends, and reports
+// whether wake fired. A closed wake channel (a failed subscription) is
+// treated as no channel: the timer decides. When ctx ends it returns
+// ctx.Err().
+func Wait(ctx context.Context, wake <-chan struct{}, d time.Duration) (woken bool, err error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case _, ok := <-wake:
+			if ok {
+				return true, nil
+			}
+			wake = nil
+		case <-timer.C:
+			return false, nil
+		}
+	}
 }

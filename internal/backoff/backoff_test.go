@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -36,4 +37,24 @@ func TestDelayBounds(t *testing.T) {
 func TestDelayZero(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, time.Duration(0), Backoff{}.Delay(3))
+}
+
+func TestWait(t *testing.T) {
+	t.Parallel()
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	woken, err := Wait(t.Context(), wake, time.Minute)
+	require.NoError(t, err)
+	require.True(t, woken, "a wake-up ends the wait")
+
+	closed := make(chan struct{})
+	close(closed)
+	woken, err = Wait(t.Context(), closed, time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, woken, "a closed channel is no wake-up: the timer decides")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = Wait(ctx, nil, time.Minute)
+	require.ErrorIs(t, err, context.Canceled)
 }

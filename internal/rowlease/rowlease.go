@@ -165,7 +165,7 @@ func (l Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*ae
 		if !errors.Is(err, aegis.ErrHeld) {
 			return lease, err
 		}
-		woken, err := wait(ctx, wake, poll.Delay(attempt))
+		woken, err := backoff.Wait(ctx, wake, poll.Delay(attempt))
 		if err != nil {
 			return nil, fmt.Errorf("%s: acquire %q: %w", l.Name, key, err)
 		}
@@ -175,25 +175,6 @@ func (l Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*ae
 	}
 }
 
-// wait blocks for d, until wake fires, or until ctx ends. A closed wake
-// channel (a failed subscription) is treated as a timer.
-func wait(ctx context.Context, wake <-chan struct{}, d time.Duration) (woken bool, err error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case _, ok := <-wake:
-			if ok {
-				return true, nil
-			}
-			wake = nil
-		case <-timer.C:
-			return false, nil
-		}
-	}
-}
 
 // Renew extends lease to now+ttl, database time, if it still holds its
 // key; aegis.ErrLost otherwise.
