@@ -56,4 +56,3 @@ func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lea
 		}
 	}
 }
-

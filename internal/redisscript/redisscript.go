@@ -421,30 +421,22 @@ func CheckEviction(ctx context.Context, c redis.UniversalClient, name string) er
 		}
 		return nil
 	}
+	var errs []error
+	var mu sync.Mutex
+	collect := func(ctx context.Context, c *redis.Client) error {
+		if err := check(ctx, c); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+		return nil
+	}
 	switch cc := c.(type) {
 	case *redis.ClusterClient:
-		var errs []error
-		var mu sync.Mutex
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			if err := check(ctx, c); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
+		_ = cc.ForEachMaster(ctx, collect)
 		return errors.Join(errs...)
 	case *redis.Ring:
-		var errs []error
-		var mu sync.Mutex
-		_ = cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-			if err := check(ctx, c); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
+		_ = cc.ForEachShard(ctx, collect)
 		return errors.Join(errs...)
 	}
 	return check(ctx, c)

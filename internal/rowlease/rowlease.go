@@ -175,7 +175,6 @@ func (l Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*ae
 	}
 }
 
-
 // Renew extends lease to now+ttl, database time, if it still holds its
 // key; aegis.ErrLost otherwise.
 func (l Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {

@@ -1,11 +1,12 @@
 package etcdlease
 
 import (
-	"net"
-	"net/url"
+	"context"
+	"errors"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/aegislab/aegis/internal/reach"
 )
 
 // probeTimeout bounds each dial of dialProblems.
@@ -16,41 +17,11 @@ const probeTimeout = 500 * time.Millisecond
 // against a cluster that is down then says "connection refused" and where,
 // not only "context deadline exceeded".
 func dialProblems(endpoints []string) string {
-	problems := make([]string, len(endpoints))
-	var wg sync.WaitGroup
-	for i, ep := range endpoints {
-		addr, ok := hostPort(ep)
-		if !ok {
-			continue
-		}
-		wg.Go(func() {
-			c, err := net.DialTimeout("tcp", addr, probeTimeout)
-			if err != nil {
-				problems[i] = "etcd endpoint " + ep + ": " + err.Error()
-				return
-			}
-			_ = c.Close()
-		})
-	}
-	wg.Wait()
 	var out []string
-	for _, p := range problems {
-		if p != "" {
-			out = append(out, p)
+	for i, err := range reach.All(context.Background(), endpoints, probeTimeout) {
+		if err != nil && !errors.Is(err, reach.ErrNotTCP) {
+			out = append(out, "etcd endpoint "+endpoints[i]+": "+err.Error())
 		}
 	}
 	return strings.Join(out, "; ")
-}
-
-// hostPort is the TCP address of an etcd endpoint ("host:port" or a URL
-// with a scheme); false for a unix socket or anything else it cannot dial.
-func hostPort(ep string) (string, bool) {
-	if !strings.Contains(ep, "://") {
-		return ep, ep != ""
-	}
-	u, err := url.Parse(ep)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", false
-	}
-	return u.Host, true
 }

@@ -90,7 +90,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -100,6 +99,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/reach"
 	"github.com/aegislab/aegis/internal/redisscript"
 )
 
@@ -561,13 +561,7 @@ func (l *Locker) dial(ctx context.Context, i int, timeout time.Duration) error {
 		return nil
 	}
 	network, address, _ := strings.Cut(a, " ")
-	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, network, address)
-	if err != nil {
-		return err
-	}
-	_ = conn.Close()
-	return nil
+	return reach.Dial(ctx, network, address, timeout)
 }
 
 var errNoAnswer = errors.New("no answer")

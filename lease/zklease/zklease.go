@@ -71,7 +71,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,6 +82,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/keypath"
 	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/reach"
 )
 
 var (
@@ -843,11 +843,9 @@ func (l *Locker) noSession() string {
 		return why + ": " + p
 	}
 	if server := l.conn.Server(); server != "" {
-		c, err := net.DialTimeout("tcp", server, probeTimeout)
-		if err != nil {
+		if err := reach.Dial(context.Background(), "tcp", server, probeTimeout); err != nil {
 			return why + ": server " + server + ": " + err.Error()
 		}
-		_ = c.Close()
 	}
 	return why
 }
