@@ -139,12 +139,14 @@ func (s *suite) greedyHolder(t *testing.T) {
 				return
 			default:
 			}
-			if h, err = aegis.Hold(ctx, greedy, k, s.cfg.TTL); err != nil {
+			next, err := aegis.Hold(ctx, greedy, k, s.cfg.TTL)
+			if err != nil {
 				if !errors.Is(err, context.Canceled) {
 					loopErr = err
 				}
 				return
 			}
+			h = next // only this goroutine uses h from here on
 		}
 	}()
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.Handoff)

@@ -149,14 +149,23 @@ func TestLeaderThreeReplicas(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	waitFor(t, 20*time.Second, func() bool { return len(log.enqueued()) >= 15 }, "the leader enqueues 15 ticks")
+	require.Len(t, log.eventsOf(schedule.EventElected), 1, "one leader")
+	leader := log.eventsOf(schedule.EventElected)[0].Node
+	// No more ticks: the followers stop first, then the leader, so that a
+	// follower still campaigning is not elected by the leader's resignation.
 	for _, n := range nodes {
-		stop(t, n.sched) // no more ticks
+		if n.name != leader {
+			stop(t, n.sched)
+		}
+	}
+	for _, n := range nodes {
+		if n.name == leader {
+			stop(t, n.sched)
+		}
 	}
 	enqueued := log.enqueued()
 	waitFor(t, 20*time.Second, func() bool { return log.count() >= len(enqueued) }, "every enqueued tick runs")
-
-	require.Len(t, log.eventsOf(schedule.EventElected), 1, "one leader")
-	leader := log.eventsOf(schedule.EventElected)[0].Node
+	require.Len(t, log.eventsOf(schedule.EventElected), 1, "one leader, also while the replicas stopped")
 	runs := log.perTick()
 	workers := map[string]bool{}
 	for fire, by := range enqueued {

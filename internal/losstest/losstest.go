@@ -164,11 +164,21 @@ func RunCampaign(t *testing.T, c Campaign) {
 	require.NoError(t, err, "the key is free: the waiter's entry is gone")
 	c.Heal()
 
-	entries(2) // the waiter queued again, behind the third
-	select {
-	case r := <-got:
-		t.Fatalf("Acquire reported a grant (err %v) while the third holds the key: a campaign that outlived its lease won", r.err)
-	default:
+	// The waiter queues again, behind the third; an Acquire that returns
+	// meanwhile (granted, or given up) is the failure, named as such.
+	var early *result
+	require.Eventually(t, func() bool {
+		select {
+		case r := <-got:
+			early = &r
+			return true
+		default:
+		}
+		n, err := c.Entries(ctx, key)
+		return err == nil && n == 2
+	}, c.Bound, 10*time.Millisecond, "waiting for the waiter to queue again behind the third in %q", key)
+	if early != nil {
+		t.Fatalf("Acquire returned (lease %v, err %v) while the third holds the key: a campaign that outlived its lease must queue again and wait", early.lease, early.err)
 	}
 	require.NoError(t, c.Third.Release(ctx, lt))
 	select {

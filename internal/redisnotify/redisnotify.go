@@ -97,6 +97,9 @@ func New(open func() *redis.PubSub, linger time.Duration) *Hub {
 // permission), Notify returns that error as soon as it arrives. The wake
 // channel is closed if the Hub closes.
 func (h *Hub) Notify(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err // whatever else is ready, an ended context wins
+	}
 	wake := make(chan struct{}, 1)
 	e, fresh, err := h.register(channel, wake)
 	if err != nil {

@@ -28,6 +28,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 		return nil, err
 	}
 	for {
+		_, _, changed := l.sessNow()
 		timeout, err := l.ready(ctx)
 		if err != nil {
 			return nil, l.fail("acquire", key, err)
@@ -36,7 +37,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 			return nil, err
 		}
 		lease, err := l.campaign(ctx, key, ttl, timeout)
-		if !errors.Is(err, errCampaignLost) {
+		switch {
+		case errors.Is(err, errCampaignLost):
+		case transient(err):
+			// The connection dropped under the campaign (a create whose
+			// answer was lost, a session that expired while cut off): its
+			// node, if any, is being deleted; a waiter queues again once
+			// the connection is back, it does not give up.
+			if err := l.waitEvent(ctx, changed); err != nil {
+				return nil, l.fail("acquire", key, err)
+			}
+		default:
 			return lease, err
 		}
 	}
