@@ -80,9 +80,15 @@
 // restored to the lease's token by its renew or release, as in
 // lease/redislease; one lost while the key is free is not detected.
 //
+// A waiter in aegis.Acquire is woken by releases: Notify subscribes to the
+// key's release channel on every node (a quorum confirming is enough), so
+// it races a holder that releases and at once asks again on equal terms
+// instead of starving behind it. Close ends the subscriptions.
+//
 // Each node needs the same least-privilege ACL as lease/redislease (its
-// ACLRules; Redlock sends no WAIT and subscribes to nothing), and the same
-// Config.SkipPolicyCheck to keep New's CONFIG GET out of ACL LOG.
+// ACLRules, which include the key's channel; Redlock sends no WAIT), and
+// the same Config.SkipPolicyCheck to keep New's CONFIG GET out of ACL LOG;
+// a user without +subscribe sets Config.NoWakeups and polls.
 package redlock
 
 import (
@@ -100,6 +106,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/reach"
+	"github.com/aegislab/aegis/internal/redisnotify"
 	"github.com/aegislab/aegis/internal/redisscript"
 )
 
@@ -130,7 +137,16 @@ type Config struct {
 	// node whose policy can evict the token counters (allkeys-*). Default
 	// false.
 	SkipPolicyCheck bool
+	// NoWakeups makes the Locker's waiters poll (aegis.Acquire's jittered
+	// backoff) instead of subscribing to releases on the nodes: for a
+	// Redis user without +subscribe. Notify then returns a channel that
+	// never fires. Default false: wake-ups, and a user without the
+	// permission gets an error that says so.
+	NoWakeups bool
 }
+
+// linger is how long a key's wake-up subscription outlives its last waiter.
+const linger = 2 * time.Second
 
 // Locker runs Redlock over its nodes. It is safe for concurrent use. Close
 // waits for requests to slow nodes still running in the background; the
@@ -139,7 +155,8 @@ type Locker struct {
 	nodes       []redis.UniversalClient
 	quorum      int
 	prefix      string
-	nodeTimeout time.Duration // 0: timeout(ttl)
+	nodeTimeout time.Duration      // 0: timeout(ttl)
+	hubs        []*redisnotify.Hub // a wake-up subscription per node; nil with NoWakeups
 	// calls owns the per-node requests: an operation stops waiting for a
 	// node after NodeTimeout (go-redis honours context deadlines only with
 	// ContextTimeoutEnabled), and Close waits for those left running.
@@ -183,6 +200,13 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		prefix:      c.Prefix,
 		nodeTimeout: c.NodeTimeout,
 	}
+	if !c.NoWakeups {
+		for _, n := range l.nodes {
+			l.hubs = append(l.hubs, redisnotify.New(func() *redis.PubSub {
+				return n.Subscribe(context.Background())
+			}, linger))
+		}
+	}
 	if !c.SkipPolicyCheck {
 		errs := make([]error, len(nodes))
 		var wg sync.WaitGroup
@@ -193,6 +217,7 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		wg.Wait()
 		cancel()
 		if err := errors.Join(errs...); err != nil {
+			_ = l.Close()
 			return nil, fmt.Errorf("redlock: %w", err)
 		}
 	}
@@ -600,5 +625,102 @@ func (l *Locker) diagnose(ctx context.Context, rs []reply) {
 // clients. The Locker must not be used after Close.
 func (l *Locker) Close() error {
 	l.calls.Wait()
-	return nil
+	var errs []error
+	for _, h := range l.hubs {
+		errs = append(errs, h.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Notify implements aegis.Notifier: the channel receives a value when key
+// is released through any Locker with the same prefix on any of the
+// nodes (every release publishes on each node it frees). It subscribes on
+// every node at once and returns when a quorum has confirmed, or when every
+// node has answered: a minority of nodes that are down or slow costs no
+// wake-up, since a release frees the key on a majority. It fails only when
+// no node subscribes, with each node's reason (a refused SUBSCRIBE is an
+// error that says which permission is missing). With Config.NoWakeups it
+// returns a nil channel, which never fires: the waiter polls.
+//
+// Without wake-ups a waiter's poll must land in the gap between a greedy
+// holder's release and its next grant, and starves; with them it races
+// the holder on equal terms.
+func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := aegis.CheckKey(key); err != nil {
+		return nil, nil, err
+	}
+	if l.hubs == nil {
+		return nil, func() {}, nil
+	}
+	channel := redisscript.LockFor(l.prefix, key).Channel()
+	type sub struct {
+		i    int
+		ch   <-chan struct{}
+		stop func()
+		err  error
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan sub, len(l.hubs))
+	for i, h := range l.hubs {
+		go func() {
+			ch, stop, err := h.Notify(sctx, channel)
+			results <- sub{i, ch, stop, err}
+		}()
+	}
+	var subs []sub
+	var errs []error
+	for range l.hubs {
+		r := <-results // each ends at its confirmation, its refusal or sctx's end
+		if r.err != nil {
+			if ctx.Err() == nil && !errors.Is(r.err, context.Canceled) {
+				errs = append(errs, fmt.Errorf("%s: %w", l.name(r.i), r.err))
+			}
+			continue
+		}
+		if subs = append(subs, r); len(subs) == l.quorum {
+			cancel() // enough: the others give up their wait
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		for _, s := range subs {
+			s.stop()
+		}
+		return nil, nil, fmt.Errorf("redlock: notify %q: %w", key, err)
+	}
+	if len(subs) == 0 {
+		return nil, nil, fmt.Errorf("redlock: notify %q: no node subscribed: %w", key, errors.Join(errs...))
+	}
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	var forward sync.WaitGroup
+	for _, s := range subs {
+		forward.Go(func() {
+			for {
+				select {
+				case _, ok := <-s.ch:
+					if !ok {
+						return
+					}
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				case <-done:
+					return
+				}
+			}
+		})
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			close(done)
+			forward.Wait()
+			for _, s := range subs {
+				s.stop()
+			}
+		})
+	}
+	return wake, stop, nil
 }

@@ -370,3 +370,36 @@ func TestForgedToken(t *testing.T) {
 	}
 	require.NoError(t, l.Release(ctx, lease))
 }
+
+// TestNotify: a release wakes a waiter subscribed on the nodes, also when a
+// minority of them refuses connections; NoWakeups subscribes to nothing.
+func TestNotify(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	live := nodes(t)
+	p := prefix(t)
+	cs := clients(t, []string{live[0], live[1], "127.0.0.1:1"})
+	waiter := locker(t, cs, &redlock.Config{Prefix: p, NodeTimeout: 100 * time.Millisecond, SkipPolicyCheck: true})
+	holder := locker(t, clients(t, []string{live[0], live[1], "127.0.0.1:1"}), &redlock.Config{Prefix: p, NodeTimeout: 100 * time.Millisecond, SkipPolicyCheck: true})
+
+	lease, err := holder.TryAcquire(ctx, "job", time.Minute)
+	require.NoError(t, err, "two of three nodes answer")
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	wake, stop, err := waiter.Notify(nctx, "job")
+	require.NoError(t, err, "a quorum of nodes subscribed; the refusing one costs no wake-up")
+	defer stop()
+	require.NoError(t, holder.Release(ctx, lease))
+	testenv.Recv(t, wake, 10*time.Second, "the wake-up of the release")
+	stop()
+	stop() // idempotent
+
+	quiet := locker(t, clients(t, live[:3]), &redlock.Config{Prefix: p, NoWakeups: true})
+	ch, stopQuiet, err := quiet.Notify(ctx, "job")
+	require.NoError(t, err)
+	require.Nil(t, ch, "NoWakeups: a channel that never fires")
+	stopQuiet()
+
+	_, _, err = waiter.Notify(ctx, "")
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
