@@ -244,7 +244,11 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 			at := testenv.Recv(t, cancelled, 10*time.Second, "the job's context to be cancelled after the loss")
 			took := at.Sub(stolen)
 			t.Logf("%s: the job was cancelled %s after its lease was lost (TTL %s)", mode, took, ttl)
-			require.Less(t, took, ttl/3+150*time.Millisecond, "cancelled within a third of the TTL (plus a round trip)")
+			// The renewal every TTL/3 finds the loss; at the latest, the
+			// lease's local deadline (one TTL after the last renewal) ends
+			// the job. A loaded machine may delay the renewal, never the
+			// bound: the deadline timer is the job's guarantee.
+			require.Less(t, took, ttl+time.Second, "cancelled within the lease's TTL of the loss (plus a second for a loaded machine)")
 			require.Greater(t, successor, token)
 			waitFor(t, 2*time.Second, func() bool { return len(log.eventsOf(schedule.EventLost)) > 0 }, "a lost event")
 		})
