@@ -93,6 +93,7 @@ func Run(t *testing.T, cfg Config) {
 		{"StaleAfterExpiry", s.staleAfterExpiry},
 		{"LeaseNeverPrintsOwner", s.ownerHidden},
 		{"WaiterBeatsGreedyHolder", s.greedyHolder},
+		{"WaiterLeavesNothingBehind", s.waiterLeaves},
 		{"RenewExtendsPastTTL", s.renewExtends},
 		{"LockAtLeastForThroughRenew", s.lockAtLeastFor},
 		{"ConcurrentCounter", s.concurrentCounter},

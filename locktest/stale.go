@@ -168,3 +168,38 @@ func (s *suite) greedyHolder(t *testing.T) {
 	require.NoError(t, loopErr, "the greedy holder's loop")
 	require.NoError(t, err, "a waiter was kept out for %s by a holder that releases every 5ms", waited.Round(time.Millisecond))
 }
+
+// waiterLeaves checks that a waiter that gave up (its context ended) leaves
+// nothing behind in the store's queue: once the holder releases, the key is
+// free to the next TryAcquire within half a TTL. A queue entry left by a
+// waiter that is gone would hold a free key for its whole expiry.
+func (s *suite) waiterLeaves(t *testing.T) {
+	ctx, k := s.ctx(t), key(t)
+	a, b := s.cfg.New(t), s.cfg.New(t)
+	free := func(l aegis.Locker, what string) *aegis.Lease {
+		t.Helper()
+		var got *aegis.Lease
+		give := time.Now().Add(s.cfg.TTL / 2)
+		for {
+			lease, err := l.TryAcquire(ctx, k, 4*s.cfg.TTL)
+			if err == nil {
+				got = lease
+				break
+			}
+			require.ErrorIs(t, err, aegis.ErrHeld)
+			require.True(t, time.Now().Before(give), "%s: the key was still held %s after its release", what, s.cfg.TTL/2)
+			time.Sleep(s.poll())
+		}
+		return got
+	}
+
+	la, err := a.TryAcquire(ctx, k, 20*s.cfg.TTL)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, s.cfg.TTL/2)
+	_, err = aegis.Acquire(short, b, k, s.cfg.TTL)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, a.Release(ctx, la))
+	la = free(a, "a waiter that gave up")
+	require.NoError(t, a.Release(ctx, la))
+}

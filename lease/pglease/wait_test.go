@@ -164,32 +164,6 @@ func TestNotifyWakesOnRelease(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 }
 
-// TestWaiterThatGivesUpLeavesTheQueue: a waiter whose context ends removes
-// its entry, so the key is free for the next TryAcquire at once.
-func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
-	t.Parallel()
-	p := testenv.Postgres(t)
-	a, err := pglease.New(p, nil)
-	require.NoError(t, err)
-	b, err := pglease.New(schemaPool(t, p), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	held, err := a.TryAcquire(ctx, "k", time.Minute)
-	require.NoError(t, err)
-	short, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer scancel()
-	_, err = b.Acquire(short, "k", time.Minute)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	var n int
-	require.NoError(t, p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter").Scan(&n))
-	require.Zero(t, n, "a waiter that gave up left its entry")
-	require.NoError(t, a.Release(ctx, held))
-	again, err := a.TryAcquire(ctx, "k", time.Minute)
-	require.NoError(t, err, "the key stayed reserved for a waiter that gave up")
-	require.Greater(t, again.Token, held.Token)
-}
-
 // TestCrashedWaiterBlocksBriefly: a queue entry nobody refreshes (its
 // waiter crashed) holds up the key for at most its expiry.
 func TestCrashedWaiterBlocksBriefly(t *testing.T) {

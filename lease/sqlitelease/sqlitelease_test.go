@@ -275,33 +275,6 @@ func greedyChild(path, key string) int {
 	}
 }
 
-// TestWaiterThatGivesUpLeavesTheQueue: a waiter whose context ends removes
-// its entry, so the key is free for the next TryAcquire at once.
-func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "lease.db")
-	db := open(t, path)
-	a, err := sqlitelease.New(db, nil)
-	require.NoError(t, err)
-	b, err := sqlitelease.New(open(t, path), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	held, err := a.TryAcquire(ctx, "k", time.Minute)
-	require.NoError(t, err)
-	short, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer scancel()
-	_, err = b.Acquire(short, "k", time.Minute)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	var n int
-	require.NoError(t, db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter").Scan(&n))
-	require.Zero(t, n, "a waiter that gave up left its entry")
-	require.NoError(t, a.Release(ctx, held))
-	again, err := a.TryAcquire(ctx, "k", time.Minute)
-	require.NoError(t, err, "the key stayed reserved for a waiter that gave up")
-	require.Greater(t, again.Token, held.Token)
-}
-
 // TestGrantedWaiterFreesTheQueue: once the only waiter is granted and
 // releases, TryAcquire takes the key at once (the queue hint is lowered).
 func TestGrantedWaiterFreesTheQueue(t *testing.T) {
