@@ -140,7 +140,7 @@ func TestConcurrentWaiters(t *testing.T) {
 			}
 		})
 	}
-	waitAll(t, &wg, time.Minute, "the waiters")
+	testenv.Wait(t, &wg, time.Minute, "the waiters")
 }
 
 func assertNoError(t *testing.T, err error) bool {
@@ -166,22 +166,6 @@ func TestNotifyCancelled(t *testing.T) {
 	cancel()
 	_, _, err := h.Notify(ctx, testenv.Key(t))
 	require.ErrorIs(t, err, context.Canceled)
-}
-
-// waitAll waits for wg, and fails the test when it takes longer than d:
-// no wait in a test is unbounded.
-func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		t.Fatalf("%s did not finish within %s", what, d)
-	}
 }
 
 // TestRefusedSubscription: a SUBSCRIBE the server refuses (a user without
@@ -222,7 +206,7 @@ func TestRefusedSubscription(t *testing.T) {
 			results <- result{ch, w, err, time.Since(start)}
 		})
 	}
-	waitAll(t, &wg, time.Minute, "the Notify calls")
+	testenv.Wait(t, &wg, time.Minute, "the Notify calls")
 	close(results)
 	for r := range results {
 		if strings.HasPrefix(r.channel, "refused:") {

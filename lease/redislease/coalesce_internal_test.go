@@ -83,7 +83,7 @@ func TestCoalescedCallsKeepExclusion(t *testing.T) {
 			}
 		})
 	}
-	waitAll(t, &wg, time.Minute, "the contending goroutines")
+	testenv.Wait(t, &wg, time.Minute, "the contending goroutines")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestAbandonedGrantsAreReleased(t *testing.T) {
 			}
 		})
 	}
-	waitAll(t, &wg, time.Minute, "the abandoning goroutines")
+	testenv.Wait(t, &wg, time.Minute, "the abandoning goroutines")
 	require.NoError(t, l.Close(), "Close waits until the coalescer released what landed late")
 	t.Logf("%d of %d attempts gave up; %d grants landed after their caller left", abandoned.Load(), goroutines*rounds, l.co.undone.Load())
 	keys, err := raw.Keys(ctx, "{"+prefix+"k-*}").Result()
@@ -151,7 +151,7 @@ func TestCloseWhileQueued(t *testing.T) {
 		})
 	}
 	require.NoError(t, l.Close())
-	waitAll(t, &wg, time.Minute, "the calls queued at Close")
+	testenv.Wait(t, &wg, time.Minute, "the calls queued at Close")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -209,20 +209,4 @@ func TestAcquireResentReturnsItsGrant(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, other, "held")
 	require.Greater(t, left, 50*time.Second)
-}
-
-// waitAll waits for wg, and fails the test when it takes longer than d:
-// no wait in a test is unbounded.
-func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		t.Fatalf("%s did not finish within %s", what, d)
-	}
 }

@@ -314,7 +314,7 @@ func TestOnePubSubConnection(t *testing.T) {
 	for _, l := range held {
 		require.NoError(t, holder.Release(ctx, l))
 	}
-	waitAll(t, &wg, time.Minute, "the waiters")
+	testenv.Wait(t, &wg, time.Minute, "the waiters")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -634,20 +634,4 @@ func TestLostSaysWhy(t *testing.T) {
 	err = l.Renew(ctx, &forged, time.Minute)
 	require.ErrorIs(t, err, aegis.ErrLost)
 	require.ErrorContains(t, err, `redislease: renew "k": aegis: lease lost: the lease's owner does not match its token`)
-}
-
-// waitAll waits for wg, and fails the test when it takes longer than d:
-// no wait in a test is unbounded.
-func waitAll(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		t.Fatalf("%s did not finish within %s", what, d)
-	}
 }
