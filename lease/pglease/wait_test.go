@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/rowlease/rowleasetest"
 	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 )
@@ -127,19 +128,10 @@ func TestNotifyWakesOnRelease(t *testing.T) {
 	wake, stopWake, err := b.Notify(ctx, "k")
 	require.NoError(t, err)
 	defer stopWake()
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, "k", time.Minute)
-		if err == nil {
-			err = b.Release(ctx, l)
-		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
-		return err == nil && n == 1
-	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	got := rowleasetest.QueuedWaiter(t, ctx, b, "k", func() (n int, err error) {
+		err = p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return n, err
+	})
 	_, err = a.TryAcquire(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, aegis.ErrHeld)
 	require.NoError(t, a.Release(ctx, held))
@@ -282,19 +274,10 @@ func TestNotifyConnectionLost(t *testing.T) {
 	wake2, stop2, err := b.Notify(ctx, "k")
 	require.NoError(t, err, "Notify after a lost connection")
 	defer stop2()
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, "k", time.Minute)
-		if err == nil {
-			err = b.Release(ctx, l)
-		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
-		return err == nil && n == 1
-	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	got := rowleasetest.QueuedWaiter(t, ctx, b, "k", func() (n int, err error) {
+		err = p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return n, err
+	})
 	require.NoError(t, a.Release(ctx, held))
 	select {
 	case _, ok := <-wake2:
@@ -326,19 +309,10 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	require.NoError(t, err)
 	held, err := a.TryAcquire(ctx, "k", time.Minute)
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, "k", time.Minute)
-		if err == nil {
-			err = b.Release(ctx, l)
-		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := p.QueryRow(ctx, "SELECT count(*) FROM locks_waiter WHERE key = 'k'").Scan(&n)
-		return err == nil && n == 1
-	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue of %s_waiter", cfg.Table)
+	got := rowleasetest.QueuedWaiter(t, ctx, b, "k", func() (n int, err error) {
+		err = p.QueryRow(ctx, "SELECT count(*) FROM locks_waiter WHERE key = 'k'").Scan(&n)
+		return n, err
+	})
 	require.NoError(t, a.Release(ctx, held))
 	select {
 	case err := <-got:

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/rowlease/rowleasetest"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/locktest"
 )
@@ -289,19 +290,10 @@ func TestGrantedWaiterFreesTheQueue(t *testing.T) {
 	defer cancel()
 	held, err := a.TryAcquire(ctx, "k", time.Minute)
 	require.NoError(t, err)
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Acquire(ctx, "k", time.Minute)
-		if err == nil {
-			err = b.Release(ctx, l)
-		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool {
-		var n int
-		err := db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
-		return err == nil && n == 1
-	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue")
+	got := rowleasetest.QueuedWaiter(t, ctx, b, "k", func() (n int, err error) {
+		err = db.QueryRowContext(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+		return n, err
+	})
 	_, err = a.TryAcquire(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, aegis.ErrHeld)
 	require.NoError(t, a.Release(ctx, held))
