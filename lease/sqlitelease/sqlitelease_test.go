@@ -315,24 +315,14 @@ func TestCrashedWaiterBlocksBriefly(t *testing.T) {
 	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
 	a, err := sqlitelease.New(db, nil)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	held, err := a.TryAcquire(ctx, "k", time.Minute)
-	require.NoError(t, err)
-	// What a waiter's Enqueue leaves when its process dies.
 	const now = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
-	_, err = db.ExecContext(ctx, `INSERT INTO aegis_lease_waiter (key, waiter, since_ms, expires_ms) VALUES ('k', 'dead', `+now+`, `+now+` + 1000)`)
-	require.NoError(t, err)
-	_, err = db.ExecContext(ctx, `UPDATE aegis_lease SET queue_ms = `+now+` + 1000 WHERE key = 'k'`)
-	require.NoError(t, err)
-	require.NoError(t, a.Release(ctx, held))
-	_, err = a.TryAcquire(ctx, "k", time.Minute)
-	require.ErrorIs(t, err, aegis.ErrHeld, "a live queue entry must hold the key for its waiter")
-	start := time.Now()
-	got, err := aegis.Acquire(ctx, a, "k", time.Minute)
-	require.NoError(t, err)
-	require.Less(t, time.Since(start), 3*time.Second, "a dead waiter's entry held the key too long")
-	require.Greater(t, got.Token, held.Token)
+	rowleasetest.CrashedWaiterBlocksBriefly(t, a, "k", func(ctx context.Context) error {
+		if _, err := db.ExecContext(ctx, `INSERT INTO aegis_lease_waiter (key, waiter, since_ms, expires_ms) VALUES ('k', 'dead', `+now+`, `+now+` + 1000)`); err != nil {
+			return err
+		}
+		_, err := db.ExecContext(ctx, `UPDATE aegis_lease SET queue_ms = `+now+` + 1000 WHERE key = 'k'`)
+		return err
+	})
 }
 
 // TestUpgradeFromVersion1: a lease table created before the queue is

@@ -32,3 +32,24 @@ func QueuedWaiter(t testing.TB, ctx context.Context, l aegis.Locker, key string,
 	}, 10*time.Second, time.Millisecond, "the waiter never entered the queue of %q", key)
 	return got
 }
+
+// CrashedWaiterBlocksBriefly checks that a queue entry nobody refreshes (its
+// waiter's process died) holds key up for at most its expiry. plant writes,
+// straight into the store, what a waiter's enqueue leaves: an entry for key
+// and the lease row's queue hint, both expiring a second from now.
+func CrashedWaiterBlocksBriefly(t *testing.T, l aegis.Locker, key string, plant func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	held, err := l.TryAcquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, plant(ctx), "plant a dead waiter's queue entry")
+	require.NoError(t, l.Release(ctx, held))
+	_, err = l.TryAcquire(ctx, key, time.Minute)
+	require.ErrorIs(t, err, aegis.ErrHeld, "a live queue entry must hold the key for its waiter")
+	start := time.Now()
+	got, err := aegis.Acquire(ctx, l, key, time.Minute)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 3*time.Second, "a dead waiter's entry (1s) held the key too long")
+	require.Greater(t, got.Token, held.Token)
+}
