@@ -20,8 +20,7 @@ var retry = backoff.Backoff{Min: 5 * time.Millisecond, Max: 250 * time.Milliseco
 // A Locker that implements [Waiter] waits in its store's own queue instead.
 // Acquire returns at once on any error other than ErrHeld (bad input, an
 // unreachable store, a Notifier that cannot subscribe): waiting would not
-// fix it. When ctx ends it returns an
-// error wrapping ctx.Err().
+// fix it. When ctx ends it returns an error wrapping ctx.Err().
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration) (*Lease, error) {
 	if w, ok := l.(Waiter); ok {
 		return w.Acquire(ctx, key, ttl)

@@ -115,3 +115,24 @@ func TestHeldErrSeesPassedDeadline(t *testing.T) {
 	require.ErrorIs(t, context.Cause(h.Context()), ErrLost)
 	require.NoError(t, h.Release(t.Context()))
 }
+
+// refusing is a Locker whose key is held and whose subscriptions are
+// refused, as Redis refuses a user without +subscribe.
+type refusing struct{ notifying }
+
+var errNoPerm = errors.New("NOPERM: no permission to subscribe")
+
+func (*refusing) Notify(context.Context, string) (<-chan struct{}, func(), error) {
+	return nil, nil, errNoPerm
+}
+
+func TestAcquireFailsWhenNotifyFails(t *testing.T) {
+	t.Parallel()
+	l := &refusing{notifying{free: make(chan struct{})}}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := Acquire(ctx, l, "k", time.Second)
+	require.ErrorIs(t, err, errNoPerm, "a refused subscription is an error, not a silent fall back to polling")
+	require.ErrorContains(t, err, `acquire "k": wait for release`)
+	require.Zero(t, l.attempts.Load(), "no attempt is made without the subscription that would wake it")
+}
