@@ -3,6 +3,7 @@ package schedule
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -222,9 +223,10 @@ func (j Job) validate(m mode) (Job, Schedule, error) {
 
 // Run describes one run of a job, as its context carries it.
 type Run struct {
-	Job  string
-	Fire time.Time // the scheduled fire time: with Job, the run key
-	Node string    // the node running it
+	Job       string
+	Namespace string    // the scheduler's namespace
+	Fire      time.Time // the scheduled fire time: with Job (and Namespace), the run key
+	Node      string    // the node running it
 	// Token fences the run's writes: in run-key mode it orders runs by fire
 	// time, then attempt (a later tick's token is always greater); in lease
 	// mode it is the lease's token; in leader mode it is the queue job's
@@ -234,6 +236,10 @@ type Run struct {
 	// the paused one, and a later tick's run a greater one still.
 	Token   aegis.Token
 	Attempt int // 1, then 2, ... when the reaper retries a crashed run
+	// Args and Version are a catalog schedule's, as its row had them when
+	// the tick was claimed (nil and 0 for a job added in code).
+	Args    json.RawMessage
+	Version int64
 }
 
 type runKey struct{}

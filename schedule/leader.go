@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,6 +41,14 @@ type LeaderConfig struct {
 	// Table is the run table: the once-ever record of the enqueued ticks
 	// and their outcomes. Default "aegis_schedule_run", run-key mode's.
 	Table string
+	// Namespace keeps services that share the database apart: their runs
+	// (the run table's namespace), their queue (Queue's default is
+	// "schedule" for the default namespace, "schedule.NS" for namespace
+	// NS) and their leader (give each namespace an Election of its own:
+	// the scheduler refuses one whose name does not end in the namespace
+	// when it is not the default one). Default DefaultNamespace, or
+	// Config.Catalog's.
+	Namespace string
 }
 
 // DefaultLeaderQueue is the queue of leader mode's runs by default.
@@ -57,12 +66,22 @@ type leader struct {
 	term  *elect.Leadership
 }
 
-func newLeader(c *LeaderConfig, node string) (*leader, error) {
+func newLeader(c *LeaderConfig, node, catalogNS string) (*leader, error) {
 	cfg := *c
-	cfg.Queue = cmp.Or(cfg.Queue, DefaultLeaderQueue)
+	cfg.Namespace = cmp.Or(cfg.Namespace, catalogNS, DefaultNamespace)
+	if err := checkNamespace("schedule: Config.Leader.Namespace", cfg.Namespace); err != nil {
+		return nil, err
+	}
+	if cfg.Namespace == DefaultNamespace {
+		cfg.Queue = cmp.Or(cfg.Queue, DefaultLeaderQueue)
+	} else {
+		cfg.Queue = cmp.Or(cfg.Queue, DefaultLeaderQueue+"."+cfg.Namespace)
+	}
 	switch {
 	case cfg.Election == nil:
 		return nil, invalid("schedule: Config.Leader.Election is nil")
+	case cfg.Namespace != DefaultNamespace && !strings.HasSuffix(cfg.Election.Name(), cfg.Namespace):
+		return nil, invalid("schedule: Config.Leader.Election %q: in namespace %q, give the namespace an election of its own (a name that ends in %q)", cfg.Election.Name(), cfg.Namespace, cfg.Namespace)
 	case cfg.Pool == nil:
 		return nil, invalid("schedule: Config.Leader.Pool is nil")
 	case len(cfg.Queue) > queue.MaxQueueLen || !utf8.ValidString(cfg.Queue) || strings.ContainsRune(cfg.Queue, 0) ||
@@ -91,7 +110,7 @@ func (l *leader) open(ctx context.Context) (*Store, error) {
 		return nil, fmt.Errorf("schedule: leader mode: %w", err)
 	}
 	db := stdlib.OpenDBFromPool(l.cfg.Pool)
-	st, err := NewStore(ctx, db, &StoreConfig{Table: l.cfg.Table})
+	st, err := NewStore(ctx, db, &StoreConfig{Table: l.cfg.Table, Namespace: l.cfg.Namespace})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -154,6 +173,9 @@ func (s *Scheduler) lead(ctx context.Context) {
 		for _, j := range jobs {
 			wg.Go(func() { j.loop(tctx) })
 		}
+		if s.cfg.Catalog != nil {
+			wg.Go(func() { s.bind(tctx) }) // the leader binds the catalog's schedules for its term
+		}
 		wg.Wait()
 		cause := context.Cause(tctx)
 		end(nil)
@@ -186,8 +208,8 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
 	}
 	var (
-		inserted bool
-		res      *queue.Enqueued
+		inserted, refused bool
+		res               *queue.Enqueued
 	)
 	// Not cut off when the term or the scheduler ends: a cancelled commit
 	// can land and still report an error, and the tick's enqueue would go
@@ -203,14 +225,30 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 		if err := fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, st.q.enqueue, j.Name, f.UnixMilli(), int64(runToken(f)-1), j.s.cfg.Node)
+		if j.bound != nil {
+			// The catalog half: the row share-locked until the enqueue
+			// commits, so a pause that returned is seen.
+			cat := j.s.cfg.Catalog
+			spec, tz := j.bound.sched.specAt(f)
+			var args string
+			var version int64
+			err := tx.QueryRow(ctx, cat.q.check+" FOR SHARE", cat.ns, j.Name, f.UnixMilli(), spec, tz).Scan(&args, &version)
+			if errors.Is(err, pgx.ErrNoRows) {
+				refused = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		tag, err := tx.Exec(ctx, st.q.enqueue, j.Name, f.UnixMilli(), int64(runToken(f)-1), j.s.cfg.Node, st.ns)
 		if err != nil {
 			return err
 		}
 		if inserted = tag.RowsAffected() == 1; !inserted {
 			return nil // enqueued before: once ever
 		}
-		res, err = l.enqueue.EnqueueTx(ctx, tx, runArgs{Job: j.Name, FireMS: f.UnixMilli()}, &queue.EnqueueOpts{
+		res, err = l.enqueue.EnqueueTx(ctx, tx, runArgs{Job: j.Name, Namespace: st.ns, FireMS: f.UnixMilli(), Catalog: j.bound != nil}, &queue.EnqueueOpts{
 			Queue:       l.cfg.Queue,
 			UniqueKey:   key,
 			MaxAttempts: j.MaxAttempts,
@@ -219,7 +257,7 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 			return err
 		}
 		if res.Duplicate { // overlap forbid: a run of the job is still queued or running
-			_, err = tx.Exec(ctx, st.q.skip, j.Name, f.UnixMilli())
+			_, err = tx.Exec(ctx, st.q.skip, j.Name, f.UnixMilli(), st.ns)
 		}
 		return err
 	})
@@ -232,6 +270,10 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 		return false, err
 	case err != nil:
 		return true, err
+	case refused:
+		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+		j.s.lookBack()
+		return false, nil
 	case !inserted:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "enqueued before (the run key is taken)"})
 	case res.Duplicate:
@@ -251,8 +293,10 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 
 // runArgs are the args of a run's queue job.
 type runArgs struct {
-	Job    string `json:"job"`
-	FireMS int64  `json:"fire_ms"`
+	Job       string `json:"job"`
+	Namespace string `json:"namespace,omitempty"` // empty: the default namespace
+	FireMS    int64  `json:"fire_ms"`
+	Catalog   bool   `json:"catalog,omitempty"` // a catalog schedule's run: its handler is the row's
 }
 
 // runKind is the queue kind of leader mode's runs.
@@ -292,16 +336,36 @@ func (s *Scheduler) AddWorker(ws *queue.Workers) error {
 
 // work runs one run that came out of the queue.
 func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
-	j := s.lookup(qj.Args.Job)
-	if j == nil {
-		return fmt.Errorf("schedule: job %q is not added on node %s", qj.Args.Job, s.cfg.Node)
+	if ns := cmp.Or(qj.Args.Namespace, DefaultNamespace); ns != s.ns {
+		return queue.Cancel(fmt.Errorf("schedule: a run of namespace %q came to node %s of namespace %q: give each namespace its own Leader.Queue", ns, s.cfg.Node, s.ns))
 	}
 	st, err := s.leader.open(ctx)
 	if err != nil {
 		return err
 	}
 	fire := time.UnixMilli(qj.Args.FireMS).UTC()
-	run := Run{Job: j.Name, Fire: fire, Node: s.cfg.Node, Token: runToken(fire) - 1 + qj.Token, Attempt: qj.Attempt}
+	var (
+		j *job
+		c claimed
+	)
+	if qj.Args.Catalog {
+		var ok bool
+		if j, c, ok, err = s.catalogWork(ctx, qj.Args.Job); err != nil {
+			return err
+		}
+		if !ok {
+			// Paused or deleted since the tick was enqueued: the run was
+			// not yet claimed, so it does not run.
+			if _, err := st.db.ExecContext(ctx, st.q.skip, qj.Args.Job, qj.Args.FireMS, st.ns); err != nil {
+				return err
+			}
+			s.emit(Event{Kind: EventRefused, Job: qj.Args.Job, Fire: fire, Reason: "the catalog refused the run: the schedule was paused or deleted after its tick was enqueued"})
+			return nil
+		}
+	} else if j = s.lookup(qj.Args.Job); j == nil {
+		return fmt.Errorf("schedule: job %q is not added on node %s", qj.Args.Job, s.cfg.Node)
+	}
+	run := Run{Job: j.Name, Namespace: s.ns, Fire: fire, Node: s.cfg.Node, Token: runToken(fire) - 1 + qj.Token, Attempt: qj.Attempt, Args: c.args, Version: c.version}
 	s.emit(Event{Kind: EventRun, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt})
 	jobErr := j.call(context.WithValue(ctx, runKey{}, run))
 	lost := errors.Is(context.Cause(ctx), aegis.ErrLost)
@@ -317,7 +381,7 @@ func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
 		// The outcome and the completion commit together, fenced by the
 		// job's token.
 		result = pgx.BeginFunc(wctx, s.leader.cfg.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, ""); err != nil {
+			if _, err := tx.Exec(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, "", st.ns); err != nil {
 				return err
 			}
 			return qj.CompleteTx(wctx, tx)
@@ -327,7 +391,7 @@ func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
 		// new claim records the outcome.
 		result = jobErr
 	default:
-		if _, err := st.db.ExecContext(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "failed", started, jobErr.Error()); err != nil {
+		if _, err := st.db.ExecContext(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "failed", started, jobErr.Error(), st.ns); err != nil {
 			s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome", Err: err})
 		}
 		result = queue.Cancel(jobErr)
@@ -340,6 +404,40 @@ func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
 	}
 	s.emit(Event{Kind: EventDone, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	return result
+}
+
+// catalogWork is a catalog run's job on a worker, from the schedule's row
+// now: ok false when the schedule is paused or deleted. A worker without
+// the handler returns an error: the queue retries the run (up to its
+// MaxAttempts), on whichever worker claims it.
+func (s *Scheduler) catalogWork(ctx context.Context, name string) (*job, claimed, bool, error) {
+	cat := s.cfg.Catalog
+	if cat == nil {
+		return nil, claimed{}, false, fmt.Errorf("schedule: node %s has no Config.Catalog to run catalog schedule %q", s.cfg.Node, name)
+	}
+	var r row
+	err := r.scan(cat.db.QueryRowContext(ctx, cat.q.get, cat.ns, name))
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !r.enabled {
+		return nil, claimed{}, false, nil
+	}
+	if err != nil {
+		return nil, claimed{}, false, err
+	}
+	s.mu.Lock()
+	h := s.handlers[r.handler]
+	s.mu.Unlock()
+	if h == nil {
+		return nil, claimed{}, false, fmt.Errorf("schedule: node %s has no handler %q for catalog schedule %q", s.cfg.Node, r.handler, name)
+	}
+	e, err := r.entry(cat.ns)
+	if err != nil {
+		return nil, claimed{}, false, err
+	}
+	j := &job{Job: e.job(func(ctx context.Context) error {
+		run, _ := RunFrom(ctx)
+		return h(ctx, run.Args)
+	}), s: s}
+	return j, claimed{args: json.RawMessage(r.args), version: r.version}, true, nil
 }
 
 // depose ends the current term's loops with cause.

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/backoff"
@@ -39,6 +42,17 @@ type Config struct {
 	// into package queue, and workers compete (see LeaderConfig and
 	// Scheduler.AddWorker). PostgreSQL only.
 	Leader *LeaderConfig
+	// Catalog, when set, is the catalog of schedules this scheduler binds
+	// beside its code jobs (Add): every replica reconciles its timers with
+	// the catalog's rows, at Start and within a second of every change,
+	// and runs the schedules whose handler it has (Handle). It must be on
+	// the same database as the Store (run-key mode) or Leader.Pool, and
+	// its namespace is the scheduler's: the Store's (or
+	// Leader.Namespace) must be the same. In lease mode it may be anywhere.
+	Catalog *Catalog
+	// Registerer, when set, receives the scheduler's metrics (see the
+	// package's metrics.go for the list).
+	Registerer prometheus.Registerer
 	// Clock is the source of fire times. Default SystemClock().
 	Clock Clock
 	// ReapInterval is how often run-key mode looks for crashed runs (run
@@ -70,6 +84,12 @@ const (
 	EventError    EventKind = "error"    // a store or lock call failed
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
 
+	// The catalog (Config.Catalog).
+	EventBound      EventKind = "bound"       // a catalog schedule was bound or unbound (Token: its version)
+	EventUnhandled  EventKind = "unhandled"   // a catalog schedule this replica cannot run (no handler); reported once per version
+	EventRefused    EventKind = "refused"     // the catalog refused a tick: paused, deleted, or changed at that fire time
+	EventNotPrimary EventKind = "not-primary" // the store is a hot standby (read-only): this replica is not the primary, and runs nothing
+
 	// Leader mode.
 	EventElected  EventKind = "elected"  // this node leads: it enqueues the ticks (Token: the term token)
 	EventDeposed  EventKind = "deposed"  // this node's term ended (Err: why); it campaigns again
@@ -91,9 +111,17 @@ type Event struct {
 // Scheduler runs jobs on their schedules, once per tick across every
 // replica that shares its Store or Locker.
 type Scheduler struct {
-	cfg  Config
-	mode mode
-	log  *slog.Logger
+	cfg     Config
+	mode    mode
+	log     *slog.Logger
+	ns      string
+	metrics *metrics
+
+	handlers map[string]Handler   // catalog handlers by name
+	rebind   chan struct{}        // asks the binder to read the catalog now
+	claimSQL string               // run-key mode's catalog claim (PostgreSQL)
+	boundJob []*job               // the catalog jobs bound now (the reaper's)
+	ticks    map[string]time.Time // the last tick an unbound catalog job's loop saw
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -125,7 +153,8 @@ func New(cfg *Config) (*Scheduler, error) {
 	if err := node.Check("schedule: Config.Node", c.Node); err != nil {
 		return nil, invalid("%w", err)
 	}
-	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool)}
+	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool), handlers: make(map[string]Handler),
+		rebind: make(chan struct{}, 1), ticks: make(map[string]time.Time), ns: DefaultNamespace}
 	set := 0
 	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
 		if ok {
@@ -141,7 +170,11 @@ func New(cfg *Config) (*Scheduler, error) {
 		s.mode = modeLease
 	case c.Leader != nil:
 		s.mode = modeLeader
-		l, err := newLeader(c.Leader, c.Node)
+		catalogNS := ""
+		if c.Catalog != nil {
+			catalogNS = c.Catalog.ns
+		}
+		l, err := newLeader(c.Leader, c.Node, catalogNS)
 		if err != nil {
 			return nil, err
 		}
@@ -149,6 +182,14 @@ func New(cfg *Config) (*Scheduler, error) {
 	default:
 		return nil, invalid("schedule: none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
 	}
+	if err := s.checkNamespaces(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.Registerer, s.ns, c.Node)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
 	switch {
 	case c.ReapInterval < time.Millisecond:
 		return nil, invalid("schedule: Config.ReapInterval %s is shorter than 1ms", c.ReapInterval)
@@ -207,10 +248,84 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	case modeRunKey:
 		s.wg.Go(func() { s.reap(ctx) })
 	}
+	if s.cfg.Catalog != nil {
+		s.wg.Go(func() { s.bind(ctx) })
+	}
 	for _, j := range s.jobs {
 		s.wg.Go(func() { j.loop(ctx) })
 	}
 	return nil
+}
+
+// checkNamespaces sets the scheduler's namespace: its Catalog's, which the
+// Store's (or Leader.Namespace) must equal.
+func (s *Scheduler) checkNamespaces() error {
+	var other, field string
+	switch s.mode {
+	case modeRunKey:
+		other, field = s.cfg.Store.ns, "the Store's namespace (StoreConfig.Namespace)"
+	case modeLeader:
+		other, field = s.leader.cfg.Namespace, "Config.Leader.Namespace"
+	}
+	if c := s.cfg.Catalog; c != nil {
+		if other != "" && other != c.ns {
+			return invalid("schedule: the Catalog's namespace %q is not %s %q: one scheduler runs one namespace", c.ns, field, other)
+		}
+		s.ns = c.ns
+	} else if other != "" {
+		s.ns = other
+	}
+	if s.cfg.Catalog != nil && s.mode == modeRunKey {
+		s.claimSQL = fmt.Sprintf(claimCatalogPG, s.cfg.Store.table, s.cfg.Catalog.q.check)
+	}
+	return nil
+}
+
+// codeJob reports whether name is a job added in code.
+func (s *Scheduler) codeJob(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+// setBound records the bound catalog jobs for the reaper.
+func (s *Scheduler) setBound(js []*job) {
+	s.mu.Lock()
+	s.boundJob = js
+	s.mu.Unlock()
+}
+
+// reapable is the jobs the reaper looks after: the code jobs and the bound
+// catalog jobs.
+func (s *Scheduler) reapable() []*job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(slices.Clip(s.jobs), s.boundJob...)
+}
+
+// noteTick remembers the last tick an unbound catalog job's loop saw, so
+// that its next binding goes on from there.
+func (s *Scheduler) noteTick(name string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.After(s.ticks[name]) {
+		s.ticks[name] = t
+	}
+}
+
+func (s *Scheduler) lastTick(name string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ticks[name]
+}
+
+// lookBack asks the binder to read the catalog now: a claim found the row
+// changed.
+func (s *Scheduler) lookBack() {
+	select {
+	case s.rebind <- struct{}{}:
+	default:
+	}
 }
 
 // Stop stops firing, cancels the running jobs' contexts and waits for
@@ -262,9 +377,26 @@ type job struct {
 	Job
 	sched Schedule
 	s     *Scheduler
+	bound *bound // a catalog job's binding; nil for a code job
 
 	mu      sync.Mutex
 	running map[*active]struct{}
+	seen    time.Time // the last tick the loop handled
+}
+
+func (j *job) lastSeen() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.seen
+}
+
+// key is the job's lease key in lease mode: its name, after its namespace
+// unless that is the default one.
+func (j *job) key() string {
+	if j.s.ns == DefaultNamespace {
+		return j.Name
+	}
+	return j.s.ns + "/" + j.Name
 }
 
 // active is a run in progress on this node.
@@ -282,9 +414,16 @@ var errReplaced = errors.New("schedule: run replaced by a later tick")
 const maxDue = 100_000
 
 // loop fires the job's ticks until ctx ends.
-func (j *job) loop(ctx context.Context) {
+func (j *job) loop(ctx context.Context) { j.loopFrom(ctx, time.Time{}) }
+
+// loopFrom fires the job's ticks after from (now when zero, or the last
+// run the store recorded when that is earlier) until ctx ends.
+func (j *job) loopFrom(ctx context.Context, from time.Time) {
 	clock := j.s.cfg.Clock
 	last := clock.Now()
+	if !from.IsZero() && from.Before(last) {
+		last = from
+	}
 	if st := j.s.runStore(); st != nil {
 		// Ticks since the last run any replica recorded (or, in leader
 		// mode, the last tick any leader enqueued) are misfires.
@@ -322,6 +461,9 @@ func (j *job) loop(ctx context.Context) {
 			}
 		}
 		ticks := j.plan(due, skipped, now)
+		j.mu.Lock()
+		j.seen = last
+		j.mu.Unlock()
 		for i, f := range ticks {
 			done := j.fire(ctx, f)
 			if done != nil && i < len(ticks)-1 && j.Overlap != OverlapAllow {
@@ -406,6 +548,14 @@ func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
 		if err == nil || !retryable || ctx.Err() != nil {
 			break
 		}
+		if isReadOnly(err) {
+			// A hot standby: this replica's region is not the primary's.
+			// Not retried: the primary's replicas run the tick; this one
+			// runs the next ticks once its server is promoted.
+			j.s.metrics.notPrimary.Inc()
+			j.s.emit(Event{Kind: EventNotPrimary, Job: j.Name, Fire: f, Reason: "the store is a read-only standby: this replica is not the primary's and runs nothing", Err: err})
+			return nil
+		}
 		// The store is unreachable: fail closed, and retry while the tick
 		// is on time.
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
@@ -482,12 +632,26 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 	st := j.s.cfg.Store
 	start := time.Now() // before the claim is sent: the local deadline's start
 	cctx, cancel := claimContext(ctx)
-	token, state, won, err := st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	var (
+		c            claimed
+		token        aegis.Token
+		state        string
+		won, refused bool
+	)
+	if j.bound != nil {
+		c, token, state, won, refused, err = j.s.claimCatalog(cctx, j, f, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	} else {
+		token, state, won, err = st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	}
 	cancel()
 	if err != nil {
 		return nil, true, err
 	}
 	switch {
+	case refused:
+		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+		j.s.lookBack()
+		return nil, false, nil
 	case won && state == "running" && ctx.Err() != nil:
 		j.s.handBack(ctx, j.Name, f, token)
 		return nil, false, nil
@@ -510,14 +674,15 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		// token.
 		j.cancelReplaced(f)
 	}
-	return j.startRunKey(ctx, f, token, 1, start), false, nil
+	return j.startRunKey(ctx, f, token, 1, start, c), false, nil
 }
 
-// startRunKey runs a claimed (or reclaimed) run row in a goroutine.
-func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time) <-chan struct{} {
+// startRunKey runs a claimed (or reclaimed) run row in a goroutine; c is
+// what a catalog job's claim read from its row.
+func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time, c claimed) <-chan struct{} {
 	st := j.s.cfg.Store
 	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
-	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt}
+	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt, Args: c.args, Version: c.version}
 	return j.launch(ctx, run, lease, &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
 		state, text := "succeeded", ""
 		if jobErr != nil {
@@ -541,9 +706,9 @@ func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, a
 // fireLease runs tick f under the job's lease, if this node acquires it.
 func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
 	locker := j.s.cfg.Locker
-	key := j.Name
+	key := j.key()
 	if j.Overlap == OverlapAllow {
-		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
+		key += "@" + f.UTC().Format(time.RFC3339Nano)
 	}
 	start := time.Now()
 	cctx, cancel := claimContext(ctx)
@@ -565,7 +730,27 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 	if err != nil {
 		return nil, !errors.Is(err, aegis.ErrInvalid), err
 	}
-	run := Run{Job: j.Name, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1}
+	var c claimed
+	if j.bound != nil {
+		// The catalog half of the claim, once the lease is ours: a pause
+		// or delete that committed before it is seen.
+		var ok bool
+		c, ok, err = j.s.checkCatalog(ctx, j.s.cfg.Catalog.db, j, f, false)
+		if err != nil || !ok {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = locker.Release(rctx, lease)
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		if !ok {
+			j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+			j.s.lookBack()
+			return nil, false, nil
+		}
+	}
+	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
 	done = j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
@@ -599,6 +784,7 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 	j.running[a] = struct{}{}
 	j.mu.Unlock()
 	j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt})
+	j.s.metrics.runs.Inc()
 	j.s.wg.Go(func() {
 		defer close(a.done)
 		var (
@@ -680,10 +866,10 @@ func (s *Scheduler) reap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, j := range s.jobs {
+		for _, j := range s.reapable() {
 			fires, err := s.cfg.Store.expired(ctx, j.Name)
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !isReadOnly(err) {
 					s.emit(Event{Kind: EventError, Job: j.Name, Reason: "reaper", Err: err})
 				}
 				continue
@@ -697,6 +883,7 @@ func (s *Scheduler) reap(ctx context.Context) {
 				token, state, attempt, ok, err := s.cfg.Store.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
 				cancel()
 				switch {
+				case isReadOnly(err): // a standby: the primary's reapers retry it
 				case err != nil:
 					s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
 				case !ok:
@@ -704,7 +891,11 @@ func (s *Scheduler) reap(ctx context.Context) {
 					s.handBack(ctx, j.Name, f, token)
 				case state == "running":
 					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
-					j.startRunKey(ctx, f, token, attempt, start)
+					var c claimed
+					if j.bound != nil {
+						c = claimed{args: j.bound.args, version: j.bound.version}
+					}
+					j.startRunKey(ctx, f, token, attempt, start, c)
 				default:
 					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
 				}

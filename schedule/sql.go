@@ -7,7 +7,11 @@ import "github.com/aegislab/aegis/internal/migrate"
 // (now() in PostgreSQL, SQLite's own clock), never from a client clock.
 // Each statement is one round trip that resolves the run by its key (job,
 // fire time) or scans one job's running rows through the partial index.
-// %[1]s is the quoted table, %[2]s the quoted index name.
+// %[1]s is the quoted table, %[2]s the quoted name of its first index;
+// the migrations also use %[3]s (its first primary key's name), %[4]s (the
+// namespaced index), %[5]s (the first index, schema-qualified), %[6]s (a
+// scratch table, schema-qualified) and %[7]s (the table's unqualified
+// name).
 type runSQL struct {
 	migrations                                 []migrate.Migration
 	claim, replace, heartbeat, finish, expired string
@@ -33,72 +37,85 @@ var runPostgres = runSQL{
 	PRIMARY KEY (job, fire_at)
 )`},
 		{Version: 2, SQL: `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (job, expires_at) WHERE state = 'running'`},
+		// Namespaces: two services on one database keep their runs apart.
+		// The run key becomes (namespace, job, fire time).
+		{Version: 3, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS namespace text NOT NULL DEFAULT 'default'`},
+		{Version: 4, SQL: `ALTER TABLE %[1]s DROP CONSTRAINT IF EXISTS %[3]s`},
+		{Version: 5, SQL: `ALTER TABLE %[1]s ADD PRIMARY KEY (namespace, job, fire_at)`},
+		{Version: 6, SQL: `DROP INDEX IF EXISTS %[5]s`},
+		{Version: 7, SQL: `CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (namespace, job, expires_at) WHERE state = 'running'`},
 	},
-	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap.
-	claim: `INSERT INTO %[1]s (job, fire_at, token, node, attempt, state, started_at, expires_at)
-SELECT $1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 1,
+	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
+	// $7 namespace.
+	claim: `INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
+SELECT $7, $1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 1,
        CASE WHEN $6::boolean AND EXISTS ( -- overlap forbid: a live run of the job
-           SELECT 1 FROM %[1]s WHERE job = $1 AND state = 'running' AND expires_at > now())
+           SELECT 1 FROM %[1]s WHERE namespace = $7 AND job = $1 AND state = 'running' AND expires_at > now())
        THEN 'skipped' ELSE 'running' END,
        now(), now() + $5 * interval '1 millisecond'
-ON CONFLICT (job, fire_at) DO NOTHING -- the run key: the first insert runs the tick
+ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the run key: the first insert runs the tick
 RETURNING token, state`,
-	// $1 job, $2 fire ms of the new run.
+	// $1 job, $2 fire ms of the new run, $3 namespace.
 	replace: `UPDATE %[1]s SET state = 'replaced', ended_at = now(), token = token + 1 -- fence the predecessor
-WHERE job = $1 AND state = 'running' AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond'`,
-	// $1 job, $2 fire ms, $3 token, $4 ttl ms.
+WHERE namespace = $3 AND job = $1 AND state = 'running' AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond'`,
+	// $1 job, $2 fire ms, $3 token, $4 ttl ms, $5 namespace.
 	heartbeat: `UPDATE %[1]s SET expires_at = now() + $4 * interval '1 millisecond'
-WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+WHERE namespace = $5 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token = $3 AND state = 'running' -- fence
   AND expires_at > now()               -- an expired run is the reaper's: no revival`,
-	// $1 job, $2 fire ms, $3 token, $4 state, $5 error.
+	// $1 job, $2 fire ms, $3 token, $4 state, $5 error, $6 namespace.
 	finish: `UPDATE %[1]s SET state = $4, ended_at = now(), error = $5
-WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+WHERE namespace = $6 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token = $3 AND state = 'running' -- fence: a reclaimed or replaced run's finish changes nothing`,
-	// $1 job, $2 fire ms, $3 token: a run claimed while its node stops.
+	// $1 job, $2 fire ms, $3 token, $4 namespace: a run claimed while its
+	// node stops.
 	handBack: `UPDATE %[1]s SET expires_at = now() -- the reaper's at once
-WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+WHERE namespace = $4 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token = $3 AND state = 'running' -- fence`,
-	// $1 job.
+	// $1 job, $2 namespace.
 	expired: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
-WHERE job = $1 AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
-	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts.
+WHERE namespace = $2 AND job = $1 AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
+	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts, $6 namespace.
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1, -- in the statement that reclaims: the crashed runner is fenced
 	node = $3,
 	attempt = r.attempt + 1,
 	started_at = now(),
 	expires_at = now() + $4 * interval '1 millisecond',
-	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_at > r.fire_at)
+	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.namespace = r.namespace AND l.job = r.job AND l.fire_at > r.fire_at)
 	        THEN 'abandoned' ELSE 'running' END,
-	ended_at = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_at > r.fire_at)
+	ended_at = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.namespace = r.namespace AND l.job = r.job AND l.fire_at > r.fire_at)
 	           THEN now() END
-WHERE r.job = $1 AND r.fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+WHERE r.namespace = $6 AND r.job = $1 AND r.fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND r.state = 'running'
   AND r.expires_at <= now() -- re-check expiry at write time: a renewed run is left alone
 RETURNING r.token, r.state, r.attempt`,
-	last:  `SELECT (extract(epoch FROM max(fire_at)) * 1000)::bigint FROM %[1]s WHERE job = $1`,
-	prune: `DELETE FROM %[1]s WHERE job = $1 AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond' AND state <> 'running'`,
+	// $1 job, $2 namespace (last); $1 job, $2 cutoff ms, $3 namespace (prune);
+	// $1 job, $2 limit, $3 namespace (list).
+	last:  `SELECT (extract(epoch FROM max(fire_at)) * 1000)::bigint FROM %[1]s WHERE namespace = $2 AND job = $1`,
+	prune: `DELETE FROM %[1]s WHERE namespace = $3 AND job = $1 AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond' AND state <> 'running'`,
 	list: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint, token, node, attempt, state,
        (extract(epoch FROM started_at) * 1000)::bigint, coalesce((extract(epoch FROM ended_at) * 1000)::bigint, 0), coalesce(error, '')
-FROM %[1]s WHERE job = $1 ORDER BY fire_at DESC LIMIT $2`,
+FROM %[1]s WHERE namespace = $3 AND job = $1 ORDER BY fire_at DESC LIMIT $2`,
 
 	// Leader mode. The leader inserts the tick's row in the transaction
 	// that enqueues its job: the run key is the once-ever record, so a
 	// tick is enqueued once even across leaders (the queue's unique keys
 	// hold only among live jobs). $1 job, $2 fire ms, $3 token (the
-	// tick's base: every claim's run token is greater), $4 leader node.
-	enqueue: `INSERT INTO %[1]s (job, fire_at, token, node, attempt, state, started_at, expires_at)
-VALUES ($1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 0, 'enqueued', now(), now())
-ON CONFLICT (job, fire_at) DO NOTHING -- the run key: a tick is enqueued once, ever`,
-	// $1 job, $2 fire ms: overlap forbid found a live job of the job.
+	// tick's base: every claim's run token is greater), $4 leader node,
+	// $5 namespace.
+	enqueue: `INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
+VALUES ($5, $1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 0, 'enqueued', now(), now())
+ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the run key: a tick is enqueued once, ever`,
+	// $1 job, $2 fire ms, $3 namespace: overlap forbid found a live job of
+	// the job (or the catalog refused the tick).
 	skip: `UPDATE %[1]s SET state = 'skipped', ended_at = now()
-WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond' AND state = 'enqueued'`,
+WHERE namespace = $3 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond' AND state = 'enqueued'`,
 	// A worker records a run's outcome. $1 job, $2 fire ms, $3 the claim's
 	// run token, $4 worker node, $5 attempt, $6 state, $7 started (the
-	// claim's time, database time), $8 error.
+	// claim's time, database time), $8 error, $9 namespace.
 	record: `UPDATE %[1]s SET token = $3, node = $4, attempt = $5, state = $6, started_at = $7, ended_at = now(), error = $8
-WHERE job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
+WHERE namespace = $9 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token < $3 -- fence: an earlier claim's outcome never overwrites a later claim's`,
 }
 
@@ -120,40 +137,61 @@ var runSQLite = runSQL{
 	PRIMARY KEY (job, fire_ms)
 ) WITHOUT ROWID`},
 		{Version: 2, SQL: `CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (job, expires_ms) WHERE state = 'running'`},
+		// Namespaces (see runPostgres): SQLite cannot change a primary key,
+		// so the table is rebuilt.
+		{Version: 3, SQL: `CREATE TABLE %[6]s (
+	namespace  TEXT    NOT NULL,
+	job        TEXT    NOT NULL,
+	fire_ms    INTEGER NOT NULL,
+	token      INTEGER NOT NULL,
+	node       TEXT    NOT NULL,
+	attempt    INTEGER NOT NULL,
+	state      TEXT    NOT NULL,
+	started_ms INTEGER NOT NULL,
+	ended_ms   INTEGER,
+	expires_ms INTEGER NOT NULL,
+	error      TEXT,
+	PRIMARY KEY (namespace, job, fire_ms)
+) WITHOUT ROWID`},
+		{Version: 4, SQL: `INSERT INTO %[6]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, ended_ms, expires_ms, error)
+SELECT 'default', job, fire_ms, token, node, attempt, state, started_ms, ended_ms, expires_ms, error FROM %[1]s`},
+		{Version: 5, SQL: `DROP TABLE %[1]s`},
+		{Version: 6, SQL: `ALTER TABLE %[6]s RENAME TO %[7]s`},
+		{Version: 7, SQL: `CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (namespace, job, expires_ms) WHERE state = 'running'`},
 	},
-	claim: `INSERT INTO %[1]s (job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
-SELECT $1, $2, $3, $4, 1,
+	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
+SELECT $7, $1, $2, $3, $4, 1,
        CASE WHEN $6 AND EXISTS (
-           SELECT 1 FROM %[1]s WHERE job = $1 AND state = 'running' AND expires_ms > ` + sqliteNow + `)
+           SELECT 1 FROM %[1]s WHERE namespace = $7 AND job = $1 AND state = 'running' AND expires_ms > ` + sqliteNow + `)
        THEN 'skipped' ELSE 'running' END,
        ` + sqliteNow + `, ` + sqliteNow + ` + $5
 WHERE true -- (SQLite needs a WHERE before ON CONFLICT in INSERT … SELECT)
-ON CONFLICT (job, fire_ms) DO NOTHING
+ON CONFLICT (namespace, job, fire_ms) DO NOTHING
 RETURNING token, state`,
 	replace: `UPDATE %[1]s SET state = 'replaced', ended_ms = ` + sqliteNow + `, token = token + 1
-WHERE job = $1 AND state = 'running' AND fire_ms < $2`,
+WHERE namespace = $3 AND job = $1 AND state = 'running' AND fire_ms < $2`,
 	heartbeat: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + ` + $4
-WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running' AND expires_ms > ` + sqliteNow,
+WHERE namespace = $5 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running' AND expires_ms > ` + sqliteNow,
 	finish: `UPDATE %[1]s SET state = $4, ended_ms = ` + sqliteNow + `, error = $5
-WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
+WHERE namespace = $6 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
 	handBack: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + `
-WHERE job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
+WHERE namespace = $4 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
 	expired: `SELECT fire_ms FROM %[1]s
-WHERE job = $1 AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
+WHERE namespace = $2 AND job = $1 AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1,
 	node = $3,
 	attempt = r.attempt + 1,
 	started_ms = ` + sqliteNow + `,
 	expires_ms = ` + sqliteNow + ` + $4,
-	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_ms > r.fire_ms)
+	state = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.namespace = r.namespace AND l.job = r.job AND l.fire_ms > r.fire_ms)
 	        THEN 'abandoned' ELSE 'running' END,
-	ended_ms = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.job = r.job AND l.fire_ms > r.fire_ms)
+	ended_ms = CASE WHEN r.attempt >= $5 OR EXISTS (SELECT 1 FROM %[1]s l WHERE l.namespace = r.namespace AND l.job = r.job AND l.fire_ms > r.fire_ms)
 	           THEN ` + sqliteNow + ` END
-WHERE r.job = $1 AND r.fire_ms = $2 AND r.state = 'running' AND r.expires_ms <= ` + sqliteNow + `
+WHERE r.namespace = $6 AND r.job = $1 AND r.fire_ms = $2 AND r.state = 'running' AND r.expires_ms <= ` + sqliteNow + `
 RETURNING token, state, attempt`,
-	last:  `SELECT max(fire_ms) FROM %[1]s WHERE job = $1`,
-	prune: `DELETE FROM %[1]s WHERE job = $1 AND fire_ms < $2 AND state <> 'running'`,
+	last:  `SELECT max(fire_ms) FROM %[1]s WHERE namespace = $2 AND job = $1`,
+	prune: `DELETE FROM %[1]s WHERE namespace = $3 AND job = $1 AND fire_ms < $2 AND state <> 'running'`,
 	list: `SELECT fire_ms, token, node, attempt, state, started_ms, coalesce(ended_ms, 0), coalesce(error, '')
-FROM %[1]s WHERE job = $1 ORDER BY fire_ms DESC LIMIT $2`,
+FROM %[1]s WHERE namespace = $3 AND job = $1 ORDER BY fire_ms DESC LIMIT $2`,
 }

@@ -18,6 +18,10 @@ type StoreConfig struct {
 	// Table is the run table, optionally schema-qualified. Default
 	// "aegis_schedule_run".
 	Table string
+	// Namespace keeps the runs of services that share the table apart: a
+	// Store reads and writes only its namespace's runs. Default
+	// DefaultNamespace. A Scheduler's Catalog must have the same one.
+	Namespace string
 }
 
 // Store is the run table of run-key mode, in PostgreSQL or SQLite: one row
@@ -31,7 +35,9 @@ type StoreConfig struct {
 type Store struct {
 	db      *sql.DB
 	dialect migrate.Dialect
+	ns      string
 	q       runSQL
+	table   string // quoted
 }
 
 // NewStore returns the run table on db (PostgreSQL through pgx's stdlib
@@ -47,12 +53,22 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		c = *cfg
 	}
 	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
+	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	if err := checkNamespace("schedule: StoreConfig.Namespace", c.Namespace); err != nil {
+		return nil, err
+	}
 	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
 	if err != nil {
 		return nil, invalid("%w", err)
 	}
 	parts := strings.Split(c.Table, ".")
-	index := `"` + parts[len(parts)-1] + `_running"`
+	name := parts[len(parts)-1]
+	schema := ""
+	if len(parts) == 2 {
+		schema = `"` + parts[0] + `".`
+	}
+	index := `"` + name + `_running"`
+	names := []any{table, index, `"` + name + `_pkey"`, `"` + name + `_running_ns"`, schema + index, schema + `"` + name + `_v3"`, `"` + name + `"`}
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: store: %w", err)
@@ -63,7 +79,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	}
 	ms := make([]migrate.Migration, len(q.migrations))
 	for i, m := range q.migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, table, index)}
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, names...)}
 	}
 	if err := migrate.Apply(ctx, db, d, "schedule:"+c.Table, ms); err != nil {
 		return nil, fmt.Errorf("schedule: store: %w", err)
@@ -79,7 +95,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		expired: f(q.expired), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 	}
-	return &Store{db: db, dialect: d, q: q}, nil
+	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
 }
 
 // RunRecord is one row of the run table.
@@ -106,7 +122,7 @@ func (s *Store) Runs(ctx context.Context, job string, limit int) ([]RunRecord, e
 	if limit < 1 {
 		return nil, invalid("schedule: runs of %q: limit %d is not positive", job, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.list, job, limit)
+	rows, err := s.db.QueryContext(ctx, s.q.list, job, limit, s.ns)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: runs of %q: %w", job, err)
 	}
@@ -139,7 +155,7 @@ func runToken(fire time.Time) aegis.Token { return aegis.Token(fire.UnixMilli()*
 // tick; state is "running", or "skipped" when forbid found a live run.
 func (s *Store) claim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, forbid bool) (token aegis.Token, state string, won bool, err error) {
 	var t int64
-	err = s.row(ctx, s.q.claim, []any{job, fire.UnixMilli(), int64(runToken(fire)), node, ttl.Milliseconds(), forbid}, &t, &state)
+	err = s.row(ctx, s.q.claim, []any{job, fire.UnixMilli(), int64(runToken(fire)), node, ttl.Milliseconds(), forbid, s.ns}, &t, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, nil
 	}
@@ -152,7 +168,7 @@ func (s *Store) claim(ctx context.Context, job string, fire time.Time, node stri
 // replace ends the job's running runs older than fire, bumping their
 // tokens.
 func (s *Store) replace(ctx context.Context, job string, fire time.Time) (int64, error) {
-	n, err := s.exec(ctx, s.q.replace, job, fire.UnixMilli())
+	n, err := s.exec(ctx, s.q.replace, job, fire.UnixMilli(), s.ns)
 	if err != nil {
 		return 0, fmt.Errorf("schedule: replace runs of %q: %w", job, err)
 	}
@@ -162,7 +178,7 @@ func (s *Store) replace(ctx context.Context, job string, fire time.Time) (int64,
 // finish records the outcome of a run that still has its token; ErrLost
 // when it was reclaimed or replaced.
 func (s *Store) finish(ctx context.Context, job string, fire time.Time, token aegis.Token, state, errText string) error {
-	n, err := s.exec(ctx, s.q.finish, job, fire.UnixMilli(), int64(token), state, errText)
+	n, err := s.exec(ctx, s.q.finish, job, fire.UnixMilli(), int64(token), state, errText, s.ns)
 	if err != nil {
 		return fmt.Errorf("schedule: finish %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
 	}
@@ -175,7 +191,7 @@ func (s *Store) finish(ctx context.Context, job string, fire time.Time, token ae
 // handBack expires a running run that still has its token, so that the
 // reaper takes it at once; nil when it was not (or no longer) this run's.
 func (s *Store) handBack(ctx context.Context, job string, fire time.Time, token aegis.Token) error {
-	if _, err := s.exec(ctx, s.q.handBack, job, fire.UnixMilli(), int64(token)); err != nil {
+	if _, err := s.exec(ctx, s.q.handBack, job, fire.UnixMilli(), int64(token), s.ns); err != nil {
 		return fmt.Errorf("schedule: hand back %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
 	}
 	return nil
@@ -183,7 +199,7 @@ func (s *Store) handBack(ctx context.Context, job string, fire time.Time, token 
 
 // expired lists the fire times of the job's running rows past their expiry.
 func (s *Store) expired(ctx context.Context, job string) ([]time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.expired, job)
+	rows, err := s.db.QueryContext(ctx, s.q.expired, job, s.ns)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: expired runs of %q: %w", job, err)
 	}
@@ -203,7 +219,7 @@ func (s *Store) expired(ctx context.Context, job string) ([]time.Time, error) {
 // statement. ok is false when the run was not (or no longer) expired.
 func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, maxAttempts int) (token aegis.Token, state string, attempt int, ok bool, err error) {
 	var t int64
-	err = s.row(ctx, s.q.reclaim, []any{job, fire.UnixMilli(), node, ttl.Milliseconds(), maxAttempts}, &t, &state, &attempt)
+	err = s.row(ctx, s.q.reclaim, []any{job, fire.UnixMilli(), node, ttl.Milliseconds(), maxAttempts, s.ns}, &t, &state, &attempt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", 0, false, nil
 	}
@@ -216,7 +232,7 @@ func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node st
 // last returns the job's latest fire time in the table, or zero.
 func (s *Store) last(ctx context.Context, job string) (time.Time, error) {
 	var ms sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.last, job).Scan(&ms); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.last, job, s.ns).Scan(&ms); err != nil {
 		return time.Time{}, fmt.Errorf("schedule: last run of %q: %w", job, err)
 	}
 	if !ms.Valid {
@@ -227,7 +243,7 @@ func (s *Store) last(ctx context.Context, job string) (time.Time, error) {
 
 // prune deletes the job's ended runs that fired before cutoff.
 func (s *Store) prune(ctx context.Context, job string, cutoff time.Time) error {
-	_, err := s.exec(ctx, s.q.prune, job, cutoff.UnixMilli())
+	_, err := s.exec(ctx, s.q.prune, job, cutoff.UnixMilli(), s.ns)
 	return err
 }
 
@@ -302,7 +318,7 @@ func (r *runRow) TryAcquire(context.Context, string, time.Duration) (*aegis.Leas
 
 func (r *runRow) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
 	start := time.Now()
-	n, err := r.s.exec(ctx, r.s.q.heartbeat, r.job, r.fire.UnixMilli(), int64(l.Token), ttl.Milliseconds())
+	n, err := r.s.exec(ctx, r.s.q.heartbeat, r.job, r.fire.UnixMilli(), int64(l.Token), ttl.Milliseconds(), r.s.ns)
 	if err != nil {
 		return fmt.Errorf("schedule: heartbeat %q: %w", r.job, err)
 	}

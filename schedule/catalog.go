@@ -1,0 +1,711 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
+)
+
+// DefaultNamespace is the namespace of a Store, a Catalog or a leader-mode
+// scheduler that names none.
+const DefaultNamespace = "default"
+
+// MaxArgsLen is the largest Entry.Args, in bytes.
+const MaxArgsLen = 64 << 10
+
+// ErrNotFound is returned for a schedule (or a namespace) that the catalog
+// does not have.
+var ErrNotFound = errors.New("schedule: not found")
+
+var namespacePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+func checkNamespace(field, ns string) error {
+	if !namespacePattern.MatchString(ns) {
+		return invalid("%s %.70q: want 1 to 63 of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit", field, ns)
+	}
+	return nil
+}
+
+// Entry is one schedule of the catalog: a row of its table. Put reads the
+// fields up to LockAtLeastFor; the catalog sets the rest.
+type Entry struct {
+	// Name identifies the schedule in its namespace: its run key's first
+	// half. Required; at most MaxNameLen bytes of UTF-8 without NUL.
+	Name string
+	// Cron is a cron spec with seconds (see Cron), without a zone: the zone
+	// is TZ. Exactly one of Cron and Every is set.
+	Cron string
+	// TZ is the IANA time zone of Cron, such as Europe/Berlin. Default UTC.
+	TZ string
+	// Every is a fixed interval aligned to the Unix epoch (see Interval).
+	Every time.Duration
+	// Handler names the code that runs the schedule's ticks: a handler
+	// registered with Scheduler.Handle on the replicas that run it.
+	// Required; at most MaxNameLen bytes.
+	Handler string
+	// Args are given to the handler: a JSON value of at most MaxArgsLen
+	// bytes. Default {}.
+	Args json.RawMessage
+
+	// The policies, as Job's (defaults included).
+	Misfire          Misfire
+	CatchUpMax       int
+	Overlap          Overlap
+	StartingDeadline time.Duration
+	MaxAttempts      int
+	LockAtMostFor    time.Duration
+	LockAtLeastFor   time.Duration // lease mode only
+
+	// Set by the catalog (Put ignores them).
+	Namespace string
+	Paused    bool
+	// Version counts the namespace's changes: every put, pause, resume
+	// and delete gets the next one, so a greater version is a later change.
+	Version int64
+	// EffectiveAt is when the spec takes effect: the ticks before it follow
+	// Previous (none when Previous is empty). Every replica fires the same
+	// ticks around an edit because they all read this instant from the row.
+	EffectiveAt time.Time
+	Previous    string // the spec before EffectiveAt, as Spec writes it
+	Created     time.Time
+	Updated     time.Time
+	// Replicas are the live replicas of the namespace that have the
+	// handler; MissingOn the live ones that do not (Get and List fill
+	// them from the replicas' heartbeats).
+	Replicas  []string
+	MissingOn []string
+}
+
+// Spec is the entry's spec as the CLI writes it: "0 30 2 * * * (Europe/Berlin)"
+// or "@every 1m0s".
+func (e Entry) Spec() string {
+	spec, tz := e.storedSpec()
+	return specText(spec, tz)
+}
+
+func specText(spec, tz string) string {
+	if tz == "" {
+		return spec
+	}
+	return spec + " (" + tz + ")"
+}
+
+// storedSpec is the spec and zone as the row keeps them: a cron spec with
+// its zone, or "@every D" and no zone.
+func (e Entry) storedSpec() (spec, tz string) {
+	if e.Every != 0 {
+		return Every(e.Every).String(), ""
+	}
+	return strings.TrimSpace(e.Cron), cmp.Or(e.TZ, "UTC")
+}
+
+// parseStored parses a row's spec.
+func parseStored(spec, tz string) (Schedule, error) {
+	if tz == "" {
+		return ParseCron(spec)
+	}
+	return ParseCron("TZ=" + tz + " " + spec)
+}
+
+// validate checks e as Put receives it and fills its defaults. Errors name
+// the field.
+func (e Entry) validate() (Entry, error) {
+	if e.Cron != "" && e.Every != 0 {
+		return e, invalid("set one of Entry.Cron and Entry.Every, not both")
+	}
+	if e.Cron == "" && e.Every == 0 {
+		return e, invalid("set one of Entry.Cron and Entry.Every")
+	}
+	if e.Cron != "" {
+		c := strings.TrimSpace(e.Cron)
+		if up := strings.ToUpper(c); strings.HasPrefix(up, "TZ=") || strings.HasPrefix(up, "CRON_TZ=") {
+			return e, invalid("Entry.Cron %q: give the zone in Entry.TZ, not in the spec", e.Cron)
+		}
+		if strings.HasPrefix(c, "@every") {
+			return e, invalid("Entry.Cron %q: give an interval in Entry.Every", e.Cron)
+		}
+		if e.TZ != "" {
+			if _, err := time.LoadLocation(e.TZ); err != nil || e.TZ == "Local" {
+				return e, invalid("Entry.TZ %q is not an IANA time zone (such as Europe/Berlin)", e.TZ)
+			}
+		}
+	} else if e.TZ != "" {
+		return e, invalid("Entry.TZ is for a cron spec; an interval (Entry.Every) has no zone")
+	}
+	spec, tz := e.storedSpec()
+	if _, err := parseStored(spec, tz); err != nil {
+		field := "Entry.Cron"
+		if e.Every != 0 {
+			field = "Entry.Every"
+		}
+		return e, invalid("%s: %w", field, err)
+	}
+	if e.Every != 0 {
+		if err := Every(e.Every).validate(); err != nil {
+			return e, invalid("Entry.Every: %w", err)
+		}
+	}
+	if err := aegis.CheckKey(e.Handler); err != nil {
+		return e, invalid("Entry.Handler: %w", err)
+	}
+	if len(e.Handler) > MaxNameLen {
+		return e, invalid("Entry.Handler is %d bytes, at most %d are allowed", len(e.Handler), MaxNameLen)
+	}
+	if len(e.Args) == 0 {
+		e.Args = json.RawMessage("{}")
+	}
+	switch {
+	case len(e.Args) > MaxArgsLen:
+		return e, invalid("Entry.Args is %d bytes, at most %d are allowed", len(e.Args), MaxArgsLen)
+	case !json.Valid(e.Args):
+		return e, invalid("Entry.Args %.40q is not JSON", e.Args)
+	}
+	// The policies are Job's: check them as a lease-mode job does (the most
+	// permissive mode; a replica in another mode reports what it cannot
+	// run when it binds the schedule).
+	j, _, err := e.job(nil).validate(modeLease)
+	if err != nil {
+		// Job's messages name Job's fields, which are Entry's.
+		return e, invalid("%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Job.", "Entry."), "aegis: invalid argument: "))
+	}
+	e.Misfire, e.CatchUpMax, e.Overlap, e.MaxAttempts = j.Misfire, j.CatchUpMax, j.Overlap, j.MaxAttempts
+	e.LockAtMostFor, e.StartingDeadline = j.LockAtMostFor, j.StartingDeadline
+	e.Args = slices.Clip(e.Args)
+	return e, nil
+}
+
+// job is the entry as a Job running run (nil for validation only).
+func (e Entry) job(run func(context.Context) error) Job {
+	if run == nil {
+		run = func(context.Context) error { return nil }
+	}
+	spec, tz := e.storedSpec()
+	s, _ := parseStored(spec, tz)
+	return Job{
+		Name: e.Name, Schedule: s, Run: run,
+		LockAtMostFor: e.LockAtMostFor, LockAtLeastFor: e.LockAtLeastFor,
+		StartingDeadline: e.StartingDeadline, Misfire: e.Misfire, CatchUpMax: e.CatchUpMax,
+		Overlap: e.Overlap, MaxAttempts: e.MaxAttempts,
+	}
+}
+
+// CatalogConfig configures a Catalog. The zero value is valid.
+type CatalogConfig struct {
+	// Namespace is the namespace the Catalog reads and edits. Default
+	// DefaultNamespace.
+	Namespace string
+	// Table is the catalog table, optionally schema-qualified; the
+	// namespaces' change counters and the replicas' heartbeats are in
+	// Table_namespace and Table_replica. Default "aegis_schedule".
+	Table string
+	// EditDelay is how long after an edit of a spec commits the new spec
+	// takes effect (the instant is written into the row, and every replica
+	// uses it). It must exceed the time a change takes to reach every
+	// replica (under a second: LISTEN/NOTIFY, or the binder's poll). A
+	// replica that has not heard of the change by then fires nothing in
+	// its name: the claim checks the row. Default 2s; at most 1h.
+	EditDelay time.Duration
+}
+
+// Catalog is the schedules of a namespace, in a table of the store of
+// record (PostgreSQL or SQLite). Every replica's Scheduler with
+// Config.Catalog binds them (see Scheduler.Handle). It is safe for
+// concurrent use; edits in a namespace are serialized by its change
+// counter's row.
+//
+// The runbook reads it:
+//
+//	SELECT namespace, name, spec, tz, handler, enabled, version, effective_at FROM aegis_schedule;
+type Catalog struct {
+	db        *sql.DB
+	dialect   migrate.Dialect
+	ns        string
+	table     string // quoted
+	editDelay time.Duration
+	q         catalogSQL
+	channel   string // the NOTIFY channel (PostgreSQL)
+}
+
+// NewCatalog returns the catalog on db (PostgreSQL through pgx's stdlib
+// driver, or SQLite opened like sqlitelease.Open), applying its numbered
+// migrations. A nil cfg means defaults.
+func NewCatalog(ctx context.Context, db *sql.DB, cfg *CatalogConfig) (*Catalog, error) {
+	if db == nil {
+		return nil, invalid("schedule: NewCatalog: db is nil")
+	}
+	var c CatalogConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	c.Table = cmp.Or(c.Table, "aegis_schedule")
+	c.EditDelay = cmp.Or(c.EditDelay, 2*time.Second)
+	if err := checkNamespace("schedule: CatalogConfig.Namespace", c.Namespace); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.EditDelay < 0:
+		return nil, invalid("schedule: CatalogConfig.EditDelay %s is negative", c.EditDelay)
+	case c.EditDelay > time.Hour:
+		return nil, invalid("schedule: CatalogConfig.EditDelay %s is longer than 1h", c.EditDelay)
+	case len(c.Table) > 50:
+		return nil, invalid("schedule: CatalogConfig.Table %q is longer than 50 bytes (its tables append _namespace and _replica)", c.Table)
+	}
+	names := make([]any, 0, 3)
+	for _, suffix := range []string{"", "_namespace", "_replica"} {
+		t, err := migrate.Table("schedule: CatalogConfig.Table", c.Table+suffix)
+		if err != nil {
+			return nil, invalid("%w", err)
+		}
+		names = append(names, t)
+	}
+	d, err := migrate.Detect(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: catalog: %w", err)
+	}
+	q := catalogPostgres
+	if d == migrate.SQLite {
+		q = catalogSQLite
+	}
+	ms := make([]migrate.Migration, len(q.migrations))
+	for i, m := range q.migrations {
+		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, names...)}
+	}
+	if err := migrate.Apply(ctx, db, d, "schedule-catalog:"+c.Table, ms); err != nil {
+		return nil, fmt.Errorf("schedule: catalog: %w", err)
+	}
+	q = q.format(names)
+	return &Catalog{db: db, dialect: d, ns: c.Namespace, table: names[0].(string), editDelay: c.EditDelay, q: q,
+		channel: "aegis_schedule_" + strings.ReplaceAll(c.Table, ".", "_")}, nil
+}
+
+// Namespace is the catalog's namespace.
+func (c *Catalog) Namespace() string { return c.ns }
+
+// row is a catalog row as the binder and the claims use it.
+type row struct {
+	name, spec, tz       string
+	prevSpec, prevTZ     sql.NullString
+	effectiveMS          int64
+	handler              string
+	args                 string
+	enabled              bool
+	misfire, overlap     string
+	deadlineMS, mostMS   int64
+	leastMS              int64
+	catchUp, attempts    int
+	version              int64
+	createdMS, updatedMS int64
+}
+
+func (r *row) scan(sc interface{ Scan(...any) error }) error {
+	return sc.Scan(&r.name, &r.spec, &r.tz, &r.prevSpec, &r.prevTZ, &r.effectiveMS, &r.handler, &r.args, &r.enabled,
+		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS)
+}
+
+// entry converts a row. A row this program cannot read (written by a newer
+// one) is an error naming the schedule.
+func (r *row) entry(ns string) (Entry, error) {
+	e := Entry{
+		Name: r.name, Handler: r.handler, Args: json.RawMessage(r.args), Namespace: ns, Paused: !r.enabled,
+		StartingDeadline: time.Duration(r.deadlineMS) * time.Millisecond, CatchUpMax: r.catchUp, MaxAttempts: r.attempts,
+		LockAtMostFor: time.Duration(r.mostMS) * time.Millisecond, LockAtLeastFor: time.Duration(r.leastMS) * time.Millisecond,
+		Version: r.version, EffectiveAt: time.UnixMilli(r.effectiveMS).UTC(),
+		Created: time.UnixMilli(r.createdMS).UTC(), Updated: time.UnixMilli(r.updatedMS).UTC(),
+	}
+	if r.tz == "" {
+		s, err := ParseCron(r.spec)
+		iv, ok := s.(Interval)
+		if err != nil || !ok {
+			return e, fmt.Errorf("schedule: catalog row %q: spec %q is not an interval", r.name, r.spec)
+		}
+		e.Every = iv.Period
+	} else {
+		e.Cron, e.TZ = r.spec, r.tz
+	}
+	if r.prevSpec.Valid {
+		e.Previous = specText(r.prevSpec.String, r.prevTZ.String)
+	}
+	var err error
+	if e.Misfire, err = ParseMisfire(r.misfire); err != nil {
+		return e, fmt.Errorf("schedule: catalog row %q: %w", r.name, err)
+	}
+	if e.Overlap, err = ParseOverlap(r.overlap); err != nil {
+		return e, fmt.Errorf("schedule: catalog row %q: %w", r.name, err)
+	}
+	return e, nil
+}
+
+// schedule is the row's fire times: Previous before EffectiveAt, the spec
+// from it.
+func (r *row) schedule() (switched, error) {
+	next, err := parseStored(r.spec, r.tz)
+	if err != nil {
+		return switched{}, err
+	}
+	sw := switched{next: next, nextSpec: r.spec, nextTZ: r.tz, at: time.UnixMilli(r.effectiveMS).UTC()}
+	if r.prevSpec.Valid {
+		if sw.prev, err = parseStored(r.prevSpec.String, r.prevTZ.String); err != nil {
+			return switched{}, err
+		}
+		sw.prevSpec, sw.prevTZ = r.prevSpec.String, r.prevTZ.String
+	}
+	return sw, nil
+}
+
+// switched follows prev before at and next from at: a catalog schedule
+// around an edit. Every replica reads at from the row, so they all fire
+// the same ticks.
+type switched struct {
+	prev, next       Schedule // prev nil: no ticks before at
+	prevSpec, prevTZ string
+	nextSpec, nextTZ string
+	at               time.Time
+}
+
+func (s switched) Next(t time.Time) time.Time {
+	if t.Before(s.at) {
+		if s.prev != nil {
+			if n := s.prev.Next(t); !n.IsZero() && n.Before(s.at) {
+				return n
+			}
+		}
+		t = s.at.Add(-time.Nanosecond) // the next spec's first tick at or after at
+	}
+	return s.next.Next(t)
+}
+
+// specAt is the spec and zone that fire time f follows: what a claim sends
+// for the row to check.
+func (s switched) specAt(f time.Time) (spec, tz string) {
+	if f.Before(s.at) {
+		return s.prevSpec, s.prevTZ
+	}
+	return s.nextSpec, s.nextTZ
+}
+
+// ParseMisfire parses a misfire policy as Misfire.String writes it.
+func ParseMisfire(s string) (Misfire, error) {
+	for _, m := range []Misfire{MisfireFireOnce, MisfireSkip, MisfireCatchUp} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, invalid("misfire policy %q: want fire-once, skip or catch-up", s)
+}
+
+// ParseOverlap parses an overlap policy as Overlap.String writes it.
+func ParseOverlap(s string) (Overlap, error) {
+	for _, o := range []Overlap{OverlapForbid, OverlapReplace, OverlapAllow} {
+		if s == o.String() {
+			return o, nil
+		}
+	}
+	return 0, invalid("overlap policy %q: want forbid, replace or allow", s)
+}
+
+// Put creates the schedule e.Name, enabled, or updates it (a paused
+// schedule stays paused). A new spec takes effect EditDelay after the
+// edit commits (Entry.EffectiveAt); a change of handler, args or policy
+// applies to every tick claimed after the change reached the replicas.
+// It returns the row as written. The error names the field that is wrong;
+// nothing is written then.
+func (c *Catalog) Put(ctx context.Context, e Entry) (Entry, error) {
+	if err := aegis.CheckKey(e.Name); err != nil {
+		return Entry{}, fmt.Errorf("schedule: put: Entry.Name: %w", err)
+	}
+	if len(e.Name) > MaxNameLen {
+		return Entry{}, invalid("schedule: put: Entry.Name is %d bytes, at most %d are allowed", len(e.Name), MaxNameLen)
+	}
+	v, err := e.validate()
+	if err != nil {
+		return Entry{}, fmt.Errorf("schedule: put %q: %w", e.Name, err)
+	}
+	spec, tz := v.storedSpec()
+	err = c.edit(ctx, func(tx execer, gen, now int64) error {
+		var cur row
+		prevSpec, prevTZ, effective := sql.NullString{}, sql.NullString{}, now+c.editDelay.Milliseconds()
+		err := cur.scan(tx.QueryRowContext(ctx, c.q.get, c.ns, e.Name))
+		switch {
+		case errors.Is(err, sql.ErrNoRows): // new: no ticks before it takes effect
+		case err != nil:
+			return err
+		case cur.spec == spec && cur.tz == tz: // the same spec: its instant stays
+			prevSpec, prevTZ, effective = cur.prevSpec, cur.prevTZ, cur.effectiveMS
+		case now < cur.effectiveMS: // an edit before the last one took effect
+			prevSpec, prevTZ = cur.prevSpec, cur.prevTZ
+		default:
+			prevSpec, prevTZ = sql.NullString{String: cur.spec, Valid: true}, sql.NullString{String: cur.tz, Valid: true}
+		}
+		_, err = tx.ExecContext(ctx, c.q.put, c.ns, e.Name, spec, tz, prevSpec, prevTZ, effective, v.Handler, string(v.Args),
+			v.Misfire.String(), v.Overlap.String(), v.StartingDeadline.Milliseconds(), v.CatchUpMax, v.MaxAttempts,
+			v.LockAtMostFor.Milliseconds(), v.LockAtLeastFor.Milliseconds(), gen, now)
+		return err
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("schedule: put %q: %w", e.Name, err)
+	}
+	return c.Get(ctx, e.Name)
+}
+
+// Pause stops the schedule: no tick is claimed after Pause returns (the
+// claiming statement checks the row). A run already going ends normally.
+func (c *Catalog) Pause(ctx context.Context, name string) (Entry, error) {
+	return c.setEnabled(ctx, "pause", name, false)
+}
+
+// Resume restarts a paused schedule from its next tick: the ticks it
+// missed while paused are not misfires, they never run.
+func (c *Catalog) Resume(ctx context.Context, name string) (Entry, error) {
+	return c.setEnabled(ctx, "resume", name, true)
+}
+
+func (c *Catalog) setEnabled(ctx context.Context, op, name string, enabled bool) (Entry, error) {
+	if err := aegis.CheckKey(name); err != nil {
+		return Entry{}, fmt.Errorf("schedule: %s: name: %w", op, err)
+	}
+	err := c.edit(ctx, func(tx execer, gen, now int64) error {
+		res, err := tx.ExecContext(ctx, c.q.setEnabled, c.ns, name, enabled, gen, now)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return c.notFound(ctx, tx, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("schedule: %s %q: %w", op, name, err)
+	}
+	return c.Get(ctx, name)
+}
+
+// Delete removes the schedule: no tick is claimed after Delete returns; a
+// run already going ends normally, and its runs stay in the run table.
+func (c *Catalog) Delete(ctx context.Context, name string) error {
+	if err := aegis.CheckKey(name); err != nil {
+		return fmt.Errorf("schedule: delete: name: %w", err)
+	}
+	err := c.edit(ctx, func(tx execer, gen, now int64) error {
+		res, err := tx.ExecContext(ctx, c.q.delete, c.ns, name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return c.notFound(ctx, tx, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("schedule: delete %q: %w", name, err)
+	}
+	return nil
+}
+
+// notFound is the error of an edit of a schedule the namespace does not
+// have: an unknown namespace is named as such.
+func (c *Catalog) notFound(ctx context.Context, tx execer, name string) error {
+	var known bool
+	if err := tx.QueryRowContext(ctx, c.q.known, c.ns).Scan(&known); err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("%w: %w: namespace %q is unknown (no schedule was ever put in it)", aegis.ErrInvalid, ErrNotFound, c.ns)
+	}
+	return fmt.Errorf("%w: no schedule %q in namespace %q", ErrNotFound, name, c.ns)
+}
+
+// edit runs fn in a transaction that first takes the namespace's next
+// version (gen; its row lock serializes the namespace's edits) and the
+// store's time in ms, and then tells the binders (NOTIFY on PostgreSQL).
+// When the namespace had no row, an fn that fails leaves none.
+func (c *Catalog) edit(ctx context.Context, fn func(tx execer, gen, now int64) error) error {
+	return inTx(ctx, c.db, c.dialect, func(tx execer) error {
+		var gen, now int64
+		if err := tx.QueryRowContext(ctx, c.q.bump, c.ns).Scan(&gen, &now); err != nil {
+			return err
+		}
+		if err := fn(tx, gen, now); err != nil {
+			return err
+		}
+		if c.dialect == migrate.Postgres {
+			if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", c.channel, c.ns); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Get returns the schedule called name.
+func (c *Catalog) Get(ctx context.Context, name string) (Entry, error) {
+	var r row
+	err := r.scan(c.db.QueryRowContext(ctx, c.q.get, c.ns, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Entry{}, fmt.Errorf("schedule: get %q: %w", name, c.notFound(ctx, c.db, name))
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("schedule: get %q: %w", name, err)
+	}
+	e, err := r.entry(c.ns)
+	if err != nil {
+		return Entry{}, err
+	}
+	es := []Entry{e}
+	if err := c.coverage(ctx, es); err != nil {
+		return Entry{}, err
+	}
+	return es[0], nil
+}
+
+// List returns the namespace's schedules, by name.
+func (c *Catalog) List(ctx context.Context) ([]Entry, error) {
+	rows, err := c.rows(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: list: %w", err)
+	}
+	out := make([]Entry, 0, len(rows))
+	for _, r := range rows {
+		e, err := r.entry(c.ns)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := c.coverage(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// rows reads the namespace's rows, by name.
+func (c *Catalog) rows(ctx context.Context) ([]row, error) {
+	rs, err := c.db.QueryContext(ctx, c.q.list, c.ns)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		var r row
+		if err := r.scan(rs); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}
+
+// generation is the namespace's change counter (0 before its first edit):
+// what the binders poll.
+func (c *Catalog) generation(ctx context.Context) (int64, error) {
+	var g int64
+	err := c.db.QueryRowContext(ctx, c.q.generation, c.ns).Scan(&g)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return g, err
+}
+
+// replicaTTL is how long a replica's heartbeat counts it as live.
+const replicaTTL = 30 * time.Second
+
+// heartbeatEvery is how often a binder writes its replica's heartbeat.
+const heartbeatEvery = 10 * time.Second
+
+// coverage fills Replicas and MissingOn from the live replicas'
+// heartbeats.
+func (c *Catalog) coverage(ctx context.Context, es []Entry) error {
+	rs, err := c.db.QueryContext(ctx, c.q.replicas, c.ns, replicaTTL.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("schedule: the replicas of namespace %q: %w", c.ns, err)
+	}
+	defer rs.Close()
+	type replica struct {
+		node     string
+		handlers map[string]bool
+	}
+	var live []replica
+	for rs.Next() {
+		var node, hs string
+		if err := rs.Scan(&node, &hs); err != nil {
+			return err
+		}
+		var names []string
+		if err := json.Unmarshal([]byte(hs), &names); err != nil {
+			return fmt.Errorf("schedule: replica %q's handlers: %w", node, err)
+		}
+		r := replica{node: node, handlers: make(map[string]bool, len(names))}
+		for _, n := range names {
+			r.handlers[n] = true
+		}
+		live = append(live, r)
+	}
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	for i := range es {
+		for _, r := range live {
+			if r.handlers[es[i].Handler] {
+				es[i].Replicas = append(es[i].Replicas, r.node)
+			} else {
+				es[i].MissingOn = append(es[i].MissingOn, r.node)
+			}
+		}
+	}
+	return nil
+}
+
+// heartbeat records that node is live in the namespace with handlers.
+func (c *Catalog) heartbeat(ctx context.Context, node string, handlers []string) error {
+	hs, _ := json.Marshal(handlers)
+	_, err := c.db.ExecContext(ctx, c.q.heartbeat, c.ns, node, string(hs))
+	return err
+}
+
+// leave removes node's heartbeat.
+func (c *Catalog) leave(ctx context.Context, node string) error {
+	_, err := c.db.ExecContext(ctx, c.q.leave, c.ns, node)
+	return err
+}
+
+// inTx runs fn in a transaction on one connection (BEGIN IMMEDIATE on
+// SQLite, which takes the write lock before reading).
+func inTx(ctx context.Context, db *sql.DB, d migrate.Dialect, fn func(execer) error) (err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	begin := "BEGIN"
+	if d == migrate.SQLite {
+		begin = "BEGIN IMMEDIATE"
+	}
+	defer func() {
+		if err != nil {
+			migrate.Rollback(ctx, conn)
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
+		return err
+	}
+	if err := fn(conn); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "COMMIT")
+	return err
+}
