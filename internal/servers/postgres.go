@@ -41,7 +41,8 @@ type PostgresConfig struct {
 // Postgres is a PostgreSQL server with the superuser role aegis and the
 // database aegis, trust authentication on 127.0.0.1 and durability turned
 // off for speed (fsync, synchronous_commit and full_page_writes are off:
-// a crash of the machine, not of the server, can lose committed data).
+// a crash of the machine, not of the server, can lose committed data):
+// a primary of [StartPostgres] or a hot standby of [StartStandby].
 type Postgres struct {
 	*Proc
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -16,9 +17,9 @@ import (
 )
 
 // ErrNotStandby is the error of [Postgres.Promote] and
-// [Postgres.WaitReplayed] on a server that is not in recovery, and of
-// [StartStandby] when its directory holds a cluster that is not a standby
-// (one promoted earlier, say).
+// [Postgres.WaitReplayed] on a server that is not in recovery (a primary,
+// or a standby promoted since), and of [StartStandby] when its directory
+// holds a cluster that is not a standby.
 var ErrNotStandby = errors.New("servers: not a standby")
 
 // standbyWait bounds Promote's and WaitReplayed's waits when ctx has no
@@ -52,14 +53,15 @@ func StartStandby(ctx context.Context, dir string, primary *Postgres, cfg *Postg
 	if primary == nil || primary.Proc == nil {
 		return nil, errors.New("servers: StartStandby: primary is nil")
 	}
+	if _, err := basebackupBinary(); err != nil {
+		return nil, err
+	}
 	c := PostgresConfig{}
 	if cfg != nil {
 		c = *cfg
 	}
 	settings := map[string]string{"hot_standby": "on"}
-	for k, v := range c.Settings {
-		settings[k] = v
-	}
+	maps.Copy(settings, c.Settings) // the caller's win, as in StartPostgres
 	c.Settings = settings
 	primaryMax, err := maxConnections(ctx, primary)
 	if err != nil {
@@ -209,8 +211,9 @@ func (p *Postgres) Promote(ctx context.Context) error {
 // settings turn it off, which could leave the last commits in primary's
 // WAL buffers, unsent, for up to wal_writer_delay), and polls p's
 // pg_last_wal_replay_lsn() until it reaches that position, within 30 s or
-// ctx's deadline. It returns an error wrapping [ErrNotStandby] when p has
-// never been in recovery.
+// ctx's deadline. It returns an error wrapping [ErrNotStandby] when p is
+// out of recovery before it has replayed that far (a promoted standby
+// replays nothing more).
 func (p *Postgres) WaitReplayed(ctx context.Context, primary *Postgres) error {
 	if primary == nil || primary.Proc == nil {
 		return fmt.Errorf("servers: wait for %s on %s to replay: primary is nil", p.Name(), p.Addr())
@@ -226,11 +229,11 @@ func (p *Postgres) WaitReplayed(ctx context.Context, primary *Postgres) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var standby bool
-	if err := conn.QueryRow(ctx, "select pg_last_wal_replay_lsn() is not null").Scan(&standby); err != nil {
+	if err := conn.QueryRow(ctx, "select pg_is_in_recovery()").Scan(&standby); err != nil {
 		return fail(err)
 	}
 	if !standby {
-		return fail(ErrNotStandby)
+		return fail(ErrNotStandby) // before writing on primary, which may be a standby
 	}
 	target, err := flushedInsertLSN(ctx, primary)
 	if err != nil {
@@ -240,12 +243,16 @@ func (p *Postgres) WaitReplayed(ctx context.Context, primary *Postgres) error {
 	for {
 		var replayed string
 		var done bool
-		err := conn.QueryRow(ctx, "select pg_last_wal_replay_lsn()::text, pg_last_wal_replay_lsn() >= $1::pg_lsn", target).Scan(&replayed, &done)
+		err := conn.QueryRow(ctx, "select pg_last_wal_replay_lsn()::text, pg_last_wal_replay_lsn() >= $1::pg_lsn, pg_is_in_recovery()",
+			target).Scan(&replayed, &done, &standby)
 		if err != nil {
 			return fail(err)
 		}
 		if done {
 			return nil
+		}
+		if !standby {
+			return fail(fmt.Errorf("replayed up to %s, not %s: %w", replayed, target, ErrNotStandby))
 		}
 		select {
 		case <-ctx.Done():

@@ -90,6 +90,7 @@ func TestStandbyReplicatesRefusesWritesAndPromotes(t *testing.T) {
 	require.NoError(t, connect(standby).QueryRow(ctx, "select count(*) from replicated").Scan(&n))
 	require.Equal(t, 2, n)
 	require.ErrorIs(t, standby.Promote(ctx), ErrNotStandby)
+	require.ErrorIs(t, standby.WaitReplayed(ctx, primary), ErrNotStandby)
 
 	// Wipe, then Start: a standby again, of the primary's data.
 	require.NoError(t, standby.Stop())
