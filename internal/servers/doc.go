@@ -5,8 +5,9 @@
 // It is the one implementation behind the shared test servers
 // (scripts/services, through `aegis services`), the private servers that
 // destructive tests start for themselves (a Redis failover, a killed etcd
-// leader, a killed ZooKeeper member), and the lab, which starts a whole
-// [Set] on free ports.
+// leader, a killed ZooKeeper member, a PostgreSQL hot standby that
+// [StartStandby] streams from a private primary and [Postgres.Promote]
+// promotes), and the lab, which starts a whole [Set] on free ports.
 //
 // Every process is a [Proc]: Addr, Stop (graceful, waits), Kill (SIGKILL),
 // Pause and Resume (SIGSTOP and SIGCONT, to the whole process group, so a

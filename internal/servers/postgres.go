@@ -41,7 +41,8 @@ type PostgresConfig struct {
 // Postgres is a PostgreSQL server with the superuser role aegis and the
 // database aegis, trust authentication on 127.0.0.1 and durability turned
 // off for speed (fsync, synchronous_commit and full_page_writes are off:
-// a crash of the machine, not of the server, can lose committed data).
+// a crash of the machine, not of the server, can lose committed data):
+// a primary of [StartPostgres] or a hot standby of [StartStandby].
 type Postgres struct {
 	*Proc
 }
@@ -63,10 +64,16 @@ func StartPostgres(ctx context.Context, dir string, cfg *PostgresConfig) (*Postg
 		c = *cfg
 	}
 	c.MaxConnections = cmp.Or(c.MaxConnections, 300)
-	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
 	if c.MaxConnections < 1 {
 		return nil, fmt.Errorf("servers: PostgresConfig.MaxConnections is %d, want at least 1", c.MaxConnections)
 	}
+	return startPostgres(ctx, dir, c, newPostgres)
+}
+
+// startPostgres starts the server that newServer builds on a free port
+// (or c.Port), retrying on new ports when a picked one was taken.
+func startPostgres(ctx context.Context, dir string, c PostgresConfig, newServer func(dir string, port int, c PostgresConfig) *Postgres) (*Postgres, error) {
+	c.StartTimeout = cmp.Or(c.StartTimeout, 60*time.Second)
 	if _, err := postgresBinaries(); err != nil {
 		return nil, err
 	}
@@ -79,7 +86,7 @@ func StartPostgres(ctx context.Context, dir string, cfg *PostgresConfig) (*Postg
 		if err != nil {
 			return nil, err
 		}
-		p := newPostgres(dir, ports[0], c)
+		p := newServer(dir, ports[0], c)
 		err = p.startOrAdopt(ctx)
 		if err == nil {
 			return p, nil
@@ -102,13 +109,22 @@ func newPostgres(dir string, port int, c PostgresConfig) *Postgres {
 		stopSignal: syscall.SIGINT, // fast shutdown: ends sessions, then stops
 	}}
 	data := filepath.Join(dir, "data")
-	p.command = func(ctx context.Context) (*exec.Cmd, error) { return postgresCommand(ctx, dir, data, port, c) }
+	p.command = func(ctx context.Context) (*exec.Cmd, error) {
+		return postgresCommand(ctx, dir, data, port, c, initdbData)
+	}
 	p.afterReady = func(ctx context.Context) error { return createAegisDatabase(ctx, p.Addr()) }
 	p.wipe = func() error { return os.RemoveAll(data) }
 	return p
 }
 
-func postgresCommand(ctx context.Context, dir, data string, port int, c PostgresConfig) (*exec.Cmd, error) {
+// initFunc creates a cluster in data, as the user cred (nil: ourselves),
+// with the environment env.
+type initFunc func(ctx context.Context, data string, cred *syscall.Credential, env []string) error
+
+// postgresCommand prepares dir (creating the cluster with initData when
+// data holds none, writing the test settings) and returns the command
+// that runs the server.
+func postgresCommand(ctx context.Context, dir, data string, port int, c PostgresConfig, initData initFunc) (*exec.Cmd, error) {
 	bins, err := postgresBinaries()
 	if err != nil {
 		return nil, err
@@ -132,22 +148,10 @@ func postgresCommand(ctx context.Context, dir, data string, port int, c Postgres
 		if err := os.RemoveAll(data); err != nil { // a half-done initdb
 			return nil, err
 		}
-		initdb := exec.CommandContext(ctx, bins.initdb, "-D", data, "-U", "postgres",
-			"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-		initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		initdb.Env = env
-		if out, err := initdb.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb: %w\n%s", err, lastLines(string(out), 15))
-		}
-		f, err := os.OpenFile(filepath.Join(data, "postgresql.conf"), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
+		if err := initData(ctx, data, cred, env); err != nil {
 			return nil, err
 		}
-		_, err = fmt.Fprintf(f, "\n# Written by aegis: the test settings.\ninclude_if_exists = 'aegis.conf'\n")
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := includeAegisConf(data); err != nil {
 			return nil, err
 		}
 	}
@@ -163,6 +167,49 @@ func postgresCommand(ctx context.Context, dir, data string, port int, c Postgres
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	cmd.Env = env
 	return cmd, nil
+}
+
+// initdbData creates an empty cluster with the superuser postgres and
+// trust authentication (which also admits replication connections from
+// 127.0.0.1: initdb's pg_hba.conf has host replication lines).
+func initdbData(ctx context.Context, data string, cred *syscall.Credential, env []string) error {
+	bins, err := postgresBinaries()
+	if err != nil {
+		return err
+	}
+	initdb := exec.CommandContext(ctx, bins.initdb, "-D", data, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Env = env
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w\n%s", err, lastLines(string(out), 15))
+	}
+	return nil
+}
+
+const aegisInclude = "include_if_exists = 'aegis.conf'"
+
+// includeAegisConf makes postgresql.conf read aegis.conf, the test
+// settings that every start rewrites. A base backup of our server already
+// has the line.
+func includeAegisConf(data string) error {
+	path := filepath.Join(data, "postgresql.conf")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if strings.Contains(string(b), "\n"+aegisInclude+"\n") {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "\n# Written by aegis: the test settings.\n%s\n", aegisInclude)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func postgresSettings(dir string, port int, c PostgresConfig) string {
