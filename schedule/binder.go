@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,7 +143,8 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = conn.Raw(func(any) error { return driverBad }) }() // never back to the pool LISTENing
+	defer conn.Close()
+	defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }() // discarded: never back to the pool LISTENing
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
@@ -171,9 +173,6 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		}
 	})
 }
-
-// driverBad makes database/sql discard a connection.
-var driverBad = errors.New("driver: bad connection")
 
 func quoteIdent(s string) string { return `"` + s + `"` }
 
