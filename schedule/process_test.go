@@ -1,0 +1,629 @@
+package schedule_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// The tests of this file run each replica as a process of its own: the
+// test binary, re-executed into TestProcReplicaMain. Every execution of a
+// tick is a row of proc_exec, a table without a unique key, so a tick
+// applied twice shows in SQL; every assertion is SQL over the store of
+// record (proc_exec and the run table), never a child's output.
+
+// The child's environment.
+const (
+	procEnvReplica   = "AEGIS_SCHEDULE_PROC_REPLICA" // "1" in a replica process
+	procEnvStore     = "AEGIS_SCHEDULE_PROC_STORE"   // "postgres://…" or "sqlite:PATH"
+	procEnvNode      = "AEGIS_SCHEDULE_PROC_NODE"
+	procEnvNamespace = "AEGIS_SCHEDULE_PROC_NAMESPACE"
+	procEnvHandlers  = "AEGIS_SCHEDULE_PROC_HANDLERS" // "exec" or "none"
+)
+
+// procHandler is the handler the replicas register (with handlers=exec).
+const procHandler = "exec"
+
+const procExecTable = `CREATE TABLE proc_exec (
+	name       text   NOT NULL,
+	fire_ms    bigint NOT NULL,
+	node       text   NOT NULL,
+	token      bigint NOT NULL,
+	started_ms bigint NOT NULL -- the store's clock when the handler ran
+)` // no unique key: a tick applied twice is two rows
+
+// procSQL is what differs between the dialects.
+type procSQL struct {
+	now       string // the store's clock, in ms
+	insert    string // $1 name, $2 fire ms, $3 node, $4 token
+	heartbeat string // $1 namespace, $2 node, $3 ms: the replica's heartbeat is that recent
+}
+
+var (
+	procPG = procSQL{
+		now: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
+		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, started_ms)
+VALUES ($1, $2, $3, $4, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)`,
+		heartbeat: `SELECT count(*) FROM aegis_schedule_replica
+WHERE namespace = $1 AND node = $2 AND seen_at >= timestamptz 'epoch' + $3 * interval '1 millisecond'`,
+	}
+	procSQLite = procSQL{
+		now: `SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)`,
+		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, started_ms)
+VALUES ($1, $2, $3, $4, CAST(unixepoch('subsec') * 1000 AS INTEGER))`,
+		heartbeat: `SELECT count(*) FROM aegis_schedule_replica WHERE namespace = $1 AND node = $2 AND seen_ms >= $3`,
+	}
+)
+
+// procOpen opens the store a replica or the test uses.
+func procOpen(store string) (*sql.DB, procSQL, error) {
+	if path, ok := strings.CutPrefix(store, "sqlite:"); ok {
+		db, err := sqlitelease.Open(path)
+		return db, procSQLite, err
+	}
+	db, err := sql.Open("pgx", store)
+	return db, procPG, err
+}
+
+// TestProcReplicaMain is a replica process when procEnvReplica is set (the
+// other tests of this file start it), and does nothing otherwise. It runs
+// until its stdin closes or it gets SIGTERM, then stops its scheduler and
+// exits with 0.
+func TestProcReplicaMain(t *testing.T) {
+	if os.Getenv(procEnvReplica) != "1" {
+		return
+	}
+	if err := procReplicaRun(); err != nil {
+		fmt.Fprintln(os.Stderr, "replica:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func procReplicaRun() error {
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer cancel()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+	node, ns := os.Getenv(procEnvNode), os.Getenv(procEnvNamespace)
+	db, q, err := procOpen(os.Getenv(procEnvStore))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	store, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: ns})
+	if err != nil {
+		return err
+	}
+	s, err := schedule.New(&schedule.Config{Node: node, Store: store, Catalog: cat, ReapInterval: 200 * time.Millisecond,
+		OnEvent: func(e schedule.Event) {
+			if e.Kind == schedule.EventError || e.Kind == schedule.EventLost {
+				fmt.Fprintf(os.Stderr, "%s: %s %s %s: %s %v\n", node, e.Kind, e.Job, e.Fire.Format(time.RFC3339Nano), e.Reason, e.Err)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	if os.Getenv(procEnvHandlers) == procHandler {
+		err := s.Handle(procHandler, func(ctx context.Context, _ json.RawMessage) error {
+			r, _ := schedule.RunFrom(ctx)
+			_, err := db.ExecContext(ctx, q.insert, r.Job, r.Fire.UnixMilli(), r.Node, int64(r.Token))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	s.Stop()
+	return nil
+}
+
+// procDB is a test's store, as the test (not a replica) uses it.
+type procDB struct {
+	t     *testing.T
+	store string // what the replicas get
+	ns    string
+	db    *sql.DB
+	q     procSQL
+	cat   *schedule.Catalog
+	runs  *schedule.Store
+}
+
+// procSetup opens a fresh database ("postgres" or "sqlite") for the test,
+// with the catalog, the run table and proc_exec.
+func procSetup(t *testing.T, kind, ns string) *procDB {
+	store := "sqlite:" + filepath.Join(t.TempDir(), "schedule.db")
+	if kind == "postgres" {
+		store = testenv.PostgresURL(t)
+	}
+	db, q, err := procOpen(store)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.ExecContext(ctx, procExecTable)
+	require.NoError(t, err)
+	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: ns})
+	require.NoError(t, err)
+	runs, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: ns})
+	require.NoError(t, err)
+	return &procDB{t: t, store: store, ns: ns, db: db, q: q, cat: cat, runs: runs}
+}
+
+// now is the store's clock.
+func (d *procDB) now() time.Time {
+	d.t.Helper()
+	var ms int64
+	require.NoError(d.t, d.db.QueryRowContext(d.t.Context(), d.q.now).Scan(&ms))
+	return time.UnixMilli(ms)
+}
+
+// procExec is a row of proc_exec.
+type procExec struct {
+	node      string
+	token     int64
+	startedMS int64
+}
+
+// execs returns the executions of schedule name by fire time.
+func (d *procDB) execs(name string) map[int64][]procExec {
+	d.t.Helper()
+	rows, err := d.db.QueryContext(d.t.Context(), `SELECT fire_ms, node, token, started_ms FROM proc_exec WHERE name = $1 ORDER BY fire_ms, token`, name)
+	require.NoError(d.t, err)
+	defer rows.Close()
+	out := map[int64][]procExec{}
+	for rows.Next() {
+		var e procExec
+		var fire int64
+		require.NoError(d.t, rows.Scan(&fire, &e.node, &e.token, &e.startedMS))
+		out[fire] = append(out[fire], e)
+	}
+	require.NoError(d.t, rows.Err())
+	return out
+}
+
+// firesFrom counts the distinct fire times of name's executions at or
+// after from.
+func (d *procDB) firesFrom(name string, from time.Time) int {
+	n := 0
+	for f := range d.execs(name) {
+		if f >= from.UnixMilli() {
+			n++
+		}
+	}
+	return n
+}
+
+// runRecords returns the run table's rows of name by fire time.
+func (d *procDB) runRecords(name string) map[int64]schedule.RunRecord {
+	d.t.Helper()
+	rs, err := d.runs.Runs(d.t.Context(), name, 10_000)
+	require.NoError(d.t, err)
+	out := map[int64]schedule.RunRecord{}
+	for _, r := range rs {
+		out[r.Fire.UnixMilli()] = r
+	}
+	return out
+}
+
+// procReplica is a replica process.
+type procReplica struct {
+	d      *procDB
+	node   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{} // closed once the process has exited and been waited for
+	err    error         // Wait's, after exited
+	stderr *procBuffer
+}
+
+// procBuffer keeps a child's stderr for the test's log.
+type procBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *procBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *procBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// start starts a replica called node with the handlers ("exec" or "none")
+// and waits until its binder runs: its heartbeat row is newer than the
+// start. The test's cleanup stops it.
+func (d *procDB) start(node, handlers string) *procReplica {
+	t := d.t
+	t.Helper()
+	since := d.now()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestProcReplicaMain$", "-test.count=1")
+	cmd.Env = append(os.Environ(), procEnvReplica+"=1", procEnvStore+"="+d.store, procEnvNode+"="+node,
+		procEnvNamespace+"="+d.ns, procEnvHandlers+"="+handlers)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives a crashed test
+	r := &procReplica{d: d, node: node, cmd: cmd, exited: make(chan struct{}), stderr: &procBuffer{}}
+	cmd.Stderr = r.stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	r.stdin = stdin
+	require.NoError(t, cmd.Start())
+	go func() { r.err = cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		r.stop(false)
+		if s := r.stderr.String(); s != "" {
+			t.Logf("replica %s (pid %d), stderr:\n%s", node, cmd.Process.Pid, s)
+		}
+	})
+	waitFor(t, 30*time.Second, func() bool {
+		select {
+		case <-r.exited:
+			t.Fatalf("replica %s exited at start: %v\n%s", node, r.err, r.stderr.String())
+		default:
+		}
+		var n int
+		require.NoError(t, d.db.QueryRowContext(t.Context(), d.q.heartbeat, d.ns, node, since.UnixMilli()).Scan(&n))
+		return n == 1
+	}, "replica %s writes its heartbeat", node)
+	return r
+}
+
+// stop stops the replica with SIGTERM (term) or by closing its stdin, and
+// requires a clean exit within 20s.
+func (r *procReplica) stop(term bool) {
+	t := r.d.t
+	t.Helper()
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	if term {
+		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
+	}
+	_ = r.stdin.Close()
+	select {
+	case <-r.exited:
+		require.NoError(t, r.err, "replica %s: exit status\n%s", r.node, r.stderr.String())
+	case <-time.After(20 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited // a SIGKILLed process is reaped at once
+		t.Errorf("replica %s did not stop within 20s", r.node)
+	}
+}
+
+// kill SIGKILLs the replica and waits for its end.
+func (r *procReplica) kill() {
+	t := r.d.t
+	t.Helper()
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGKILL))
+	testenv.Recv(t, r.exited, 10*time.Second, "the SIGKILLed replica "+r.node+" to be reaped")
+	require.ErrorContains(t, r.err, "killed")
+}
+
+// procPhase is a spec in force from an instant: the ticks of a schedule
+// around its edits are those of each phase, from its start to the next's.
+type procPhase struct {
+	sched schedule.Schedule
+	from  time.Time
+}
+
+func procSchedule(t *testing.T, e schedule.Entry) schedule.Schedule {
+	t.Helper()
+	if e.Every != 0 {
+		return schedule.Every(e.Every)
+	}
+	s, err := schedule.ParseCron("TZ=" + e.TZ + " " + e.Cron)
+	require.NoError(t, err)
+	return s
+}
+
+// expected is the fire times, in ms, of the phases before until.
+func procExpected(phases []procPhase, until time.Time) []int64 {
+	var out []int64
+	for i, p := range phases {
+		end := until
+		if i+1 < len(phases) && phases[i+1].from.Before(end) {
+			end = phases[i+1].from
+		}
+		for f := p.sched.Next(p.from.Add(-time.Nanosecond)); !f.IsZero() && f.Before(end); f = p.sched.Next(f) {
+			out = append(out, f.UnixMilli())
+		}
+	}
+	return out
+}
+
+// checkTicks requires that name's executions with a fire time in
+// [from, until) are exactly the expected ticks, each once, and that each
+// is the run table's run of that tick (node and token).
+func (d *procDB) checkTicks(name string, want []int64, from, until time.Time) {
+	t := d.t
+	t.Helper()
+	// A tick due before until has been claimed by now; its handler's row
+	// may still be on its way.
+	waitFor(t, 10*time.Second, func() bool {
+		ex := d.execs(name)
+		for _, f := range want {
+			if len(ex[f]) == 0 {
+				return false
+			}
+		}
+		return true
+	}, "every expected tick of %s in [%s, %s) executes", name, from.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
+	ex, runs := d.execs(name), d.runRecords(name)
+	var got []int64
+	for f, es := range ex {
+		if f < from.UnixMilli() || f >= until.UnixMilli() {
+			continue
+		}
+		got = append(got, f)
+		require.Len(t, es, 1, "tick %s of %s executed %d times: %+v", time.UnixMilli(f).UTC().Format(time.RFC3339Nano), name, len(es), es)
+		r := runs[f]
+		require.Equal(t, r.Node, es[0].node, "tick %s: the run table's node", time.UnixMilli(f).UTC())
+		require.EqualValues(t, r.Token, es[0].token, "tick %s: the run table's token", time.UnixMilli(f).UTC())
+	}
+	slices.Sort(got)
+	require.Equal(t, procTimes(want), procTimes(got), "the executed ticks of %s in [%s, %s)", name, from.UTC(), until.UTC())
+}
+
+// procTimes makes a failure's list of fire times readable.
+func procTimes(ms []int64) []string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, time.UnixMilli(m).UTC().Format("15:04:05.000"))
+	}
+	return out
+}
+
+// checkNothingAfter requires that no run of name started (was claimed) in
+// the run table after t0, and that no tick after t0 executed.
+func (d *procDB) checkNothingAfter(name string, t0 time.Time, what string) {
+	t := d.t
+	t.Helper()
+	for _, r := range d.runRecords(name) {
+		require.False(t, r.Started.After(t0), "a run of %s started at %s, after %s returned (%s): %+v", name, r.Started, what, t0.UTC(), r)
+	}
+	for f, es := range d.execs(name) {
+		require.LessOrEqual(t, f, t0.UnixMilli(), "tick %s of %s executed after %s returned: %+v", time.UnixMilli(f).UTC(), name, what, es)
+	}
+}
+
+// procBoth runs fn on PostgreSQL and on SQLite at the same time. Not
+// through t.Parallel, which runs two tests at once on two cores: the
+// scenarios wait on the clock, not the CPU (their replicas idle between
+// ticks), and their bounds are generous.
+func procBoth(t *testing.T, fn func(t *testing.T, kind string)) {
+	var wg sync.WaitGroup
+	for _, kind := range []string{"postgres", "sqlite"} {
+		wg.Go(func() { t.Run(kind, func(t *testing.T) { fn(t, kind) }) })
+	}
+	testenv.Wait(t, &wg, 3*time.Minute, "the scenario on both stores") // each subtest's waits are bounded well below
+}
+
+// A schedule put while three replica processes run: each of its ticks
+// runs on exactly one replica, the first within 1s of its fire time.
+func TestProcPutRunsEachTickOnce(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		d := procSetup(t, kind, "proc-put")
+		nodes := []string{"node-a", "node-b", "node-c"}
+		for _, n := range nodes {
+			d.start(n, procHandler)
+		}
+		e, err := d.cat.Put(t.Context(), schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e.EffectiveAt) >= 4 }, "four ticks run")
+		until := d.now().Add(-2 * time.Second)
+		d.checkTicks("tick", procExpected([]procPhase{{schedule.Every(time.Second), e.EffectiveAt}}, until), time.Time{}, until)
+		for f, es := range d.execs("tick") {
+			require.GreaterOrEqual(t, f, e.EffectiveAt.UnixMilli(), "a tick before the schedule took effect")
+			require.Contains(t, nodes, es[0].node)
+			// The handler's timestamp (the store's clock as it inserts the
+			// row) is at most 1s after the tick's fire time.
+			require.Less(t, es[0].startedMS-f, int64(1000), "tick %s started %dms late", time.UnixMilli(f).UTC(), es[0].startedMS-f)
+		}
+	})
+}
+
+// Edits of a schedule while three replica processes run: a new interval,
+// then a cron spec in a zone; no tick runs twice and none is lost around
+// the instants the edits took effect. Pause: no run starts after Pause
+// returned; resume: the ticks from its instant run; delete: nothing runs.
+func TestProcEditPauseResumeDelete(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-edit")
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			d.start(n, procHandler)
+		}
+		put := func(e schedule.Entry) schedule.Entry {
+			e.Name, e.Handler = "tick", procHandler
+			got, err := d.cat.Put(ctx, e)
+			require.NoError(t, err)
+			return got
+		}
+		e1 := put(schedule.Entry{Every: time.Second})
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e1.EffectiveAt) >= 3 }, "three ticks of @every 1s")
+		e2 := put(schedule.Entry{Every: 2 * time.Second})
+		require.Equal(t, "@every 1s", e2.Previous)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e2.EffectiveAt) >= 2 }, "two ticks of @every 2s")
+		e3 := put(schedule.Entry{Cron: "*/3 * * * * *", TZ: "Europe/Berlin"})
+		require.Equal(t, "@every 2s", e3.Previous)
+		require.Equal(t, "*/3 * * * * * (Europe/Berlin)", e3.Spec())
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e3.EffectiveAt) >= 2 }, "two ticks of the cron spec")
+		until := d.now().Add(-2 * time.Second)
+		phases := []procPhase{{procSchedule(t, e1), e1.EffectiveAt}, {procSchedule(t, e2), e2.EffectiveAt}, {procSchedule(t, e3), e3.EffectiveAt}}
+		d.checkTicks("tick", procExpected(phases, until), time.Time{}, until)
+
+		_, err := d.cat.Pause(ctx, "tick")
+		require.NoError(t, err)
+		// +1ms: the run table's times are rounded to the millisecond.
+		paused := d.now().Add(time.Millisecond)
+		time.Sleep(3500 * time.Millisecond) // not a synchronisation: a tick comes, and must not run
+		d.checkNothingAfter("tick", paused, "Pause")
+
+		re, err := d.cat.Resume(ctx, "tick")
+		require.NoError(t, err)
+		require.False(t, re.Paused)
+		require.Empty(t, re.Previous, "a resumed schedule has no ticks before it takes effect")
+		require.False(t, re.EffectiveAt.Before(paused), "a resume takes effect from its commit")
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", re.EffectiveAt) >= 2 }, "two ticks after Resume")
+		until = d.now().Add(-2 * time.Second)
+		d.checkTicks("tick", procExpected([]procPhase{{procSchedule(t, re), re.EffectiveAt}}, until), paused, until)
+
+		require.NoError(t, d.cat.Delete(ctx, "tick"))
+		deleted := d.now().Add(time.Millisecond)
+		_, err = d.cat.Get(ctx, "tick")
+		require.ErrorIs(t, err, schedule.ErrNotFound)
+		time.Sleep(3500 * time.Millisecond) // not a synchronisation: a tick comes, and must not run
+		d.checkNothingAfter("tick", deleted, "Delete")
+		for f, es := range d.execs("tick") {
+			require.Len(t, es, 1, "tick %s executed %d times: %+v", time.UnixMilli(f).UTC(), len(es), es)
+		}
+	})
+}
+
+// A replica without the schedule's handler never runs it: the others do,
+// Get names it in MissingOn, and once the others stop the schedule's
+// ticks do not run at all.
+func TestProcReplicaWithoutHandler(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-missing")
+		a, b := d.start("node-a", procHandler), d.start("node-b", procHandler)
+		d.start("node-none", "none")
+		e, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler})
+		require.NoError(t, err)
+		require.Equal(t, []string{"node-a", "node-b"}, e.Replicas)
+		require.Equal(t, []string{"node-none"}, e.MissingOn)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e.EffectiveAt) >= 3 }, "three ticks run")
+		until := d.now().Add(-2 * time.Second)
+		d.checkTicks("tick", procExpected([]procPhase{{schedule.Every(time.Second), e.EffectiveAt}}, until), time.Time{}, until)
+
+		a.stop(true)
+		b.stop(true)
+		got, err := d.cat.Get(ctx, "tick")
+		require.NoError(t, err)
+		require.Empty(t, got.Replicas, "the stopped replicas left")
+		require.Equal(t, []string{"node-none"}, got.MissingOn)
+		stopped := d.now().Add(time.Millisecond)
+		time.Sleep(3 * time.Second) // not a synchronisation: ticks come that node-none must not run
+		d.checkNothingAfter("tick", stopped, "the replicas with the handler stopped")
+		for _, r := range d.runRecords("tick") {
+			require.NotEqual(t, "node-none", r.Node, "the replica without the handler claimed a tick: %+v", r)
+		}
+	})
+}
+
+// A replica SIGKILLed while its schedule is edited, and restarted before
+// the edit takes effect: every tick still runs once, and the restarted
+// replica runs the new spec (alone, once the others stop).
+func TestProcKilledReplicaRestartedMidEdit(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-kill")
+		a, b, c := d.start("node-a", procHandler), d.start("node-b", procHandler), d.start("node-c", procHandler)
+		// LockAtMostFor 2s: a run the kill cuts off is the reapers' soon.
+		e1, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler, LockAtMostFor: 2 * time.Second})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e1.EffectiveAt) >= 2 }, "two ticks run")
+
+		b.kill()
+		e2, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: 2 * time.Second, Handler: procHandler, LockAtMostFor: 2 * time.Second})
+		require.NoError(t, err)
+		b = d.start("node-b", procHandler)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e2.EffectiveAt) >= 2 }, "two ticks of the new spec run")
+
+		a.stop(true)
+		c.stop(true)
+		alone := d.now()
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", alone) >= 2 }, "the restarted replica runs two ticks alone")
+		for f, es := range d.execs("tick") {
+			if f >= alone.UnixMilli() {
+				require.Equal(t, "node-b", es[0].node)
+				require.Zero(t, f%2000, "tick %s the restarted replica ran follows the new spec", time.UnixMilli(f).UTC())
+			}
+		}
+		until := d.now().Add(-2 * time.Second)
+		d.checkKilled("tick", procExpected([]procPhase{{procSchedule(t, e1), e1.EffectiveAt}, {procSchedule(t, e2), e2.EffectiveAt}}, until), until)
+		b.stop(false)
+	})
+}
+
+// checkKilled is checkTicks for a test that SIGKILLs a replica: the kill
+// may fall between a claim and its handler's commit, or between the
+// handler's commit and the run's finish. The tick is then the reapers':
+// run again with a greater token (attempt 2), or abandoned when a later
+// tick had started. So a tick may execute twice only with two tokens and
+// a run that is a retry, and may be missing only when its run was
+// abandoned.
+func (d *procDB) checkKilled(name string, want []int64, until time.Time) {
+	t := d.t
+	t.Helper()
+	runs := d.runRecords(name)
+	waitFor(t, 10*time.Second, func() bool {
+		ex := d.execs(name)
+		for _, f := range want {
+			if len(ex[f]) == 0 && runs[f].State != "abandoned" {
+				return false
+			}
+		}
+		return true
+	}, "every expected tick of %s before %s executes", name, until.UTC())
+	ex := d.execs(name)
+	runs = d.runRecords(name)
+	for _, f := range want {
+		es, r := ex[f], runs[f]
+		switch {
+		case len(es) == 1:
+			require.EqualValues(t, r.Token, es[0].token, "tick %s: the run table's token", time.UnixMilli(f).UTC())
+		case len(es) == 0:
+			require.Equal(t, "abandoned", r.State, "tick %s was lost: %+v", time.UnixMilli(f).UTC(), r)
+			t.Logf("tick %s was abandoned: the kill cut off its run", time.UnixMilli(f).UTC())
+		default:
+			require.Greater(t, r.Attempt, 1, "tick %s executed %d times without a retry: %+v", time.UnixMilli(f).UTC(), len(es), es)
+			for i := 1; i < len(es); i++ {
+				require.Greater(t, es[i].token, es[i-1].token, "tick %s executed twice with one token: %+v", time.UnixMilli(f).UTC(), es)
+			}
+			t.Logf("tick %s executed %d times: the kill cut off its first run", time.UnixMilli(f).UTC(), len(es))
+		}
+	}
+	for f := range ex {
+		if f < until.UnixMilli() {
+			require.Contains(t, want, f, "tick %s executed, but no spec in force fires then", time.UnixMilli(f).UTC())
+		}
+	}
+}
