@@ -124,7 +124,7 @@ func procReplicaRun() error {
 	if err != nil {
 		return err
 	}
-	s, err := schedule.New(&schedule.Config{Node: node, Store: store, Catalog: cat, ReapInterval: 200 * time.Millisecond,
+	s, err := schedule.New(&schedule.Config{Node: node, Store: store, Catalog: cat,
 		OnEvent: func(e schedule.Event) {
 			if e.Kind == schedule.EventError || e.Kind == schedule.EventLost {
 				fmt.Fprintf(os.Stderr, "%s: %s %s %s: %s %v\n", node, e.Kind, e.Job, e.Fire.Format(time.RFC3339Nano), e.Reason, e.Err)
@@ -134,10 +134,25 @@ func procReplicaRun() error {
 		return err
 	}
 	if os.Getenv(procEnvHandlers) == procHandler {
-		err := s.Handle(procHandler, func(ctx context.Context, _ json.RawMessage) error {
+		err := s.Handle(procHandler, func(ctx context.Context, args json.RawMessage) error {
 			r, _ := schedule.RunFrom(ctx)
-			_, err := db.ExecContext(ctx, q.insert, r.Job, r.Fire.UnixMilli(), r.Node, int64(r.Token))
-			return err
+			// The row records that the handler was entered: an execution,
+			// whatever becomes of the run's context afterwards.
+			if _, err := db.ExecContext(context.WithoutCancel(ctx), q.insert, r.Job, r.Fire.UnixMilli(), r.Node, int64(r.Token)); err != nil {
+				return err
+			}
+			var a struct {
+				HoldMS int `json:"hold_ms"` // how long the run lasts
+			}
+			if err := json.Unmarshal(args, &a); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(time.Duration(a.HoldMS) * time.Millisecond):
+				return nil
+			case <-ctx.Done(): // a handler stops when its run's context ends
+				return context.Cause(ctx)
+			}
 		})
 		if err != nil {
 			return err
@@ -600,6 +615,92 @@ func TestProcKilledReplicaRestartedMidEdit(t *testing.T) {
 		until := d.now().Add(-2 * time.Second)
 		d.checkKilled("tick", procExpected([]procPhase{{procSchedule(t, e1), e1.EffectiveAt}, {procSchedule(t, e2), e2.EffectiveAt}}, until), until, 2*time.Second)
 		b.stop(false)
+	})
+}
+
+// Edits that change only the args, many per tick, while three replica
+// processes run: every edit makes each replica rebind the schedule (a new
+// version), and still every tick runs once and none is lost.
+func TestProcArgsEditsWhileTicking(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-args")
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			d.start(n, procHandler)
+		}
+		e, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler, Args: json.RawMessage(`{"n":0}`)})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e.EffectiveAt) >= 1 }, "the first tick runs")
+		// The workload (not a synchronisation): an edit aimed at each tick's
+		// fire time, from 3ms before to 8ms after, so that the replicas
+		// rebind while their claims are in flight.
+		for i, ms := range []int{-3, -1, 0, 1, 2, 3, 5, 8} {
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + time.Duration(ms)*time.Millisecond)))
+			got, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler, Args: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i+1))})
+			require.NoError(t, err)
+			require.Equal(t, e.EffectiveAt, got.EffectiveAt, "an edit of the args keeps the spec's instant")
+		}
+		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", d.now().Add(-time.Second)) >= 1 }, "a tick after the edits")
+		until := d.now().Add(-2 * time.Second)
+		d.checkTicks("tick", procExpected([]procPhase{{schedule.Every(time.Second), e.EffectiveAt}}, until), time.Time{}, until)
+	})
+}
+
+// A run in progress when its schedule is edited, paused or deleted ends
+// normally (Catalog.Pause and Delete say so; an edit applies to the ticks
+// claimed after it): its context is not cancelled, and the run table
+// records it succeeded.
+func TestProcRunInProgressSurvivesEdits(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-hold")
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			d.start(n, procHandler)
+		}
+		put := func(args string) schedule.Entry {
+			e, err := d.cat.Put(ctx, schedule.Entry{Name: "hold", Every: 2 * time.Second, Handler: procHandler, Args: json.RawMessage(args)})
+			require.NoError(t, err)
+			return e
+		}
+		// inProgress waits for a run of a tick at or after from that is
+		// still running: its handler holds for 1.5s.
+		inProgress := func(from time.Time) int64 {
+			var fire int64
+			waitFor(t, 30*time.Second, func() bool {
+				runs := d.runRecords("hold")
+				for f := range d.execs("hold") {
+					if f >= from.UnixMilli() && runs[f].State == "running" {
+						fire = f
+						return true
+					}
+				}
+				return false
+			}, "a run in progress")
+			return fire
+		}
+		ended := func(f int64, what string) {
+			var r schedule.RunRecord
+			waitFor(t, 10*time.Second, func() bool { r = d.runRecords("hold")[f]; return r.State != "running" }, "the run to end")
+			require.Equal(t, "succeeded", r.State, "the run in progress when %s: %+v", what, r)
+		}
+
+		e := put(`{"hold_ms": 1500}`)
+		f := inProgress(e.EffectiveAt)
+		put(`{"hold_ms": 1500, "edit": 1}`)
+		ended(f, "its args were edited")
+
+		f = inProgress(time.UnixMilli(f + 1))
+		_, err := d.cat.Pause(ctx, "hold")
+		require.NoError(t, err)
+		ended(f, "the schedule was paused")
+
+		re, err := d.cat.Resume(ctx, "hold")
+		require.NoError(t, err)
+		f = inProgress(re.EffectiveAt)
+		require.NoError(t, d.cat.Delete(ctx, "hold"))
+		ended(f, "the schedule was deleted")
 	})
 }
 
