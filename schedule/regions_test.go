@@ -207,6 +207,7 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 		require.False(t, bFires[ev.Fire], "region B reported tick %s not primary twice: a retry", ev.Fire)
 		bFires[ev.Fire] = true
 		require.Equal(t, "region-b", ev.Node)
+		require.Zero(t, ev.Fire.UnixMilli()%1000, "event %+v is not of a tick of @every 1s", ev)
 		require.ErrorContains(t, ev.Err, "read-only", "the event's error is the server's")
 	}
 	require.LessOrEqual(t, len(notPrimary), int(elapsed/time.Second)+2, "region B's not-primary events in %s", elapsed)
@@ -217,6 +218,8 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 	require.True(t, strings.HasPrefix(bErrors[0].Reason, "LISTEN"), "region B's error: %+v", bErrors[0])
 	require.GreaterOrEqual(t, regionMetric(t, b, "aegis_schedule_not_primary_total"), float64(len(notPrimary)))
 	require.Zero(t, regionMetric(t, a, "aegis_schedule_not_primary_total"))
+	require.Zero(t, regionMetric(t, b, "aegis_schedule_runs_total"))
+	require.GreaterOrEqual(t, regionMetric(t, a, "aegis_schedule_runs_total"), float64(len(aRuns)))
 	require.Equal(t, 1.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds the export: it is refused per tick, not unbound")
 
 	// Failover: region A goes down with its server (every commit of its
