@@ -42,7 +42,7 @@ func TestCatalogBadInput(t *testing.T) {
 				{"unknown time zone", with(func(e *schedule.Entry) { e.TZ = "Mars/Olympus" }), `Entry.TZ "Mars/Olympus"`},
 				{"Local is no zone", with(func(e *schedule.Entry) { e.TZ = "Local" }), "Entry.TZ"},
 				{"negative interval", with(func(e *schedule.Entry) { e.Cron, e.Every = "", -time.Second }), "Entry.Every"},
-				{"sub-millisecond interval", with(func(e *schedule.Entry) { e.Cron, e.Every = "", 500 * time.Microsecond }), "Entry.Every"},
+				{"sub-millisecond interval", with(func(e *schedule.Entry) { e.Cron, e.Every = "", 500*time.Microsecond }), "Entry.Every"},
 				{"both cron and interval", with(func(e *schedule.Entry) { e.Every = time.Second }), "not both"},
 				{"neither cron nor interval", with(func(e *schedule.Entry) { e.Cron = "" }), "set one of Entry.Cron and Entry.Every"},
 				{"zone for an interval", with(func(e *schedule.Entry) { e.Cron, e.Every, e.TZ = "", time.Second, "UTC" }), "Entry.TZ"},
@@ -55,7 +55,7 @@ func TestCatalogBadInput(t *testing.T) {
 					e.Args = json.RawMessage(`"` + strings.Repeat("x", schedule.MaxArgsLen) + `"`)
 				}), "Entry.Args"},
 				{"negative deadline", with(func(e *schedule.Entry) { e.StartingDeadline = -time.Second }), "Entry.StartingDeadline"},
-				{"at least beyond at most", with(func(e *schedule.Entry) { e.LockAtMostFor, e.LockAtLeastFor = time.Second, 2 * time.Second }), "Entry.LockAtLeastFor"},
+				{"at least beyond at most", with(func(e *schedule.Entry) { e.LockAtMostFor, e.LockAtLeastFor = time.Second, 2*time.Second }), "Entry.LockAtLeastFor"},
 				{"attempts out of range", with(func(e *schedule.Entry) { e.MaxAttempts = 5000 }), "Entry.MaxAttempts"},
 				{"unknown misfire policy", with(func(e *schedule.Entry) { e.Misfire = 9 }), "Entry.Misfire"},
 			} {
