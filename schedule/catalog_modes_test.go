@@ -175,3 +175,77 @@ func TestCatalogNamespaces(t *testing.T) {
 	_, err := cats["shipping"].Get(ctx, "tick")
 	require.NoError(t, err, "a delete in one namespace leaves the other's schedule of the same name")
 }
+
+// An edit rebinds the schedule on every replica; a run already going is
+// not cancelled by it, and records its outcome.
+func TestCatalogEditKeepsRunningRun(t *testing.T) {
+	t.Parallel()
+	r := pgReplica(t, pgURL(t))
+	ctx := context.Background()
+	cat := openCatalog(t, r, nil)
+	started := make(chan schedule.Run, 1)
+	release := make(chan struct{})
+	ended := make(chan error, 1)
+	s, err := schedule.New(&schedule.Config{Node: "node-0", Store: r.store, Catalog: cat})
+	require.NoError(t, err)
+	require.NoError(t, s.Handle("slow", func(ctx context.Context, _ json.RawMessage) error {
+		run, _ := schedule.RunFrom(ctx)
+		select {
+		case started <- run:
+		default:
+			return nil // a later tick
+		}
+		select {
+		case <-release:
+			ended <- ctx.Err()
+		case <-ctx.Done():
+			ended <- context.Cause(ctx)
+		case <-time.After(30 * time.Second):
+			ended <- fmt.Errorf("not released within 30s")
+		}
+		return nil
+	}))
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { stop(t, s) })
+	_, err = cat.Put(ctx, schedule.Entry{Name: "slow", Every: time.Second, Handler: "slow", Overlap: schedule.OverlapAllow})
+	require.NoError(t, err)
+	var run schedule.Run
+	select {
+	case run = <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no run within 30s")
+	}
+	e, err := cat.Put(ctx, schedule.Entry{Name: "slow", Every: time.Second, Handler: "slow", Overlap: schedule.OverlapAllow, Args: json.RawMessage(`{"v":2}`)})
+	require.NoError(t, err)
+	require.Greater(t, e.Version, run.Version)
+	waitFor(t, 10*time.Second, func() bool {
+		for _, r := range runsOf(t, r.store, "slow") {
+			if r.Fire.After(run.Fire) && r.State == "succeeded" {
+				return true
+			}
+		}
+		return false
+	}, "a tick after the edit runs (the schedule was rebound)")
+	close(release)
+	select {
+	case err := <-ended:
+		require.NoError(t, err, "the run going during the edit was not cancelled")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end within 30s")
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		for _, rr := range runsOf(t, r.store, "slow") {
+			if rr.Fire.Equal(run.Fire) {
+				return rr.State == "succeeded"
+			}
+		}
+		return false
+	}, "the run going during the edit recorded its outcome")
+}
+
+func runsOf(t *testing.T, st *schedule.Store, job string) []schedule.RunRecord {
+	t.Helper()
+	rows, err := st.Runs(context.Background(), job, 1000)
+	require.NoError(t, err)
+	return rows
+}
