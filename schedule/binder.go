@@ -285,7 +285,7 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 		return err
 	}
 	lctx, stop := context.WithCancel(ctx)
-	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}),
+	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}), runCtx: ctx,
 		bound: &bound{version: r.version, handler: r.handler, sched: sw, args: json.RawMessage(r.args), stop: stop, done: make(chan struct{})}}
 	from := time.Time{}
 	if old := b.s.lastTick(r.name); !old.IsZero() {

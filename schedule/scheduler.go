@@ -382,6 +382,18 @@ type job struct {
 	mu      sync.Mutex
 	running map[*active]struct{}
 	seen    time.Time // the last tick the loop handled
+	// runCtx is the context of a catalog job's runs: the binder's. Its
+	// loop's context ends at every rebind (an edit), and a run already
+	// going must not end with it. Nil for a code job: its loop's.
+	runCtx context.Context
+}
+
+// runContext is the context the job's runs start under, given the loop's.
+func (j *job) runContext(loop context.Context) context.Context {
+	if j.runCtx != nil {
+		return j.runCtx
+	}
+	return loop
 }
 
 func (j *job) lastSeen() time.Time {
@@ -652,7 +664,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
 		j.s.lookBack()
 		return nil, false, nil
-	case won && state == "running" && ctx.Err() != nil:
+	case won && state == "running" && j.runContext(ctx).Err() != nil:
 		j.s.handBack(ctx, j.Name, f, token)
 		return nil, false, nil
 	case !won:
@@ -674,7 +686,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		// token.
 		j.cancelReplaced(f)
 	}
-	return j.startRunKey(ctx, f, token, 1, start, c), false, nil
+	return j.startRunKey(j.runContext(ctx), f, token, 1, start, c), false, nil
 }
 
 // startRunKey runs a claimed (or reclaimed) run row in a goroutine; c is
@@ -714,7 +726,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 	cctx, cancel := claimContext(ctx)
 	lease, err := locker.TryAcquire(cctx, key, j.LockAtMostFor)
 	cancel()
-	if err == nil && ctx.Err() != nil {
+	if err == nil && j.runContext(ctx).Err() != nil {
 		// Stopping: run nothing new, and free the key at once.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -735,7 +747,9 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		// The catalog half of the claim, once the lease is ours: a pause
 		// or delete that committed before it is seen.
 		var ok bool
-		c, ok, err = j.s.checkCatalog(ctx, j.s.cfg.Catalog.db, j, f, false)
+		cctx, cancel := claimContext(ctx)
+		c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+		cancel()
 		if err != nil || !ok {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -751,7 +765,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		}
 	}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
-	done = j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
+	done = j.launch(j.runContext(ctx), run, lease, locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
