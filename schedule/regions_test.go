@@ -77,6 +77,12 @@ func (l *regionLog) runsAfter(job string, t time.Time) int {
 	return n
 }
 
+// regionTick is a tick of a catalog schedule.
+type regionTick struct {
+	job  string
+	fire time.Time
+}
+
 // region is one region's scheduler and its connections to its own server.
 type region struct {
 	db    *sql.DB
@@ -178,49 +184,64 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 	// Both regions see every tick: A runs it, B is refused by its server.
 	waitFor(t, 30*time.Second, func() bool {
 		return len(b.log.eventsOf(schedule.EventNotPrimary, "export")) >= 4 && a.log.runsAfter("export", bStarted.Add(time.Second)) >= 4
-	}, "region A runs four ticks and region B is refused four")
+	}, "region A runs four ticks of the export and region B is refused four")
+	// B's binder polls the catalog it reads on the standby (LISTEN is
+	// refused there, asserted below): a schedule put on the primary
+	// reaches it once replayed.
+	_, err = admin.Put(ctx, schedule.Entry{Name: "audit", Every: time.Second, Handler: "export"})
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, func() bool {
+		return len(b.log.eventsOf(schedule.EventBound, "audit")) == 1 && len(b.log.eventsOf(schedule.EventNotPrimary, "audit")) >= 1 &&
+			a.log.runsAfter("audit", time.Time{}) >= 1
+	}, "region B binds the audit schedule put on the primary, and is refused its ticks; region A runs them")
 	notPrimary := b.log.eventsOf(schedule.EventNotPrimary, "export")
 	elapsed := time.Since(bStarted)
-	rows := regionRows(t, a.store, "export")
 	aRuns := a.log.snapshot()
-	require.NotEmpty(t, rows)
-	aByFire := map[time.Time]schedule.Run{}
+	aByTick := map[regionTick]schedule.Run{}
 	for _, r := range aRuns {
-		_, dup := aByFire[r.run.Fire.UTC()]
-		require.False(t, dup, "region A ran tick %s twice", r.run.Fire)
-		require.False(t, r.run.Fire.Before(e.EffectiveAt), "run %+v before the schedule took effect at %s", r.run, e.EffectiveAt)
-		aByFire[r.run.Fire.UTC()] = r.run
+		k := regionTick{r.run.Job, r.run.Fire.UTC()}
+		_, dup := aByTick[k]
+		require.False(t, dup, "region A ran %v twice", k)
+		if r.run.Job == "export" {
+			require.False(t, r.run.Fire.Before(e.EffectiveAt), "run %+v before the schedule took effect at %s", r.run, e.EffectiveAt)
+		}
+		aByTick[k] = r.run
 	}
-	for _, r := range rows {
-		require.Equal(t, "region-a", r.Node, "run row %+v on the primary", r)
-		// A row not yet in region A's log is a run just claimed.
-		if run, ok := aByFire[r.Fire]; ok {
-			require.Equal(t, r.Token, run.Token, "tick %s", r.Fire)
+	for _, job := range []string{"export", "audit"} {
+		rows := regionRows(t, a.store, job)
+		require.NotEmpty(t, rows, "the primary's run rows of %s", job)
+		for _, r := range rows {
+			require.Equal(t, "region-a", r.Node, "run row %+v on the primary", r)
+			// A row not yet in region A's log is a run just claimed.
+			if run, ok := aByTick[regionTick{job, r.Fire}]; ok {
+				require.Equal(t, r.Token, run.Token, "%s at %s", job, r.Fire)
+			}
 		}
 	}
-	require.Empty(t, b.log.snapshot(), "region B, on the standby, ran the export")
+	require.Empty(t, b.log.snapshot(), "region B, on the standby, ran a schedule")
 	require.Empty(t, b.log.eventsOf(schedule.EventRun, ""), "region B started a run")
 	// No retry loop: one claim, so one event, per tick, for ticks since B
 	// started (and one or two in flight at the edges).
-	bFires := map[time.Time]bool{}
-	for _, ev := range notPrimary {
-		require.False(t, bFires[ev.Fire], "region B reported tick %s not primary twice: a retry", ev.Fire)
-		bFires[ev.Fire] = true
+	bTicks := map[regionTick]bool{}
+	for _, ev := range b.log.eventsOf(schedule.EventNotPrimary, "") {
+		k := regionTick{ev.Job, ev.Fire.UTC()}
+		require.False(t, bTicks[k], "region B reported %v not primary twice: a retry", k)
+		bTicks[k] = true
 		require.Equal(t, "region-b", ev.Node)
 		require.Zero(t, ev.Fire.UnixMilli()%1000, "event %+v is not of a tick of @every 1s", ev)
 		require.ErrorContains(t, ev.Err, "read-only", "the event's error is the server's")
 	}
-	require.LessOrEqual(t, len(notPrimary), int(elapsed/time.Second)+2, "region B's not-primary events in %s", elapsed)
+	require.LessOrEqual(t, len(notPrimary), int(elapsed/time.Second)+2, "region B's not-primary events of the export in %s", elapsed)
 	// Its only error is LISTEN's, refused by the standby, once: then it
 	// polls the catalog.
 	bErrors := b.log.eventsOf(schedule.EventError, "")
 	require.Len(t, bErrors, 1, "region B's errors: %+v", bErrors)
 	require.True(t, strings.HasPrefix(bErrors[0].Reason, "LISTEN"), "region B's error: %+v", bErrors[0])
-	require.GreaterOrEqual(t, regionMetric(t, b, "aegis_schedule_not_primary_total"), float64(len(notPrimary)))
+	require.GreaterOrEqual(t, regionMetric(t, b, "aegis_schedule_not_primary_total"), float64(len(bTicks)))
 	require.Zero(t, regionMetric(t, a, "aegis_schedule_not_primary_total"))
 	require.Zero(t, regionMetric(t, b, "aegis_schedule_runs_total"))
 	require.GreaterOrEqual(t, regionMetric(t, a, "aegis_schedule_runs_total"), float64(len(aRuns)))
-	require.Equal(t, 1.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds the export: it is refused per tick, not unbound")
+	require.Equal(t, 2.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds both schedules: it is refused per tick, not unbound")
 
 	// Failover: region A goes down with its server (every commit of its
 	// replayed first: a tick committed on the old primary but not yet
@@ -238,40 +259,42 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 			}
 		}
 		return false
-	}, "region B runs a tick on its promoted server")
-	waitFor(t, 20*time.Second, func() bool { return b.log.runsAfter("export", promoted) >= 3 }, "region B runs three ticks after the promotion")
+	}, "region B runs a tick of the export on its promoted server")
+	waitFor(t, 20*time.Second, func() bool { return b.log.runsAfter("export", promoted) >= 3 }, "region B runs three ticks of the export after the promotion")
 	for _, r := range a.log.snapshot() {
 		require.False(t, r.run.Fire.After(aStopped), "region A ran %+v after it stopped", r.run)
 	}
-	fired := map[time.Time]string{}
+	fired := map[regionTick]string{}
 	for _, l := range []*regionLog{a.log, b.log} {
 		for _, r := range l.snapshot() {
-			prev, dup := fired[r.run.Fire.UTC()]
-			require.False(t, dup, "tick %s ran on %s and on %s", r.run.Fire, prev, r.run.Node)
-			fired[r.run.Fire.UTC()] = r.run.Node
+			k := regionTick{r.run.Job, r.run.Fire.UTC()}
+			prev, dup := fired[k]
+			require.False(t, dup, "%v ran on %s and on %s", k, prev, r.run.Node)
+			fired[k] = r.run.Node
 		}
 	}
-	bRows := map[time.Time]schedule.RunRecord{}
-	for _, r := range regionRows(t, b.store, "export") {
-		bRows[r.Fire] = r
-		if r.Fire.After(aStopped) {
-			require.Equal(t, "region-b", r.Node, "run row %+v on the promoted server", r)
+	bRows := map[regionTick]schedule.RunRecord{}
+	for _, job := range []string{"export", "audit"} {
+		for _, r := range regionRows(t, b.store, job) {
+			bRows[regionTick{job, r.Fire}] = r
+			if r.Fire.After(aStopped) {
+				require.Equal(t, "region-b", r.Node, "run row %+v on the promoted server", r)
+			}
 		}
 	}
 	for _, r := range b.log.snapshot() {
-		row, ok := bRows[r.run.Fire.UTC()]
+		row, ok := bRows[regionTick{r.run.Job, r.run.Fire.UTC()}]
 		require.True(t, ok, "region B's run %+v has no row on its server", r.run)
 		require.Equal(t, "region-b", row.Node)
-		require.Equal(t, row.Token, r.run.Token, "tick %s", r.run.Fire)
+		require.Equal(t, row.Token, r.run.Token, "%s at %s", r.run.Job, r.run.Fire)
 	}
 	for _, ev := range b.log.eventsOf(schedule.EventNotPrimary, "") {
-		require.False(t, ev.Fire.After(promoted), "region B reported tick %s not primary after the promotion returned at %s", ev.Fire, promoted)
+		require.False(t, ev.Fire.After(promoted), "region B reported %s at %s not primary after the promotion returned at %s", ev.Job, ev.Fire, promoted)
 	}
 
 	// Pause on the promoted server: B's binder unbinds the export, and no
-	// run starts once Pause has returned. A second schedule put after the
-	// pause proves that B's ticks go on meanwhile (it starts at least
-	// EditDelay, two ticks of the export, after the pause).
+	// run of it starts once Pause has returned, while the audit's two next
+	// ticks run.
 	_, _, cat := regionOpen(t, standby.URL())
 	unbound := len(b.log.eventsOf(schedule.EventBound, "export"))
 	_, err = cat.Pause(ctx, "export")
@@ -285,9 +308,7 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 		}
 		return false
 	}, "region B's binder unbinds the paused export")
-	_, err = cat.Put(ctx, schedule.Entry{Name: "witness", Every: time.Second, Handler: "export"})
-	require.NoError(t, err)
-	waitFor(t, 20*time.Second, func() bool { return b.log.runsAfter("witness", paused) >= 2 }, "region B runs two ticks of the witness schedule")
+	waitFor(t, 20*time.Second, func() bool { return b.log.runsAfter("audit", paused) >= 2 }, "region B runs two ticks of the audit after the pause")
 	for _, r := range b.log.snapshot() {
 		if r.run.Job == "export" {
 			require.False(t, r.run.Fire.After(paused), "region B ran tick %s of the export after Pause returned at %s", r.run.Fire, paused)
@@ -296,5 +317,5 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 	for _, r := range regionRows(t, b.store, "export") {
 		require.False(t, r.Started.After(paused), "run row %+v started after Pause returned at %s", r, paused)
 	}
-	require.Equal(t, 1.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds the witness only")
+	require.Equal(t, 1.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds the audit only")
 }
