@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/elect"
@@ -248,4 +249,70 @@ func runsOf(t *testing.T, st *schedule.Store, job string) []schedule.RunRecord {
 	rows, err := st.Runs(context.Background(), job, 1000)
 	require.NoError(t, err)
 	return rows
+}
+
+// A replica without a schedule's handler leaves it to the others and says
+// so once per version: an event, a gauge, and the catalog's MissingOn.
+func TestCatalogUnhandled(t *testing.T) {
+	t.Parallel()
+	url := pgURL(t)
+	ctx := context.Background()
+	log := &catalogLog{}
+	var events runLog
+	reg := prometheus.NewRegistry()
+	var admin *schedule.Catalog
+	for _, node := range []string{"node-a", "node-b"} {
+		r := pgReplica(t, url)
+		cat := openCatalog(t, r, nil)
+		admin = cat
+		cfg := &schedule.Config{Node: node, Store: r.store, Catalog: cat}
+		if node == "node-b" {
+			cfg.OnEvent, cfg.Registerer = events.onEvent, reg
+		}
+		s, err := schedule.New(cfg)
+		require.NoError(t, err)
+		if node == "node-a" {
+			require.NoError(t, s.Handle("echo", log.handler(node)))
+		}
+		require.NoError(t, s.Start(ctx))
+		t.Cleanup(func() { stop(t, s) })
+	}
+	_, err := admin.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: "echo"})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return len(log.perTick("tick")) >= 3 }, "three ticks run on the replica with the handler")
+	e, err := admin.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: "echo", Args: json.RawMessage(`{"v":2}`)})
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, func() bool { return len(events.eventsOf(schedule.EventUnhandled)) >= 2 }, "the edit reported again")
+	time.Sleep(1500 * time.Millisecond) // the scenario: polls come, and must not report again
+	un := events.eventsOf(schedule.EventUnhandled)
+	require.Len(t, un, 2, "once per version, not per poll: %+v", un)
+	require.Contains(t, un[1].Reason, `no handler "echo"`)
+	require.Equal(t, float64(1), metricValue(t, reg, "aegis_schedule_unhandled"), "the gauge")
+	for _, r := range log.snapshot() {
+		require.Equal(t, "node-a", r.node)
+	}
+	requireOncePerTick(t, log, "tick")
+	got, err := admin.Get(ctx, "tick")
+	require.NoError(t, err)
+	require.Equal(t, e.Version, got.Version)
+	require.Equal(t, []string{"node-a"}, got.Replicas)
+	require.Equal(t, []string{"node-b"}, got.MissingOn)
+}
+
+// metricValue is the value of the one gauge or counter called name in reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -241,6 +241,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	ctx, s.cancel = context.WithCancel(ctx)
+	if s.cfg.Catalog != nil {
+		s.wg.Go(func() { s.beat(ctx) })
+	}
 	switch s.mode {
 	case modeLeader:
 		s.wg.Go(func() { s.lead(ctx) })
