@@ -315,6 +315,7 @@ func (s *Scheduler) setBound(js []*job) {
 	s.mu.Lock()
 	s.boundJob = js
 	s.mu.Unlock()
+	s.metrics.bound.Set(float64(len(js)))
 }
 
 // reapable is the jobs the reaper looks after: the code jobs and the bound
