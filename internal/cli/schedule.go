@@ -46,10 +46,11 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	list    the namespace's schedules: spec, handler, state, version, when
 	        the spec took (or takes) effect, and how many live replicas
 	        have the handler; a warning names the replicas that lack it
-	put     create or update NAME; a paused schedule stays paused. --cron
-	        is a cron spec with seconds ("0 30 2 * * *", @daily) in --tz,
-	        an IANA zone (default UTC); --every an interval aligned to the
-	        Unix epoch (30s, 5m). --args is the handler's JSON (default {})
+	put     create NAME, or replace it whole (a flag left out takes its
+	        default; a paused schedule stays paused). --cron is a cron
+	        spec with seconds ("0 30 2 * * *", @daily) in --tz, an IANA
+	        zone (default UTC); --every an interval aligned to the Unix
+	        epoch (30s, 5m). --args is the handler's JSON (default {})
 	pause   claim no tick of NAME from now on; a run going ends normally
 	resume  run NAME again from its next tick
 	rm      delete NAME; its runs stay in the run table
@@ -114,10 +115,10 @@ func (f *scheduleFlags) register(fs *flagSet, groups []string) {
 			fs.StringVar(&f.misfire, "misfire", "fire-once", "what a replica does with ticks missed past --deadline: fire-once, skip or catch-up")
 			fs.IntVar(&f.catchUp, "catch-up", 1, "with --misfire catch-up, how many missed ticks to run (1..1000)")
 			fs.StringVar(&f.overlap, "overlap", "forbid", "a tick while the previous run goes on: forbid, replace or allow")
-			fs.DurationVar(&f.deadline, "deadline", 0, "how late a tick may start before it is a misfire (default 0: no deadline)")
-			fs.IntVar(&f.attempts, "max-attempts", 3, "how many times a crashed run is run again (1..1000)")
-			fs.DurationVar(&f.lockMost, "lock-at-most-for", 30*time.Second, "how long a run's claim (lease) lasts without a heartbeat")
-			fs.DurationVar(&f.lockLeast, "lock-at-least-for", 0, "in lease mode, how long a run's lease is kept after it ends")
+			fs.DurationVar(&f.deadline, "deadline", 0, "how late a tick may start and still be on time; later ones are misfires (default 0: the smaller of 10s and half the time to the next tick)")
+			fs.IntVar(&f.attempts, "max-attempts", 3, "how many times run-key mode runs a tick whose runner crashed, before it is abandoned (1..1000)")
+			fs.DurationVar(&f.lockMost, "lock-at-most-for", 30*time.Second, "the TTL of a run's lease or run row, renewed while it runs (at least 10ms)")
+			fs.DurationVar(&f.lockLeast, "lock-at-least-for", 0, "lease mode: keep a run's lease until this long after it started (at most --lock-at-most-for)")
 		}
 	}
 }
@@ -156,6 +157,11 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 
+	if given["namespace"] && f.ns == "" {
+		// Not the default: `--namespace "$NS"` with NS unset must not
+		// edit another service's schedules.
+		return usagef("--namespace is empty")
+	}
 	var name string
 	switch {
 	case sub == "list" && len(pos) > 0:
@@ -576,7 +582,7 @@ type runJSON struct {
 	Node      string     `json:"node"`
 	Token     int64      `json:"token"`
 	Attempt   int        `json:"attempt"`
-	State     string     `json:"state"`
+	Outcome   string     `json:"outcome"` // RunRecord.State
 	Started   time.Time  `json:"started"`
 	Ended     *time.Time `json:"ended"` // null while running
 	Error     string     `json:"error"`
@@ -591,7 +597,7 @@ func scheduleRuns(ctx context.Context, store *schedule.Store, name string, f sch
 		out := make([]runJSON, 0, len(runs))
 		for _, r := range runs {
 			j := runJSON{Job: r.Job, Namespace: f.ns, Fire: r.Fire, Node: r.Node, Token: int64(r.Token), Attempt: r.Attempt,
-				State: r.State, Started: r.Started, Error: r.Error}
+				Outcome: r.State, Started: r.Started, Error: r.Error}
 			if !r.Ended.IsZero() {
 				j.Ended = &r.Ended
 			}

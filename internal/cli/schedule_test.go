@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,8 +22,8 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
-// scheduleStore is a store the schedule tests run on: its --store value
-// and a way to open it for the test's own schedulers.
+// scheduleStore is a store the schedule tests run on: its kind (postgres
+// or sqlite) and its --store value.
 type scheduleStore struct {
 	name, store string
 }
@@ -214,6 +215,8 @@ func TestScheduleBadInput(t *testing.T) {
 		{[]string{"put", "x", "--every", "1s", "--handler", "h", "--deadline", "-1s"}, 2, "--deadline -1s is negative"},
 		{[]string{"put", "x", "--every", "1s", "--handler", "h", "--namespace", "Not A Namespace"}, 2, `--namespace "Not A Namespace"`},
 		{[]string{"put", "x", "--every", "1s", "--handler", "h", "--namespace", "other", "--max-attempts", "1001"}, 2, "--max-attempts"},
+		{[]string{"put", "x", "--every", "1s", "--handler", "h", "--namespace", ""}, 2, "--namespace is empty"},
+		{[]string{"rm", "keep", "--namespace", ""}, 2, "--namespace is empty"},
 		{[]string{"put", "x", "y", "--every", "1s", "--handler", "h"}, 2, `unexpected argument "y" after NAME`},
 		{[]string{"put", "--every", "1s", "--handler", "h"}, 2, "put: missing NAME"},
 		{[]string{"put", "x", "--every", "1s", "--handler", "h", "--bogus"}, 2, "flag provided but not defined: -bogus"},
@@ -327,28 +330,21 @@ func TestScheduleStore(t *testing.T) {
 func schedReplica(t *testing.T, s scheduleStore, node string, handlers map[string]schedule.Handler) {
 	t.Helper()
 	ctx := context.Background()
-	var db interface{ Close() error }
-	var store *schedule.Store
-	var cat *schedule.Catalog
-	var err error
+	var db *sql.DB
 	if s.name == "postgres" {
-		pool, perr := pgxpool.New(ctx, s.store)
-		require.NoError(t, perr)
-		sdb := stdlib.OpenDBFromPool(pool)
+		pool, err := pgxpool.New(ctx, s.store)
+		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		db = sdb
-		store, err = schedule.NewStore(ctx, sdb, nil)
-		require.NoError(t, err)
-		cat, err = schedule.NewCatalog(ctx, sdb, nil)
+		db = stdlib.OpenDBFromPool(pool)
 	} else {
-		sdb, serr := sqlitelease.Open(s.store)
-		require.NoError(t, serr)
-		db = sdb
-		store, err = schedule.NewStore(ctx, sdb, nil)
+		var err error
+		db, err = sqlitelease.Open(s.store)
 		require.NoError(t, err)
-		cat, err = schedule.NewCatalog(ctx, sdb, nil)
 	}
 	t.Cleanup(func() { db.Close() })
+	store, err := schedule.NewStore(ctx, db, nil)
+	require.NoError(t, err)
+	cat, err := schedule.NewCatalog(ctx, db, nil)
 	require.NoError(t, err)
 	sc, err := schedule.New(&schedule.Config{Node: node, Store: store, Catalog: cat})
 	require.NoError(t, err)
@@ -371,7 +367,7 @@ type ranRun struct {
 	Node      string     `json:"node"`
 	Token     int64      `json:"token"`
 	Attempt   int        `json:"attempt"`
-	State     string     `json:"state"`
+	Outcome   string     `json:"outcome"`
 	Started   time.Time  `json:"started"`
 	Ended     *time.Time `json:"ended"`
 	Error     string     `json:"error"`
@@ -407,7 +403,7 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		var ok ranRun
 		require.Eventually(t, func() bool {
 			for _, r := range s.runs(t, "tick") {
-				if r.State == "succeeded" {
+				if r.Outcome == "succeeded" {
 					ok = r
 					return true
 				}
@@ -441,7 +437,7 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		var failed ranRun
 		require.Eventually(t, func() bool {
 			for _, r := range s.runs(t, "boom") {
-				if r.State == "failed" {
+				if r.Outcome == "failed" {
 					failed = r
 					return true
 				}
