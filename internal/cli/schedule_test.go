@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -284,6 +285,10 @@ func TestScheduleStore(t *testing.T) {
 
 	addr := closedPort(t)
 	down := fmt.Sprintf("postgres://aegis:%s@%s/x?sslmode=disable", secret, addr)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	u.User = neturl.UserPassword("aegis_no_such_role", secret)
+	refused := u.String()
 	tests := []struct {
 		env, store string
 		code       int
@@ -291,6 +296,7 @@ func TestScheduleStore(t *testing.T) {
 	}{
 		{down, "", 1, "aegis schedule: $AEGIS_POSTGRES_URL: connect to PostgreSQL at " + addr + ": connection refused"},
 		{url, down, 1, "aegis schedule: --store: connect to PostgreSQL at " + addr + ": connection refused"},
+		{url, refused, 1, "--store: connect to PostgreSQL at " + u.Host + `: authentication failed: role "aegis_no_such_role" does not exist`},
 		{url, "postgresql://aegis:" + secret + "%zz@" + addr + "/x", 1, "--store: open PostgreSQL: the URL does not parse"},
 		{url, "mysql://aegis:" + secret + "@" + addr + "/x", 2, `--store: unknown scheme "mysql"`},
 		{url, "file:" + path + "?mode=ro", 2, "--store: a SQLite URL's query or fragment is not supported"},
