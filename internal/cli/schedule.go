@@ -50,7 +50,8 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	        default; a paused schedule stays paused). --cron is a cron
 	        spec with seconds ("0 30 2 * * *", @daily) in --tz, an IANA
 	        zone (default UTC); --every an interval aligned to the Unix
-	        epoch (30s, 5m). --args is the handler's JSON (default {})
+	        epoch (30s, 5m). --args is the handler's JSON (default {}).
+	        A warning says when no live replica has --handler
 	pause   claim no tick of NAME from now on; a run going ends normally
 	resume  run NAME again from its next tick
 	rm      delete NAME; its runs stay in the run table
@@ -218,6 +219,11 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", e.Name, e.Spec(), e.Handler, e.Version,
 			effectiveText(e, time.Now(), "takes effect at", "in effect since"), paused)
+		if len(e.Replicas) == 0 && len(e.MissingOn) > 0 {
+			// Most often a misspelt --handler: say so while the user is
+			// still at the prompt.
+			fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, strings.Join(e.MissingOn, ", "), e.Name)
+		}
 	case "pause":
 		e, err := cat.Pause(ctx, name)
 		if err != nil {

@@ -456,7 +456,10 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		// A replica without echo: list names it (its heartbeat is written
 		// when it starts).
 		schedReplica(t, s, "h2-node-b", map[string]schedule.Handler{"fail": func(context.Context, json.RawMessage) error { return nil }})
-		s.ok(t, "put", "orphan", "--every", "1h", "--handler", "nobody")
+		code, out, stderr := s.sched(t, "put", "orphan", "--every", "1h", "--handler", "nobody")
+		require.Equal(t, 0, code, "%s%s", out, stderr)
+		require.Regexp(t, putLine, out)
+		require.Regexp(t, `^warning: no live replica has handler "nobody" \(live: h2-node-a(, h2-node-b)?\): orphan does not run\n$`, stderr)
 		require.Eventually(t, func() bool {
 			for _, e := range s.list(t) {
 				if e.Name == "tick" {
@@ -486,7 +489,7 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 
 		// An edit of a spec in effect: the previous one until the new one
 		// takes effect.
-		out := s.ok(t, "put", "tick", "--every", "2s", "--handler", "echo")
+		out = s.ok(t, "put", "tick", "--every", "2s", "--handler", "echo")
 		m := putLine.FindStringSubmatch(out)
 		require.NotNil(t, m, "put's line: %q", out)
 		e := s.list(t)[2]
