@@ -276,12 +276,15 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 	if err != nil {
 		return err
 	}
+	// The closure captures copies, not r: r points into the slice of every
+	// row the reconcile read, which a bound job would keep alive.
+	handler, node := r.handler, b.s.cfg.Node
 	b.s.mu.Lock()
-	h := b.s.handlers[r.handler]
+	h := b.s.handlers[handler]
 	b.s.mu.Unlock()
 	spec := e.job(func(ctx context.Context) error {
 		if h == nil { // leader mode: the leader enqueues, a worker runs (catalogWork)
-			return fmt.Errorf("schedule: node %s has no handler %q", b.s.cfg.Node, r.handler)
+			return fmt.Errorf("schedule: node %s has no handler %q", node, handler)
 		}
 		run, _ := RunFrom(ctx)
 		return h(ctx, run.Args)

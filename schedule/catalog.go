@@ -143,6 +143,13 @@ func (e Entry) validate() (Entry, error) {
 		return e, invalid("Entry.TZ is for a cron spec; an interval (Entry.Every) has no zone")
 	}
 	spec, tz := e.storedSpec()
+	if e.Cron != "" {
+		// The spec as the caller wrote it, without the zone: the error
+		// quotes it.
+		if _, err := ParseCron(spec); err != nil {
+			return e, invalid("Entry.Cron: %w", err)
+		}
+	}
 	if _, err := parseStored(spec, tz); err != nil {
 		field := "Entry.Cron"
 		if e.Every != 0 {

@@ -103,6 +103,19 @@ func TestCatalogBadInput(t *testing.T) {
 			require.ErrorIs(t, s.Handle("h", nil), aegis.ErrInvalid)
 			require.NoError(t, s.Handle("h", func(context.Context, json.RawMessage) error { return nil }))
 			require.ErrorIs(t, s.Handle("h", func(context.Context, json.RawMessage) error { return nil }), aegis.ErrInvalid, "twice")
+
+			// A catalog on another database than the run table.
+			elsewhere := sqliteReplica(t, sqlitePath(t))
+			far := openCatalog(t, elsewhere, &schedule.CatalogConfig{Table: "elsewhere"})
+			far2, err := schedule.New(&schedule.Config{Store: r.store, Catalog: far})
+			if db == "postgres" {
+				require.ErrorIs(t, err, aegis.ErrInvalid, "PostgreSQL runs, SQLite catalog")
+			} else {
+				require.NoError(t, err)
+				err = far2.Start(ctx)
+				require.ErrorIs(t, err, aegis.ErrInvalid, "two SQLite files")
+				require.ErrorContains(t, err, "Config.Catalog must be on the Store's database")
+			}
 		})
 	}
 }

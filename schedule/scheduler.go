@@ -229,6 +229,9 @@ func (s *Scheduler) Add(j Job) error {
 // campaigns in a goroutine: while this replica leads, its job loops
 // enqueue the ticks; when leadership ends it campaigns again.
 func (s *Scheduler) Start(ctx context.Context) error {
+	if err := s.checkCatalogTable(ctx); err != nil {
+		return err
+	}
 	if s.mode == modeLeader {
 		if _, err := s.leader.open(ctx); err != nil {
 			return err
@@ -279,7 +282,23 @@ func (s *Scheduler) checkNamespaces() error {
 		s.ns = other
 	}
 	if s.cfg.Catalog != nil && s.mode == modeRunKey {
+		if s.cfg.Catalog.dialect != s.cfg.Store.dialect {
+			return invalid("schedule: Config.Catalog and Config.Store are on different databases (one PostgreSQL, one SQLite): a claim checks the catalog in the statement that inserts the run")
+		}
 		s.claimSQL = fmt.Sprintf(claimCatalogPG, s.cfg.Store.table, s.cfg.Catalog.q.check)
+	}
+	return nil
+}
+
+// checkCatalogTable fails when the run-key Store's database does not have
+// the Catalog's table: the claim reads both in one statement.
+func (s *Scheduler) checkCatalogTable(ctx context.Context) error {
+	if s.cfg.Catalog == nil || s.mode != modeRunKey {
+		return nil
+	}
+	var n int
+	if err := s.cfg.Store.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.cfg.Catalog.table+" WHERE false").Scan(&n); err != nil {
+		return invalid("schedule: Config.Catalog must be on the Store's database (a claim checks the catalog in the statement that inserts the run): %w", err)
 	}
 	return nil
 }
@@ -296,6 +315,7 @@ func (s *Scheduler) setBound(js []*job) {
 	s.mu.Lock()
 	s.boundJob = js
 	s.mu.Unlock()
+	s.metrics.bound.Set(float64(len(js)))
 }
 
 // reapable is the jobs the reaper looks after: the code jobs and the bound
