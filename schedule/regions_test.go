@@ -317,4 +317,5 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 		require.False(t, r.Started.After(paused), "run row %+v started after Pause returned at %s", r, paused)
 	}
 	require.Equal(t, 1.0, regionMetric(t, b, "aegis_schedule_bound"), "region B binds the audit only")
+	require.Empty(t, b.log.eventsOf(schedule.EventError, ""), "region B's errors, through the promotion")
 }
