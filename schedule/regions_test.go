@@ -2,7 +2,6 @@ package schedule_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -85,9 +84,7 @@ type regionTick struct {
 
 // region is one region's scheduler and its connections to its own server.
 type region struct {
-	db    *sql.DB
 	store *schedule.Store
-	cat   *schedule.Catalog
 	reg   *prometheus.Registry
 	log   *regionLog
 	s     *schedule.Scheduler
@@ -95,7 +92,7 @@ type region struct {
 
 // regionOpen opens a Store and a Catalog on url, as a region's process
 // does at start (on a standby too, where the tables exist already).
-func regionOpen(t *testing.T, url string) (*sql.DB, *schedule.Store, *schedule.Catalog) {
+func regionOpen(t *testing.T, url string) (*schedule.Store, *schedule.Catalog) {
 	t.Helper()
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
@@ -106,15 +103,16 @@ func regionOpen(t *testing.T, url string) (*sql.DB, *schedule.Store, *schedule.C
 	require.NoError(t, err, "NewStore on %s", url)
 	cat, err := schedule.NewCatalog(ctx, db, nil)
 	require.NoError(t, err, "NewCatalog on %s", url)
-	return db, store, cat
+	return store, cat
 }
 
 // regionStart starts a region's run-key scheduler with the export handler.
 func regionStart(t *testing.T, node, url string) *region {
 	t.Helper()
 	r := &region{reg: prometheus.NewRegistry(), log: &regionLog{}}
-	r.db, r.store, r.cat = regionOpen(t, url)
-	s, err := schedule.New(&schedule.Config{Node: node, Store: r.store, Catalog: r.cat, Registerer: r.reg, OnEvent: r.log.onEvent})
+	store, cat := regionOpen(t, url)
+	r.store = store
+	s, err := schedule.New(&schedule.Config{Node: node, Store: store, Catalog: cat, Registerer: r.reg, OnEvent: r.log.onEvent})
 	require.NoError(t, err)
 	require.NoError(t, s.Handle("export", r.log.handler))
 	require.NoError(t, s.Start(context.Background()), "Start of %s", node)
@@ -172,7 +170,7 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 
 	// The tables and the schedule, made on the primary, replayed on the
 	// standby.
-	_, _, admin := regionOpen(t, primary.URL())
+	_, admin := regionOpen(t, primary.URL())
 	e, err := admin.Put(ctx, schedule.Entry{Name: "export", Every: time.Second, Handler: "export"})
 	require.NoError(t, err)
 	require.NoError(t, standby.WaitReplayed(ctx, primary))
@@ -294,7 +292,7 @@ func TestRegionStandbyNeverRunsAndTakesOverWhenPromoted(t *testing.T) {
 	// Pause on the promoted server: B's binder unbinds the export, and no
 	// run of it starts once Pause has returned, while the audit's two next
 	// ticks run.
-	_, _, cat := regionOpen(t, standby.URL())
+	_, cat := regionOpen(t, standby.URL())
 	unbound := len(b.log.eventsOf(schedule.EventBound, "export"))
 	_, err = cat.Pause(ctx, "export")
 	require.NoError(t, err)
