@@ -92,16 +92,10 @@ func (s *Scheduler) bind(ctx context.Context) {
 			b.unbind(name)
 		}
 		s.setBound(nil)
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = b.cat.leave(lctx, s.cfg.Node)
 	}()
-	b.heartbeat(ctx)
 	b.reconcile(ctx, true)
 	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
-	beat := time.NewTicker(heartbeatEvery)
-	defer beat.Stop()
 	for {
 		force := false
 		select {
@@ -112,9 +106,6 @@ func (s *Scheduler) bind(ctx context.Context) {
 		case <-wake:
 			force = true
 		case <-poll.C:
-		case <-beat.C:
-			b.heartbeat(ctx)
-			continue
 		}
 		b.reconcile(ctx, force)
 	}
@@ -129,7 +120,7 @@ func (b *binder) listen(ctx context.Context, wake chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		if attempt == 0 {
+		if attempt == 0 && !isReadOnly(err) { // a standby refuses LISTEN: its claims say not-primary
 			b.s.emit(Event{Kind: EventError, Reason: "LISTEN for catalog changes failed: polling every " + pollEvery.String(), Err: err})
 		}
 		if !sleepCtx(ctx, 5*time.Second) {
@@ -176,17 +167,33 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 
 func quoteIdent(s string) string { return `"` + s + `"` }
 
-// heartbeat records this replica and its handlers, for `list`. A standby
-// refuses the write: that is reported by the claims, not here.
-func (b *binder) heartbeat(ctx context.Context) {
-	b.s.mu.Lock()
-	names := slices.Sorted(maps.Keys(b.s.handlers))
-	b.s.mu.Unlock()
+// beat records this replica and its handlers in the catalog (for `list`:
+// Entry.Replicas, Entry.MissingOn) every heartbeatEvery until ctx ends,
+// then removes the record. Every replica with a Catalog beats, in every
+// mode (in leader mode, also while another replica leads). A standby
+// refuses the write: its claims report that, not the heartbeat.
+func (s *Scheduler) beat(ctx context.Context) {
+	cat := s.cfg.Catalog
+	s.mu.Lock()
+	names := slices.Sorted(maps.Keys(s.handlers))
+	s.mu.Unlock()
 	if names == nil {
 		names = []string{}
 	}
-	if err := b.cat.heartbeat(ctx, b.s.cfg.Node, names); err != nil && ctx.Err() == nil && !isReadOnly(err) {
-		b.s.emit(Event{Kind: EventError, Reason: "write this replica's heartbeat", Err: err})
+	t := time.NewTicker(heartbeatEvery)
+	defer t.Stop()
+	for {
+		if err := cat.heartbeat(ctx, s.cfg.Node, names); err != nil && ctx.Err() == nil && !isReadOnly(err) {
+			s.emit(Event{Kind: EventError, Reason: "write this replica's heartbeat", Err: err})
+		}
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = cat.leave(lctx, s.cfg.Node)
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -269,12 +276,15 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 	if err != nil {
 		return err
 	}
+	// The closure captures copies, not r: r points into the slice of every
+	// row the reconcile read, which a bound job would keep alive.
+	handler, node := r.handler, b.s.cfg.Node
 	b.s.mu.Lock()
-	h := b.s.handlers[r.handler]
+	h := b.s.handlers[handler]
 	b.s.mu.Unlock()
 	spec := e.job(func(ctx context.Context) error {
 		if h == nil { // leader mode: the leader enqueues, a worker runs (catalogWork)
-			return fmt.Errorf("schedule: node %s has no handler %q", b.s.cfg.Node, r.handler)
+			return fmt.Errorf("schedule: node %s has no handler %q", node, handler)
 		}
 		run, _ := RunFrom(ctx)
 		return h(ctx, run.Args)
@@ -285,7 +295,7 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 		return err
 	}
 	lctx, stop := context.WithCancel(ctx)
-	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}),
+	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}), runCtx: ctx,
 		bound: &bound{version: r.version, handler: r.handler, sched: sw, args: json.RawMessage(r.args), stop: stop, done: make(chan struct{})}}
 	from := time.Time{}
 	if old := b.s.lastTick(r.name); !old.IsZero() {

@@ -143,6 +143,13 @@ func (e Entry) validate() (Entry, error) {
 		return e, invalid("Entry.TZ is for a cron spec; an interval (Entry.Every) has no zone")
 	}
 	spec, tz := e.storedSpec()
+	if e.Cron != "" {
+		// The spec as the caller wrote it, without the zone: the error
+		// quotes it.
+		if _, err := ParseCron(spec); err != nil {
+			return e, invalid("Entry.Cron: %w", err)
+		}
+	}
 	if _, err := parseStored(spec, tz); err != nil {
 		field := "Entry.Cron"
 		if e.Every != 0 {
@@ -482,7 +489,7 @@ func (c *Catalog) setEnabled(ctx context.Context, op, name string, enabled bool)
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return c.notFound(ctx, tx, name)
+			return c.notFound(ctx, tx, name, gen)
 		}
 		return nil
 	})
@@ -506,7 +513,7 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return c.notFound(ctx, tx, name)
+			return c.notFound(ctx, tx, name, gen)
 		}
 		return nil
 	})
@@ -517,11 +524,15 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 }
 
 // notFound is the error of an edit of a schedule the namespace does not
-// have: an unknown namespace is named as such.
-func (c *Catalog) notFound(ctx context.Context, tx execer, name string) error {
-	var known bool
-	if err := tx.QueryRowContext(ctx, c.q.known, c.ns).Scan(&known); err != nil {
-		return err
+// have: an unknown namespace is named as such. gen is the edit's version
+// (1: the edit's transaction created the namespace's counter), or 0
+// outside an edit.
+func (c *Catalog) notFound(ctx context.Context, tx execer, name string, gen int64) error {
+	known := gen > 1
+	if gen == 0 {
+		if err := tx.QueryRowContext(ctx, c.q.known, c.ns).Scan(&known); err != nil {
+			return err
+		}
 	}
 	if !known {
 		return fmt.Errorf("%w: %w: namespace %q is unknown (no schedule was ever put in it)", aegis.ErrInvalid, ErrNotFound, c.ns)
@@ -556,7 +567,7 @@ func (c *Catalog) Get(ctx context.Context, name string) (Entry, error) {
 	var r row
 	err := r.scan(c.db.QueryRowContext(ctx, c.q.get, c.ns, name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Entry{}, fmt.Errorf("schedule: get %q: %w", name, c.notFound(ctx, c.db, name))
+		return Entry{}, fmt.Errorf("schedule: get %q: %w", name, c.notFound(ctx, c.db, name, 0))
 	}
 	if err != nil {
 		return Entry{}, fmt.Errorf("schedule: get %q: %w", name, err)

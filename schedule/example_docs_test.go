@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -172,4 +173,64 @@ func untilRun(ctx context.Context, pool *pgxpool.Pool, mode func(context.Context
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("the scheduler did not stop within 30s")
 	}
+}
+
+// The catalog on PostgreSQL, from an empty database: docs/schedule.md's
+// catalog (catalogMode's body) until the first run of the schedule it puts.
+func ExampleCatalog() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, drop, err := docsnippets.Postgres(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	fmt.Println(untilRun(ctx, pool, catalogMode))
+	// Output:
+	// reconciled, with a run's token: true
+	// <nil>
+}
+
+// catalogMode is docs/schedule.md's catalog, as printed there.
+func catalogMode(ctx context.Context, pool *pgxpool.Pool) error {
+	db := stdlib.OpenDBFromPool(pool) // or sqlitelease.Open(path)
+	defer db.Close()
+	store, err := schedule.NewStore(ctx, db, nil) // the run table
+	if err != nil {
+		return err
+	}
+	catalog, err := schedule.NewCatalog(ctx, db, nil) // the schedules; &schedule.CatalogConfig{Namespace: "billing"} keeps a service's apart
+	if err != nil {
+		return err
+	}
+	s, err := schedule.New(&schedule.Config{Node: "web-1", Store: store, Catalog: catalog})
+	if err != nil {
+		return err
+	}
+	// Handlers are code, registered by name on the replicas that run them.
+	err = s.Handle("invoice-export", func(ctx context.Context, args json.RawMessage) error {
+		var a struct{ Month string }
+		if err := json.Unmarshal(args, &a); err != nil {
+			return err
+		}
+		return reconcile(ctx) // its writes go through the fence with schedule.TokenFrom(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil { // binds the catalog's schedules, and every change within a second
+		return err
+	}
+	defer s.Stop()
+	// Any replica, or `aegis schedule put`, edits the catalog:
+	_, err = catalog.Put(ctx, schedule.Entry{
+		Name: "october-invoices", Every: time.Second, // or Cron: "0 0 2 * * *", TZ: "Europe/Berlin"
+		Handler: "invoice-export", Args: json.RawMessage(`{"month": "2026-10"}`),
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done() // until shutdown
+	return nil
 }

@@ -229,6 +229,9 @@ func (s *Scheduler) Add(j Job) error {
 // campaigns in a goroutine: while this replica leads, its job loops
 // enqueue the ticks; when leadership ends it campaigns again.
 func (s *Scheduler) Start(ctx context.Context) error {
+	if err := s.checkCatalogTable(ctx); err != nil {
+		return err
+	}
 	if s.mode == modeLeader {
 		if _, err := s.leader.open(ctx); err != nil {
 			return err
@@ -241,6 +244,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	ctx, s.cancel = context.WithCancel(ctx)
+	if s.cfg.Catalog != nil {
+		s.wg.Go(func() { s.beat(ctx) })
+	}
 	switch s.mode {
 	case modeLeader:
 		s.wg.Go(func() { s.lead(ctx) })
@@ -276,7 +282,23 @@ func (s *Scheduler) checkNamespaces() error {
 		s.ns = other
 	}
 	if s.cfg.Catalog != nil && s.mode == modeRunKey {
+		if s.cfg.Catalog.dialect != s.cfg.Store.dialect {
+			return invalid("schedule: Config.Catalog and Config.Store are on different databases (one PostgreSQL, one SQLite): a claim checks the catalog in the statement that inserts the run")
+		}
 		s.claimSQL = fmt.Sprintf(claimCatalogPG, s.cfg.Store.table, s.cfg.Catalog.q.check)
+	}
+	return nil
+}
+
+// checkCatalogTable fails when the run-key Store's database does not have
+// the Catalog's table: the claim reads both in one statement.
+func (s *Scheduler) checkCatalogTable(ctx context.Context) error {
+	if s.cfg.Catalog == nil || s.mode != modeRunKey {
+		return nil
+	}
+	var n int
+	if err := s.cfg.Store.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.cfg.Catalog.table+" WHERE false").Scan(&n); err != nil {
+		return invalid("schedule: Config.Catalog must be on the Store's database (a claim checks the catalog in the statement that inserts the run): %w", err)
 	}
 	return nil
 }
@@ -293,6 +315,7 @@ func (s *Scheduler) setBound(js []*job) {
 	s.mu.Lock()
 	s.boundJob = js
 	s.mu.Unlock()
+	s.metrics.bound.Set(float64(len(js)))
 }
 
 // reapable is the jobs the reaper looks after: the code jobs and the bound
@@ -382,6 +405,18 @@ type job struct {
 	mu      sync.Mutex
 	running map[*active]struct{}
 	seen    time.Time // the last tick the loop handled
+	// runCtx is the context of a catalog job's runs: the binder's. Its
+	// loop's context ends at every rebind (an edit), and a run already
+	// going must not end with it. Nil for a code job: its loop's.
+	runCtx context.Context
+}
+
+// runContext is the context the job's runs start under, given the loop's.
+func (j *job) runContext(loop context.Context) context.Context {
+	if j.runCtx != nil {
+		return j.runCtx
+	}
+	return loop
 }
 
 func (j *job) lastSeen() time.Time {
@@ -652,7 +687,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
 		j.s.lookBack()
 		return nil, false, nil
-	case won && state == "running" && ctx.Err() != nil:
+	case won && state == "running" && j.runContext(ctx).Err() != nil:
 		j.s.handBack(ctx, j.Name, f, token)
 		return nil, false, nil
 	case !won:
@@ -674,7 +709,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		// token.
 		j.cancelReplaced(f)
 	}
-	return j.startRunKey(ctx, f, token, 1, start, c), false, nil
+	return j.startRunKey(j.runContext(ctx), f, token, 1, start, c), false, nil
 }
 
 // startRunKey runs a claimed (or reclaimed) run row in a goroutine; c is
@@ -714,7 +749,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 	cctx, cancel := claimContext(ctx)
 	lease, err := locker.TryAcquire(cctx, key, j.LockAtMostFor)
 	cancel()
-	if err == nil && ctx.Err() != nil {
+	if err == nil && j.runContext(ctx).Err() != nil {
 		// Stopping: run nothing new, and free the key at once.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -735,7 +770,9 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		// The catalog half of the claim, once the lease is ours: a pause
 		// or delete that committed before it is seen.
 		var ok bool
-		c, ok, err = j.s.checkCatalog(ctx, j.s.cfg.Catalog.db, j, f, false)
+		cctx, cancel := claimContext(ctx)
+		c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+		cancel()
 		if err != nil || !ok {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -751,7 +788,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		}
 	}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
-	done = j.launch(ctx, run, lease, locker, func(jobErr error, held *aegis.Held) {
+	done = j.launch(j.runContext(ctx), run, lease, locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

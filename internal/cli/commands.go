@@ -8,5 +8,6 @@ var commands = []command{
 	inspectCommand,
 	labCommand,
 	nodeCommand,
+	scheduleCommand,
 	servicesCommand,
 }

@@ -45,6 +45,13 @@ func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Mi
 			return fmt.Errorf("migrate %s: migration %d has version %d; versions must count up from 1", component, i+1, m.Version)
 		}
 	}
+	// Up to date: nothing to write. A read-only server (a PostgreSQL hot
+	// standby) refuses even CREATE TABLE IF NOT EXISTS, and its replicas
+	// must still open their tables.
+	var current int
+	if err := db.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM aegis_migrations WHERE component = $1", component).Scan(&current); err == nil && current == len(ms) {
+		return nil
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", component, err)

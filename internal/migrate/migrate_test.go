@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
@@ -98,4 +100,23 @@ func TestRollback(t *testing.T) {
 	migrate.Rollback(ctx, conn) // no transaction: ROLLBACK fails
 	_ = conn.Close()            // already closed by Rollback
 	require.False(t, marked(), "a connection whose ROLLBACK failed went back to the pool")
+}
+
+// A read-only server (a hot standby) refuses every DDL, even CREATE TABLE
+// IF NOT EXISTS: Apply on an up-to-date schema writes nothing, so its
+// replicas open their tables there.
+func TestApplyUpToDateOnReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	u := testenv.PostgresURL(t)
+	cfg, err := pgx.ParseConfig(u)
+	require.NoError(t, err)
+	rw := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { rw.Close() })
+	require.NoError(t, migrate.Apply(ctx, rw, migrate.Postgres, "test", ms))
+	cfg.RuntimeParams["default_transaction_read_only"] = "on"
+	ro := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { ro.Close() })
+	require.NoError(t, migrate.Apply(ctx, ro, migrate.Postgres, "test", ms), "up to date: nothing to write")
+	require.ErrorContains(t, migrate.Apply(ctx, ro, migrate.Postgres, "other", ms), "read-only", "a migration to apply fails on a read-only server")
 }
