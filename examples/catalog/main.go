@@ -11,7 +11,7 @@
 //	aegis schedule list
 //
 // The store is -store (a postgres:// URL or a SQLite file), else
-// $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH.
+// $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH, as for the aegis CLI.
 //
 // Two handlers: "echo" prints each run as a JSON line; "report" writes a
 // row into catalog_report, fenced by the run's token, which is how a
@@ -49,7 +49,7 @@ func main() {
 }
 
 func run() error {
-	store := flag.String("store", "", "a postgres:// URL or a SQLite file (default $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH)")
+	store := flag.String("store", "", "a postgres:// URL, or a SQLite file: PATH, sqlite://PATH or file:PATH (default $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH)")
 	node := flag.String("node", "", "this replica's name (default HOSTNAME-PID)")
 	ns := flag.String("namespace", schedule.DefaultNamespace, "the catalog's namespace")
 	handlers := flag.String("handlers", "echo,report", `the handlers this replica has, comma-separated, or "none"`)
@@ -105,7 +105,12 @@ func open(ctx context.Context, store string) (*sql.DB, error) {
 		return nil, errors.New("no store: set -store, $AEGIS_POSTGRES_URL or $AEGIS_SQLITE_PATH")
 	}
 	if !strings.HasPrefix(store, "postgres://") && !strings.HasPrefix(store, "postgresql://") {
-		return sqlitelease.Open(strings.TrimPrefix(store, "sqlite://"))
+		// As the aegis CLI reads --store: PATH, sqlite://PATH or file:PATH.
+		path := strings.TrimPrefix(strings.TrimPrefix(store, "sqlite://"), "file:")
+		if strings.Contains(path, "://") {
+			return nil, errors.New("-store: want a postgres:// URL or a SQLite file (PATH, sqlite://PATH, file:PATH)")
+		}
+		return sqlitelease.Open(path)
 	}
 	db, err := sql.Open("pgx", store)
 	if err == nil {
