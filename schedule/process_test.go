@@ -490,9 +490,10 @@ func TestProcPutRunsEachTickOnce(t *testing.T) {
 	})
 }
 
-// Edits of a schedule while three replica processes run: a new interval,
-// then a cron spec in a zone; no tick runs twice and none is lost around
-// the instants the edits took effect. Pause: no run starts after Pause
+// Edits of a schedule while three replica processes run: a new interval
+// (put twice, the second before the first took effect), then a cron spec
+// in a zone; no tick runs twice and none is lost around the instants the
+// edits took effect. Pause: no run starts after Pause
 // returned; resume: the ticks from its instant run; delete: nothing runs.
 func TestProcEditPauseResumeDelete(t *testing.T) {
 	t.Parallel()
@@ -510,8 +511,13 @@ func TestProcEditPauseResumeDelete(t *testing.T) {
 		}
 		e1 := put(schedule.Entry{Every: time.Second})
 		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e1.EffectiveAt) >= 2 }, "two ticks of @every 1s")
+		// Two edits, the second before the first takes effect: the first's
+		// spec (ticks at .5 s, which no other spec has) never fires.
+		e2a := put(schedule.Entry{Every: 1500 * time.Millisecond})
+		require.Equal(t, "@every 1s", e2a.Previous)
 		e2 := put(schedule.Entry{Every: 2 * time.Second})
-		require.Equal(t, "@every 1s", e2.Previous)
+		require.Equal(t, "@every 1s", e2.Previous, "an edit before the last took effect keeps the spec in force before it")
+		require.False(t, e2.EffectiveAt.Before(e2a.EffectiveAt))
 		waitFor(t, 30*time.Second, func() bool { return d.firesFrom("tick", e2.EffectiveAt) >= 2 }, "two ticks of @every 2s")
 		e3 := put(schedule.Entry{Cron: "* * * * * *", TZ: "Europe/Berlin"})
 		require.Equal(t, "@every 2s", e3.Previous)
