@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
@@ -51,6 +54,13 @@ const procExecTable = `CREATE TABLE proc_exec (
 	token      bigint NOT NULL,
 	started_ms bigint NOT NULL -- the store's clock when the handler ran
 )` // no unique key: a tick applied twice is two rows
+
+// The fenced handler's tables: its effect, written through the fence with
+// the run's token, and the writes the fence refused.
+const (
+	procEffectTable = `CREATE TABLE proc_effect (name text NOT NULL, fire_ms bigint NOT NULL, token bigint NOT NULL, node text NOT NULL)`
+	procStaleTable  = `CREATE TABLE proc_stale (name text NOT NULL, fire_ms bigint NOT NULL, token bigint NOT NULL, node text NOT NULL)`
+)
 
 // procSQL is what differs between the dialects.
 type procSQL struct {
@@ -142,10 +152,17 @@ func procReplicaRun() error {
 				return err
 			}
 			var a struct {
-				HoldMS int `json:"hold_ms"` // how long the run lasts
+				HoldMS int  `json:"hold_ms"` // how long the run lasts
+				Fenced bool `json:"fenced"`  // then write the effect through the fence
 			}
 			if err := json.Unmarshal(args, &a); err != nil {
 				return err
+			}
+			if a.Fenced {
+				// It does not look at its context while it works, as a
+				// paused process does not: the fence is what stops it.
+				time.Sleep(time.Duration(a.HoldMS) * time.Millisecond)
+				return procFencedWrite(db, r)
 			}
 			select {
 			case <-time.After(time.Duration(a.HoldMS) * time.Millisecond):
@@ -164,6 +181,32 @@ func procReplicaRun() error {
 	<-ctx.Done()
 	s.Stop()
 	return nil
+}
+
+// procFencedWrite records the run's effect in proc_effect through the
+// fence (resource "proc/NAME", the run's token), or, when the fence
+// refuses the token, the refusal in proc_stale.
+func procFencedWrite(db *sql.DB, r schedule.Run) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	err = fence.CheckSQL(ctx, tx, "proc/"+r.Job, r.Token)
+	if errors.Is(err, aegis.ErrStale) {
+		_ = tx.Rollback()
+		_, serr := db.ExecContext(ctx, `INSERT INTO proc_stale VALUES ($1, $2, $3, $4)`, r.Job, r.Fire.UnixMilli(), int64(r.Token), r.Node)
+		return errors.Join(err, serr)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO proc_effect VALUES ($1, $2, $3, $4)`, r.Job, r.Fire.UnixMilli(), int64(r.Token), r.Node); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // procDB is a test's store, as the test (not a replica) uses it.
@@ -188,8 +231,11 @@ func procSetup(t *testing.T, kind, ns string) *procDB {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()
-	_, err = db.ExecContext(ctx, procExecTable)
-	require.NoError(t, err)
+	for _, stmt := range []string{procExecTable, procEffectTable, procStaleTable} {
+		_, err = db.ExecContext(ctx, stmt)
+		require.NoError(t, err)
+	}
+	require.NoError(t, fence.MigrateSQL(ctx, db))
 	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: ns})
 	require.NoError(t, err)
 	runs, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: ns})
@@ -329,6 +375,7 @@ func (r *procReplica) stop(term bool) {
 		return
 	default:
 	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a stopped process handles nothing
 	if term {
 		require.NoError(t, r.cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -720,6 +767,80 @@ func TestProcRunInProgressSurvivesEdits(t *testing.T) {
 		f = inProgress(re.EffectiveAt)
 		require.NoError(t, d.cat.Delete(ctx, "hold"))
 		ended(f, "the schedule was deleted")
+	})
+}
+
+// A replica SIGSTOPped in the middle of a run, past its run row's expiry:
+// another replica's reaper retries the tick with a greater token and
+// writes its effect; when the stopped replica goes on (SIGCONT), its write
+// carries the old token and the fence refuses it. The tick executed twice,
+// its effect is applied once: the guarantee is the fence's.
+func TestProcPausedReplicaIsFenced(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-fence")
+		reps := map[string]*procReplica{}
+		for _, n := range []string{"node-a", "node-b", "node-c"} {
+			reps[n] = d.start(n, procHandler)
+		}
+		// One tick, 4s from now (the edit takes effect 2s after it commits),
+		// and none for a day. Its run row expires 1s after its last
+		// heartbeat; the run works for 2s, then writes.
+		fire := d.now().Add(4 * time.Second).Truncate(time.Second).UTC()
+		_, err := d.cat.Put(ctx, schedule.Entry{Name: "once", Cron: fmt.Sprintf("%d %d %d * * *", fire.Second(), fire.Minute(), fire.Hour()),
+			Handler: procHandler, Args: json.RawMessage(`{"hold_ms": 2000, "fenced": true}`), LockAtMostFor: time.Second})
+		require.NoError(t, err)
+		var first procExec
+		procWait(t, 30*time.Second, func() bool {
+			es := d.execs("once")[fire.UnixMilli()]
+			if len(es) > 0 {
+				first = es[0]
+			}
+			return len(es) > 0
+		}, "the tick's run starts")
+		// Stopped right after the run's first write, some 300ms before its
+		// first heartbeat: it holds no lock now (SQLite's write lock, held
+		// by a stopped process, would stop the others too).
+		stopped := reps[first.node]
+		require.NoError(t, stopped.cmd.Process.Signal(syscall.SIGSTOP))
+
+		var retry schedule.RunRecord
+		procWait(t, 30*time.Second, func() bool {
+			retry = d.runRecords("once")[fire.UnixMilli()]
+			return retry.Attempt == 2 && retry.State == "succeeded"
+		}, "another replica retries the tick")
+		require.NotEqual(t, first.node, retry.Node)
+		require.Greater(t, int64(retry.Token), first.token)
+
+		require.NoError(t, stopped.cmd.Process.Signal(syscall.SIGCONT))
+		procWait(t, 30*time.Second, func() bool {
+			var n int
+			require.NoError(t, d.db.QueryRowContext(ctx, `SELECT count(*) FROM proc_stale`).Scan(&n))
+			return n > 0
+		}, "the resumed replica's write to reach the fence")
+		type effect struct {
+			fire, token int64
+			node        string
+		}
+		read := func(table string) []effect {
+			rows, err := d.db.QueryContext(ctx, `SELECT fire_ms, token, node FROM `+table+` ORDER BY token`)
+			require.NoError(t, err)
+			defer rows.Close()
+			var out []effect
+			for rows.Next() {
+				var e effect
+				require.NoError(t, rows.Scan(&e.fire, &e.token, &e.node))
+				out = append(out, e)
+			}
+			require.NoError(t, rows.Err())
+			return out
+		}
+		require.Equal(t, []effect{{fire.UnixMilli(), int64(retry.Token), retry.Node}}, read("proc_effect"), "the effect, applied once, by the retry")
+		require.Equal(t, []effect{{fire.UnixMilli(), first.token, first.node}}, read("proc_stale"), "the stale write the fence refused")
+		require.Len(t, d.execs("once")[fire.UnixMilli()], 2, "the tick executed twice: once per attempt")
+		r := d.runRecords("once")[fire.UnixMilli()]
+		require.Equal(t, retry, r, "the stale run's outcome changed nothing in the run table")
 	})
 }
 
