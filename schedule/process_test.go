@@ -48,6 +48,7 @@ const (
 const procHandler = "exec"
 
 const procExecTable = `CREATE TABLE proc_exec (
+	ns         text   NOT NULL,
 	name       text   NOT NULL,
 	fire_ms    bigint NOT NULL,
 	node       text   NOT NULL,
@@ -65,22 +66,22 @@ const (
 // procSQL is what differs between the dialects.
 type procSQL struct {
 	now       string // the store's clock, in ms
-	insert    string // $1 name, $2 fire ms, $3 node, $4 token
+	insert    string // $1 name, $2 fire ms, $3 node, $4 token, $5 namespace
 	heartbeat string // $1 namespace, $2 node, $3 ms: the replica's heartbeat is that recent
 }
 
 var (
 	procPG = procSQL{
 		now: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint`,
-		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, started_ms)
-VALUES ($1, $2, $3, $4, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)`,
+		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, ns, started_ms)
+VALUES ($1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)`,
 		heartbeat: `SELECT count(*) FROM aegis_schedule_replica
 WHERE namespace = $1 AND node = $2 AND seen_at >= timestamptz 'epoch' + $3 * interval '1 millisecond'`,
 	}
 	procSQLite = procSQL{
 		now: `SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)`,
-		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, started_ms)
-VALUES ($1, $2, $3, $4, CAST(unixepoch('subsec') * 1000 AS INTEGER))`,
+		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, ns, started_ms)
+VALUES ($1, $2, $3, $4, $5, CAST(unixepoch('subsec') * 1000 AS INTEGER))`,
 		heartbeat: `SELECT count(*) FROM aegis_schedule_replica WHERE namespace = $1 AND node = $2 AND seen_ms >= $3`,
 	}
 )
@@ -148,7 +149,7 @@ func procReplicaRun() error {
 			r, _ := schedule.RunFrom(ctx)
 			// The row records that the handler was entered: an execution,
 			// whatever becomes of the run's context afterwards.
-			if _, err := db.ExecContext(context.WithoutCancel(ctx), q.insert, r.Job, r.Fire.UnixMilli(), r.Node, int64(r.Token)); err != nil {
+			if _, err := db.ExecContext(context.WithoutCancel(ctx), q.insert, r.Job, r.Fire.UnixMilli(), r.Node, int64(r.Token), r.Namespace); err != nil {
 				return err
 			}
 			var a struct {
@@ -243,6 +244,19 @@ func procSetup(t *testing.T, kind, ns string) *procDB {
 	return &procDB{t: t, store: store, ns: ns, db: db, q: q, cat: cat, runs: runs}
 }
 
+// namespace is d's store seen from another namespace: the same tables,
+// another service.
+func (d *procDB) namespace(ns string) *procDB {
+	ctx := d.t.Context()
+	cat, err := schedule.NewCatalog(ctx, d.db, &schedule.CatalogConfig{Namespace: ns})
+	require.NoError(d.t, err)
+	runs, err := schedule.NewStore(ctx, d.db, &schedule.StoreConfig{Namespace: ns})
+	require.NoError(d.t, err)
+	o := *d
+	o.ns, o.cat, o.runs = ns, cat, runs
+	return &o
+}
+
 // now is the store's clock.
 func (d *procDB) now() time.Time {
 	d.t.Helper()
@@ -258,10 +272,11 @@ type procExec struct {
 	startedMS int64
 }
 
-// execs returns the executions of schedule name by fire time.
+// execs returns the executions of schedule name (in d's namespace) by
+// fire time.
 func (d *procDB) execs(name string) map[int64][]procExec {
 	d.t.Helper()
-	rows, err := d.db.QueryContext(d.t.Context(), `SELECT fire_ms, node, token, started_ms FROM proc_exec WHERE name = $1 ORDER BY fire_ms, token`, name)
+	rows, err := d.db.QueryContext(d.t.Context(), `SELECT fire_ms, node, token, started_ms FROM proc_exec WHERE ns = $1 AND name = $2 ORDER BY fire_ms, token`, d.ns, name)
 	require.NoError(d.t, err)
 	defer rows.Close()
 	out := map[int64][]procExec{}
@@ -525,19 +540,35 @@ func procBoth(t *testing.T, fn func(t *testing.T, kind string)) {
 
 // A schedule put while three replica processes run: each of its ticks
 // runs on exactly one replica, the first within 1s of its fire time.
+// Another service on the same database (another namespace, two replicas
+// of its own, with the same node names) has a schedule of the same name:
+// each service runs its own ticks, once each.
 func TestProcPutRunsEachTickOnce(t *testing.T) {
 	t.Parallel()
 	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
 		d := procSetup(t, kind, "proc-put")
+		other := d.namespace("proc-put-other")
 		nodes := []string{"node-a", "node-b", "node-c"}
 		for _, n := range nodes {
 			d.start(n, procHandler)
 		}
-		e, err := d.cat.Put(t.Context(), schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler})
+		other.start("node-a", procHandler)
+		other.start("node-b", procHandler)
+		e, err := d.cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: procHandler})
 		require.NoError(t, err)
+		require.Equal(t, nodes, e.Replicas, "the replicas of the schedule's namespace")
+		eo, err := other.cat.Put(ctx, schedule.Entry{Name: "tick", Every: 2 * time.Second, Handler: procHandler})
+		require.NoError(t, err)
+		require.Equal(t, []string{"node-a", "node-b"}, eo.Replicas)
 		procWait(t, 30*time.Second, func() bool { return d.firesFrom("tick", e.EffectiveAt) >= 4 }, "four ticks run")
 		until := d.now().Add(-2 * time.Second)
 		d.checkTicks("tick", procExpected([]procPhase{{schedule.Every(time.Second), e.EffectiveAt}}, until), time.Time{}, until)
+		other.checkTicks("tick", procExpected([]procPhase{{schedule.Every(2 * time.Second), eo.EffectiveAt}}, until), time.Time{}, until)
+		list, err := d.cat.List(ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, "@every 1s", list[0].Spec(), "a namespace lists only its own schedules")
 		for f, es := range d.execs("tick") {
 			require.GreaterOrEqual(t, f, e.EffectiveAt.UnixMilli(), "a tick before the schedule took effect")
 			require.Contains(t, nodes, es[0].node)
