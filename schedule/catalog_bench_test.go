@@ -50,10 +50,10 @@ import (
 // have fired for a few seconds. It reports, over the window's ticks:
 //
 //   - p50-ms, p99-ms: claim latency from the fire time as the store
-//     recorded it: the run row's started_at (the claim statement's clock)
-//     minus its fire_at;
+//     recorded it: the run row's started_at (the claim statement's clock,
+//     which is this machine's: the servers run on it) minus its fire_at;
 //   - handler-p50-ms, handler-p99-ms: the same to the moment the handler
-//     started (local clock: PostgreSQL runs on this machine);
+//     started (this process's clock);
 //   - cpu-ms/tick/replica: this process's CPU (user+sys, getrusage) per
 //     schedule tick and replica; cpu-ms/s/replica: the same per second;
 //   - db-cpu-ms/tick (PostgreSQL): the CPU of the replicas' server
