@@ -56,8 +56,9 @@ import (
 //     started (this process's clock);
 //   - cpu-ms/tick/replica: this process's CPU (user+sys, getrusage) per
 //     schedule tick and replica; cpu-ms/s/replica: the same per second;
-//   - db-cpu-ms/tick (PostgreSQL): the CPU of the replicas' server
-//     backends (found by application_name, read from /proc) per tick;
+//   - db-cpu-ms/tick (PostgreSQL on this machine): the CPU of the
+//     replicas' server backends (found by application_name, read from
+//     /proc) per tick;
 //   - busy-%: the whole machine's CPU in use (other processes included:
 //     read the figures with it);
 //   - B/schedule/replica: heap and stacks in use after GC with the
@@ -351,7 +352,7 @@ func benchCatalog(b *testing.B, dbName string, n int) {
 	cpu := float64((cpu1 - cpu0).Microseconds()) / 1000
 	b.ReportMetric(cpu/float64(want)/benchReplicas, "cpu-ms/tick/replica")
 	b.ReportMetric(cpu/window.Seconds()/benchReplicas, "cpu-ms/s/replica")
-	if dbName == "postgres" {
+	if db0 != nil && db1 != nil {
 		var dbCPU time.Duration
 		for pid, c := range db1 {
 			dbCPU += c - db0[pid] // a backend that connected during the window counts from zero
@@ -430,26 +431,31 @@ func (t benchTicks) percentSince(t0 benchTicks) float64 {
 
 // benchDBCPU is the CPU time so far of each server backend whose
 // application_name starts with app (the replicas' connections), read from
-// /proc: the server runs on this machine. USER_HZ is 100 on Linux.
+// /proc; nil when the server does not run on this machine (a backend's pid
+// is not a local postgres process). USER_HZ is 100 on Linux.
 func benchDBCPU(ctx context.Context, b *testing.B, db *sql.DB, app string) map[int]time.Duration {
-	out := map[int]time.Duration{}
 	if app == "" {
-		return out
+		return nil
 	}
 	rows, err := db.QueryContext(ctx, `SELECT pid FROM pg_stat_activity WHERE starts_with(application_name, $1)`, app)
 	require.NoError(b, err)
 	defer rows.Close()
+	out := map[int]time.Duration{}
 	for rows.Next() {
 		var pid int
 		require.NoError(b, rows.Scan(&pid))
 		p, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Fatalf("read the CPU time of PostgreSQL backend %d (the server must run on this machine): %v", pid, err)
-		}
 		s := string(p)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // after the command name: field 3 on
-		ut, _ := strconv.ParseInt(f[11], 10, 64)                 // utime, field 14
-		st, _ := strconv.ParseInt(f[12], 10, 64)                 // stime, field 15
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || !strings.Contains(s, " (postgres) ") || i+2 > len(s) {
+			return nil
+		}
+		f := strings.Fields(s[i+2:]) // after the command name: field 3 on
+		if len(f) < 13 {
+			return nil
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+		st, _ := strconv.ParseInt(f[12], 10, 64) // stime, field 15
 		out[pid] = time.Duration(ut+st) * 10 * time.Millisecond
 	}
 	require.NoError(b, rows.Err())
