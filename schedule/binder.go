@@ -326,6 +326,11 @@ func (b *binder) unbind(name string) {
 // the tick (paused, deleted, or changed at this fire time); won false when
 // another node has the tick.
 func (s *Scheduler) claimCatalog(ctx context.Context, j *job, f time.Time, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("schedule: claim %q at %s: %w", j.Name, f.UTC().Format(time.RFC3339Nano), err)
+		}
+	}()
 	st, cat := s.cfg.Store, s.cfg.Catalog
 	spec, tz := j.bound.sched.specAt(f)
 	check := []any{cat.ns, j.Name, f.UnixMilli(), spec, tz}

@@ -76,7 +76,8 @@ type Entry struct {
 	// Previous (none when Previous is empty). Every replica fires the same
 	// ticks around an edit because they all read this instant from the row.
 	EffectiveAt time.Time
-	Previous    string // the spec before EffectiveAt, as Spec writes it
+	Previous    string    // the spec before EffectiveAt, as Spec writes it
+	Resumed     time.Time // the last Resume: no tick before it runs (zero: never paused)
 	Created     time.Time
 	Updated     time.Time
 	// Replicas are the live replicas of the namespace that have the
@@ -304,6 +305,7 @@ type row struct {
 	name, spec, tz       string
 	prevSpec, prevTZ     sql.NullString
 	effectiveMS          int64
+	resumedMS            int64
 	handler              string
 	args                 string
 	enabled              bool
@@ -316,7 +318,7 @@ type row struct {
 }
 
 func (r *row) scan(sc interface{ Scan(...any) error }) error {
-	return sc.Scan(&r.name, &r.spec, &r.tz, &r.prevSpec, &r.prevTZ, &r.effectiveMS, &r.handler, &r.args, &r.enabled,
+	return sc.Scan(&r.name, &r.spec, &r.tz, &r.prevSpec, &r.prevTZ, &r.effectiveMS, &r.resumedMS, &r.handler, &r.args, &r.enabled,
 		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS)
 }
 
@@ -343,6 +345,9 @@ func (r *row) entry(ns string) (Entry, error) {
 	if r.prevSpec.Valid {
 		e.Previous = specText(r.prevSpec.String, r.prevTZ.String)
 	}
+	if r.resumedMS != 0 {
+		e.Resumed = time.UnixMilli(r.resumedMS).UTC()
+	}
 	var err error
 	if e.Misfire, err = ParseMisfire(r.misfire); err != nil {
 		return e, fmt.Errorf("schedule: catalog row %q: %w", r.name, err)
@@ -360,7 +365,7 @@ func (r *row) schedule() (switched, error) {
 	if err != nil {
 		return switched{}, err
 	}
-	sw := switched{next: next, nextSpec: r.spec, nextTZ: r.tz, at: time.UnixMilli(r.effectiveMS).UTC()}
+	sw := switched{next: next, nextSpec: r.spec, nextTZ: r.tz, at: time.UnixMilli(r.effectiveMS).UTC(), from: time.UnixMilli(r.resumedMS).UTC()}
 	if r.prevSpec.Valid {
 		if sw.prev, err = parseStored(r.prevSpec.String, r.prevTZ.String); err != nil {
 			return switched{}, err
@@ -371,16 +376,20 @@ func (r *row) schedule() (switched, error) {
 }
 
 // switched follows prev before at and next from at: a catalog schedule
-// around an edit. Every replica reads at from the row, so they all fire
-// the same ticks.
+// around an edit; it has no tick before from (the last resume). Every
+// replica reads both instants from the row, so they all fire the same
+// ticks.
 type switched struct {
 	prev, next       Schedule // prev nil: no ticks before at
 	prevSpec, prevTZ string
 	nextSpec, nextTZ string
-	at               time.Time
+	at, from         time.Time
 }
 
 func (s switched) Next(t time.Time) time.Time {
+	if t.Before(s.from) {
+		t = s.from.Add(-time.Nanosecond) // the first tick at or after the resume
+	}
 	if t.Before(s.at) {
 		if s.prev != nil {
 			if n := s.prev.Next(t); !n.IsZero() && n.Before(s.at) {
@@ -472,7 +481,9 @@ func (c *Catalog) Pause(ctx context.Context, name string) (Entry, error) {
 }
 
 // Resume restarts a paused schedule from its next tick: the ticks it
-// missed while paused are not misfires, they never run.
+// missed while paused are not misfires, they never run (Entry.Resumed). A
+// spec edited before the pause, or while paused, takes effect at its
+// instant as if there had been no pause.
 func (c *Catalog) Resume(ctx context.Context, name string) (Entry, error) {
 	return c.setEnabled(ctx, "resume", name, true)
 }

@@ -316,3 +316,53 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// A pause and a resume while an edit is pending: the old spec's ticks
+// between the resume and the edit's instant run, then the new spec's; the
+// paused time's ticks do not.
+func TestCatalogResumeBeforePendingEdit(t *testing.T) {
+	t.Parallel()
+	r := pgReplica(t, pgURL(t))
+	ctx := context.Background()
+	cat := openCatalog(t, r, &schedule.CatalogConfig{EditDelay: 3 * time.Second})
+	log := &catalogLog{}
+	s, err := schedule.New(&schedule.Config{Node: "node-0", Store: r.store, Catalog: cat})
+	require.NoError(t, err)
+	require.NoError(t, s.Handle("echo", log.handler("node-0")))
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { stop(t, s) })
+	_, err = cat.Put(ctx, schedule.Entry{Name: "tick", Every: time.Second, Handler: "echo"})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, func() bool { return len(log.perTick("tick")) >= 1 }, "the schedule runs")
+	edit, err := cat.Put(ctx, schedule.Entry{Name: "tick", Every: 2 * time.Second, Handler: "echo"})
+	require.NoError(t, err)
+	_, err = cat.Pause(ctx, "tick")
+	require.NoError(t, err)
+	resumed, err := cat.Resume(ctx, "tick")
+	require.NoError(t, err)
+	require.Equal(t, edit.EffectiveAt, resumed.EffectiveAt, "the pending edit keeps its instant")
+	require.Equal(t, "@every 1s", resumed.Previous)
+	require.False(t, resumed.Resumed.IsZero())
+	waitFor(t, 30*time.Second, func() bool {
+		for f := range log.perTick("tick") {
+			if f.After(edit.EffectiveAt.Add(2 * time.Second)) {
+				return true
+			}
+		}
+		return false
+	}, "the new spec's ticks run")
+	ticks := requireOncePerTick(t, log, "tick")
+	var want []time.Time // the old spec's ticks from the resume to the edit's instant
+	for f := resumed.Resumed.Truncate(time.Second).Add(time.Second); f.Before(edit.EffectiveAt); f = f.Add(time.Second) {
+		want = append(want, f)
+	}
+	require.NotEmpty(t, want)
+	for _, f := range want {
+		require.Equal(t, 1, ticks[f.UTC()], "the old spec's tick %s, after the resume and before the edit's instant %s", f, edit.EffectiveAt)
+	}
+	for f := range ticks {
+		if !f.Before(edit.EffectiveAt) {
+			require.Zero(t, f.UnixMilli()%2000, "tick %s follows the new spec", f)
+		}
+	}
+}

@@ -16,9 +16,9 @@ type catalogSQL struct {
 	get, list, put, setEnabled, delete string
 	replicas, heartbeat, leave         string
 	// check is the catalog half of a claim: the row exists, is enabled,
-	// and fire time $3 follows spec $4 in zone $5 (the new spec from
-	// effective_at, the previous one before). $1 namespace, $2 name. It
-	// returns the args and version the run gets.
+	// fire time $3 is not before its last resume, and follows spec $4 in
+	// zone $5 (the new spec from effective_at, the previous one before).
+	// $1 namespace, $2 name. It returns the args and version the run gets.
 	check string
 }
 
@@ -31,7 +31,8 @@ func (q catalogSQL) format(names []any) catalogSQL {
 	}
 }
 
-const catalogColumnsPG = `name, spec, tz, prev_spec, prev_tz, ` + `(extract(epoch FROM effective_at) * 1000)::bigint` + `, handler, args::text, enabled,
+const catalogColumnsPG = `name, spec, tz, prev_spec, prev_tz, (extract(epoch FROM effective_at) * 1000)::bigint,
+	(extract(epoch FROM resumed_at) * 1000)::bigint, handler, args::text, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
 	(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint`
 
@@ -45,6 +46,7 @@ var catalogPostgres = catalogSQL{
 	prev_spec            text,                 -- the spec before effective_at (NULL: no ticks before it)
 	prev_tz              text,
 	effective_at         timestamptz NOT NULL, -- when spec takes effect, the same instant for every replica
+	resumed_at           timestamptz NOT NULL, -- the last resume: no tick before it runs (epoch: never paused)
 	handler              text        NOT NULL,
 	args                 json        NOT NULL,
 	enabled              boolean     NOT NULL,
@@ -84,20 +86,19 @@ RETURNING generation, ` + `(extract(epoch FROM now()) * 1000)::bigint`,
 	// $7 effective ms, $8 handler, $9 args, $10 misfire, $11 overlap,
 	// $12 deadline ms, $13 catch-up, $14 attempts, $15 at most ms, $16 at
 	// least ms, $17 version, $18 now ms.
-	put: `INSERT INTO %[1]s AS c (namespace, name, spec, tz, prev_spec, prev_tz, effective_at, handler, args, enabled,
+	put: `INSERT INTO %[1]s AS c (namespace, name, spec, tz, prev_spec, prev_tz, effective_at, resumed_at, handler, args, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, (timestamptz 'epoch' + $7 * interval '1 millisecond'), $8, $9::json, true,
+VALUES ($1, $2, $3, $4, $5, $6, (timestamptz 'epoch' + $7 * interval '1 millisecond'), timestamptz 'epoch', $8, $9::json, true,
 	$10, $11, $12, $13, $14, $15, $16, $17, (timestamptz 'epoch' + $18 * interval '1 millisecond'), (timestamptz 'epoch' + $18 * interval '1 millisecond'))
 ON CONFLICT (namespace, name) DO UPDATE SET spec = $3, tz = $4, prev_spec = $5, prev_tz = $6,
 	effective_at = excluded.effective_at, handler = $8, args = $9::json, misfire = $10, overlap = $11,
 	starting_deadline_ms = $12, catch_up_max = $13, max_attempts = $14, lock_at_most_for_ms = $15, lock_at_least_for_ms = $16,
 	version = $17, updated_at = excluded.updated_at -- enabled stays: a paused schedule stays paused`,
 	// $1 namespace, $2 name, $3 enabled, $4 version, $5 now ms. A resume
-	// starts from now: no tick of the paused time runs.
+	// starts from now: no tick of the paused time runs (a pending edit
+	// still takes effect at its instant).
 	setEnabled: `UPDATE %[1]s SET enabled = $3, version = $4, updated_at = (timestamptz 'epoch' + $5 * interval '1 millisecond'),
-	prev_spec = CASE WHEN $3 AND NOT enabled THEN NULL ELSE prev_spec END,
-	prev_tz = CASE WHEN $3 AND NOT enabled THEN NULL ELSE prev_tz END,
-	effective_at = CASE WHEN $3 AND NOT enabled THEN greatest(effective_at, (timestamptz 'epoch' + $5 * interval '1 millisecond')) ELSE effective_at END
+	resumed_at = CASE WHEN $3 AND NOT enabled THEN (timestamptz 'epoch' + $5 * interval '1 millisecond') ELSE resumed_at END
 WHERE namespace = $1 AND name = $2`,
 	delete: `DELETE FROM %[1]s WHERE namespace = $1 AND name = $2`,
 	// $1 namespace, $2 liveness ms.
@@ -107,6 +108,7 @@ ON CONFLICT (namespace, node) DO UPDATE SET handlers = $3, seen_at = now()`,
 	leave: `DELETE FROM %[3]s WHERE namespace = $1 AND node = $2`,
 	check: `SELECT args::text, version FROM %[1]s
 WHERE namespace = $1 AND name = $2 AND enabled
+  AND (timestamptz 'epoch' + $3 * interval '1 millisecond') >= resumed_at -- no tick of a paused time
   AND CASE WHEN (timestamptz 'epoch' + $3 * interval '1 millisecond') < effective_at
       THEN prev_spec = $4 AND prev_tz = $5 ELSE spec = $4 AND tz = $5 END`,
 }
@@ -121,6 +123,7 @@ var catalogSQLite = catalogSQL{
 	prev_spec            TEXT,
 	prev_tz              TEXT,
 	effective_ms         INTEGER NOT NULL,
+	resumed_ms           INTEGER NOT NULL,
 	handler              TEXT    NOT NULL,
 	args                 TEXT    NOT NULL,
 	enabled              INTEGER NOT NULL,
@@ -156,17 +159,15 @@ RETURNING generation, ` + sqliteNow,
 	known:      `SELECT EXISTS (SELECT 1 FROM %[2]s WHERE namespace = $1)`,
 	get:        `SELECT ` + catalogColumnsSQLite + ` FROM %[1]s WHERE namespace = $1 AND name = $2`,
 	list:       `SELECT ` + catalogColumnsSQLite + ` FROM %[1]s WHERE namespace = $1 ORDER BY name`,
-	put: `INSERT INTO %[1]s (namespace, name, spec, tz, prev_spec, prev_tz, effective_ms, handler, args, enabled,
+	put: `INSERT INTO %[1]s (namespace, name, spec, tz, prev_spec, prev_tz, effective_ms, resumed_ms, handler, args, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_ms, updated_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18)
 ON CONFLICT (namespace, name) DO UPDATE SET spec = $3, tz = $4, prev_spec = $5, prev_tz = $6,
 	effective_ms = $7, handler = $8, args = $9, misfire = $10, overlap = $11,
 	starting_deadline_ms = $12, catch_up_max = $13, max_attempts = $14, lock_at_most_for_ms = $15, lock_at_least_for_ms = $16,
 	version = $17, updated_ms = $18`,
 	setEnabled: `UPDATE %[1]s SET enabled = $3, version = $4, updated_ms = $5,
-	prev_spec = CASE WHEN $3 AND NOT enabled THEN NULL ELSE prev_spec END,
-	prev_tz = CASE WHEN $3 AND NOT enabled THEN NULL ELSE prev_tz END,
-	effective_ms = CASE WHEN $3 AND NOT enabled THEN max(effective_ms, $5) ELSE effective_ms END
+	resumed_ms = CASE WHEN $3 AND NOT enabled THEN $5 ELSE resumed_ms END
 WHERE namespace = $1 AND name = $2`,
 	delete:   `DELETE FROM %[1]s WHERE namespace = $1 AND name = $2`,
 	replicas: `SELECT node, handlers FROM %[3]s WHERE namespace = $1 AND seen_ms > ` + sqliteNow + ` - $2 ORDER BY node`,
@@ -174,11 +175,11 @@ WHERE namespace = $1 AND name = $2`,
 ON CONFLICT (namespace, node) DO UPDATE SET handlers = $3, seen_ms = ` + sqliteNow,
 	leave: `DELETE FROM %[3]s WHERE namespace = $1 AND node = $2`,
 	check: `SELECT args, version FROM %[1]s
-WHERE namespace = $1 AND name = $2 AND enabled
+WHERE namespace = $1 AND name = $2 AND enabled AND $3 >= resumed_ms
   AND CASE WHEN $3 < effective_ms THEN prev_spec = $4 AND prev_tz = $5 ELSE spec = $4 AND tz = $5 END`,
 }
 
-const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, handler, args, enabled,
+const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, resumed_ms, handler, args, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
 	created_ms, updated_ms`
 

@@ -903,39 +903,47 @@ func (s *Scheduler) reap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		jobs := make(map[string]*job)
+		var names []string
 		for _, j := range s.reapable() {
-			fires, err := s.cfg.Store.expired(ctx, j.Name)
-			if err != nil {
-				if ctx.Err() == nil && !isReadOnly(err) {
-					s.emit(Event{Kind: EventError, Job: j.Name, Reason: "reaper", Err: err})
-				}
-				continue
+			jobs[j.Name] = j
+			names = append(names, j.Name)
+		}
+		if len(names) == 0 {
+			continue
+		}
+		runs, err := s.cfg.Store.expired(ctx, names)
+		if err != nil {
+			if ctx.Err() == nil && !isReadOnly(err) {
+				s.emit(Event{Kind: EventError, Reason: "reaper", Err: err})
 			}
-			for _, f := range fires {
-				if ctx.Err() != nil {
-					return
+			continue
+		}
+		for _, r := range runs {
+			j, f := jobs[r.job], r.fire
+			if ctx.Err() != nil {
+				return
+			}
+			start := time.Now()
+			cctx, cancel := claimContext(ctx)
+			token, state, attempt, ok, err := s.cfg.Store.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+			cancel()
+			switch {
+			case isReadOnly(err): // a standby: the primary's reapers retry it
+			case err != nil:
+				s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
+			case !ok:
+			case state == "running" && ctx.Err() != nil:
+				s.handBack(ctx, j.Name, f, token)
+			case state == "running":
+				s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
+				var c claimed
+				if j.bound != nil {
+					c = claimed{args: j.bound.args, version: j.bound.version}
 				}
-				start := time.Now()
-				cctx, cancel := claimContext(ctx)
-				token, state, attempt, ok, err := s.cfg.Store.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
-				cancel()
-				switch {
-				case isReadOnly(err): // a standby: the primary's reapers retry it
-				case err != nil:
-					s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
-				case !ok:
-				case state == "running" && ctx.Err() != nil:
-					s.handBack(ctx, j.Name, f, token)
-				case state == "running":
-					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
-					var c claimed
-					if j.bound != nil {
-						c = claimed{args: j.bound.args, version: j.bound.version}
-					}
-					j.startRunKey(ctx, f, token, attempt, start, c)
-				default:
-					s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
-				}
+				j.startRunKey(ctx, f, token, attempt, start, c)
+			default:
+				s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
 			}
 		}
 	}

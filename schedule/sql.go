@@ -72,9 +72,10 @@ WHERE namespace = $6 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * inter
 	handBack: `UPDATE %[1]s SET expires_at = now() -- the reaper's at once
 WHERE namespace = $4 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token = $3 AND state = 'running' -- fence`,
-	// $1 job, $2 namespace.
-	expired: `SELECT (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
-WHERE namespace = $2 AND job = $1 AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
+	// $1 the jobs (text[]), $2 namespace: one statement per reaper pass,
+	// however many jobs.
+	expired: `SELECT job, (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
+WHERE namespace = $2 AND job = ANY($1) AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
 	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts, $6 namespace.
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1, -- in the statement that reclaims: the crashed runner is fenced
@@ -176,8 +177,9 @@ WHERE namespace = $5 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'r
 WHERE namespace = $6 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
 	handBack: `UPDATE %[1]s SET expires_ms = ` + sqliteNow + `
 WHERE namespace = $4 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'running'`,
-	expired: `SELECT fire_ms FROM %[1]s
-WHERE namespace = $2 AND job = $1 AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
+	// $1 the jobs (a JSON array), $2 namespace.
+	expired: `SELECT job, fire_ms FROM %[1]s
+WHERE namespace = $2 AND job IN (SELECT value FROM json_each($1)) AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1,
 	node = $3,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -197,20 +198,39 @@ func (s *Store) handBack(ctx context.Context, job string, fire time.Time, token 
 	return nil
 }
 
-// expired lists the fire times of the job's running rows past their expiry.
-func (s *Store) expired(ctx context.Context, job string) ([]time.Time, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.expired, job, s.ns)
-	if err != nil {
-		return nil, fmt.Errorf("schedule: expired runs of %q: %w", job, err)
-	}
-	defer rows.Close()
-	var out []time.Time
-	for rows.Next() {
-		var ms int64
-		if err := rows.Scan(&ms); err != nil {
+// expiredRun is a running row past its expiry: the reaper's.
+type expiredRun struct {
+	job  string
+	fire time.Time
+}
+
+// expired lists the jobs' running rows past their expiry, oldest first
+// (at most 100 a call).
+func (s *Store) expired(ctx context.Context, jobs []string) ([]expiredRun, error) {
+	var arg any = jobs
+	if s.dialect == migrate.SQLite {
+		b, err := json.Marshal(jobs)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, time.UnixMilli(ms).UTC())
+		arg = string(b)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.expired, arg, s.ns)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: expired runs: %w", err)
+	}
+	defer rows.Close()
+	var out []expiredRun
+	for rows.Next() {
+		var (
+			r  expiredRun
+			ms int64
+		)
+		if err := rows.Scan(&r.job, &ms); err != nil {
+			return nil, err
+		}
+		r.fire = time.UnixMilli(ms).UTC()
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
