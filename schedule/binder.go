@@ -220,10 +220,12 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 	}
 	b.lastGen = gen
 	want := make(map[string]*row, len(rows))
+	gone := make(map[string]bool) // paused here, or deleted since this binder bound it
 	unhandled := 0
 	for i := range rows {
 		r := &rows[i]
 		if !r.enabled {
+			gone[r.name] = true
 			continue
 		}
 		if b.s.codeJob(r.name) {
@@ -245,7 +247,11 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 		if r := want[name]; r == nil || r.version != j.bound.version {
 			b.unbind(name)
 		}
+		if want[name] == nil && !b.s.codeJob(name) {
+			gone[name] = true
+		}
 	}
+	b.s.setGone(gone, want)
 	for name, r := range want {
 		if b.jobs[name] != nil {
 			continue

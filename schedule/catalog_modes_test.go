@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/queue"
@@ -365,4 +366,40 @@ func TestCatalogResumeBeforePendingEdit(t *testing.T) {
 			require.Zero(t, f.UnixMilli()%2000, "tick %s follows the new spec", f)
 		}
 	}
+}
+
+// A crashed run of a paused schedule is not retried after the pause: the
+// reaper ends its row abandoned, with a greater token.
+func TestCatalogPausedCrashedRunAbandoned(t *testing.T) {
+	t.Parallel()
+	r := pgReplica(t, pgURL(t))
+	ctx := context.Background()
+	cat := openCatalog(t, r, nil)
+	s, err := schedule.New(&schedule.Config{Node: "node-0", Store: r.store, Catalog: cat, ReapInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ran := make(chan schedule.Run, 100)
+	require.NoError(t, s.Handle("echo", func(ctx context.Context, _ json.RawMessage) error {
+		run, _ := schedule.RunFrom(ctx)
+		ran <- run
+		return nil
+	}))
+	_, err = cat.Put(ctx, schedule.Entry{Name: "tick", Cron: "0 0 3 * * *", Handler: "echo"})
+	require.NoError(t, err)
+	_, err = cat.Pause(ctx, "tick")
+	require.NoError(t, err)
+	// A run a crashed replica left: claimed before the pause, expired since.
+	_, err = r.db.ExecContext(ctx, `INSERT INTO aegis_schedule_run (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
+VALUES ('default', 'tick', now() - interval '1 minute', 7, 'crashed', 1, 'running', now() - interval '1 minute', now() - interval '1 second')`)
+	require.NoError(t, err)
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { stop(t, s) })
+	waitFor(t, 10*time.Second, func() bool {
+		runs := runsOf(t, r.store, "tick")
+		return len(runs) == 1 && runs[0].State == "abandoned"
+	}, "the crashed run of the paused schedule is abandoned")
+	runs := runsOf(t, r.store, "tick")
+	require.Equal(t, "crashed", runs[0].Node, "not reclaimed")
+	require.Equal(t, 1, runs[0].Attempt)
+	require.Greater(t, runs[0].Token, aegis.Token(7), "the crashed runner is fenced")
+	require.Empty(t, ran, "nothing ran")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -122,6 +123,7 @@ type Scheduler struct {
 	claimSQL string               // run-key mode's catalog claim (PostgreSQL)
 	boundJob []*job               // the catalog jobs bound now (the reaper's)
 	ticks    map[string]time.Time // the last tick an unbound catalog job's loop saw
+	gone     map[string]bool      // catalog schedules paused or deleted: the reaper abandons their crashed runs
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -154,7 +156,7 @@ func New(cfg *Config) (*Scheduler, error) {
 		return nil, invalid("%w", err)
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool), handlers: make(map[string]Handler),
-		rebind: make(chan struct{}, 1), ticks: make(map[string]time.Time), ns: DefaultNamespace}
+		rebind: make(chan struct{}, 1), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace}
 	set := 0
 	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
 		if ok {
@@ -324,6 +326,27 @@ func (s *Scheduler) reapable() []*job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append(slices.Clip(s.jobs), s.boundJob...)
+}
+
+// setGone records the catalog schedules paused or deleted (adding to the
+// deleted ones already known), and forgets those bound again (want).
+func (s *Scheduler) setGone(gone map[string]bool, want map[string]*row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.gone {
+		if want[name] != nil {
+			delete(s.gone, name)
+		}
+	}
+	for name := range gone {
+		s.gone[name] = true
+	}
+}
+
+func (s *Scheduler) goneNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.gone))
 }
 
 // noteTick remembers the last tick an unbound catalog job's loop saw, so
@@ -902,6 +925,16 @@ func (s *Scheduler) reap(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if gone := s.goneNames(); len(gone) > 0 {
+			// A crashed run of a paused or deleted schedule is not retried:
+			// no claim may start after the pause, a reclaim included. Its
+			// row says so instead of staying running.
+			if n, err := s.cfg.Store.abandon(ctx, gone); err != nil && ctx.Err() == nil && !isReadOnly(err) {
+				s.emit(Event{Kind: EventError, Reason: "reaper: abandon the crashed runs of paused or deleted schedules", Err: err})
+			} else if n > 0 {
+				s.emit(Event{Kind: EventReclaim, Reason: fmt.Sprintf("abandoned %d crashed runs of paused or deleted catalog schedules", n)})
+			}
 		}
 		jobs := make(map[string]*job)
 		var names []string

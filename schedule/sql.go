@@ -16,7 +16,7 @@ type runSQL struct {
 	migrations                                 []migrate.Migration
 	claim, replace, heartbeat, finish, expired string
 	handBack                                   string
-	reclaim, last, prune, list                 string
+	reclaim, last, prune, list, abandon        string
 	// Leader mode (PostgreSQL only).
 	enqueue, skip, record string
 }
@@ -76,6 +76,10 @@ WHERE namespace = $4 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * inter
 	// however many jobs.
 	expired: `SELECT job, (extract(epoch FROM fire_at) * 1000)::bigint FROM %[1]s
 WHERE namespace = $2 AND job = ANY($1) AND state = 'running' AND expires_at <= now() ORDER BY fire_at LIMIT 100`,
+	// $1 the jobs (text[]), $2 namespace: the crashed runs of paused or
+	// deleted catalog schedules end abandoned, their token bumped.
+	abandon: `UPDATE %[1]s SET state = 'abandoned', ended_at = now(), token = token + 1
+WHERE namespace = $2 AND job = ANY($1) AND state = 'running' AND expires_at <= now()`,
 	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts, $6 namespace.
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1, -- in the statement that reclaims: the crashed runner is fenced
@@ -192,6 +196,8 @@ WHERE namespace = $2 AND job IN (SELECT value FROM json_each($1)) AND state = 'r
 	           THEN ` + sqliteNow + ` END
 WHERE r.namespace = $6 AND r.job = $1 AND r.fire_ms = $2 AND r.state = 'running' AND r.expires_ms <= ` + sqliteNow + `
 RETURNING token, state, attempt`,
+	abandon: `UPDATE %[1]s SET state = 'abandoned', ended_ms = ` + sqliteNow + `, token = token + 1
+WHERE namespace = $2 AND job IN (SELECT value FROM json_each($1)) AND state = 'running' AND expires_ms <= ` + sqliteNow,
 	last:  `SELECT max(fire_ms) FROM %[1]s WHERE namespace = $2 AND job = $1`,
 	prune: `DELETE FROM %[1]s WHERE namespace = $3 AND job = $1 AND fire_ms < $2 AND state <> 'running'`,
 	list: `SELECT fire_ms, token, node, attempt, state, started_ms, coalesce(ended_ms, 0), coalesce(error, '')

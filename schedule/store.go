@@ -93,7 +93,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	}
 	q = runSQL{
 		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish), handBack: f(q.handBack),
-		expired: f(q.expired), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
+		expired: f(q.expired), abandon: f(q.abandon), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 	}
 	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
@@ -207,13 +207,9 @@ type expiredRun struct {
 // expired lists the jobs' running rows past their expiry, oldest first
 // (at most 100 a call).
 func (s *Store) expired(ctx context.Context, jobs []string) ([]expiredRun, error) {
-	var arg any = jobs
-	if s.dialect == migrate.SQLite {
-		b, err := json.Marshal(jobs)
-		if err != nil {
-			return nil, err
-		}
-		arg = string(b)
+	arg, err := s.jobsArg(jobs)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.expired, arg, s.ns)
 	if err != nil {
@@ -233,6 +229,29 @@ func (s *Store) expired(ctx context.Context, jobs []string) ([]expiredRun, error
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// abandon ends the jobs' expired running rows as abandoned.
+func (s *Store) abandon(ctx context.Context, jobs []string) (int64, error) {
+	arg, err := s.jobsArg(jobs)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.exec(ctx, s.q.abandon, arg, s.ns)
+	if err != nil {
+		return 0, fmt.Errorf("schedule: abandon expired runs: %w", err)
+	}
+	return n, nil
+}
+
+// jobsArg passes a list of jobs: a text[] on PostgreSQL, a JSON array on
+// SQLite (json_each).
+func (s *Store) jobsArg(jobs []string) (any, error) {
+	if s.dialect != migrate.SQLite {
+		return jobs, nil
+	}
+	b, err := json.Marshal(jobs)
+	return string(b), err
 }
 
 // reclaim takes over an expired run, bumping its token in the same
