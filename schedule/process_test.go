@@ -831,6 +831,51 @@ func TestProcResumeBeforeEditTakesEffect(t *testing.T) {
 	})
 }
 
+// A run cut off by a SIGKILL while its schedule is paused is abandoned
+// (not left running, nor retried after the resume); the resumed schedule
+// runs its next ticks.
+func TestProcCrashedRunOfPausedSchedule(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-crash")
+		reps := map[string]*procReplica{}
+		for _, r := range d.startAll(procHandler, "node-a", "node-b") {
+			reps[r.node] = r
+		}
+		// Each run holds 3s; its row expires 1s after its last heartbeat.
+		e, err := d.cat.Put(ctx, schedule.Entry{Name: "crash", Every: 2 * time.Second, Handler: procHandler,
+			LockAtMostFor: time.Second, Args: json.RawMessage(`{"hold_ms": 3000}`)})
+		require.NoError(t, err)
+		var fire int64
+		var node string
+		procWait(t, 30*time.Second, func() bool {
+			for f, es := range d.execs("crash") {
+				if f >= e.EffectiveAt.UnixMilli() {
+					fire, node = f, es[0].node
+					return true
+				}
+			}
+			return false
+		}, "a run starts")
+		reps[node].kill()
+		_, err = d.cat.Pause(ctx, "crash")
+		require.NoError(t, err)
+		var r schedule.RunRecord
+		procWait(t, 30*time.Second, func() bool {
+			r = d.runRecords("crash")[fire]
+			return r.State != "running"
+		}, "the crashed run of the paused schedule to be reaped")
+		require.Equal(t, "abandoned", r.State, "the crashed run of a paused schedule: %+v", r)
+
+		resumed, err := d.cat.Resume(ctx, "crash")
+		require.NoError(t, err)
+		procWait(t, 30*time.Second, func() bool { return d.firesFrom("crash", resumed.Updated) >= 1 }, "a tick after Resume")
+		require.Len(t, d.execs("crash")[fire], 1, "the crashed tick is not run again")
+		require.Equal(t, "abandoned", d.runRecords("crash")[fire].State)
+	})
+}
+
 // A run in progress when its schedule is edited, paused or deleted ends
 // normally (Catalog.Pause and Delete say so; an edit applies to the ticks
 // claimed after it): its context is not cancelled, and the run table
