@@ -61,6 +61,9 @@ const procExecTable = `CREATE TABLE proc_exec (
 const (
 	procEffectTable = `CREATE TABLE proc_effect (name text NOT NULL, fire_ms bigint NOT NULL, token bigint NOT NULL, node text NOT NULL)`
 	procStaleTable  = `CREATE TABLE proc_stale (name text NOT NULL, fire_ms bigint NOT NULL, token bigint NOT NULL, node text NOT NULL)`
+	// How a holding run (hold_ms) ended: cause is '' when it held to the
+	// end, else why its context ended.
+	procEndTable = `CREATE TABLE proc_end (name text NOT NULL, fire_ms bigint NOT NULL, token bigint NOT NULL, ended_ms bigint NOT NULL, cause text NOT NULL)`
 )
 
 // procSQL is what differs between the dialects.
@@ -68,6 +71,7 @@ type procSQL struct {
 	now       string // the store's clock, in ms
 	insert    string // $1 name, $2 fire ms, $3 node, $4 token, $5 namespace
 	heartbeat string // $1 namespace, $2 node, $3 ms: the replica's heartbeat is that recent
+	end       string // $1 name, $2 fire ms, $3 token, $4 cause
 }
 
 var (
@@ -77,12 +81,14 @@ var (
 VALUES ($1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)`,
 		heartbeat: `SELECT count(*) FROM aegis_schedule_replica
 WHERE namespace = $1 AND node = $2 AND seen_at >= timestamptz 'epoch' + $3 * interval '1 millisecond'`,
+		end: `INSERT INTO proc_end VALUES ($1, $2, $3, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, $4)`,
 	}
 	procSQLite = procSQL{
 		now: `SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)`,
 		insert: `INSERT INTO proc_exec (name, fire_ms, node, token, ns, started_ms)
 VALUES ($1, $2, $3, $4, $5, CAST(unixepoch('subsec') * 1000 AS INTEGER))`,
 		heartbeat: `SELECT count(*) FROM aegis_schedule_replica WHERE namespace = $1 AND node = $2 AND seen_ms >= $3`,
+		end:       `INSERT INTO proc_end VALUES ($1, $2, $3, CAST(unixepoch('subsec') * 1000 AS INTEGER), $4)`,
 	}
 )
 
@@ -165,12 +171,21 @@ func procReplicaRun() error {
 				time.Sleep(time.Duration(a.HoldMS) * time.Millisecond)
 				return procFencedWrite(db, r)
 			}
+			if a.HoldMS == 0 {
+				return nil
+			}
+			var cause error
 			select {
 			case <-time.After(time.Duration(a.HoldMS) * time.Millisecond):
-				return nil
 			case <-ctx.Done(): // a handler stops when its run's context ends
-				return context.Cause(ctx)
+				cause = context.Cause(ctx)
 			}
+			text := ""
+			if cause != nil {
+				text = cause.Error()
+			}
+			_, err := db.ExecContext(context.WithoutCancel(ctx), q.end, r.Job, r.Fire.UnixMilli(), int64(r.Token), text)
+			return errors.Join(cause, err)
 		})
 		if err != nil {
 			return err
@@ -239,7 +254,7 @@ func procSetup(t *testing.T, kind, ns string) *procDB {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()
-	for _, stmt := range []string{procExecTable, procEffectTable, procStaleTable} {
+	for _, stmt := range []string{procExecTable, procEffectTable, procStaleTable, procEndTable} {
 		_, err = db.ExecContext(ctx, stmt)
 		require.NoError(t, err)
 	}
@@ -873,6 +888,52 @@ func TestProcCrashedRunOfPausedSchedule(t *testing.T) {
 		procWait(t, 30*time.Second, func() bool { return d.firesFrom("crash", resumed.Updated) >= 1 }, "a tick after Resume")
 		require.Len(t, d.execs("crash")[fire], 1, "the crashed tick is not run again")
 		require.Equal(t, "abandoned", d.runRecords("crash")[fire].State)
+	})
+}
+
+// The overlap policy of the row, across processes: with replace, a tick
+// that comes while the previous tick's run holds (on whichever replica)
+// ends that run — its row says replaced, its context is cancelled at once
+// or at its next heartbeat — and runs with a greater token.
+func TestProcOverlapReplaceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	procBoth(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		d := procSetup(t, kind, "proc-replace")
+		d.startAll(procHandler, "node-a", "node-b", "node-c")
+		// Each run would hold 3.5s; a tick comes every 2s. A run row's
+		// heartbeat comes every 0.5s (a third of LockAtMostFor).
+		e, err := d.cat.Put(ctx, schedule.Entry{Name: "long", Every: 2 * time.Second, Handler: procHandler,
+			Overlap: schedule.OverlapReplace, LockAtMostFor: 1500 * time.Millisecond, Args: json.RawMessage(`{"hold_ms": 3500}`)})
+		require.NoError(t, err)
+		require.Equal(t, schedule.OverlapReplace, e.Overlap)
+		procWait(t, 30*time.Second, func() bool { return d.firesFrom("long", e.EffectiveAt) >= 3 }, "three ticks start")
+		_, err = d.cat.Pause(ctx, "long")
+		require.NoError(t, err)
+
+		ex, runs := d.execs("long"), d.runRecords("long")
+		// The first tick at or after EffectiveAt, and the next: each was
+		// replaced by the tick after it.
+		first := schedule.Every(2 * time.Second).Next(e.EffectiveAt.Add(-time.Nanosecond)).UnixMilli()
+		for f := first; f < first+4000; f += 2000 {
+			require.Len(t, ex[f], 1, "tick %s", time.UnixMilli(f).UTC())
+			r := runs[f]
+			require.Equal(t, "replaced", r.State, "tick %s, replaced by the next: %+v", time.UnixMilli(f).UTC(), r)
+			require.Greater(t, int64(runs[f+2000].Token), int64(r.Token), "the replacing run's token")
+			type end struct {
+				endedMS int64
+				cause   string
+			}
+			var got end
+			procWait(t, 10*time.Second, func() bool {
+				err := d.db.QueryRowContext(ctx, `SELECT ended_ms, cause FROM proc_end WHERE name = 'long' AND fire_ms = $1`, f).Scan(&got.endedMS, &got.cause)
+				return err == nil
+			}, "the replaced run of tick %s to end", time.UnixMilli(f).UTC())
+			// Cancelled by the replacing tick (2s after its own): on the
+			// same replica at once, elsewhere at its next heartbeat.
+			require.NotEmpty(t, got.cause, "the replaced run held to the end")
+			require.Less(t, got.endedMS-f, int64(3000), "the replaced run of tick %s ended %dms after its fire time: %s", time.UnixMilli(f).UTC(), got.endedMS-f, got.cause)
+		}
 	})
 }
 
