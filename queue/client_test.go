@@ -193,7 +193,10 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: 1}},
 		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
 			started <- job.ID
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-time.After(30 * time.Second): // the test's receive of causes fails first
+			}
 			causes <- context.Cause(ctx)
 			return nil // would complete, but the lease is lost
 		}),

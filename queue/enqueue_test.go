@@ -35,7 +35,12 @@ func TestUniqueConcurrent(t *testing.T) {
 		)
 		for i := range callers {
 			wg.Go(func() {
-				<-start
+				select {
+				case <-start:
+				case <-time.After(30 * time.Second):
+					errs[i] = errors.New("the start was not given within 30s")
+					return
+				}
 				results[i], errs[i] = c.Enqueue(ctx, testArgs{N: i}, &EnqueueOpts{UniqueKey: key})
 			})
 		}

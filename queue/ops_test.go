@@ -156,7 +156,10 @@ func TestStopDeadline(t *testing.T) {
 		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: 2}},
 		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
 			started <- struct{}{}
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-time.After(30 * time.Second): // the test's receive of causes fails first
+			}
 			causes <- context.Cause(ctx)
 			return nil
 		}),

@@ -194,7 +194,12 @@ func procReplicaRun() error {
 	if err := s.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Minute): // the parent stops every replica long before: an orphan must not live on
+		s.Stop()
+		return errors.New("the test did not stop this replica within 5m")
+	}
 	s.Stop()
 	return nil
 }

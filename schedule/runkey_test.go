@@ -207,7 +207,10 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 			job := schedule.Job{Name: "lossy", Every: time.Hour, LockAtMostFor: ttl, Run: func(ctx context.Context) error {
 				tok, _ := schedule.TokenFrom(ctx)
 				running <- tok
-				<-ctx.Done()
+				select {
+				case <-ctx.Done():
+				case <-time.After(30 * time.Second): // the test's receive of cancelled fails first
+				}
 				cancelled <- time.Now()
 				return ctx.Err()
 			}}
