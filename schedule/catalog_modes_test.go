@@ -20,6 +20,19 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
+// requirePauseHolds pauses job and fails when a run of it starts after
+// Pause returned, while its next ticks come.
+func requirePauseHolds(t *testing.T, cat *schedule.Catalog, log *catalogLog, job string) {
+	t.Helper()
+	_, err := cat.Pause(context.Background(), job)
+	require.NoError(t, err)
+	paused := time.Now()
+	time.Sleep(2500 * time.Millisecond) // the scenario: ticks come and must not run
+	for _, r := range log.snapshot() {
+		require.False(t, r.run.Job == job && r.started.After(paused), "run %+v started after Pause returned", r.run)
+	}
+}
+
 // requireOncePerTick fails when a tick of job ran more than once.
 func requireOncePerTick(t *testing.T, log *catalogLog, job string) map[time.Time]int {
 	t.Helper()
@@ -58,13 +71,7 @@ func TestCatalogLeaseMode(t *testing.T) {
 		require.Positive(t, r.run.Token, "the lease's token is in the context")
 		require.Positive(t, r.run.Version)
 	}
-	_, err = admin.Pause(ctx, "tick")
-	require.NoError(t, err)
-	paused := time.Now()
-	time.Sleep(2500 * time.Millisecond) // the scenario: ticks come and must not run
-	for _, r := range log.snapshot() {
-		require.False(t, r.started.After(paused), "run %+v started after Pause returned", r.run)
-	}
+	requirePauseHolds(t, admin, log, "tick")
 }
 
 // Leader mode: the leader enqueues the catalog's ticks, a worker runs
@@ -113,13 +120,7 @@ func TestCatalogLeaderMode(t *testing.T) {
 		require.JSONEq(t, `{"leader":true}`, string(r.run.Args))
 		require.Positive(t, r.run.Token)
 	}
-	_, err = admin.Pause(ctx, "tick")
-	require.NoError(t, err)
-	paused := time.Now()
-	time.Sleep(2500 * time.Millisecond) // the scenario: ticks come and must not run
-	for _, r := range log.snapshot() {
-		require.False(t, r.started.After(paused), "run %+v started after Pause returned", r.run)
-	}
+	requirePauseHolds(t, admin, log, "tick")
 }
 
 // Two services on one database: each sees only its own schedules and
