@@ -285,10 +285,7 @@ func NewCatalog(ctx context.Context, db *sql.DB, cfg *CatalogConfig) (*Catalog, 
 	if d == migrate.SQLite {
 		q = catalogSQLite
 	}
-	ms := make([]migrate.Migration, len(q.migrations))
-	for i, m := range q.migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, names...)}
-	}
+	ms := migrate.Format(q.migrations, names...)
 	if err := migrate.Apply(ctx, db, d, "schedule-catalog:"+c.Table, ms); err != nil {
 		return nil, fmt.Errorf("schedule: catalog: %w", err)
 	}

@@ -78,10 +78,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	if d == migrate.SQLite {
 		q = runSQLite
 	}
-	ms := make([]migrate.Migration, len(q.migrations))
-	for i, m := range q.migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, names...)}
-	}
+	ms := migrate.Format(q.migrations, names...)
 	if err := migrate.Apply(ctx, db, d, "schedule:"+c.Table, ms); err != nil {
 		return nil, fmt.Errorf("schedule: store: %w", err)
 	}

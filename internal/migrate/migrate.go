@@ -37,6 +37,16 @@ type Migration struct {
 // lockID is the PostgreSQL advisory lock key of migrations ("aegis" in ASCII).
 const lockID = 0x6165676973
 
+// Format returns ms with each SQL text formatted with args (fmt.Sprintf),
+// such as the quoted table names a component's config chose.
+func Format(ms []Migration, args ...any) []Migration {
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, args...)}
+	}
+	return out
+}
+
 // Apply applies the migrations of component that are not yet recorded, in
 // version order, in one transaction.
 func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration) (err error) {

@@ -161,10 +161,7 @@ func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
 }
 
 func (t tableSet) migrate(ctx context.Context) error {
-	ms := make([]migrate.Migration, len(migrations))
-	for i, m := range migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, t.lease, t.waiter)}
-	}
+	ms := migrate.Format(migrations, t.lease, t.waiter)
 	db := stdlib.OpenDBFromPool(t.pool)
 	defer db.Close()
 	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name, ms); err != nil {

@@ -157,10 +157,7 @@ func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	ms := make([]migrate.Migration, len(migrations))
-	for i, m := range migrations {
-		ms[i] = migrate.Migration{Version: m.Version, SQL: fmt.Sprintf(m.SQL, lease, waiter)}
-	}
+	ms := migrate.Format(migrations, lease, waiter)
 	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms); err != nil {
 		return fmt.Errorf("sqlitelease: %w", err)
 	}
