@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
@@ -142,7 +143,7 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 			return fmt.Errorf("LISTEN needs pgx's stdlib driver, not %T", dc)
 		}
 		pc := c.Conn()
-		if _, err := pc.Exec(ctx, "LISTEN "+quoteIdent(b.cat.channel)); err != nil {
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{b.cat.channel}.Sanitize()); err != nil {
 			return err
 		}
 		select { // a change may have committed before LISTEN: look once more
@@ -164,8 +165,6 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		}
 	})
 }
-
-func quoteIdent(s string) string { return `"` + s + `"` }
 
 // beat records this replica and its handlers in the catalog (for `list`:
 // Entry.Replicas, Entry.MissingOn) every heartbeatEvery until ctx ends,
