@@ -242,7 +242,10 @@ type Run struct {
 	Version int64
 }
 
-type runKey struct{}
+type (
+	runKey   struct{}
+	leaseKey struct{}
+)
 
 // RunFrom returns the run that ctx belongs to, when ctx is (derived from)
 // a job's context.
@@ -261,4 +264,14 @@ func RunFrom(ctx context.Context) (Run, bool) {
 func TokenFrom(ctx context.Context) (aegis.Token, bool) {
 	r, ok := RunFrom(ctx)
 	return r.Token, ok
+}
+
+// LeaseFrom returns, in lease mode, the lease the run holds (its key,
+// token, owner and TTL as granted): what fence.CheckLease takes, so that a
+// holder granted a token equal to another's (a Redis failover that sent
+// the counter back) cannot commit beside it. Outside a lease-mode run it
+// returns false.
+func LeaseFrom(ctx context.Context) (aegis.Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(aegis.Lease)
+	return l, ok
 }

@@ -575,3 +575,48 @@ func TestStopDuringClaim(t *testing.T) {
 	require.Equal(t, 2, run.Attempt)
 	require.Equal(t, skipped[0].Token+1, run.Token)
 }
+
+// LeaseFrom gives a lease-mode run its lease (what fence.CheckLease
+// takes): the job's key, the run's token and the lease's owner; a run-key
+// run has none.
+func TestLeaseFrom(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"lease", "run-key"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			r := pgReplica(t, pgURL(t))
+			type seen struct {
+				lease aegis.Lease
+				ok    bool
+				token aegis.Token
+			}
+			got := make(chan seen, 1)
+			job := schedule.Job{Name: "leased", Every: time.Hour, Run: func(ctx context.Context) error {
+				l, ok := schedule.LeaseFrom(ctx)
+				tok, _ := schedule.TokenFrom(ctx)
+				got <- seen{l, ok, tok}
+				return nil
+			}}
+			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			cfg := &schedule.Config{Node: "n", Clock: clock}
+			if mode == "lease" {
+				cfg.Locker = r.locker
+			} else {
+				cfg.Store = r.store
+			}
+			start(t, cfg, job)
+			advanceWhenWaiting(t, clock, time.Hour)
+			s := testenv.Recv(t, got, 10*time.Second, "the run to start")
+			if mode == "run-key" {
+				require.False(t, s.ok, "a run-key run has no lease")
+				return
+			}
+			require.True(t, s.ok, "a lease-mode run has its lease")
+			require.Equal(t, "leased", s.lease.Key)
+			require.Equal(t, s.token, s.lease.Token)
+			require.NotEmpty(t, s.lease.Owner)
+			_, ok := schedule.LeaseFrom(t.Context())
+			require.False(t, ok, "outside a run")
+		})
+	}
+}

@@ -864,7 +864,11 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 			defer jcancel(nil)
 			defer context.AfterFunc(rctx, func() { jcancel(context.Cause(rctx)) })()
 		}
-		jobErr := j.call(context.WithValue(jctx, runKey{}, run))
+		jctx = context.WithValue(jctx, runKey{}, run)
+		if j.s.mode == modeLease {
+			jctx = context.WithValue(jctx, leaseKey{}, *lease)
+		}
+		jobErr := j.call(jctx)
 		if cause := context.Cause(jctx); errors.Is(cause, aegis.ErrLost) || errors.Is(cause, errReplaced) {
 			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: cause})
 		}
