@@ -116,7 +116,7 @@ func sqlTarget(name string, db *sql.DB) target {
 			if err != nil {
 				return err
 			}
-			defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+			defer tx.Rollback() // after Commit, a no-op
 			if err := fence.CheckLeaseSQL(ctx, tx, resource, l); err != nil {
 				return err
 			}
@@ -320,12 +320,12 @@ func TestCheckLeaseBlocks(t *testing.T) {
 			}
 			first, err := pool.Begin(ctx)
 			require.NoError(t, err)
-			defer first.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+			defer first.Rollback(ctx) // after Commit, a no-op
 			require.NoError(t, fence.CheckLease(ctx, first, "r", aegis.Lease{Token: token, Owner: ownerA}))
 
 			second, err := pool.Begin(ctx)
 			require.NoError(t, err)
-			defer second.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+			defer second.Rollback(ctx) // after Commit, a no-op
 			var pid uint32
 			require.NoError(t, second.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 			done := make(chan error, 1)
