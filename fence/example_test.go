@@ -105,3 +105,61 @@ func ExampleCheck_invalid() {
 	// true
 	// aegis: invalid argument: fence: token 0 is not positive: no lease grants it (a token read from a context outside a run?)
 }
+
+// A lease's writes go through CheckLease, which records a hash of the
+// lease's owner beside its token: the holder writes as often as it likes,
+// and a second holder granted the same token (a Redis failover that sent
+// the counter back) is refused instead of committing beside it.
+func ExampleCheckLease() {
+	ctx := context.Background()
+	pool, drop, err := docsnippets.Postgres(ctx) // a pool on a new, empty schema
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	locker, err := pglease.New(pool, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := fence.Migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := aegis.Hold(ctx, locker, "invoice-export/2026-10", 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer h.Release(ctx)
+
+	fmt.Println("export:", exportHeld(pool, h))
+	fmt.Println("again:", exportHeld(pool, h)) // the same holder, the same token
+
+	// Another process granted the same key and token by a store that lost
+	// its last grant: the same Token, another Owner.
+	twin := h.Lease()
+	twin.Owner = "the owner of a second grant of token 1"
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.CheckLease(ctx, tx, "invoice-export/2026-10", twin)
+	})
+	fmt.Println("twin rejected:", errors.Is(err, aegis.ErrStale))
+	fmt.Println(err)
+	// Output:
+	// export: <nil>
+	// again: <nil>
+	// twin rejected: true
+	// aegis: stale fencing token: resource "invoice-export/2026-10" already accepted token 1 from another owner
+}
+
+// exportHeld is docs/fence.md's snippet, as printed there: the business
+// write of a held lease, fenced with the lease itself.
+func exportHeld(pool *pgxpool.Pool, h *aegis.Held) error {
+	return pgx.BeginFunc(h.Context(), pool, func(tx pgx.Tx) error {
+		if err := fence.CheckLease(h.Context(), tx, "invoice-export/2026-10", h.Lease()); err != nil {
+			return err // aegis.ErrStale: a newer holder, or another holder of this token, wrote already; roll back
+		}
+		return exportInvoices(h.Context(), tx, "2026-10") // your writes, in the same transaction
+	})
+}

@@ -5,9 +5,14 @@
 //
 // Three forms, for three kinds of stores:
 //
-//   - Check / CheckSQL record the greatest token accepted per resource in
-//     the aegis_fence table. A write with a lower token gets ErrStale and the
-//     caller rolls back. The same holder may write many times with one token.
+//   - CheckLease / CheckLeaseSQL record the greatest token accepted per
+//     resource in the aegis_fence table, with a hash of the lease's owner. A
+//     write with a lower token, or with the same token from another owner
+//     (two holders granted one token: a Redis failover that sent the
+//     counter back), gets ErrStale and the caller rolls back. The same
+//     holder may write many times with one lease. Check / CheckSQL do the
+//     same for a bare token that comes without a lease (a scheduled run's,
+//     a queue job's), which names no owner.
 //   - Exec / ExecSQL run a statement on a business table that carries its
 //     own token column ("… WHERE id = $1 AND token = $2"): no row affected
 //     means stale.
@@ -17,10 +22,11 @@
 //     deletes what no row references and no holder can commit any more.
 //
 // Bad input is refused before any SQL is sent, with an error wrapping
-// aegis.ErrInvalid that names it: a token that is not positive (no grant
-// issues one: it is what a failed schedule.TokenFrom returns), a resource
-// that is empty, longer than MaxResource, not UTF-8 or contains NUL. A
-// missing fence table is an error that says to run Migrate.
+// aegis.ErrInvalid that names it: a nil transaction, a lease without an
+// owner, a token that is not positive (no grant issues one: it is what a
+// failed schedule.TokenFrom returns), a resource that is empty, longer than
+// MaxResource, not UTF-8 or contains NUL. A missing fence table, or one
+// created before the owner column, is an error that says to run Migrate.
 //
 // What the fence does not do: stop a stale holder's side effects outside the
 // fenced store (an e-mail, a call to a service that does not check the
@@ -44,22 +50,54 @@ import (
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
-// The fence table, one row per resource with the greatest token accepted.
+// The fence table, one row per resource with the greatest token accepted
+// and, when CheckLease recorded it, a hash of the owner that token came from.
 const (
 	migrateSQL = `CREATE TABLE IF NOT EXISTS aegis_fence (
 	resource text   PRIMARY KEY,
 	token    bigint NOT NULL
 )`
-	// checkSQL records token for resource unless a greater one was accepted:
-	// the row lock orders concurrent writers, and the loser's WHERE is
-	// re-evaluated against the winner's token. Works on PostgreSQL and SQLite.
-	checkSQL = `INSERT INTO aegis_fence AS f (resource, token) VALUES ($1, $2)
-ON CONFLICT (resource) DO UPDATE SET token = excluded.token
-WHERE f.token <= excluded.token -- fence: a lower token never lands`
+	// migrateOwnerSQL is version 2. NULL is what a bare Check records (and
+	// what every row of version 1 holds): a token that names no owner.
+	migrateOwnerSQL = `ALTER TABLE aegis_fence ADD COLUMN owner_hash text`
+
+	// checkSQL records a bare token for resource unless a greater one was
+	// accepted, or an equal one from a lease owner: a bare token cannot show
+	// it is that owner, so it must not land beside its writes. The row lock
+	// orders concurrent writers, and the loser's WHERE is re-evaluated
+	// against the winner's row. Works on PostgreSQL and SQLite.
+	checkSQL = `INSERT INTO aegis_fence AS f (resource, token, owner_hash) VALUES ($1, $2, NULL)
+ON CONFLICT (resource) DO UPDATE SET token = excluded.token, owner_hash = NULL
+WHERE f.token < excluded.token -- fence: a lower token never lands
+   OR (f.token = excluded.token AND f.owner_hash IS NULL) -- the same token again, recorded bare`
+
+	// checkLeaseSQL records token and the owner's hash for resource unless
+	// a greater token was accepted, or the same token from another owner
+	// (or bare, by Check: NULL = $3 is not true). Same locking as checkSQL.
+	checkLeaseSQL = `INSERT INTO aegis_fence AS f (resource, token, owner_hash) VALUES ($1, $2, $3)
+ON CONFLICT (resource) DO UPDATE SET token = excluded.token, owner_hash = excluded.owner_hash
+WHERE f.token < excluded.token -- fence: a lower token never lands
+   OR (f.token = excluded.token AND f.owner_hash = excluded.owner_hash) -- the same holder again`
+
+	// recordedSQL reads what refused a check, to say why; only on the
+	// stale path, in the same transaction (the refusing upsert locked the
+	// row on PostgreSQL; SQLite's transaction holds the write lock).
+	recordedSQL = `SELECT token, owner_hash FROM aegis_fence WHERE resource = $1`
 )
 
-// Migrate creates the fence table if it is missing (PostgreSQL). It is safe
-// to call from many processes at once.
+// migrations are the fence's schema versions, in order; a released one
+// never changes.
+var migrations = []migrate.Migration{
+	{Version: 1, SQL: migrateSQL},
+	{Version: 2, SQL: migrateOwnerSQL},
+}
+
+// Migrate creates the fence table if it is missing (PostgreSQL), and
+// upgrades one created by an earlier version in place: version 2 adds the
+// owner_hash column that CheckLease needs, NULL in the rows already there,
+// so their tokens keep fencing. It is safe to call from many processes at
+// once. Check and CheckLease both need version 2: upgrade the schema before
+// the binaries.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
@@ -76,7 +114,7 @@ func MigrateSQL(ctx context.Context, db *sql.DB) error {
 }
 
 func apply(ctx context.Context, db *sql.DB, d migrate.Dialect) error {
-	if err := migrate.Apply(ctx, db, d, "fence", []migrate.Migration{{Version: 1, SQL: migrateSQL}}); err != nil {
+	if err := migrate.Apply(ctx, db, d, "fence", migrations); err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
 	return nil
@@ -91,12 +129,20 @@ const MaxResource = 1024
 // already accepted it writes nothing and returns aegis.ErrStale; the caller
 // rolls back.
 //
+// Check is for tokens that come without a lease: a scheduled run's token
+// (schedule.TokenFrom), a queue job's. The same token lands any number of
+// times, from anyone. A lease's token goes through CheckLease, which also
+// refuses a second owner of the same token. On one resource the two do not
+// mix silently: a bare token equal to one that CheckLease recorded is
+// ErrStale (it cannot show it comes from that owner), and a greater bare
+// token lands and drops the recorded owner.
+//
 // The resource must be non-empty UTF-8 of at most MaxResource bytes without
 // NUL, and the token positive (every backend's first token is 1, so 0 is a
 // token that no grant issued, such as the zero value of a failed
 // schedule.TokenFrom): anything else is an error wrapping aegis.ErrInvalid,
-// returned before any SQL is sent. When the fence table is missing the
-// error says to run Migrate.
+// returned before any SQL is sent. When the fence table is missing, or
+// predates the owner column, the error says to run Migrate.
 func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) error {
 	if tx == nil {
 		return fmt.Errorf("%w: fence: check: tx is nil", aegis.ErrInvalid)
@@ -104,11 +150,7 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) e
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, checkSQL, resource, int64(token))
-	if err != nil {
-		return checkErr(resource, err)
-	}
-	return stale(tag.RowsAffected(), resource, token)
+	return check(ctx, pgxTx{tx}, resource, token, "")
 }
 
 // CheckSQL is Check for a database/sql transaction (PostgreSQL or SQLite),
@@ -120,15 +162,7 @@ func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Toke
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, checkSQL, resource, int64(token))
-	if err != nil {
-		return checkErr(resource, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("fence: check %q: %w", resource, err)
-	}
-	return stale(n, resource, token)
+	return check(ctx, sqlTx{tx}, resource, token, "")
 }
 
 // validate refuses what Check must never send: a resource that is no
@@ -164,10 +198,14 @@ func validName(what, name string) error {
 }
 
 // checkErr wraps a failed check, naming the fix when the fence table is
-// missing: the first thing a new user meets.
+// missing (the first thing a new user meets) or is still at version 1 (the
+// first thing an upgrade that skipped Migrate meets).
 func checkErr(resource string, err error) error {
-	if missingTable(err) {
+	switch {
+	case missingTable(err):
 		return fmt.Errorf("fence: check %q: table aegis_fence does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) first: %w", resource, err)
+	case missingOwnerColumn(err):
+		return fmt.Errorf("fence: check %q: table aegis_fence has no owner_hash column (schema version 1): run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade it: %w", resource, err)
 	}
 	return fmt.Errorf("fence: check %q: %w", resource, err)
 }
@@ -181,6 +219,16 @@ func missingTable(err error) bool {
 	}
 	// modernc.org/sqlite has no code for it but the message.
 	return strings.Contains(err.Error(), "no such table: aegis_fence")
+}
+
+// missingOwnerColumn reports whether err is PostgreSQL's undefined_column
+// (42703) or SQLite's "has no column named" for owner_hash.
+func missingOwnerColumn(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "42703" && strings.Contains(pgErr.Message, "owner_hash")
+	}
+	return strings.Contains(err.Error(), "has no column named owner_hash")
 }
 
 // Execer is what Exec needs: a pgx pool, connection or transaction.
@@ -240,11 +288,4 @@ func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int6
 		return 0, aegis.ErrStale
 	}
 	return n, nil
-}
-
-func stale(rows int64, resource string, token aegis.Token) error {
-	if rows == 0 {
-		return fmt.Errorf("%w: resource %q already accepted a token greater than %d", aegis.ErrStale, resource, token)
-	}
-	return nil
 }
