@@ -620,3 +620,48 @@ func TestLeaseFrom(t *testing.T) {
 		})
 	}
 }
+
+// A lease granted after the tick's starting deadline is not run: the
+// grant may follow another replica's whole run of the tick (its lease
+// released after LockAtLeastFor), and running it would run the tick twice.
+// The grant is held up here by a row lock on the job's lease row, as a
+// paused replica's open transaction would.
+func TestLeaseGrantPastDeadlineIsMisfire(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := pgReplica(t, pgURL(t))
+	l, err := r.locker.TryAcquire(ctx, "late", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, r.locker.Release(ctx, l))
+	tx, err := r.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	_, err = tx.Exec(ctx, `SELECT 1 FROM aegis_lease WHERE key = 'late' FOR UPDATE`)
+	require.NoError(t, err)
+
+	ran := make(chan struct{}, 1)
+	job := schedule.Job{Name: "late", Every: time.Hour, StartingDeadline: time.Second, Run: func(context.Context) error {
+		ran <- struct{}{}
+		return nil
+	}}
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := &runLog{}
+	start(t, &schedule.Config{Node: "n", Clock: clock, Locker: r.locker, OnEvent: log.onEvent}, job)
+	advanceWhenWaiting(t, clock, time.Hour)
+	waitFor(t, 10*time.Second, func() bool {
+		var waiting int
+		err := r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%aegis_lease%'`).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, "the grant waits on the row lock")
+	clock.Advance(2 * time.Second) // past the starting deadline
+	require.NoError(t, tx.Rollback(ctx))
+	waitFor(t, 10*time.Second, func() bool { return len(log.eventsOf(schedule.EventMisfired)) > 0 }, "a misfired event for the late grant")
+	select {
+	case <-ran:
+		t.Fatal("the job ran on a grant past its starting deadline")
+	default:
+	}
+	l, err = r.locker.TryAcquire(ctx, "late", time.Second)
+	require.NoError(t, err, "the late grant was released")
+	require.NoError(t, r.locker.Release(ctx, l))
+}

@@ -788,6 +788,18 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 	if err != nil {
 		return nil, !errors.Is(err, aegis.ErrInvalid), err
 	}
+	if late := j.s.cfg.Clock.Now().Sub(f); late > j.deadline(f) {
+		// A grant that came this late (the lease server was slow, or a
+		// row lock held it up) may follow another replica's whole run of
+		// the tick, its lease released after LockAtLeastFor: running it
+		// now would run the tick twice.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = locker.Release(rctx, lease)
+		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Token: lease.Token, Attempt: 1,
+			Reason: fmt.Sprintf("the lease was granted %s after the fire time, past the starting deadline %s: another replica may have run the tick", late.Round(time.Millisecond), j.deadline(f))})
+		return nil, false, nil
+	}
 	var c claimed
 	if j.bound != nil {
 		// The catalog half of the claim, once the lease is ours: a pause
