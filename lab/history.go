@@ -55,7 +55,10 @@ const (
 type OpResult string
 
 const (
-	OpOK      OpResult = "ok"
+	// OpOK: the read returned, the write committed, the claim registered.
+	OpOK OpResult = "ok"
+	// OpRefused: the fence refused the token (for an unfenced op, another
+	// refusal, such as a unique key: it took no effect).
 	OpRefused OpResult = "refused"
 	// OpUnknown: the node was killed, or an error came after a commit that
 	// may or may not have landed.
@@ -78,23 +81,23 @@ const (
 
 // Op is one operation of a job's history.
 type Op struct {
-	Job  string
+	Job  string // the catalog's job: its ledger row and fence resource
 	Kind OpKind
-	Node int
+	Node int // the node's number, whatever its incarnation
 	// Attempt is the critical section the operation belongs to
 	// (node.incarnation.seq); a read and its write share it.
 	Attempt string
 	// Tick is the tick's fire time (ms): for a write, the tick whose effect
 	// it commits.
 	Tick  int64
-	Token int64
+	Token int64 // the token presented to the fence (when Fenced)
 	// Owner is the holder's identity (a hash; "" when none), compared as
 	// given under FenceOwner.
 	Owner string
 	// Fenced says the operation went through the fence: a read or write of
 	// a fenced strategy, a claim. Unfenced operations skip every token rule.
 	Fenced bool
-	Value  int64
+	Value  int64 // a read's value read, a write's value written; unused for a claim
 	Result OpResult
 	// Call and Return are in nanoseconds; Return 0 means the operation
 	// never returned (its Result is then OpUnknown).
@@ -107,9 +110,12 @@ type JobVerdict struct {
 	// Verdict is CheckOK, CheckViolation or CheckUnknown (the check ran out
 	// of time).
 	Verdict string
-	// Reason, for a violation, is the first rule found broken and the
-	// operation that broke it, e.g. "tick 3000 applied twice (node 2's
-	// write ...)".
+	// Reason, for a violation, is the rule broken and the operation that
+	// broke it, e.g. "tick 3000 applied twice (node 2's write 4, tick 3000,
+	// …)": a harm two committed writes show (a tick applied twice, a lost
+	// update) when there is one, else the first rule broken in the order
+	// porcupine got furthest with (a token accepted after a greater one or
+	// from two owners, a refusal nobody caused, a read no write explains).
 	Reason string
 	// HTML is the path of porcupine's visualisation, when written.
 	HTML string
