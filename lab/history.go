@@ -92,7 +92,8 @@ type Op struct {
 	Tick  int64
 	Token int64 // the token presented to the fence (when Fenced)
 	// Owner is the holder's identity (a hash; "" when none), compared as
-	// given under FenceOwner.
+	// given under FenceOwner. Never the lease's owner value itself: its
+	// first 8 bytes appear in reasons and the visualisation.
 	Owner string
 	// Fenced says the operation went through the fence: a read or write of
 	// a fenced strategy, a claim. Unfenced operations skip every token rule.

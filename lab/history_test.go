@@ -449,3 +449,29 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 	}
 	return ops, harm
 }
+
+// The sequential duplicate: node 2 reads what node 1 committed for tick
+// 1000 and commits tick 1000 again. A counter's history is fine with it;
+// the job's is not.
+func ExampleCheckJobs() {
+	op := func(kind lab.OpKind, node int, token, value, call int64) lab.Op {
+		return lab.Op{
+			Job: "export", Kind: kind, Node: node, Attempt: fmt.Sprintf("%d.1.1", node), Tick: 1000,
+			Token: token, Owner: fmt.Sprintf("holder %d", node), Fenced: true,
+			Value: value, Result: lab.OpOK, Call: call, Return: call + 10,
+		}
+	}
+	v, err := lab.CheckJobs([]lab.Op{
+		op(lab.OpRead, 1, 1, 0, 0), op(lab.OpWrite, 1, 1, 1, 20),
+		op(lab.OpRead, 2, 2, 1, 40), op(lab.OpWrite, 2, 2, 2, 60),
+	}, lab.FenceOwner, 10*time.Second, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(v[0].Job, v[0].Verdict)
+	fmt.Println(v[0].Reason)
+	// Output:
+	// export violation
+	// tick 1000 applied twice (node 2's write 2, tick 1000, token 2 of holder 2, attempt 2.1.1, after node 1's write 1, tick 1000, token 1 of holder 1, attempt 1.1.1)
+}
