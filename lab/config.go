@@ -26,7 +26,9 @@ type Config struct {
 	Tick     time.Duration
 	Work     time.Duration
 	TTL      time.Duration
-	Chaos    []Chaos
+	// Catalog is the run's schedules; nil is DefaultCatalog(Tick, Work).
+	Catalog []JobSpec
+	Chaos   []Chaos
 	// OutDir is where the checker's visualisation of a violation is
 	// written; "" writes none.
 	OutDir string
@@ -52,11 +54,26 @@ func (c Config) Ticks() int {
 	return int(c.Duration / c.Tick)
 }
 
-// Window is how long a tick stays due: a node keeps trying a tick nobody
-// has executed until its window ends, so that a holder paused or killed
-// past its TTL is replaced within the same tick. It is 2 × TTL + work +
-// tick; a tick nobody executed by then is missed.
-func (c Config) Window() time.Duration { return 2*c.TTL + c.Work + c.Tick }
+// jobs is the run's catalog.
+func (c Config) jobs() []JobSpec {
+	if c.Catalog != nil {
+		return c.Catalog
+	}
+	return DefaultCatalog(c.Tick, c.Work)
+}
+
+// Window is how long after a tick fires its execution still counts: time
+// for a reaper to retry a crashed run (its row expires after the TTL) and
+// for the retry to work and write, or for a failing write to keep trying.
+// It is 2 × TTL + the longest work + tick; a job's tick nobody executed by
+// then is missed.
+func (c Config) Window() time.Duration {
+	var work time.Duration
+	for _, j := range c.jobs() {
+		work = max(work, j.Work)
+	}
+	return 2*c.TTL + work + c.Tick
+}
 
 // Validate checks the configuration and says what is wrong, naming the
 // flag and quoting its value, in an error that wraps aegis.ErrInvalid.
@@ -81,8 +98,11 @@ func (c Config) Validate() error {
 		return invalid("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
 		return invalid("--ttl %s: want at most 1h", c.TTL)
-	case s.Name == "queue" && c.TTL < 100*time.Millisecond:
+	case s.Mode == LeaderMode && c.TTL < 100*time.Millisecond:
 		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
+	}
+	if err := checkJobs(c.jobs(), c.Tick); err != nil {
+		return err
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
@@ -139,6 +159,16 @@ func (c Config) fenced() bool {
 	return c.Fence && s.Fenceable()
 }
 
+// json is the report's form of c.
+func (c Config) json() ConfigJSON {
+	chaos := []string{}
+	for _, ch := range c.Chaos {
+		chaos = append(chaos, ch.String())
+	}
+	return ConfigJSON{Strategy: c.Strategy, Fence: c.Fence, Nodes: c.Nodes, Duration: c.Duration.String(), Tick: c.Tick.String(),
+		Work: c.Work.String(), TTL: c.TTL.String(), Catalog: FormatCatalog(c.jobs()), Chaos: chaos}
+}
+
 // String describes the run in one line.
 func (c Config) String() string {
 	fence := "unfenced"
@@ -156,7 +186,7 @@ func (c Config) Params() string {
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
 	}
-	line := fmt.Sprintf("%d nodes, %d ticks of %s, work %s, ttl %s", c.Nodes, c.Ticks(), c.Tick, c.Work, c.TTL)
+	line := fmt.Sprintf("%d nodes, %d ticks of %s, ttl %s, catalog %s", c.Nodes, c.Ticks(), c.Tick, c.TTL, FormatCatalog(c.jobs()))
 	if len(chaos) > 0 {
 		line += "; chaos " + strings.Join(chaos, " ")
 	}

@@ -199,14 +199,11 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	}
 	r.mu.Lock()
 	for _, id := range r.order {
-		a := r.attempts[id]
-		if a == nil {
-			continue
-		}
+		a := r.sections[id]
 		np := r.nodes[a.Node-1]
-		if np.critical == id && !np.paused && !np.writing {
+		if np.critical == id && !np.paused && !np.writing && a.ReadResult == OpOK {
 			r.mu.Unlock()
-			return np, holderDetail(a.Tick, a.Token), nil
+			return np, holderDetail(a.Job, a.Tick, a.Token), nil
 		}
 	}
 	r.mu.Unlock()
@@ -219,14 +216,14 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	if err != nil {
 		return nil, "", errors.New("no node entered the critical section: nothing to target")
 	}
-	return r.node(e.Node), holderDetail(e.Tick, e.Token), nil
+	return r.node(e.Node), holderDetail(e.Job, e.Tick, e.Token), nil
 }
 
-func holderDetail(tick int, token int64) string {
+func holderDetail(job string, tick int, token int64) string {
 	if token == 0 {
-		return fmt.Sprintf(", the holder, inside tick %d", tick)
+		return fmt.Sprintf(", the holder, inside %s tick %d", job, tick)
 	}
-	return fmt.Sprintf(", the holder, inside tick %d with token %d", tick, token)
+	return fmt.Sprintf(", the holder, inside %s tick %d with token %d", job, tick, token)
 }
 
 // signal signals np's current process and returns its pid.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/servers"
 	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Run is one scenario run in progress: its node processes, its proxies,
@@ -49,18 +50,21 @@ type Run struct {
 	events     []Event
 	changed    chan struct{} // closed and replaced at each event
 	nodes      []*nodeProc
-	attempts   map[string]*Attempt
-	order      []string // attempt ids in order of enter
-	executed   map[int]int
-	entered    map[int]int
+	jobs       []JobSpec
+	catalog    *schedule.Catalog // the run's namespace: the lab's edits
+	effective  time.Time         // when the catalog's rows take effect
+	sections   map[string]*sectionRecord
+	order      []string // section ids in order of enter
+	claims     []claimRecord
+	executed   map[jobTick]int
+	entered    map[jobTick]int
 	stale      int
-	missed     map[int]bool
+	missed     map[jobTick]bool
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
 	fired      int  // the last tick that fired
 	stopped    bool // the run was stopped before its end
-	clients    map[[2]int]int
 }
 
 // nodeProc is one node: its current process and its proxies.
@@ -82,6 +86,7 @@ type nodeProc struct {
 	writing  bool   // and it is writing: its work is done
 	holding  int64  // the token held, or -1 when holding nothing
 	tick     int
+	job      string
 	lastErr  string // the detail of its last error event
 }
 
@@ -128,26 +133,20 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		store:    storeURL,
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
-		attempts: map[string]*Attempt{},
-		executed: map[int]int{},
-		entered:  map[int]int{},
-		missed:   map[int]bool{},
-		clients:  map[[2]int]int{},
+		jobs:     cfg.jobs(),
+		sections: map[string]*sectionRecord{},
+		executed: map[jobTick]int{},
+		entered:  map[jobTick]int{},
+		missed:   map[jobTick]bool{},
 	}
 	if slices.ContainsFunc(cfg.Chaos, func(c Chaos) bool { return c.Kind == Failover || c.Kind == Restart }) {
 		if err := s.holdRedis(); err != nil {
 			return nil, err
 		}
 	}
-	if setup := storeSetups[cfg.Strategy]; setup != nil {
-		if err := setup(ctx, storeURL); err != nil {
-			r.releaseRedis()
-			return nil, fmt.Errorf("lab: prepare the store for %s: %w", cfg.Strategy, err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, insertBalanceSQL, r.ID); err != nil {
+	if err := r.putCatalog(ctx); err != nil {
 		r.releaseRedis()
-		return nil, fmt.Errorf("lab: %w", err)
+		return nil, err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.mu.Lock()
@@ -323,6 +322,7 @@ type Status struct {
 	Done    bool         `json:"done"`
 	Holder  int          `json:"holder"` // the node inside the critical section (or holding the lease), 0 none
 	Token   int64        `json:"token"`
+	Job     string       `json:"job,omitempty"` // the holder's job
 	Nodes   []NodeStatus `json:"nodes"`
 	// The report's counts so far, from the events (the final report
 	// reads the store).
@@ -375,6 +375,7 @@ func (r *Run) Status() Status {
 			st.DuplicateTicks++
 		}
 	}
+	st.Job = r.holderJobLocked()
 	for _, n := range r.executed {
 		if n > 1 {
 			st.DuplicatesApplied++
@@ -469,7 +470,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
 		np.cfg = NodeConfig{
 			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
-			Tick: r.cfg.Tick, Work: r.cfg.Work, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
+			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
 			Skew: skews[n], Store: r.store, Incarnation: 1,
 		}
 		r.mu.Lock()
@@ -491,9 +492,15 @@ func (r *Run) startNodes(ctx context.Context) error {
 			return err
 		}
 	}
-	// The first tick fires a moment from now, on every node's clock.
+	// The first tick fires a moment from now, on the tick grid: every
+	// job's fire times (multiples of its cadence since the epoch) are
+	// ticks of the run.
 	r.mu.Lock()
-	r.start = time.Now().Add(200 * time.Millisecond)
+	first := time.Now().Add(200 * time.Millisecond)
+	if r.effective.After(first) {
+		first = r.effective // a catalog row fires from its effective time
+	}
+	r.start = first.Truncate(r.cfg.Tick).Add(r.cfg.Tick)
 	r.mu.Unlock()
 	for _, np := range r.nodes {
 		r.sendStart(np)
@@ -511,7 +518,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 func nodeBaseEnv(extra []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "AEGIS_") {
+		if strings.HasPrefix(kv, "AEGIS_") && !strings.HasPrefix(kv, "AEGIS_LAB_DEBUG=") {
 			continue
 		}
 		env = append(env, kv)
@@ -682,70 +689,6 @@ func (r *Run) sendStart(np *nodeProc) {
 	_, _ = stdin.Write(append(b, '\n'))
 }
 
-// onNodeEvent records a node's event and updates what the lab knows.
-func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Detail: ev.Detail}
-	var derived []Event
-	switch ev.Kind {
-	case evReady:
-		close(ready)
-		e.T = 0
-	case evAcquired:
-		np.holding = ev.Token
-		np.tick = ev.Tick
-	case evReleased, evLost:
-		np.holding = -1
-	case evEnter:
-		key := [2]int{np.n, np.cfg.Incarnation}
-		if _, ok := r.clients[key]; !ok {
-			r.clients[key] = len(r.clients)
-		}
-		r.attempts[ev.Attempt] = &Attempt{ID: ev.Attempt, Node: np.n, Tick: ev.Tick, Token: ev.Token, Read: -1, Outcome: Unknown, Call: ev.At, client: r.clients[key]}
-		r.order = append(r.order, ev.Attempt)
-	case evEntered:
-		if a := r.attempts[ev.Attempt]; a != nil && ev.Value != nil {
-			a.Read = *ev.Value
-		}
-		np.critical, np.writing = ev.Attempt, false
-		r.entered[ev.Tick]++
-	case evWriting:
-		np.writing = true
-	case evExecuted:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Outcome, a.Return = Committed, ev.At
-		}
-		np.critical = ""
-		r.executed[ev.Tick]++
-		if r.executed[ev.Tick] == 2 {
-			derived = append(derived, Event{T: e.T, Kind: EventDuplicate, Tick: ev.Tick, Node: np.n, Detail: fmt.Sprintf("tick %d committed a second time", ev.Tick)})
-		}
-	case evStale:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Outcome, a.Return = Refused, ev.At
-		}
-		np.critical = ""
-		r.stale++
-	case evSkipped:
-		delete(r.attempts, ev.Attempt) // it read nothing it acted on
-		np.critical = ""
-	case evAbandon:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Return = ev.At
-		}
-		np.critical = ""
-	case evFinished:
-		np.finished = true
-	case evError:
-		np.lastErr = ev.Detail
-	}
-	r.addLocked(e)
-	for _, d := range derived {
-		r.addLocked(d)
-	}
-}
-
 // supervise runs the run: tick events, faults, the end, the report.
 func (r *Run) supervise() {
 	defer close(r.done)
@@ -819,25 +762,29 @@ func (r *Run) allFinished() bool {
 	return true
 }
 
-// tickEvents emits a tick event at each fire time and a missed event when
-// a tick's window ends without an execution.
+// tickEvents emits a tick event at each tick of the run's grid, and a
+// missed event when a job's tick window ends without an execution.
 func (r *Run) tickEvents() {
 	type mark struct {
-		at     time.Time
-		tick   int
-		missed bool
+		at   time.Time
+		tick int
+		job  string // "" for the tick itself
 	}
 	var marks []mark
 	for t := 1; t <= r.cfg.Ticks(); t++ {
-		fire := r.start.Add(time.Duration(t-1) * r.cfg.Tick)
-		marks = append(marks, mark{fire, t, false}, mark{fire.Add(r.cfg.Window()), t, true})
+		marks = append(marks, mark{r.tickTime(t), t, ""})
+	}
+	for _, j := range r.jobs {
+		for _, t := range j.fires(r.start, r.cfg.Tick, r.cfg.Ticks()) {
+			marks = append(marks, mark{r.tickTime(t).Add(r.cfg.Window()), t, j.Name})
+		}
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
 	for _, m := range marks {
 		if !sleep(r.ctx, time.Until(m.at)) {
 			return
 		}
-		if !m.missed {
+		if m.job == "" {
 			r.mu.Lock()
 			r.fired = m.tick
 			r.mu.Unlock()
@@ -845,13 +792,58 @@ func (r *Run) tickEvents() {
 			continue
 		}
 		r.mu.Lock()
-		missed := r.executed[m.tick] == 0 && !r.missed[m.tick]
-		if missed {
-			r.missed[m.tick] = true
-			r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Tick: m.tick})
-		}
+		r.missLocked(jobTick{m.job, m.tick})
 		r.mu.Unlock()
 	}
+}
+
+// missLocked records a job's tick as missed unless it was executed or
+// already recorded. Caller holds mu.
+func (r *Run) missLocked(jt jobTick) {
+	if r.executed[jt] == 0 && !r.missed[jt] {
+		r.missed[jt] = true
+		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Job: jt.Job, Tick: jt.Tick})
+	}
+}
+
+// tickTime is when tick t of the run's grid fires (t from 1).
+func (r *Run) tickTime(t int) time.Time { return r.start.Add(time.Duration(t-1) * r.cfg.Tick) }
+
+// putCatalog creates the run's catalog (its namespace, one row per job)
+// and the jobs' ledger rows, before any node starts.
+func (r *Run) putCatalog(ctx context.Context) error {
+	cat, err := schedule.NewCatalog(ctx, r.db, &schedule.CatalogConfig{Namespace: namespace(r.ID), EditDelay: editDelay})
+	if err != nil {
+		return fmt.Errorf("lab: the run's catalog: %w", err)
+	}
+	r.catalog = cat
+	for _, j := range r.jobs {
+		e, err := cat.Put(ctx, j.entry(r.cfg))
+		if err != nil {
+			return fmt.Errorf("lab: the run's catalog: %s: %w", j.Name, err)
+		}
+		if e.EffectiveAt.After(r.effective) {
+			r.effective = e.EffectiveAt
+		}
+		if _, err := r.db.ExecContext(ctx, insertLedgerSQL, r.ID, j.Name); err != nil {
+			return fmt.Errorf("lab: the ledger of %s: %w", j.Name, err)
+		}
+	}
+	return nil
+}
+
+// editDelay is how long after it commits a catalog edit of a run takes
+// effect: long enough for every node's binder to see it first.
+const editDelay = time.Second
+
+// holderJobLocked is the job of the first node inside a critical section.
+func (r *Run) holderJobLocked() string {
+	for _, np := range r.nodes {
+		if np.critical != "" || np.holding >= 0 {
+			return np.job
+		}
+	}
+	return ""
 }
 
 // stopNodes ends every node process: stdin closed (the node stops), paused

@@ -364,11 +364,8 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 	if !ok {
 		return invalid("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
-	if st.Lease() && !slices.Contains(backend.Names(), st.Backend) {
+	if st.Mode == LeaseMode && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
-	}
-	if st.Name == "queue" && strategyLoops[st.Name] == nil {
-		return errors.New("the queue package is not in this build of aegis")
 	}
 	for _, k := range st.Needs {
 		if err := s.ensure(ctx, k); err != nil {

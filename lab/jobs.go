@@ -1,0 +1,145 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis/schedule"
+)
+
+// JobSpec is one schedule of a run's catalog: the course's Task Scheduler
+// runs several, each with its own cadence and run time, and each with its
+// own ledger row (the counter its critical section increments).
+type JobSpec struct {
+	Name  string
+	Every time.Duration // the cadence: a whole number of ticks
+	Work  time.Duration // how long its critical section works
+}
+
+// String is the spec form of --catalog: NAME=EVERY/WORK.
+func (j JobSpec) String() string { return fmt.Sprintf("%s=%s/%s", j.Name, j.Every, j.Work) }
+
+// Limits of a run's catalog.
+const (
+	MaxJobs       = 8
+	maxJobNameLen = 40
+)
+
+var jobNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// ParseCatalog parses --catalog: a comma-separated list of NAME=EVERY/WORK,
+// such as "invoice-export=1s/300ms,certificates=3s/800ms" (EVERY and WORK
+// are Go durations). The error quotes the spec and says what is wrong.
+func ParseCatalog(spec string) ([]JobSpec, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, invalid("--catalog %q: empty (want NAME=EVERY/WORK, comma-separated)", spec)
+	}
+	var jobs []JobSpec
+	for part := range strings.SplitSeq(spec, ",") {
+		part = strings.TrimSpace(part)
+		name, rest, ok := strings.Cut(part, "=")
+		every, work, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 {
+			return nil, invalid("--catalog %q: %q is not NAME=EVERY/WORK (such as invoice-export=1s/300ms)", spec, part)
+		}
+		j := JobSpec{Name: name}
+		var err error
+		if j.Every, err = time.ParseDuration(every); err != nil {
+			return nil, invalid("--catalog %q: %s: EVERY %q is not a duration", spec, name, every)
+		}
+		if j.Work, err = time.ParseDuration(work); err != nil {
+			return nil, invalid("--catalog %q: %s: WORK %q is not a duration", spec, name, work)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// FormatCatalog is the --catalog form of jobs.
+func FormatCatalog(jobs []JobSpec) string {
+	parts := make([]string, len(jobs))
+	for i, j := range jobs {
+		parts[i] = j.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// DefaultCatalog is the catalog of a run that gives none: the seeds' jobs,
+// at cadences of one, two and three ticks, working for the run's --work,
+// half of it, and one and a half times it (capped below the cadence).
+func DefaultCatalog(tick, work time.Duration) []JobSpec {
+	capped := func(w, every time.Duration) time.Duration { return min(w, every*3/4) }
+	return []JobSpec{
+		{Name: "invoice-export", Every: tick, Work: capped(work, tick)},
+		{Name: "seat-assignment", Every: 2 * tick, Work: capped(work/2, 2*tick)},
+		{Name: "certificates", Every: 3 * tick, Work: capped(work*3/2, 3*tick)},
+	}
+}
+
+// checkJobs checks a run's catalog against its tick.
+func checkJobs(jobs []JobSpec, tick time.Duration) error {
+	if len(jobs) > MaxJobs {
+		return invalid("--catalog: %d jobs, want at most %d", len(jobs), MaxJobs)
+	}
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		switch {
+		case len(j.Name) > maxJobNameLen || !jobNamePattern.MatchString(j.Name):
+			return invalid("--catalog: job name %.50q: want 1 to %d of a-z, 0-9, '-' and '_', starting with a letter or digit", j.Name, maxJobNameLen)
+		case seen[j.Name]:
+			return invalid("--catalog: job %q twice", j.Name)
+		case j.Every < tick || j.Every%tick != 0:
+			return invalid("--catalog: %s: EVERY %s is not a whole number of ticks (--tick %s)", j.Name, j.Every, tick)
+		case j.Work < 0:
+			return invalid("--catalog: %s: WORK %s is negative", j.Name, j.Work)
+		case j.Work >= j.Every:
+			return invalid("--catalog: %s: WORK %s is not shorter than EVERY %s", j.Name, j.Work, j.Every)
+		}
+		seen[j.Name] = true
+	}
+	return nil
+}
+
+// jobArgs is a catalog row's args: what the node's handler needs.
+type jobArgs struct {
+	WorkMS int64 `json:"work_ms"`
+}
+
+// entry is the catalog row of j in a run with cfg: LockAtMostFor is the
+// run's TTL (kept alive while the job runs), and in lease mode
+// LockAtLeastFor is half the cadence (ShedLock's guard against replicas whose
+// clocks differ by less than it); a tick that cannot start within a tick
+// of its fire time is dropped, so a restarted node does not run the tick
+// its earlier life was killed in.
+func (j JobSpec) entry(cfg Config) schedule.Entry {
+	args, _ := json.Marshal(jobArgs{WorkMS: j.Work.Milliseconds()})
+	e := schedule.Entry{
+		Name: j.Name, Every: j.Every, Handler: labHandler, Args: args,
+		Misfire: schedule.MisfireSkip, StartingDeadline: cfg.Tick,
+		MaxAttempts: 3, LockAtMostFor: cfg.TTL,
+	}
+	if s, _ := LookupStrategy(cfg.Strategy); s.Mode == LeaseMode {
+		e.LockAtLeastFor = j.Every / 2 // a run key already stops a second run of a tick
+	}
+	return e
+}
+
+// labHandler is the name every node registers its critical section under.
+const labHandler = "lab-ledger"
+
+// fires lists the ticks (1-based numbers of the run's tick grid) at which
+// j fires in a run of ticks ticks from start: the grid instants on the
+// epoch-aligned multiples of its cadence (schedule.Interval).
+func (j JobSpec) fires(start time.Time, tick time.Duration, ticks int) []int {
+	var out []int
+	for t := 1; t <= ticks; t++ {
+		at := start.Add(time.Duration(t-1) * tick)
+		if at.UnixNano()%int64(j.Every) == 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
