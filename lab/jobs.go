@@ -122,7 +122,13 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 		MaxAttempts: 3, LockAtMostFor: cfg.TTL,
 	}
 	if s, _ := LookupStrategy(cfg.Strategy); s.Mode == LeaseMode {
-		e.LockAtLeastFor = j.Every / 2 // a run key already stops a second run of a tick
+		// A run key already stops a second run of a tick; a lease stops it
+		// only while held: a replica that tries the tick later than
+		// LockAtLeastFor after its fire time (its clock lags, or it was
+		// paused at the fire time) would find the key free. So a tick
+		// that starts later than that is a misfire.
+		e.LockAtLeastFor = j.Every / 2
+		e.StartingDeadline = min(e.StartingDeadline, e.LockAtLeastFor)
 	}
 	return e
 }

@@ -26,8 +26,9 @@ var labCommand = command{
 const labUsage = `
 usage: aegis lab [--addr 127.0.0.1:7070] [--token T]
        aegis lab run --strategy S [--fence=true|false] [--nodes 3] [--duration 20s]
-                     [--tick 1s] [--work 300ms] [--ttl 2s] [--chaos SPEC]... [--json]
-       aegis lab run --scenario NAME [--json]
+                     [--tick 1s] [--work 300ms] [--ttl 2s] [--catalog SPEC]
+                     [--chaos SPEC]... [--json] [--fail-on-violation]
+       aegis lab run --scenario NAME [--json] [--fail-on-violation]
 
 Lab without an action serves the dashboard on --addr and prints its URL:
 start runs (one strategy, several side by side, or a preset), watch each
@@ -37,14 +38,21 @@ answers loopback host names only; any other address needs a token, which
 every change (starting a run, a fault) must carry: --token, or one is
 generated and printed with the URL.
 
-Lab run starts N node processes (aegis node) that each tick try the tick's
-critical section under the strategy: read a balance, work, write balance+1
-and an EXECUTED audit row, through the fence with --fence=true. Then it
-reports the ticks, executions, duplicates, stale writes the fence refused,
-missed ticks and lost updates, and checks the balance's history for
-linearizability (porcupine). Without --json it prints a summary and a
-per-tick table; with --json one JSON object on standard output and nothing
-else there (progress goes to standard error).
+Lab run is the course's Task Scheduler: a catalog of schedules (--catalog
+NAME=EVERY/WORK,...; default invoice-export every tick, seat-assignment
+every 2, certificates every 3) shared by N node processes (aegis node),
+each a scheduler (package schedule) in the strategy's mode. Each tick of
+each job runs the job's critical section: read the job's ledger, work,
+write ledger+1 and an EXECUTED audit row (run, job, tick, node, token),
+through the fence with --fence=true. Then it reports, per job and in sum,
+the ticks, executions, duplicates, stale writes the fence refused, missed
+ticks and lost updates, checks each job's history for linearizability
+(porcupine: a tick applied twice, a lost update, a stale token accepted),
+and says whether that verdict agrees with SQL over the audit and ledger
+tables. Without --json it prints a summary and a per-tick table; with
+--json one JSON object on standard output and nothing else there
+(progress goes to standard error). --fail-on-violation exits 1 when a
+run's checker says violation or disagrees with the store.
 
 Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue" + `.
 
@@ -131,6 +139,8 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&c.TTL, "ttl", d.TTL, "the lease TTL (optimistic: the claim's)")
 	var chaos chaosFlag
 	fs.Var(&chaos, "chaos", "a fault `SPEC` (repeatable)")
+	catalog := fs.String("catalog", "", "the run's schedules, `NAME=EVERY/WORK,...` (default: three jobs at 1, 2 and 3 ticks)")
+	failOnViolation := fs.Bool("fail-on-violation", false, "exit 1 when a run's checker says violation or disagrees with the store")
 	scenario := fs.String("scenario", "", "run the preset `NAME` instead: "+strings.Join(lab.ScenarioNames(), ", "))
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	// Not the current directory: runs left their pages in checkouts.
@@ -154,7 +164,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos":
+			case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos", "catalog":
 				set = append(set, "--"+f.Name)
 			}
 		})
@@ -162,6 +172,13 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usagef("--scenario %s sets the runs itself: drop %s", *scenario, strings.Join(set, ", "))
 		}
 	} else {
+		if *catalog != "" {
+			jobs, err := lab.ParseCatalog(*catalog)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			c.Catalog = jobs
+		}
 		if err := c.Validate(); err != nil {
 			return usagef("%v", err)
 		}
@@ -212,6 +229,17 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(sc.Runs) == 1 && len(done) == 1 && done[0].Unavailable != "" {
 		return fmt.Errorf("strategy %s is unavailable: %s", done[0].Strategy, done[0].Unavailable)
+	}
+	if *failOnViolation {
+		for _, r := range done {
+			switch {
+			case r.Unavailable != "":
+			case !r.StoreAgrees:
+				return fmt.Errorf("%s: checker disagrees with the store: %s", r.Config, r.Disagreement)
+			case r.Checker == lab.CheckViolation:
+				return fmt.Errorf("%s: checker: violation (harms: %v)", r.Config, r.Harms)
+			}
+		}
 	}
 	return nil
 }
