@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -125,7 +126,10 @@ func (r *Run) buildReport() (*Report, error) {
 	for _, c := range r.claims {
 		ops = append(ops, Op{Job: c.Job, Kind: OpClaim, Node: c.Node, Token: c.Token, Fenced: rep.Fenced, Result: OpOK, Call: c.Call, Return: c.At})
 	}
-	htmlDir := r.cfg.OutDir
+	htmlDir := ""
+	if r.cfg.OutDir != "" {
+		htmlDir = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID) // a page per violating job
+	}
 	verdicts, err := CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
 	if err != nil {
 		rep.Notes = append(rep.Notes, err.Error())

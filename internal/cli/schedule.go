@@ -85,6 +85,7 @@ type scheduleFlags struct {
 	deadline                time.Duration
 	attempts, catchUp       int
 	lockMost, lockLeast     time.Duration
+	noKeepAlive             bool
 }
 
 // scheduleSubs are the subcommands and the flags each takes beyond --store
@@ -120,6 +121,7 @@ func (f *scheduleFlags) register(fs *flagSet, groups []string) {
 			fs.IntVar(&f.attempts, "max-attempts", 3, "how many times run-key mode runs a tick whose runner crashed, before it is abandoned (1..1000)")
 			fs.DurationVar(&f.lockMost, "lock-at-most-for", 30*time.Second, "the TTL of a run's lease or run row, renewed while it runs (at least 10ms)")
 			fs.DurationVar(&f.lockLeast, "lock-at-least-for", 0, "lease mode: keep a run's lease until this long after it started (at most --lock-at-most-for)")
+			fs.BoolVar(&f.noKeepAlive, "no-keep-alive", false, "do not renew a run's lease or run row: the run is cancelled at --lock-at-most-for, and another replica may take the tick")
 		}
 	}
 }
@@ -319,7 +321,7 @@ func (f *scheduleFlags) entry(name string, given map[string]bool) (schedule.Entr
 	e := schedule.Entry{
 		Name: name, Cron: f.cron, TZ: f.tz, Every: f.every, Handler: f.handler,
 		CatchUpMax: f.catchUp, StartingDeadline: f.deadline, MaxAttempts: f.attempts,
-		LockAtMostFor: f.lockMost, LockAtLeastFor: f.lockLeast,
+		LockAtMostFor: f.lockMost, LockAtLeastFor: f.lockLeast, DisableKeepAlive: f.noKeepAlive,
 	}
 	if f.args != "" {
 		e.Args = json.RawMessage(f.args)
@@ -501,6 +503,7 @@ type scheduleJSON struct {
 	MaxAttempts      int             `json:"max_attempts"`
 	LockAtMostFor    string          `json:"lock_at_most_for"`
 	LockAtLeastFor   string          `json:"lock_at_least_for"`
+	KeepAlive        bool            `json:"keep_alive"`
 	Created          time.Time       `json:"created"`
 	Updated          time.Time       `json:"updated"`
 	Replicas         []string        `json:"replicas"`
@@ -527,7 +530,7 @@ func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdou
 				Args: e.Args, Paused: e.Paused, State: stateOf(e), Version: e.Version, EffectiveAt: e.EffectiveAt,
 				Previous: e.Previous, Misfire: e.Misfire.String(), CatchUpMax: e.CatchUpMax, Overlap: e.Overlap.String(),
 				StartingDeadline: e.StartingDeadline.String(), MaxAttempts: e.MaxAttempts,
-				LockAtMostFor: e.LockAtMostFor.String(), LockAtLeastFor: e.LockAtLeastFor.String(),
+				LockAtMostFor: e.LockAtMostFor.String(), LockAtLeastFor: e.LockAtLeastFor.String(), KeepAlive: !e.DisableKeepAlive,
 				Created: e.Created, Updated: e.Updated,
 				Replicas: append([]string{}, e.Replicas...), MissingOn: append([]string{}, e.MissingOn...),
 			}
