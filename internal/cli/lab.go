@@ -28,6 +28,7 @@ usage: aegis lab [--addr 127.0.0.1:7070] [--token T]
        aegis lab run --strategy S [--fence=true|false] [--nodes 3] [--duration 20s]
                      [--tick 1s] [--work 300ms] [--ttl 2s] [--chaos SPEC]... [--json]
        aegis lab run --scenario NAME [--json]
+       aegis lab campaign --seed N --runs K [--strategy S]... [--fence=true|false] [--json]
 
 Lab without an action serves the dashboard on --addr and prints its URL:
 start runs (one strategy, several side by side, or a preset), watch each
@@ -45,6 +46,10 @@ missed ticks and lost updates, and checks the balance's history for
 linearizability (porcupine). Without --json it prints a summary and a
 per-tick table; with --json one JSON object on standard output and nothing
 else there (progress goes to standard error).
+
+Lab campaign runs a seeded randomized series of such runs per strategy,
+3 to 5 faults each, and fails when a strategy the lab labels safe did
+harm ('aegis lab campaign -h').
 
 Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue" + `.
 
@@ -79,11 +84,13 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	switch args[0] {
 	case "run":
 		return runLabRun(ctx, args[1:], stdout, stderr)
+	case "campaign":
+		return runLabCampaign(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help":
 		fmt.Fprintln(stderr, strings.TrimSpace(labUsage))
 		return flag.ErrHelp
 	}
-	return usagef("unknown action %q: want run, or no action for the dashboard", args[0])
+	return usagef("unknown action %q: want run or campaign, or no action for the dashboard", args[0])
 }
 
 // chaosFlag collects --chaos specs.
@@ -118,8 +125,10 @@ func labServerFlags(fs *flagSet) func() lab.Servers {
 	}
 }
 
-func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab", stderr, labUsage)
+// runFlags adds the flags of one run and returns the function that reads
+// them, after parsing, as a Config. A campaign's replay lines are these
+// flags (lab.RunArgs).
+func runFlags(fs *flagSet) func() lab.Config {
 	d := lab.DefaultConfig()
 	c := d
 	fs.StringVar(&c.Strategy, "strategy", "", "the `strategy`")
@@ -131,6 +140,15 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&c.TTL, "ttl", d.TTL, "the lease TTL (optimistic: the claim's)")
 	var chaos chaosFlag
 	fs.Var(&chaos, "chaos", "a fault `SPEC` (repeatable)")
+	return func() lab.Config {
+		c.Chaos = chaos
+		return c
+	}
+}
+
+func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("lab", stderr, labUsage)
+	config := runFlags(fs)
 	scenario := fs.String("scenario", "", "run the preset `NAME` instead: "+strings.Join(lab.ScenarioNames(), ", "))
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	// Not the current directory: runs left their pages in checkouts.
@@ -143,7 +161,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	c.Chaos = chaos
+	c := config()
 	*out = cmp.Or(*out, os.TempDir())
 	var sc lab.Scenario
 	if *scenario != "" {
