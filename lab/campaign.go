@@ -261,7 +261,8 @@ func (c Campaign) configs(s Strategy, own func(servers.Kind) bool) ([]Config, er
 
 // draw draws one run; ok is false when its faults could not be drawn.
 func (c Campaign) draw(rng *rand.Rand, s Strategy, kinds []faultKind) (Config, bool) {
-	cfg := Config{Strategy: s.Name, Fence: c.Fence, Nodes: 3 + rng.IntN(3)}
+	// Fence false when there is no token: the replay line says what ran.
+	cfg := Config{Strategy: s.Name, Fence: c.Fence && s.Fenceable(), Nodes: 3 + rng.IntN(3)}
 	// Drawn even when replaced, so that --tick and --ticks change no
 	// other draw's place in the sequence.
 	cfg.Tick = drawDuration(rng, 500*time.Millisecond, time.Second)
