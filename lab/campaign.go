@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -402,7 +403,7 @@ func (r *CampaignResult) Refuted() []*StrategyResult {
 // RunCampaign runs the campaign: for each strategy, its runs, at most two
 // at a time (a run that kills or restarts a server alone), and judges each
 // from its report. A strategy the session cannot run is skipped, with
-// why. A run that fails to start (not a harm: a lab or server error) ends
+// why; a store of record that cannot be opened is an error. A run that fails to start (not a harm: a lab or server error) ends
 // the campaign with its error, after the runs under way. When ctx ends, the
 // runs stop and the result covers the runs that ended before, with ctx's
 // error. done, when not nil, is called as each run ends, one at a time.
@@ -423,6 +424,11 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 		names = StrategyNames()
 	}
 	own := func(k servers.Kind) bool { return !s.given(k) }
+	// A store that cannot be opened is the campaign's failure, not every
+	// strategy's unavailability.
+	if _, _, err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
 	for _, name := range names {
 		st, _ := LookupStrategy(name)
 		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, UnsafeRuns: []UnsafeRun{}}
@@ -446,62 +452,39 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 		}
 	}
 
-	const parallel = 2
-	sem := make(chan struct{}, parallel)
 	var (
-		wg    sync.WaitGroup
 		mu    sync.Mutex // guards errs, ended and the calls of done
 		errs  []error
 		ended int
 	)
-	for _, j := range jobs {
-		weight := 1
+	weights := make([]int, len(jobs))
+	for i, j := range jobs {
+		weights[i] = 1
 		if killsServer(j.cfg) {
-			weight = parallel
+			weights[i] = campaignParallel
 		}
-		acquired := 0
-		for acquired < weight && ctx.Err() == nil {
-			select {
-			case sem <- struct{}{}:
-				acquired++
-			case <-ctx.Done():
-			}
-		}
-		mu.Lock()
-		failed := len(errs) > 0
-		mu.Unlock()
-		if ctx.Err() != nil || failed {
-			for range acquired {
-				<-sem
-			}
-			break
-		}
-		wg.Go(func() {
-			defer func() {
-				for range weight {
-					<-sem
-				}
-			}()
-			rep, err := s.runOne(ctx, j.cfg)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case ctx.Err() != nil: // stopped early: its report judges nothing
-				return
-			case err != nil:
-				errs = append(errs, fmt.Errorf("%s: %w", replayCommand(j.cfg), err))
-				return
-			}
-			j.row.Reports[j.i] = rep
-			ended++
-			if done != nil {
-				st, _ := LookupStrategy(j.cfg.Strategy)
-				harms, agree := judgeRun(st, rep)
-				done(CampaignRun{N: ended, Of: len(jobs), Config: j.cfg, Report: rep, Harms: harms, Agree: agree})
-			}
-		})
 	}
-	wg.Wait()
+	runWeighted(ctx, campaignParallel, weights, func(i int) bool {
+		j := jobs[i]
+		rep, err := s.runOne(ctx, j.cfg)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case ctx.Err() != nil: // stopped early: its report judges nothing
+			return false
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", replayCommand(j.cfg), err))
+			return false
+		}
+		j.row.Reports[j.i] = rep
+		ended++
+		if done != nil {
+			st, _ := LookupStrategy(j.cfg.Strategy)
+			harms, agree := judgeRun(st, rep)
+			done(CampaignRun{N: ended, Of: len(jobs), Config: j.cfg, Report: rep, Harms: harms, Agree: agree})
+		}
+		return true
+	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("lab: campaign: %w", err)
 	}
@@ -510,6 +493,47 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 	}
 	res.DurationS = time.Since(begin).Round(time.Millisecond).Seconds()
 	return res, ctx.Err()
+}
+
+// campaignParallel is how many runs of a campaign go at once.
+const campaignParallel = 2
+
+// runWeighted calls fn(i) for each weight, in order, each in a goroutine of
+// its own, with at most n of weight under way at once (so a weight of n
+// runs alone), and returns when every call has returned. It starts no
+// more calls once ctx has ended or a call has returned false.
+func runWeighted(ctx context.Context, n int, weights []int, fn func(i int) bool) {
+	sem := make(chan struct{}, n) // one token per unit of weight; only this loop takes them
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for i, w := range weights {
+		w = min(w, n)
+		taken := 0
+		for taken < w && ctx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+				taken++
+			case <-ctx.Done():
+			}
+		}
+		if taken < w || failed.Load() || ctx.Err() != nil {
+			for range taken {
+				<-sem
+			}
+			break
+		}
+		wg.Go(func() {
+			defer func() {
+				for range w {
+					<-sem
+				}
+			}()
+			if !fn(i) {
+				failed.Store(true)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // tally counts the row's runs from its reports.

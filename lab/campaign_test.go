@@ -2,11 +2,13 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,6 +146,66 @@ func TestFaultKindsKillsNamed(t *testing.T) {
 		ch := k.gen(rand.New(rand.NewPCG(1, 2)), c)
 		require.Equal(t, k.name, string(ch.Kind)+":"+ch.Target)
 	}
+}
+
+// Two runs go at once, a run of weight two goes alone, and nothing starts
+// after a run failed or ctx ended.
+func TestRunWeighted(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	active, most := 0, 0
+	weights := []int{1, 1, 2, 1, 1}
+	started := make([]chan struct{}, len(weights))
+	for i := range started {
+		started[i] = make(chan struct{})
+	}
+	// together waits until run j is under way beside run i.
+	together := func(i, j int) {
+		select {
+		case <-started[j]:
+		case <-time.After(20 * time.Second):
+			t.Errorf("run %d never ran beside run %d", i, j)
+		}
+	}
+	var alone bool
+	runWeighted(t.Context(), 2, weights, func(i int) bool {
+		mu.Lock()
+		active += weights[i]
+		most = max(most, active)
+		if i == 2 {
+			alone = active == 2
+		}
+		mu.Unlock()
+		close(started[i])
+		switch i {
+		case 0, 1:
+			together(i, 1-i)
+		case 3, 4:
+			together(i, 7-i)
+		}
+		mu.Lock()
+		active -= weights[i]
+		mu.Unlock()
+		return true
+	})
+	require.Equal(t, 2, most)
+	require.True(t, alone, "the run of weight 2 ran alone")
+
+	var calls []int
+	runWeighted(t.Context(), 1, []int{1, 1, 1, 1}, func(i int) bool {
+		calls = append(calls, i)
+		return i != 1
+	})
+	require.Equal(t, []int{0, 1}, calls, "nothing starts after a failed run")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	calls = nil
+	runWeighted(ctx, 1, []int{1, 2, 1}, func(i int) bool {
+		calls = append(calls, i)
+		cancel()
+		return true
+	})
+	require.Equal(t, []int{0}, calls, "nothing starts after ctx ended")
 }
 
 func TestCampaignValidate(t *testing.T) {

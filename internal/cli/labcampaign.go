@@ -35,8 +35,8 @@ instead: {"seed", "runs", "strategies": [{"strategy", "fenced",
 "labelled_safe", "runs", "unsafe", "agree", "harms", "unsafe_runs":
 [{"command", "harms"}], "skipped"}], "duration_s"}.
 
-Exit status 1 when a strategy the lab labels safe had an unsafe run, 0
-otherwise, 2 for bad flags. Servers are found and started as for 'aegis lab
+Exit status 1 when a strategy the lab labels safe had an unsafe run (or
+when no strategy could run), 0 otherwise, 2 for bad flags. Servers are found and started as for 'aegis lab
 run'.
 `
 
@@ -103,6 +103,13 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if err != nil {
 		return errors.New("interrupted: the table covers the runs that ended until then")
+	}
+	ran := 0
+	for _, r := range res.Strategies {
+		ran += r.Runs
+	}
+	if ran == 0 {
+		return errors.New("campaign: no run: every strategy was skipped")
 	}
 	if refuted := res.Refuted(); len(refuted) > 0 {
 		var rows []string
