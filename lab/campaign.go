@@ -17,6 +17,10 @@ import (
 	"github.com/aegislab/aegis/internal/servers"
 )
 
+// A campaign (aegis lab campaign) draws runs per strategy from a seed, runs
+// them through the Session and judges each run's report. The judgement is
+// judgeRun and labelledSafe, first below.
+
 // The harms a run can show, as the campaign names them.
 const (
 	harmDuplicates = "duplicates_applied" // a tick's effect committed more than once
@@ -25,7 +29,8 @@ const (
 )
 
 // judgeRun says which harms a run did and whether the checker's verdict
-// agreed with what the store shows. It reads today's report (one balance,
+// agreed with what the store shows (violation exactly when the counts show
+// a duplicate or a lost update). It reads today's report (one balance,
 // one verdict); the lead points it at the v2 report (per-job counts and the
 // SQL recount of the audit and ledger tables) when that lands.
 func judgeRun(s Strategy, r *Report) (harms []string, agree bool) {
@@ -42,8 +47,9 @@ func judgeRun(s Strategy, r *Report) (harms []string, agree bool) {
 	return harms, (r.Checker == CheckViolation) == store
 }
 
-// labelledSafe reports whether the lab claims that the strategy, fenced or
-// not, never lets a tick's harm reach the store. Nothing in the strategy
+// labelledSafe reports whether the lab claims that the strategy, run
+// fenced or not, never lets harm reach the store: an unsafe run of such a
+// strategy fails the campaign. Nothing in the strategy
 // table says so today: this list is today's claims, and the lead replaces
 // it by a field of the table.
 func labelledSafe(s Strategy, fenced bool) bool {
@@ -424,6 +430,14 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 		names = StrategyNames()
 	}
 	own := func(k servers.Kind) bool { return !s.given(k) }
+	for _, k := range faultKinds {
+		if k.kills != "" && !own(k.kills) && slices.ContainsFunc(names, func(n string) bool {
+			st, _ := LookupStrategy(n)
+			return k.applies(st, func(servers.Kind) bool { return true })
+		}) {
+			fmt.Fprintf(s.opts.Log, "lab: campaign: no %s drawn: the %s servers were given, and the lab touches only its own\n", k.name, k.kills)
+		}
+	}
 	// A store that cannot be opened is the campaign's failure, not every
 	// strategy's unavailability.
 	if _, _, err := s.openStore(ctx); err != nil {
