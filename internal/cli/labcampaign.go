@@ -35,9 +35,9 @@ instead: {"seed", "runs", "strategies": [{"strategy", "fenced",
 "labelled_safe", "runs", "unsafe", "agree", "harms", "unsafe_runs":
 [{"command", "harms"}], "skipped"}], "duration_s"}.
 
-Exit status 1 when a strategy the lab labels safe had an unsafe run (or
-when no strategy could run), 0 otherwise, 2 for bad flags. Servers are found and started as for 'aegis lab
-run'.
+Exit status 1 when a strategy the lab labels safe had an unsafe run, or
+when no strategy could run; 0 otherwise; 2 for bad flags. Servers are
+found and started as for 'aegis lab run'.
 `
 
 // stringsFlag collects a repeatable string flag.
