@@ -2,6 +2,7 @@ package lab
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aegislab/aegis/internal/servers"
@@ -66,6 +67,18 @@ type Guarantee struct {
 	// another holder).
 	Ledger bool
 	Once   Once
+}
+
+// String says the guarantee in a few words, as tables show it.
+func (g Guarantee) String() string {
+	parts := []string{"ledger " + map[bool]string{true: "kept", false: "not kept"}[g.Ledger]}
+	switch g.Once {
+	case OnceNo:
+		parts = append(parts, "a tick may run twice")
+	default:
+		parts = append(parts, "once per tick "+string(g.Once))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Strategy is one way the nodes coordinate a job's ticks: one row of

@@ -29,6 +29,7 @@ usage: aegis lab [--addr 127.0.0.1:7070] [--token T]
                      [--tick 1s] [--work 300ms] [--ttl 2s] [--catalog SPEC]
                      [--chaos SPEC]... [--json] [--fail-on-violation]
        aegis lab run --scenario NAME [--json] [--fail-on-violation]
+       aegis lab campaign --seed N --runs K [--strategy S]... [--fence=true|false] [--json]
 
 Lab without an action serves the dashboard on --addr and prints its URL:
 start runs (one strategy, several side by side, or a preset), watch each
@@ -53,6 +54,10 @@ tables. Without --json it prints a summary and a per-tick table; with
 --json one JSON object on standard output and nothing else there
 (progress goes to standard error). --fail-on-violation exits 1 when a
 run's checker says violation or disagrees with the store.
+
+Lab campaign runs a seeded randomized series of such runs per strategy,
+3 to 5 faults each, and fails when a strategy the lab labels safe did
+harm ('aegis lab campaign -h').
 
 Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue" + `.
 
@@ -87,11 +92,13 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	switch args[0] {
 	case "run":
 		return runLabRun(ctx, args[1:], stdout, stderr)
+	case "campaign":
+		return runLabCampaign(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help":
 		fmt.Fprintln(stderr, strings.TrimSpace(labUsage))
 		return flag.ErrHelp
 	}
-	return usagef("unknown action %q: want run, or no action for the dashboard", args[0])
+	return usagef("unknown action %q: want run or campaign, or no action for the dashboard", args[0])
 }
 
 // chaosFlag collects --chaos specs.
@@ -126,8 +133,10 @@ func labServerFlags(fs *flagSet) func() lab.Servers {
 	}
 }
 
-func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("lab", stderr, labUsage)
+// runFlags adds the flags of one run and returns the function that reads
+// them, after parsing, as a Config. A campaign's replay lines are these
+// flags (lab.RunArgs).
+func runFlags(fs *flagSet) func() lab.Config {
 	d := lab.DefaultConfig()
 	c := d
 	fs.StringVar(&c.Strategy, "strategy", "", "the `strategy`")
@@ -139,7 +148,29 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&c.TTL, "ttl", d.TTL, "the lease TTL (optimistic: the claim's)")
 	var chaos chaosFlag
 	fs.Var(&chaos, "chaos", "a fault `SPEC` (repeatable)")
-	catalog := fs.String("catalog", "", "the run's schedules, `NAME=EVERY/WORK,...` (default: three jobs at 1, 2 and 3 ticks)")
+	fs.Var((*catalogFlag)(&c.Catalog), "catalog", "the run's schedules, `NAME=EVERY/WORK,...` (default: three jobs at 1, 2 and 3 ticks)")
+	return func() lab.Config {
+		c.Chaos = chaos
+		return c
+	}
+}
+
+// catalogFlag is --catalog.
+type catalogFlag []lab.JobSpec
+
+func (c *catalogFlag) String() string { return lab.FormatCatalog(*c) }
+func (c *catalogFlag) Set(s string) error {
+	jobs, err := lab.ParseCatalog(s)
+	if err != nil {
+		return err
+	}
+	*c = jobs
+	return nil
+}
+
+func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("lab", stderr, labUsage)
+	config := runFlags(fs)
 	failOnViolation := fs.Bool("fail-on-violation", false, "exit 1 when a run's checker says violation or disagrees with the store")
 	scenario := fs.String("scenario", "", "run the preset `NAME` instead: "+strings.Join(lab.ScenarioNames(), ", "))
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -153,7 +184,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	c.Chaos = chaos
+	c := config()
 	*out = cmp.Or(*out, os.TempDir())
 	var sc lab.Scenario
 	if *scenario != "" {
@@ -172,13 +203,6 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usagef("--scenario %s sets the runs itself: drop %s", *scenario, strings.Join(set, ", "))
 		}
 	} else {
-		if *catalog != "" {
-			jobs, err := lab.ParseCatalog(*catalog)
-			if err != nil {
-				return usagef("%v", err)
-			}
-			c.Catalog = jobs
-		}
 		if err := c.Validate(); err != nil {
 			return usagef("%v", err)
 		}
