@@ -305,14 +305,18 @@ func sampleCampaign() *CampaignResult {
 	unsafe.Strategy, unsafe.Nodes, unsafe.Duration, unsafe.Tick, unsafe.Work, unsafe.TTL = "optimistic", 4, 5600*time.Millisecond, 700*time.Millisecond, 250*time.Millisecond, 1500*time.Millisecond
 	unsafe.Chaos = []Chaos{{Kind: Kill, Target: Holder, At: 2 * time.Second}, {Kind: Skew, Target: "node2", Offset: -1200 * time.Millisecond}, {Kind: Pause, Target: "node1", At: 3 * time.Second, For: 2 * time.Second}}
 	rows := []*StrategyResult{
-		{Strategy: "none", Reports: []*Report{{Checker: CheckOK, DuplicatesApplied: 6}, {Checker: CheckViolation, DuplicatesApplied: 6}}},
-		{Strategy: "sqlite", Fenced: true, Reports: []*Report{{Checker: CheckOK}, {Checker: CheckOK}}},
-		{Strategy: "optimistic", Fenced: true, Reports: []*Report{{Checker: CheckOK}, {Checker: CheckViolation, LostUpdates: 1, Config: unsafe}}},
+		{Strategy: "none", Reports: []*Report{
+			{Checker: CheckOK, DuplicatesApplied: 6, Harms: []Harm{HarmDuplicate}, Disagreement: "invoice-export: the store shows 6 ticks applied twice and 0 lost updates, the checker says ok"},
+			{Checker: CheckViolation, DuplicatesApplied: 6, Harms: []Harm{HarmDuplicate}, StoreAgrees: true}}},
+		{Strategy: "sqlite", Fenced: true, Reports: []*Report{{Checker: CheckOK, StoreAgrees: true}, {Checker: CheckOK, StoreAgrees: true}}},
+		{Strategy: "optimistic", Fenced: true, Reports: []*Report{{Checker: CheckOK, StoreAgrees: true},
+			{Checker: CheckViolation, LostUpdates: 1, Harms: []Harm{HarmLostUpdate}, Unsafe: []Harm{HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
 		{Strategy: "etcd", Fenced: true, Skipped: "etcd is not installed (apt-get install etcd-server)"},
 	}
 	for _, r := range rows {
 		s, _ := LookupStrategy(r.Strategy)
 		r.LabelledSafe = labelledSafe(s, r.Fenced)
+		r.Guarantee = s.Guarantee(r.Fenced).String()
 		r.Harms, r.UnsafeRuns = map[string]int{}, []UnsafeRun{}
 		if r.Strategy == "none" {
 			r.Reports[0].Config = unsafe
@@ -341,12 +345,15 @@ func TestCampaignResult(t *testing.T) {
 	require.Equal(t, 2, opt.Runs)
 	require.Equal(t, 1, opt.Unsafe)
 	require.Equal(t, 2, opt.Agree)
-	require.Equal(t, map[string]int{harmLost: 1, harmViolation: 1}, opt.Harms)
+	require.Equal(t, 1, opt.Refuting, "a lost update, which its label (fenced: the ledger kept) excludes")
+	require.Equal(t, map[string]int{"lost-update": 1}, opt.Harms)
 	refuted := r.Refuted()
-	require.Len(t, refuted, 1, "none did harm, but the lab does not call it safe")
-	require.Equal(t, "optimistic", refuted[0].Strategy)
+	require.Len(t, refuted, 2, "optimistic refuted; none did the harm its label allows, but its checker disagreed once with the store")
+	require.Equal(t, "none", refuted[0].Strategy)
+	require.Equal(t, "optimistic", refuted[1].Strategy)
 	none := r.Strategies[0]
 	require.Equal(t, 2, none.Unsafe)
+	require.Zero(t, none.Refuting)
 	require.Equal(t, 1, none.Agree, "the checker missed one run's duplicates")
 	require.True(t, slices.ContainsFunc(none.UnsafeRuns, func(u UnsafeRun) bool {
 		return u.Command == "aegis lab run --strategy none --fence=false --nodes 4 --duration 5.6s --tick 700ms --work 250ms --ttl 1.5s --chaos kill:holder@2s"

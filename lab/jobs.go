@@ -17,10 +17,22 @@ type JobSpec struct {
 	Name  string
 	Every time.Duration // the cadence: a whole number of ticks
 	Work  time.Duration // how long its critical section works
+	// NoKeepAlive: the run's lease (or run row) is not renewed while it
+	// works, so a run longer than the TTL (LockAtMostFor) loses it
+	// mid-run (ShedLock without KeepAliveLockProvider).
+	NoKeepAlive bool
 }
 
-// String is the spec form of --catalog: NAME=EVERY/WORK.
-func (j JobSpec) String() string { return fmt.Sprintf("%s=%s/%s", j.Name, j.Every, j.Work) }
+// String is the spec form of --catalog: NAME=EVERY/WORK[/no-keep-alive].
+func (j JobSpec) String() string {
+	s := fmt.Sprintf("%s=%s/%s", j.Name, j.Every, j.Work)
+	if j.NoKeepAlive {
+		s += "/" + noKeepAlive
+	}
+	return s
+}
+
+const noKeepAlive = "no-keep-alive"
 
 // Limits of a run's catalog.
 const (
@@ -30,9 +42,10 @@ const (
 
 var jobNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
-// ParseCatalog parses --catalog: a comma-separated list of NAME=EVERY/WORK,
-// such as "invoice-export=1s/300ms,certificates=3s/800ms" (EVERY and WORK
-// are Go durations). The error quotes the spec and says what is wrong.
+// ParseCatalog parses --catalog: a comma-separated list of
+// NAME=EVERY/WORK[/no-keep-alive], such as
+// "invoice-export=1s/300ms,certificates=3s/800ms" (EVERY and WORK are Go
+// durations). The error quotes the spec and says what is wrong.
 func ParseCatalog(spec string) ([]JobSpec, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, invalid("--catalog %q: empty (want NAME=EVERY/WORK, comma-separated)", spec)
@@ -46,6 +59,12 @@ func ParseCatalog(spec string) ([]JobSpec, error) {
 			return nil, invalid("--catalog %q: %q is not NAME=EVERY/WORK (such as invoice-export=1s/300ms)", spec, part)
 		}
 		j := JobSpec{Name: name}
+		if w, opt, ok := strings.Cut(work, "/"); ok {
+			if opt != noKeepAlive {
+				return nil, invalid("--catalog %q: %s: %q is not an option (the one option is %s)", spec, name, opt, noKeepAlive)
+			}
+			work, j.NoKeepAlive = w, true
+		}
 		var err error
 		if j.Every, err = time.ParseDuration(every); err != nil {
 			return nil, invalid("--catalog %q: %s: EVERY %q is not a duration", spec, name, every)
@@ -119,7 +138,7 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 	e := schedule.Entry{
 		Name: j.Name, Every: j.Every, Handler: labHandler, Args: args,
 		Misfire: schedule.MisfireSkip, StartingDeadline: cfg.Tick,
-		MaxAttempts: 3, LockAtMostFor: cfg.TTL,
+		MaxAttempts: 3, LockAtMostFor: cfg.TTL, DisableKeepAlive: j.NoKeepAlive,
 	}
 	if s, _ := LookupStrategy(cfg.Strategy); s.Mode == LeaseMode {
 		// A run key already stops a second run of a tick; a lease stops it
