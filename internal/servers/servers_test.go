@@ -125,8 +125,9 @@ func TestPostgres(t *testing.T) {
 	requireGone(t, pg.Proc)
 }
 
-// A durable server keeps every commit across a SIGKILL: it restarts on
-// the same port and data, replays its WAL, and the rows are there.
+// A durable server keeps every commit across a SIGKILL of all its
+// processes: it restarts on the same port and data, replays its WAL, and
+// the rows are there.
 func TestPostgresDurableSurvivesKill(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -144,9 +145,19 @@ func TestPostgresDurableSurvivesKill(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx))
 
+	// A backend leads its own session: Kill ends it too, or it would hold
+	// the shared memory and the restart would be refused.
+	idle, err := pgx.Connect(ctx, pg.URL())
+	require.NoError(t, err)
+	defer idle.Close(context.Background())
+	var backend int
+	require.NoError(t, idle.QueryRow(ctx, "select pg_backend_pid()").Scan(&backend))
 	port, pid := pg.Port(), pg.Pid()
 	require.NoError(t, pg.Kill())
 	require.False(t, pg.Running())
+	if state, _, err := processStat(backend); err == nil {
+		require.Equal(t, byte('Z'), state, "backend %d outlived the kill", backend)
+	}
 	require.NoError(t, pg.Start(ctx))
 	require.Equal(t, port, pg.Port())
 	require.NotEqual(t, pid, pg.Pid())
