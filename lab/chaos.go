@@ -27,12 +27,13 @@ const (
 
 // The node targets that are not a fixed node.
 const (
-	// Holder is "whoever is in the critical section at that moment (it
-	// has read and not begun its write), or the next node to enter it".
+	// Holder targets the node inside the critical section at that moment
+	// (it has read and not begun its write), or else the next node to
+	// enter it.
 	Holder = "holder"
-	// Writer is "the node inside its write to the store at that moment
-	// (between its writing event and its outcome), or the next node to
-	// begin one".
+	// Writer targets the node inside its write to the store at that
+	// moment (between its writing event and its outcome), or else the
+	// next node to begin one.
 	Writer = "writer"
 )
 
@@ -126,8 +127,9 @@ const maxChaosDuration = 24 * time.Hour
 // redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
 // durations ("3s", "1.5s", "250ms"). kill:etcd kills the cluster's
 // leader, kill:zookeeper the member most of the nodes' sessions are on;
-// either is restarted 2 s later. The error quotes the spec, says what is
-// wrong, and wraps aegis.ErrInvalid.
+// either comes back 2 s after the kill (at the end of the run if that is
+// sooner). The error quotes the spec, says what is wrong, and wraps
+// aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
 	bad := func(format string, args ...any) (Chaos, error) {
 		return Chaos{}, invalid("chaos %q: %s", spec, fmt.Sprintf(format, args...))

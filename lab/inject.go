@@ -513,16 +513,21 @@ func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin fu
 	if err != nil {
 		return err
 	}
-	victim, why := leader, "leader"
+	victim, what := leader, fmt.Sprintf("%s leader %s (pid %d)", k, leader.Name(), leader.Pid())
 	if k == servers.KindZooKeeper {
-		victim, why = busiestMember(lctx, cluster.Members(), leader)
+		var sessions, total int
+		victim, sessions, total = busiestMember(lctx, cluster.Members(), leader)
+		role := "follower"
+		if victim == leader {
+			role = "leader"
+		}
+		what = fmt.Sprintf("%s member %s (%s, %d of the ensemble's %d client sessions, pid %d)", k, victim.Name(), role, sessions, total, victim.Pid())
 	}
-	pid := victim.Pid()
 	killed := time.Now()
 	if err := victim.Kill(); err != nil {
 		return err
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s (%s, pid %d) killed with SIGKILL; it restarts in %s", ch, k, victim.Name(), why, pid, serverDowntime)})
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s killed with SIGKILL; it restarts in %s", ch, what, serverDowntime)})
 	begin(nil)
 	next, err := waitLeader(ctx, cluster)
 	switch {
@@ -564,11 +569,11 @@ func waitLeader(ctx context.Context, cluster member) (*servers.Proc, error) {
 
 // busiestMember returns the running ZooKeeper member with the most client
 // sessions (its `cons` lines with a session id), preferring the leader
-// among equals, and says why it was chosen. The nodes' clients each pick a
-// member at random, so that is the member whose loss moves the most
-// sessions; killing the leader would also force an election.
-func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers.Proc) (*servers.Proc, string) {
-	best, most := leader, -1
+// among equals, with its sessions and those of every member. The nodes'
+// clients each pick a member at random, so that is the member whose loss
+// moves the most sessions; killing the leader also forces an election.
+func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers.Proc) (best *servers.Proc, most, total int) {
+	best, most = leader, -1
 	for _, m := range members {
 		if !m.Running() {
 			continue
@@ -578,13 +583,10 @@ func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers
 			continue
 		}
 		n := strings.Count(out, "sid=")
+		total += n
 		if n > most || (n == most && m == leader) {
 			best, most = m, n
 		}
 	}
-	role := "follower"
-	if best == leader {
-		role = "leader"
-	}
-	return best, fmt.Sprintf("%s, %d client sessions", role, max(most, 0))
+	return best, max(most, 0), total
 }
