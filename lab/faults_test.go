@@ -140,7 +140,7 @@ func TestKillEtcdLeader(t *testing.T) {
 	m := regexp.MustCompile(`etcd leader (etcd-\d) killed; (etcd-\d) leads`).FindStringSubmatch(elected.Detail)
 	require.NotNil(t, m, elected.Detail)
 	require.NotEqual(t, m[1], m[2], "a new leader")
-	back := chaosEvent(t, rep.Events, lab.EventHealed, "etcd "+m[1]+" restarted after ")
+	back := chaosEvent(t, rep.Events, lab.EventHealed, m[1]+" restarted after ")
 	require.GreaterOrEqual(t, back.T, killed.T+1.9, "down for 2 s")
 	require.Positive(t, executedAfter(rep.Events, elected.T), "the nodes commit under the new leader")
 }
@@ -163,7 +163,7 @@ func TestKillZooKeeperMember(t *testing.T) {
 	require.GreaterOrEqual(t, 3*sessions, total, "the member with the most of them")
 	after := chaosEvent(t, rep.Events, lab.EventChaos, m[1]+" killed; zookeeper-")
 	require.Regexp(t, ` (leads, elected within \d+\.\ds|still leads)$`, after.Detail)
-	back := chaosEvent(t, rep.Events, lab.EventHealed, "zookeeper "+m[1]+" restarted after ")
+	back := chaosEvent(t, rep.Events, lab.EventHealed, m[1]+" restarted after ")
 	require.GreaterOrEqual(t, back.T, killed.T+1.9, "down for 2 s")
 	require.Positive(t, executedAfter(rep.Events, killed.T), "the nodes commit with a member gone")
 }

@@ -546,7 +546,7 @@ func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin fu
 	if err := victim.Start(sctx); err != nil {
 		return fmt.Errorf("restart %s: %w", victim.Name(), err)
 	}
-	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("%s %s restarted after %.1fs down and serves again (pid %d)", k, victim.Name(), time.Since(killed).Seconds(), victim.Pid())})
+	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("%s restarted after %.1fs down and serves again (pid %d)", victim.Name(), time.Since(killed).Seconds(), victim.Pid())})
 	return nil
 }
 
