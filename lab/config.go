@@ -113,6 +113,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkChaos says why ch cannot be a fault of a run of s, or nil. What
+// depends on the session (a server it did not start, a store that is
+// SQLite) is Session.admitChaos's.
 func (c Config) checkChaos(s Strategy, ch Chaos) error {
 	if n := ch.Node(); n > c.Nodes {
 		return fmt.Errorf("node%d does not exist: the run has %d nodes", n, c.Nodes)
@@ -129,16 +132,46 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 		if !slices.Contains(s.Needs, servers.KindRedis) {
 			return fmt.Errorf("restart:redis needs a Redis strategy (redis or redlock), not %s", s.Name)
 		}
+	case Kill:
+		if k, ok := ch.server(); ok && !slices.Contains(s.Needs, k) {
+			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
+		}
 	case Partition:
 		if s.Name == "sqlite" {
 			return errors.New("sqlite has no network to partition; the lab's proxies sit between nodes and servers")
 		}
+		if k := servers.Kind(ch.Server); k != "" && !usesServer(s, k) {
+			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
+		}
 	case Latency:
-		if k := servers.Kind(ch.Target); !slices.Contains(s.Needs, k) && k != servers.KindPostgres {
+		if k := servers.Kind(ch.Target); !usesServer(s, k) {
 			return fmt.Errorf("%s does not use %s", s.Name, ch.Target)
 		}
 	}
+	// Crash needs nothing of the strategy: every run writes to the store
+	// of record, which is the PostgreSQL it crashes (when it is SQLite,
+	// admitChaos refuses it).
 	return nil
+}
+
+// usesServer reports whether s's nodes reach a server of kind k: the
+// servers it needs, and PostgreSQL, the store of record.
+func usesServer(s Strategy, k servers.Kind) bool {
+	return k == servers.KindPostgres || slices.Contains(s.Needs, k)
+}
+
+// usesServers says which servers s's nodes reach.
+func usesServers(s Strategy) string {
+	var names []string
+	for _, k := range s.Needs {
+		if k != servers.KindPostgres {
+			names = append(names, string(k))
+		}
+	}
+	if len(names) == 0 {
+		return "it uses only the store of record (postgres)"
+	}
+	return "it uses " + strings.Join(names, " and ") + " besides the store of record (postgres)"
 }
 
 // inputError is a caller's mistake (a flag, a chaos spec): it wraps

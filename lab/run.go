@@ -114,7 +114,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &UnavailableError{Strategy: cfg.Strategy, Err: err}
 	}
 	for _, ch := range cfg.Chaos {
-		if err := s.checkDestructive(ch); err != nil {
+		if err := s.admitChaos(ch); err != nil {
 			return nil, err
 		}
 	}
@@ -139,13 +139,14 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		entered:  map[jobTick]int{},
 		missed:   map[jobTick]bool{},
 	}
-	if slices.ContainsFunc(cfg.Chaos, func(c Chaos) bool { return c.Kind == Failover || c.Kind == Restart }) {
-		if err := s.holdRedis(); err != nil {
+	for _, ch := range cfg.Chaos {
+		if err := s.hold(r, ch); err != nil {
+			s.release(r)
 			return nil, err
 		}
 	}
 	if err := r.putCatalog(ctx); err != nil {
-		r.releaseRedis()
+		s.release(r)
 		return nil, err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -153,7 +154,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 	if s.closed {
 		s.mu.Unlock()
 		r.cancel()
-		r.releaseRedis()
+		s.release(r)
 		return nil, errors.New("lab: session closed")
 	}
 	s.runs[r] = struct{}{}
@@ -168,7 +169,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		r.cancel()
 		r.stopNodes()
 		r.closeProxies()
-		r.releaseRedis()
+		s.release(r)
 		return nil, err
 	}
 	// Stop the run when ctx ends (Ctrl-C).
@@ -199,36 +200,6 @@ func (e *UnavailableError) Error() string {
 }
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
-
-// checkDestructive refuses a fault that would kill or restart a server the
-// lab did not start.
-func (s *Session) checkDestructive(ch Chaos) error {
-	if (ch.Kind == Failover || ch.Kind == Restart) && s.given(servers.KindRedis) {
-		return invalid("--chaos %s kills or restarts a Redis server, and the lab never touches servers it did not start: leave --redis-addrs and AEGIS_REDIS_ADDRS unset so that it starts its own", ch)
-	}
-	return nil
-}
-
-// holdRedis reserves the lab's Redis for a run that fails it over or
-// restarts it.
-func (s *Session) holdRedis() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.redisBusy {
-		return errors.New("another run of this session is failing over or restarting Redis: run one at a time")
-	}
-	s.redisBusy = true
-	return nil
-}
-
-func (r *Run) releaseRedis() {
-	if !slices.ContainsFunc(r.cfg.Chaos, func(c Chaos) bool { return c.Kind == Failover || c.Kind == Restart }) {
-		return
-	}
-	r.s.mu.Lock()
-	r.s.redisBusy = false
-	r.s.mu.Unlock()
-}
 
 // Config returns the run's configuration.
 func (r *Run) Config() Config { return r.cfg }
@@ -740,7 +711,7 @@ func (r *Run) supervise() {
 	r.stopNodes()
 	r.closeProxies()
 	r.healRedis()
-	r.releaseRedis()
+	r.s.release(r)
 	r.report, r.err = r.buildReport()
 }
 

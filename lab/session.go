@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,8 +36,8 @@ type Options struct {
 	Dir string
 	// Servers are existing servers to use instead of starting them. The
 	// lab never kills, pauses or restarts a server it did not start:
-	// faults that would (failover:redis, restart:redis) need the lab's
-	// own Redis.
+	// faults that would (failover:redis, restart:redis, crash:postgres,
+	// kill:etcd, kill:zookeeper) need the lab's own server of that kind.
 	Servers Servers
 	// Executable is the program whose `node` subcommand runs a node.
 	// Default: os.Executable() (the aegis command).
@@ -50,7 +51,14 @@ type Options struct {
 
 // Session is a lab session: the servers it started (reused across its
 // runs, stopped by Close) and its store of record. Runs of one session
-// may run at the same time.
+// may run at the same time, but only one at a time may have faults that
+// kill, restart or fail over one kind of server (a second is refused):
+// the servers are shared, so such a fault also reaches the other runs.
+//
+// The PostgreSQL it starts is durable (fsync, synchronous_commit and
+// full_page_writes on), so that crash:postgres tests crash recovery and
+// loses nothing committed; its etcd and ZooKeeper have 3 members, so
+// that one can be killed under a quorum.
 type Session struct {
 	opts    Options
 	dir     string
@@ -67,14 +75,14 @@ type Session struct {
 	store       *sql.DB
 	storeURL    string // a PostgreSQL URL, or sqlite:PATH
 	closed      bool
-	redisBusy   bool // a run with Redis faults holds the lab's Redis
+	busy        map[servers.Kind]*Run // the run whose faults kill, restart or fail over the kind's servers
 	runs        map[*Run]struct{}
 }
 
 // NewSession returns a session; it starts no server until a run needs
 // one.
 func NewSession(opts Options) (*Session, error) {
-	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}, runs: map[*Run]struct{}{}}
+	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}, busy: map[servers.Kind]*Run{}, runs: map[*Run]struct{}{}}
 	if s.opts.Log == nil {
 		s.opts.Log = io.Discard
 	}
@@ -199,8 +207,8 @@ func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
 		if s.pg != nil {
 			return nil
 		}
-		fmt.Fprintf(s.opts.Log, "lab: starting PostgreSQL in %s\n", s.dir)
-		s.pg, err = servers.StartPostgres(ctx, filepath.Join(s.dir, "postgres"), nil)
+		fmt.Fprintf(s.opts.Log, "lab: starting a durable PostgreSQL in %s\n", s.dir)
+		s.pg, err = servers.StartPostgres(ctx, filepath.Join(s.dir, "postgres"), &servers.PostgresConfig{Durable: true})
 	case servers.KindRedis:
 		if s.redis != nil {
 			return nil
@@ -212,13 +220,13 @@ func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
 			return nil
 		}
 		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member etcd cluster in %s\n", s.dir)
-		s.etcd, err = servers.StartEtcd(ctx, filepath.Join(s.dir, "etcd"), nil)
+		s.etcd, err = servers.StartEtcd(ctx, filepath.Join(s.dir, "etcd"), &servers.EtcdConfig{Members: 3})
 	case servers.KindZooKeeper:
 		if s.zk != nil {
 			return nil
 		}
 		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member ZooKeeper ensemble in %s\n", s.dir)
-		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), nil)
+		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), &servers.ZooKeeperConfig{Members: 3})
 	}
 	if err != nil {
 		if servers.IsMissing(err) {
@@ -378,4 +386,69 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 		return fmt.Errorf("%s runs its SQL in the store of record, which is SQLite here: PostgreSQL is missing", st.Name)
 	}
 	return nil
+}
+
+// flags names the flag and variable that give the kind's servers.
+var flags = map[servers.Kind]string{
+	servers.KindPostgres:  "--postgres-url and AEGIS_POSTGRES_URL",
+	servers.KindRedis:     "--redis-addrs and AEGIS_REDIS_ADDRS",
+	servers.KindEtcd:      "--etcd-endpoints and AEGIS_ETCD_ENDPOINTS",
+	servers.KindZooKeeper: "--zk-servers and AEGIS_ZK_SERVERS",
+}
+
+// admitChaos refuses a fault this session cannot inflict: one that would
+// kill or restart a server the lab did not start, or reach a PostgreSQL
+// it does not have (its store of record is SQLite). The strategy's part is
+// Config.checkChaos.
+func (s *Session) admitChaos(ch Chaos) error {
+	if k, ok := ch.server(); ok && s.given(k) {
+		return invalid("--chaos %s kills or restarts %s, and the lab never touches servers it did not start: leave %s unset so that it starts its own", ch, serverName(k), flags[k])
+	}
+	s.mu.Lock()
+	sqlite := strings.HasPrefix(s.storeURL, "sqlite:")
+	s.mu.Unlock()
+	if sqlite && (ch.Kind == Crash || (ch.Kind == Partition && ch.Server == string(servers.KindPostgres))) {
+		return invalid("--chaos %s: the store of record is SQLite here (PostgreSQL is not installed) and the strategy uses no PostgreSQL: there is none to reach", ch)
+	}
+	return nil
+}
+
+func serverName(k servers.Kind) string {
+	return map[servers.Kind]string{
+		servers.KindPostgres:  "the PostgreSQL server",
+		servers.KindRedis:     "a Redis server",
+		servers.KindEtcd:      "an etcd member",
+		servers.KindZooKeeper: "a ZooKeeper member",
+	}[k]
+}
+
+// hold reserves the server ch kills, restarts or fails over (if any) for
+// r, so that no other run of the session does the same at the same time.
+// It fails once r has ended (then release has run or is about to, and
+// would not see the hold).
+func (s *Session) hold(r *Run, ch Chaos) error {
+	k, ok := ch.server()
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.ctx != nil && r.ctx.Err() != nil {
+		return errors.New("the run has ended")
+	}
+	switch owner := s.busy[k]; owner {
+	case nil:
+		s.busy[k] = r
+	case r:
+	default:
+		return fmt.Errorf("another run of this session has a fault that kills or restarts %s (%s): run one at a time", serverName(k), owner.ID)
+	}
+	return nil
+}
+
+// release gives back every server r holds.
+func (s *Session) release(r *Run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.busy, func(_ servers.Kind, owner *Run) bool { return owner == r })
 }

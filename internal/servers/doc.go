@@ -9,9 +9,11 @@
 // [StartStandby] streams from a private primary and [Postgres.Promote]
 // promotes), and the lab, which starts a whole [Set] on free ports.
 //
-// Every process is a [Proc]: Addr, Stop (graceful, waits), Kill (SIGKILL),
-// Pause and Resume (SIGSTOP and SIGCONT, to the whole process group, so a
-// paused PostgreSQL pauses its backends too), Restart (same ports, same
+// Every process is a [Proc]: Addr, Stop (graceful, waits), Kill (SIGKILL
+// to the server and every process it started, so that it can restart at
+// once), Pause and Resume (SIGSTOP and SIGCONT to its process group: a
+// PostgreSQL server's backends lead sessions of their own, so they are not
+// paused and serve the connections they have), Restart (same ports, same
 // data) and Wipe. Start functions return only once every server answers its
 // protocol's health check (PostgreSQL accepts a login, Redis answers PING,
 // an etcd member reports a healthy cluster, a ZooKeeper member serves), or

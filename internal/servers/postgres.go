@@ -36,13 +36,21 @@ type PostgresConfig struct {
 	// StartTimeout bounds initdb plus the wait for the server to accept
 	// connections. Default: 60 s.
 	StartTimeout time.Duration
+	// Durable turns fsync, synchronous_commit and full_page_writes on, as
+	// a production server runs: a commit is in the WAL on disk before it
+	// returns, so a SIGKILL of the server (or a crash of the machine)
+	// loses nothing committed. Default: false, all three off for speed
+	// (with synchronous_commit off, even a SIGKILL of the server alone can
+	// lose the last commits of the WAL writer's delay).
+	Durable bool
 }
 
 // Postgres is a PostgreSQL server with the superuser role aegis and the
-// database aegis, trust authentication on 127.0.0.1 and durability turned
-// off for speed (fsync, synchronous_commit and full_page_writes are off:
-// a crash of the machine, not of the server, can lose committed data):
-// a primary of [StartPostgres] or a hot standby of [StartStandby].
+// database aegis, trust authentication on 127.0.0.1 and, unless
+// [PostgresConfig.Durable], durability turned off for speed (fsync,
+// synchronous_commit and full_page_writes are off: a crash can lose
+// committed data): a primary of [StartPostgres] or a hot standby of
+// [StartStandby].
 type Postgres struct {
 	*Proc
 }
@@ -217,15 +225,18 @@ func postgresSettings(dir string, port int, c PostgresConfig) string {
 	if len(filepath.Join(dir, ".s.PGSQL."+strconv.Itoa(port)+".lock")) > 100 {
 		socketDir = "" // too long for a Unix socket path: TCP only
 	}
+	durable := "off" // test speed over durability
+	if c.Durable {
+		durable = "on"
+	}
 	settings := [][2]string{
 		{"listen_addresses", "127.0.0.1"},
 		{"port", strconv.Itoa(port)},
 		{"unix_socket_directories", socketDir},
 		{"max_connections", strconv.Itoa(c.MaxConnections)},
-		// Test speed over durability.
-		{"fsync", "off"},
-		{"synchronous_commit", "off"},
-		{"full_page_writes", "off"},
+		{"fsync", durable},
+		{"synchronous_commit", durable},
+		{"full_page_writes", durable},
 		// Parallel workers need /dev/shm, which is small in containers.
 		{"max_parallel_workers_per_gather", "0"},
 		{"log_min_messages", "warning"},

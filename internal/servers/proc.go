@@ -161,20 +161,87 @@ func (p *Proc) Stop() error {
 	return p.stop()
 }
 
-// Kill sends SIGKILL to the server's process group (a PostgreSQL server's
-// backends die with it) and waits until the server has exited: a crash.
+// Kill sends SIGKILL to the server's process group and to every process
+// the server started (a PostgreSQL server's backends and background
+// workers each lead a session of their own, outside its group), and waits
+// until they have all exited: a crash of the whole server, after which it
+// can start again at once (a PostgreSQL backend that outlived its
+// postmaster would hold the shared memory and refuse the restart).
 func (p *Proc) Kill() error {
 	p.life.Lock()
 	defer p.life.Unlock()
 	if !p.Running() {
 		return nil
 	}
+	// Stopped, the server forks no process that the snapshot would miss.
+	p.signalGroup(syscall.SIGSTOP)
+	_ = p.waitState(true)
+	p.mu.Lock()
+	pid := p.pid
+	p.mu.Unlock()
+	children := descendants(pid)
 	p.signalGroup(syscall.SIGKILL)
+	for _, c := range children {
+		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	}
 	if !p.waitExit(killGrace) {
 		return fmt.Errorf("servers: %s on %s (pid %d) still running %s after SIGKILL", p.name, p.addr, p.Pid(), killGrace)
 	}
+	deadline := time.Now().Add(killGrace)
+	for _, c := range children {
+		for c.alive() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("servers: %s on %s: its process %d still running %s after SIGKILL", p.name, p.addr, c.pid, killGrace)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	p.forget()
 	return nil
+}
+
+// process is a pid with its start time, to tell it from a reused pid.
+type process struct {
+	pid     int
+	started uint64
+}
+
+// alive reports whether the process still runs (a zombie does not: it
+// has released everything but its exit status).
+func (c process) alive() bool {
+	state, started, err := processStat(c.pid)
+	return err == nil && started == c.started && state != 'Z' && state != 'X'
+}
+
+// descendants returns the processes below pid (its children, theirs...),
+// from /proc.
+func descendants(pid int) []process {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]process{}
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, started, err := processParent(n)
+		if err != nil {
+			continue
+		}
+		children[ppid] = append(children[ppid], process{n, started})
+	}
+	var out []process
+	queue := []int{pid}
+	for len(queue) > 0 {
+		for _, c := range children[queue[0]] {
+			out = append(out, c)
+			queue = append(queue, c.pid)
+		}
+		queue = queue[1:]
+	}
+	return out
 }
 
 // Pause stops the server's process group with SIGSTOP and returns once the
@@ -625,6 +692,28 @@ func processStat(pid int) (state byte, started uint64, err error) {
 	}
 	started, err = strconv.ParseUint(f[19], 10, 64) // field 22
 	return f[0][0], started, err
+}
+
+// processParent reads the parent pid and the start time of pid from
+// /proc.
+func processParent(pid int) (ppid int, started uint64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, errors.New("bad /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, 0, errors.New("bad /proc stat")
+	}
+	if ppid, err = strconv.Atoi(f[1]); err != nil { // field 4
+		return 0, 0, err
+	}
+	started, err = strconv.ParseUint(f[19], 10, 64)
+	return ppid, started, err
 }
 
 func processStart(pid int) (uint64, error) {

@@ -125,6 +125,53 @@ func TestPostgres(t *testing.T) {
 	requireGone(t, pg.Proc)
 }
 
+// A durable server keeps every commit across a SIGKILL of all its
+// processes: it restarts on the same port and data, replays its WAL, and
+// the rows are there.
+func TestPostgresDurableSurvivesKill(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pg, err := StartPostgres(ctx, filepath.Join(t.TempDir(), "postgres"), &PostgresConfig{Durable: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Stop() })
+	conn, err := pgx.Connect(ctx, pg.URL())
+	require.NoError(t, err)
+	for _, setting := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+		var v string
+		require.NoError(t, conn.QueryRow(ctx, "show "+setting).Scan(&v))
+		require.Equal(t, "on", v, setting)
+	}
+	_, err = conn.Exec(ctx, "create table kept (n int); insert into kept select generate_series(1, 1000)")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+
+	// A backend leads its own session: Kill ends it too, or it would hold
+	// the shared memory and the restart would be refused.
+	idle, err := pgx.Connect(ctx, pg.URL())
+	require.NoError(t, err)
+	defer idle.Close(context.Background())
+	var backend int
+	require.NoError(t, idle.QueryRow(ctx, "select pg_backend_pid()").Scan(&backend))
+	port, pid := pg.Port(), pg.Pid()
+	require.NoError(t, pg.Kill())
+	require.False(t, pg.Running())
+	if state, _, err := processStat(backend); err == nil {
+		require.Equal(t, byte('Z'), state, "backend %d outlived the kill", backend)
+	}
+	require.NoError(t, pg.Start(ctx))
+	require.Equal(t, port, pg.Port())
+	require.NotEqual(t, pid, pg.Pid())
+	conn, err = pgx.Connect(ctx, pg.URL())
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "select count(*) from kept").Scan(&n))
+	require.Equal(t, 1000, n, "every committed row survives the crash")
+	b, err := os.ReadFile(pg.LogPath())
+	require.NoError(t, err)
+	require.Contains(t, string(b), "database system was interrupted", "the restart ran crash recovery")
+}
+
 func TestRedisLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
