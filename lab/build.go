@@ -75,7 +75,7 @@ func (r *Run) buildReport() (*Report, error) {
 	// (and a picture drawn from them) agree with the counts.
 	fires := map[string][]int{}
 	for _, j := range r.jobs {
-		for _, t := range j.fires(r.start, r.cfg.Tick, ticks) {
+		for _, t := range j.fires(r.start, r.cfg.Tick, ticks, r.edits) {
 			fires[j.Name] = append(fires[j.Name], t)
 			if len(executions[jobTick{j.Name, t}]) == 0 {
 				r.missLocked(jobTick{j.Name, t})

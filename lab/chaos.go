@@ -23,6 +23,7 @@ const (
 	Partition ChaosKind = "partition" // partition:TARGET@AT+FOR[/SERVER] — the node's connections (to SERVER) dropped
 	Skew      ChaosKind = "skew"      // skew:TARGET=±D — the node's clock offset
 	Latency   ChaosKind = "latency"   // latency:SERVER=D — every round trip to SERVER takes D longer
+	Edit      ChaosKind = "edit"      // edit:JOB@AT=SPEC — a catalog edit: a new cadence, pause or resume
 )
 
 // The node targets that are not a fixed node.
@@ -62,6 +63,9 @@ type Chaos struct {
 	// Server is the one server kind a partition cuts the node from
 	// (postgres, redis, etcd, zookeeper); "" cuts it from every server.
 	Server string
+	// Spec is an edit's: "pause", "resume", or the job's new cadence (a
+	// duration, in Offset too).
+	Spec string
 }
 
 // Node returns N for a target "nodeN", and 0 for any other target.
@@ -109,6 +113,8 @@ func (c Chaos) String() string {
 		return fmt.Sprintf("%s:%s=%s%s", c.Kind, c.Target, sign, c.Offset)
 	case Latency:
 		return fmt.Sprintf("%s:%s=%s", c.Kind, c.Target, c.Offset)
+	case Edit:
+		return fmt.Sprintf("%s:%s@%s=%s", c.Kind, c.Target, c.At, c.Spec)
 	}
 	return string(c.Kind) + ":" + c.Target
 }
@@ -121,15 +127,17 @@ const maxChaosDuration = 24 * time.Hour
 //	pause:TARGET@AT+FOR   kill:TARGET@AT        failover:redis@AT
 //	restart:redis@AT      partition:TARGET@AT+FOR[/SERVER]
 //	skew:nodeN=±D         latency:SERVER=D      crash:postgres@AT
-//	kill:etcd@AT          kill:zookeeper@AT
+//	kill:etcd@AT          kill:zookeeper@AT     edit:JOB@AT=SPEC
 //
 // TARGET is "holder", "writer" or "nodeN" (N from 1). SERVER is postgres,
 // redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
 // durations ("3s", "1.5s", "250ms"). kill:etcd kills the cluster's
 // leader, kill:zookeeper the member most of the nodes' sessions are on;
 // either comes back 2 s after the kill (at the end of the run if that is
-// sooner). The error quotes the spec, says what is wrong, and wraps
-// aegis.ErrInvalid.
+// sooner). An edit changes the run's catalog row of JOB: SPEC is its new
+// cadence (a duration, taking effect as catalog edits do, a second after
+// the commit), pause or resume. The error quotes the spec, says what is
+// wrong, and wraps aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
 	bad := func(format string, args ...any) (Chaos, error) {
 		return Chaos{}, invalid("chaos %q: %s", spec, fmt.Sprintf(format, args...))
@@ -225,8 +233,31 @@ func ParseChaos(spec string) (Chaos, error) {
 		if c.Offset, err = duration("D", d, true); err != nil {
 			return bad("%v", err)
 		}
+	case Edit:
+		job, rest, ok := strings.Cut(rest, "@")
+		at, spec, ok2 := strings.Cut(rest, "=")
+		if !ok || !ok2 {
+			return bad("want edit:JOB@AT=SPEC, such as edit:invoice-export@3s=2s or edit:certificates@2s=pause")
+		}
+		if !jobNamePattern.MatchString(job) || len(job) > maxJobNameLen {
+			return bad("job %.50q: want 1 to %d of a-z, 0-9, '-' and '_'", job, maxJobNameLen)
+		}
+		c.Target = job
+		var err error
+		if c.At, err = duration("AT", at, false); err != nil {
+			return bad("%v", err)
+		}
+		switch spec {
+		case "pause", "resume":
+			c.Spec = spec
+		default:
+			if c.Offset, err = duration("SPEC", spec, true); err != nil {
+				return bad("SPEC %q: want a cadence (a duration such as 2s), pause or resume", spec)
+			}
+			c.Spec = c.Offset.String()
+		}
 	default:
-		return bad("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew or latency)", kind)
+		return bad("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew, latency or edit)", kind)
 	}
 	return c, nil
 }

@@ -124,6 +124,18 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 		return fmt.Errorf("@%s is after the run's %s", ch.At, c.Duration)
 	}
 	switch ch.Kind {
+	case Edit:
+		i := slices.IndexFunc(c.jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
+		if i < 0 {
+			return fmt.Errorf("job %q is not in the run's catalog (%s)", ch.Target, FormatCatalog(c.jobs()))
+		}
+		if ch.Offset != 0 {
+			edited := c.jobs()[i]
+			edited.Every = ch.Offset
+			if err := checkJobs([]JobSpec{edited}, c.Tick); err != nil {
+				return err
+			}
+		}
 	case Failover:
 		if s.Name != "redis" {
 			return errors.New("failover:redis needs --strategy redis (a primary with a replica)")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Inject applies a fault now, whatever its At: a pause or partition lasts
@@ -167,6 +168,8 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d's clock is now %s off", ch, np.n, ch.Offset)})
 		return nil
+	case Edit:
+		return r.edit(ctx, ch)
 	case Latency:
 		r.setLatency(ch)
 		r.labEvent(Event{Kind: EventChaos, Detail: ch.String()})
@@ -586,4 +589,49 @@ func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers
 		}
 	}
 	return best, max(most, 0), total
+}
+
+// catalogEdit is an edit of the run's catalog: from At on, the job fires
+// every Every (0: unchanged), or not at all while paused.
+type catalogEdit struct {
+	Job    string
+	At     time.Time
+	Every  time.Duration
+	Paused *bool
+}
+
+// edit applies an edit fault to the run's catalog, as an operator would
+// (aegis schedule put/pause/resume): every node's binder picks it up.
+func (r *Run) edit(ctx context.Context, ch Chaos) error {
+	var (
+		e   schedule.Entry
+		err error
+	)
+	rec := catalogEdit{Job: ch.Target}
+	switch ch.Spec {
+	case "pause", "resume":
+		paused := ch.Spec == "pause"
+		rec.Paused = &paused
+		if paused {
+			e, err = r.catalog.Pause(ctx, ch.Target)
+		} else {
+			e, err = r.catalog.Resume(ctx, ch.Target)
+		}
+		rec.At = time.Now() // from the next tick claimed
+	default:
+		if e, err = r.catalog.Get(ctx, ch.Target); err == nil {
+			e.Every, e.Cron = ch.Offset, ""
+			e, err = r.catalog.Put(ctx, e)
+		}
+		rec.At, rec.Every = e.EffectiveAt, ch.Offset
+	}
+	if err != nil {
+		return fmt.Errorf("edit %s: %w", ch.Target, err)
+	}
+	r.mu.Lock()
+	r.edits = append(r.edits, rec)
+	r.mu.Unlock()
+	r.labEvent(Event{Kind: EventChaos, Job: ch.Target, Detail: fmt.Sprintf("%s: the catalog's %s is now %s%s, from %+.1fs (version %d)",
+		ch, ch.Target, e.Spec(), map[bool]string{true: ", paused", false: ""}[e.Paused], r.secs(rec.At.UnixNano()), e.Version)})
+	return nil
 }

@@ -156,15 +156,32 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 const labHandler = "lab-ledger"
 
 // fires lists the ticks (1-based numbers of the run's tick grid) at which
-// j fires in a run of ticks ticks from start: the grid instants on the
-// epoch-aligned multiples of its cadence (schedule.Interval).
-func (j JobSpec) fires(start time.Time, tick time.Duration, ticks int) []int {
+// j fires in a run of ticks ticks from start (firesAt).
+func (j JobSpec) fires(start time.Time, tick time.Duration, ticks int, edits []catalogEdit) []int {
 	var out []int
 	for t := 1; t <= ticks; t++ {
-		at := start.Add(time.Duration(t-1) * tick)
-		if at.UnixNano()%int64(j.Every) == 0 {
+		if j.firesAt(start.Add(time.Duration(t-1)*tick), edits) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// firesAt reports whether j fires at the grid instant at: on an
+// epoch-aligned multiple of its cadence (schedule.Interval), as the run's
+// edits before at (in order) left its cadence, and not paused.
+func (j JobSpec) firesAt(at time.Time, edits []catalogEdit) bool {
+	every, paused := j.Every, false
+	for _, e := range edits {
+		if e.Job != j.Name || e.At.After(at) {
+			continue
+		}
+		if e.Every != 0 {
+			every = e.Every
+		}
+		if e.Paused != nil {
+			paused = *e.Paused
+		}
+	}
+	return !paused && at.UnixNano()%int64(every) == 0
 }

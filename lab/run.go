@@ -53,6 +53,7 @@ type Run struct {
 	jobs       []JobSpec
 	catalog    *schedule.Catalog // the run's namespace: the lab's edits
 	effective  time.Time         // when the catalog's rows take effect
+	edits      []catalogEdit     // the edit faults applied, in order
 	sections   map[string]*sectionRecord
 	order      []string // section ids in order of enter
 	claims     []claimRecord
@@ -734,36 +735,35 @@ func (r *Run) allFinished() bool {
 }
 
 // tickEvents emits a tick event at each tick of the run's grid, and a
-// missed event when a job's tick window ends without an execution.
+// missed event when a job's tick window ends without an execution (which
+// jobs fire at a tick is known then: the edits before it have been made).
 func (r *Run) tickEvents() {
 	type mark struct {
-		at   time.Time
-		tick int
-		job  string // "" for the tick itself
+		at     time.Time
+		tick   int
+		window bool // the tick's window ends
 	}
 	var marks []mark
 	for t := 1; t <= r.cfg.Ticks(); t++ {
-		marks = append(marks, mark{r.tickTime(t), t, ""})
-	}
-	for _, j := range r.jobs {
-		for _, t := range j.fires(r.start, r.cfg.Tick, r.cfg.Ticks()) {
-			marks = append(marks, mark{r.tickTime(t).Add(r.cfg.Window()), t, j.Name})
-		}
+		marks = append(marks, mark{r.tickTime(t), t, false}, mark{r.tickTime(t).Add(r.cfg.Window()), t, true})
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
 	for _, m := range marks {
 		if !sleep(r.ctx, time.Until(m.at)) {
 			return
 		}
-		if m.job == "" {
-			r.mu.Lock()
+		r.mu.Lock()
+		if !m.window {
 			r.fired = m.tick
 			r.mu.Unlock()
 			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
 			continue
 		}
-		r.mu.Lock()
-		r.missLocked(jobTick{m.job, m.tick})
+		for _, j := range r.jobs {
+			if j.firesAt(r.tickTime(m.tick), r.edits) {
+				r.missLocked(jobTick{j.Name, m.tick})
+			}
+		}
 		r.mu.Unlock()
 	}
 }
