@@ -179,6 +179,20 @@ func (r *Run) buildReport() (*Report, error) {
 		r.judge(&jr, storeDups[j.Name], storeLost[j.Name], rep)
 		rep.add(jr)
 	}
+	if r.cfg.Standby > 0 {
+		ran, refused := 0, 0
+		for _, s := range sections {
+			if r.onStandby(s.Node) && s.ReadResult == OpOK {
+				ran++
+			}
+		}
+		for _, e := range r.events {
+			if e.Kind == EventNotPrimary {
+				refused++
+			}
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused))
+	}
 	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(mapValues(sections)))
 	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
 		excluded := s.Excludes(r.cfg)

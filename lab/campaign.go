@@ -306,6 +306,9 @@ func RunArgs(c Config) []string {
 	if c.Catalog != nil {
 		args = append(args, "--catalog", FormatCatalog(c.Catalog))
 	}
+	if c.Standby > 0 {
+		args = append(args, "--standby", fmt.Sprint(c.Standby))
+	}
 	for _, ch := range c.Chaos {
 		args = append(args, "--chaos", ch.String())
 	}

@@ -26,6 +26,10 @@ type Config struct {
 	Tick     time.Duration
 	Work     time.Duration
 	TTL      time.Duration
+	// Standby puts the last Standby nodes in a second region: their store
+	// is a hot standby of the lab's own PostgreSQL, read-only, so their
+	// schedulers must never run a tick (schedule's EventNotPrimary).
+	Standby int
 	// Catalog is the run's schedules; nil is DefaultCatalog(Tick, Work).
 	Catalog []JobSpec
 	Chaos   []Chaos
@@ -103,6 +107,12 @@ func (c Config) Validate() error {
 	}
 	if err := checkJobs(c.jobs(), c.Tick); err != nil {
 		return err
+	}
+	switch {
+	case c.Standby < 0 || c.Standby >= c.Nodes:
+		return invalid("--standby %d: want 0 to %d (the primary's region keeps a node)", c.Standby, c.Nodes-1)
+	case c.Standby > 0 && s.Mode != RunKey:
+		return invalid("--standby: %s is not in run-key mode: a second region on a standby is the run table's story (pg-unique)", s.Name)
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
@@ -210,7 +220,7 @@ func (c Config) json() ConfigJSON {
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
 	}
-	return ConfigJSON{Strategy: c.Strategy, Fence: c.Fence, Nodes: c.Nodes, Duration: c.Duration.String(), Tick: c.Tick.String(),
+	return ConfigJSON{Strategy: c.Strategy, Fence: c.Fence, Nodes: c.Nodes, Standby: c.Standby, Duration: c.Duration.String(), Tick: c.Tick.String(),
 		Work: c.Work.String(), TTL: c.TTL.String(), Catalog: FormatCatalog(c.jobs()), Chaos: chaos}
 }
 

@@ -32,22 +32,23 @@ type Event struct {
 // The kinds of event. Node events first (see the node's protocol), then
 // the lab's.
 const (
-	EventReady    = evReady
-	EventAcquired = evAcquired
-	EventEnter    = evEnter
-	EventEntered  = evEntered
-	EventWriting  = evWriting
-	EventStale    = evStale
-	EventExecuted = evExecuted
-	EventReleased = evReleased
-	EventLost     = evLost
-	EventReclaim  = evReclaim
-	EventElected  = evElected
-	EventRefused  = evRefused
-	EventMisfired = evMisfired
-	EventError    = evError
-	EventAbandon  = evAbandon
-	EventFinished = evFinished
+	EventReady      = evReady
+	EventAcquired   = evAcquired
+	EventEnter      = evEnter
+	EventEntered    = evEntered
+	EventWriting    = evWriting
+	EventStale      = evStale
+	EventExecuted   = evExecuted
+	EventReleased   = evReleased
+	EventLost       = evLost
+	EventReclaim    = evReclaim
+	EventElected    = evElected
+	EventRefused    = evRefused
+	EventMisfired   = evMisfired
+	EventNotPrimary = evNotPrimary
+	EventError      = evError
+	EventAbandon    = evAbandon
+	EventFinished   = evFinished
 
 	EventTick      = "tick"      // a tick fired (the lab's clock)
 	EventChaos     = "chaos"     // a fault began (Detail: the spec and what it did)

@@ -35,6 +35,9 @@ var labLockers = map[string]func(ctx context.Context, n *node) (aegis.Locker, fu
 	"lab-optimistic": func(_ context.Context, n *node) (aegis.Locker, func(), error) {
 		return &optimistic{n: n}, func() {}, nil
 	},
+	"lab-redis-del": openRedisDel,
+	"lab-fail-open": openFailOpen,
+	"lab-nobump":    openNoBump,
 }
 
 // openLocker opens the lease-mode strategy's Locker.

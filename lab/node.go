@@ -262,8 +262,12 @@ func (n *node) onSchedule(e schedule.Event) {
 	switch e.Kind {
 	case schedule.EventError:
 		n.emit(nodeEvent{Kind: evError, Job: e.Job, Tick: n.tickOf(e.Fire), Detail: "schedule: " + errText(e)})
-	case schedule.EventUnhandled, schedule.EventNotPrimary:
+	case schedule.EventUnhandled:
 		n.emit(nodeEvent{Kind: evError, Job: e.Job, Detail: "schedule: " + string(e.Kind) + ": " + errText(e)})
+	case schedule.EventNotPrimary:
+		if t := n.tickOf(e.Fire); t > 0 {
+			n.emit(nodeEvent{Kind: evNotPrimary, Job: e.Job, Tick: t, Detail: e.Reason})
+		}
 	case schedule.EventReclaim:
 		n.emit(nodeEvent{Kind: evReclaim, Job: e.Job, Tick: n.tickOf(e.Fire), Token: int64(e.Token), Detail: e.Reason})
 	case schedule.EventElected:

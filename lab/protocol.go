@@ -28,6 +28,9 @@ const (
 	evElected  = "elected"  // this node leads (leader mode)
 	evRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
 	evMisfired = "misfired" // a tick missed its starting deadline
+	// evNotPrimary: the node's store is a hot standby: its scheduler runs
+	// nothing (a second region).
+	evNotPrimary = "not-primary"
 )
 
 // nodeEvent is one line of a node's output.

@@ -89,6 +89,7 @@ type ConfigJSON struct {
 	Strategy string   `json:"strategy"`
 	Fence    bool     `json:"fence"`
 	Nodes    int      `json:"nodes"`
+	Standby  int      `json:"standby"`
 	Duration string   `json:"duration"`
 	Tick     string   `json:"tick"`
 	Work     string   `json:"work"`

@@ -53,6 +53,7 @@ type Run struct {
 	jobs       []JobSpec
 	catalog    *schedule.Catalog // the run's namespace: the lab's edits
 	effective  time.Time         // when the catalog's rows take effect
+	standbyURL string            // the second region's store: a hot standby (Config.Standby)
 	edits      []catalogEdit     // the edit faults applied, in order
 	sections   map[string]*sectionRecord
 	order      []string // section ids in order of enter
@@ -149,6 +150,23 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 	if err := r.putCatalog(ctx); err != nil {
 		s.release(r)
 		return nil, err
+	}
+	if cfg.Standby > 0 {
+		standby, err := s.startStandby(ctx)
+		if err == nil {
+			// The run table, which a standby cannot create.
+			_, err = schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: namespace(r.ID)})
+		}
+		if err == nil {
+			// The catalog's rows and the ledgers reach the standby before
+			// its nodes read them.
+			err = standby.WaitReplayed(ctx, s.pg)
+		}
+		if err != nil {
+			s.release(r)
+			return nil, err
+		}
+		r.standbyURL = standby.URL()
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.mu.Lock()
@@ -513,7 +531,11 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 		return p.Addr(), nil
 	}
 	if !strings.HasPrefix(r.store, "sqlite:") {
-		u, err := url.Parse(r.store)
+		store := r.store
+		if r.onStandby(np.n) {
+			store = r.standbyURL
+		}
+		u, err := url.Parse(store)
 		if err != nil || u.Host == "" {
 			return nil, errors.New("lab: the PostgreSQL URL must be a postgres:// URL")
 		}
@@ -866,3 +888,7 @@ func (r *Run) closeProxies() {
 		}
 	}
 }
+
+// onStandby reports whether node n is in the second region: the last
+// Config.Standby nodes, whose store is the hot standby.
+func (r *Run) onStandby(n int) bool { return n > r.cfg.Nodes-r.cfg.Standby }

@@ -66,6 +66,8 @@ type Session struct {
 
 	mu          sync.Mutex
 	pg          *servers.Postgres
+	standby     *servers.Postgres // a hot standby of pg: a second region, for Config.Standby
+	standbyMu   sync.Mutex        // serializes its start
 	redis       []*servers.Redis
 	replica     *servers.Redis  // of redis[0], for failover:redis
 	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
@@ -140,6 +142,9 @@ func (s *Session) Close() error {
 		errs = append(errs, s.store.Close())
 	}
 	var stops []func() error
+	if s.standby != nil {
+		stops = append(stops, s.standby.Stop)
+	}
 	if s.pg != nil {
 		stops = append(stops, s.pg.Stop)
 	}
@@ -451,4 +456,30 @@ func (s *Session) release(r *Run) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.DeleteFunc(s.busy, func(_ servers.Kind, owner *Run) bool { return owner == r })
+}
+
+// startStandby returns the hot standby of the lab's own PostgreSQL,
+// started the first time a run asks (pg_basebackup, then streaming): the
+// second region of a run with Config.Standby.
+func (s *Session) startStandby(ctx context.Context) (*servers.Postgres, error) {
+	s.standbyMu.Lock()
+	defer s.standbyMu.Unlock()
+	s.mu.Lock()
+	primary, standby := s.pg, s.standby
+	s.mu.Unlock()
+	switch {
+	case standby != nil:
+		return standby, nil
+	case primary == nil:
+		return nil, invalid("--standby needs the lab's own PostgreSQL (a hot standby is made from it): leave --postgres-url and AEGIS_POSTGRES_URL unset")
+	}
+	fmt.Fprintf(s.opts.Log, "lab: starting a hot standby of PostgreSQL in %s\n", s.dir)
+	standby, err := servers.StartStandby(ctx, filepath.Join(s.dir, "postgres-standby"), primary, nil)
+	if err != nil {
+		return nil, fmt.Errorf("lab: start the hot standby: %w", err)
+	}
+	s.mu.Lock()
+	s.standby = standby
+	s.mu.Unlock()
+	return standby, nil
 }

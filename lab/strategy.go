@@ -186,6 +186,23 @@ var Strategies = []Strategy{
 		Summary:       "lease mode over zklease: an ephemeral sequential node, token its czxid",
 		NotGuaranteed: "that a client paused past its session timeout stops: the ensemble gives the lock away, the fence refuses the late write",
 	},
+	// Wrong on purpose (broken.go): the classic mistakes of seed 000, for
+	// its presets.
+	{
+		Name: "redis-del", Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "WRONG ON PURPOSE: SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
+		NotGuaranteed: "one holder: a holder paused past its TTL deletes its successor's key on release, and a third node takes it while the second works",
+	},
+	{
+		Name: "redis-fail-open", Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "WRONG ON PURPOSE: redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
+		NotGuaranteed: "anything while Redis is down: every node runs every tick (fail closed, the redis strategy, runs none)",
+	},
+	{
+		Name: "pg-nobump", Mode: LeaseMode, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
+		Summary:       "WRONG ON PURPOSE: a PostgreSQL lease row whose reaper takes an expired lease over keeping its token, fenced by the bare token (fence.CheckSQL)",
+		NotGuaranteed: "that the fence stops a paused holder: its successor has the same token, so its late write lands (fence.CheckLease, owner-aware, refuses it)",
+	},
 	{
 		Name: "queue", Mode: LeaderMode, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
 		Summary:       "leader mode: an elected node enqueues each tick into package queue once, every node's worker competes, a reclaimed run has a greater token",

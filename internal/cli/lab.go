@@ -148,6 +148,7 @@ func runFlags(fs *flagSet) func() lab.Config {
 	fs.DurationVar(&c.TTL, "ttl", d.TTL, "the lease TTL (optimistic: the claim's)")
 	var chaos chaosFlag
 	fs.Var(&chaos, "chaos", "a fault `SPEC` (repeatable)")
+	fs.IntVar(&c.Standby, "standby", 0, "put the last `N` nodes in a second region, on a hot standby of the lab's PostgreSQL")
 	fs.Var((*catalogFlag)(&c.Catalog), "catalog", "the run's schedules, `NAME=EVERY/WORK,...` (default: three jobs at 1, 2 and 3 ticks)")
 	return func() lab.Config {
 		c.Chaos = chaos
@@ -195,7 +196,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos", "catalog":
+			case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos", "catalog", "standby":
 				set = append(set, "--"+f.Name)
 			}
 		})
