@@ -18,7 +18,7 @@ const (
 	Pause     ChaosKind = "pause"     // pause:TARGET@AT+FOR — SIGSTOP, SIGCONT after FOR
 	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart; kill:etcd@AT, kill:zookeeper@AT — a member
 	Failover  ChaosKind = "failover"  // failover:redis@AT — primary lost before replication, replica promoted
-	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence
+	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence; restart:redlock@AT — a majority of Redlock's
 	Crash     ChaosKind = "crash"     // crash:postgres@AT — SIGKILL, then a restart with crash recovery
 	Partition ChaosKind = "partition" // partition:TARGET@AT+FOR[/SERVER] — the node's connections (to SERVER) dropped
 	Skew      ChaosKind = "skew"      // skew:TARGET=±D — the node's clock offset
@@ -37,6 +37,10 @@ const (
 	// next node to begin one.
 	Writer = "writer"
 )
+
+// RedlockMajority is the target of restart:redlock@AT: a majority of the
+// Redlock nodes restarted at once without persistence.
+const RedlockMajority = "redlock"
 
 // serverDowntime is how long kill:etcd and kill:zookeeper keep the killed
 // member down before the lab restarts it (sooner when the run ends
@@ -266,6 +270,10 @@ func ParseChaos(spec string) (Chaos, error) {
 // ZooKeeper member), failover and restart (redis) and crash (postgres),
 // and says which fault a server has when it is the wrong one.
 func (c *Chaos) setServerTarget(target string) error {
+	if c.Kind == Restart && target == RedlockMajority {
+		c.Target = target
+		return nil
+	}
 	k, err := servers.ParseKind(target)
 	if err != nil {
 		if c.Kind == Kill {

@@ -151,6 +151,9 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			return errors.New("failover:redis needs --strategy redis (a primary with a replica)")
 		}
 	case Restart:
+		if ch.Target == RedlockMajority && s.Name != "redlock" {
+			return fmt.Errorf("restart:redlock restarts a majority of Redlock's nodes: it needs --strategy redlock, not %s", s.Name)
+		}
 		if !slices.Contains(s.Needs, servers.KindRedis) {
 			return fmt.Errorf("restart:redis needs a Redis strategy (redis or redlock), not %s", s.Name)
 		}

@@ -420,11 +420,31 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 			}
 		}
 	}
-	r.s.mu.Unlock()
-	if err := primary.Restart(context.WithoutCancel(ctx)); err != nil {
-		return err
+	restart := []*servers.Redis{primary}
+	if ch.Target == RedlockMajority {
+		var addrs []string
+		for _, rs := range r.s.redis {
+			addrs = append(addrs, rs.Addr())
+		}
+		nodes := backend.RedlockAddrs(addrs)
+		restart = nil
+		for _, a := range nodes[:len(nodes)/2+1] {
+			for _, rs := range r.s.redis {
+				if rs.Addr() == a {
+					restart = append(restart, rs)
+				}
+			}
+		}
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: its keys and token counters are gone", ch, primary.Addr())})
+	r.s.mu.Unlock()
+	var names []string
+	for _, rs := range restart {
+		if err := rs.Restart(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		names = append(names, rs.Addr())
+	}
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: their keys and token counters are gone", ch, strings.Join(names, ", "))})
 	return nil
 }
 

@@ -101,6 +101,9 @@ type Strategy struct {
 	Summary string
 	// NotGuaranteed is one line on what it does not guarantee.
 	NotGuaranteed string
+	// WrongOnPurpose: one of seed 000's classic mistakes, for its presets
+	// (broken.go); the aegis preset leaves it out.
+	WrongOnPurpose bool
 }
 
 // Fenceable reports whether --fence changes anything for the strategy.
@@ -189,18 +192,18 @@ var Strategies = []Strategy{
 	// Wrong on purpose (broken.go): the classic mistakes of seed 000, for
 	// its presets.
 	{
-		Name: "redis-del", Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
-		Summary:       "WRONG ON PURPOSE: SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
+		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
 		NotGuaranteed: "one holder: a holder paused past its TTL deletes its successor's key on release, and a third node takes it while the second works",
 	},
 	{
-		Name: "redis-fail-open", Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
-		Summary:       "WRONG ON PURPOSE: redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
+		Name: "redis-fail-open", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
 		NotGuaranteed: "anything while Redis is down: every node runs every tick (fail closed, the redis strategy, runs none)",
 	},
 	{
-		Name: "pg-nobump", Mode: LeaseMode, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
-		Summary:       "WRONG ON PURPOSE: a PostgreSQL lease row whose reaper takes an expired lease over keeping its token, fenced by the bare token (fence.CheckSQL)",
+		Name: "pg-nobump", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
+		Summary:       "a PostgreSQL lease row whose reaper takes an expired lease over keeping its token, fenced by the bare token (fence.CheckSQL)",
 		NotGuaranteed: "that the fence stops a paused holder: its successor has the same token, so its late write lands (fence.CheckLease, owner-aware, refuses it)",
 	},
 	{
