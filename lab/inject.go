@@ -41,7 +41,9 @@ func (r *Run) Inject(ctx context.Context, ch Chaos) error {
 	}
 	began := make(chan error, 1)
 	r.chaos.Go(func() {
-		if err := r.applyNotify(r.ctx, ch, began); err != nil {
+		ctx, cancel := r.lifetime()
+		defer cancel()
+		if err := r.applyNotify(ctx, ch, began); err != nil {
 			r.note("%s: %v", ch, err)
 		}
 	})

@@ -1,28 +1,17 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -38,13 +27,13 @@ type Run struct {
 	store string // the store URL nodes get (through their proxy)
 	start time.Time
 
-	ctx    context.Context // ends when the run ends or is stopped
-	cancel context.CancelFunc
-	chaos  sync.WaitGroup // fault goroutines
-	bg     sync.WaitGroup // the run's other goroutines
-	done   chan struct{}
-	report *Report
-	err    error
+	stop     chan struct{} // closed when the run ends or is stopped
+	stopOnce sync.Once
+	chaos    sync.WaitGroup // fault goroutines
+	bg       sync.WaitGroup // the run's other goroutines
+	done     chan struct{}
+	report   *Report
+	err      error
 
 	mu         sync.Mutex
 	events     []Event
@@ -67,29 +56,6 @@ type Run struct {
 	failedOver bool
 	fired      int  // the last tick that fired
 	stopped    bool // the run was stopped before its end
-}
-
-// nodeProc is one node: its current process and its proxies.
-type nodeProc struct {
-	n       int
-	cfg     NodeConfig
-	env     []string
-	proxies map[servers.Kind][]*tcpproxy.Proxy
-
-	// The current process, guarded by Run.mu.
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	ready    chan struct{}
-	exited   chan struct{}
-	finished bool
-	killed   bool // the exit was a fault's doing
-	paused   bool
-	critical string // the attempt inside the critical section
-	writing  bool   // and it is writing: its work is done
-	holding  int64  // the token held, or -1 when holding nothing
-	tick     int
-	job      string
-	lastErr  string // the detail of its last error event
 }
 
 type waiter struct {
@@ -168,11 +134,11 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		}
 		r.standbyURL = standby.URL()
 	}
-	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.stop = make(chan struct{})
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		r.cancel()
+		r.Stop()
 		s.release(r)
 		return nil, errors.New("lab: session closed")
 	}
@@ -185,7 +151,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	if err := r.startNodes(ctx); err != nil {
 		forget()
-		r.cancel()
+		r.Stop()
 		r.stopNodes()
 		r.closeProxies()
 		s.release(r)
@@ -241,7 +207,31 @@ func (r *Run) Wait(ctx context.Context) (*Report, error) {
 
 // Stop aborts the run: the nodes are told to stop, paused ones resumed,
 // faults ended. The report covers what happened until then.
-func (r *Run) Stop() { r.cancel() }
+func (r *Run) Stop() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+// ending reports whether the run is ending (stopped, or over).
+func (r *Run) ending() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// lifetime returns a context that ends when the run ends or is stopped:
+// the bound of its faults and tick marks.
+func (r *Run) lifetime() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-r.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
 
 // Events returns a copy of the events so far.
 func (r *Run) Events() []Event {
@@ -445,450 +435,3 @@ func (r *Run) waitEvent(ctx context.Context, match func(Event) bool) (Event, err
 		return Event{}, ctx.Err()
 	}
 }
-
-// startNodes creates each node's proxies and process, waits until every
-// node is ready, and sends the start time.
-func (r *Run) startNodes(ctx context.Context) error {
-	env := nodeBaseEnv(r.s.opts.NodeEnv)
-	skews := map[int]time.Duration{}
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew {
-			skews[ch.Node()] = ch.Offset
-		}
-	}
-	for n := 1; n <= r.cfg.Nodes; n++ {
-		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
-		np.cfg = NodeConfig{
-			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
-			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
-			Skew: skews[n], Store: r.store, Incarnation: 1,
-		}
-		r.mu.Lock()
-		r.nodes = append(r.nodes, np)
-		r.mu.Unlock()
-		nodeEnv, err := r.proxy(np)
-		if err != nil {
-			return err
-		}
-		np.env = append(slices.Clone(env), nodeEnv...)
-		if err := r.spawn(np); err != nil {
-			return err
-		}
-	}
-	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for _, np := range r.nodes {
-		if err := r.waitReady(wait, np); err != nil {
-			return err
-		}
-	}
-	// The first tick fires a moment from now, on the tick grid: every
-	// job's fire times (multiples of its cadence since the epoch) are
-	// ticks of the run.
-	r.mu.Lock()
-	first := time.Now().Add(200 * time.Millisecond)
-	if r.effective.After(first) {
-		first = r.effective // a catalog row fires from its effective time
-	}
-	r.start = first.Truncate(r.cfg.Tick).Add(r.cfg.Tick)
-	r.mu.Unlock()
-	for _, np := range r.nodes {
-		r.sendStart(np)
-	}
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Latency {
-			r.setLatency(ch)
-		}
-	}
-	return nil
-}
-
-// nodeBaseEnv is our environment without the AEGIS_* server variables,
-// plus extra.
-func nodeBaseEnv(extra []string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "AEGIS_") && !strings.HasPrefix(kv, "AEGIS_LAB_DEBUG=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
-
-// proxy creates the node's proxies, one per server address it uses, and
-// returns the AEGIS_* variables (and store) that point the node at them.
-func (r *Run) proxy(np *nodeProc) ([]string, error) {
-	var env []string
-	add := func(k servers.Kind, upstream string) (string, error) {
-		p, err := tcpproxy.New(upstream)
-		if err != nil {
-			return "", fmt.Errorf("lab: %w", err)
-		}
-		r.mu.Lock()
-		np.proxies[k] = append(np.proxies[k], p)
-		r.mu.Unlock()
-		return p.Addr(), nil
-	}
-	if !strings.HasPrefix(r.store, "sqlite:") {
-		store := r.store
-		if r.onStandby(np.n) {
-			store = r.standbyURL
-		}
-		u, err := url.Parse(store)
-		if err != nil || u.Host == "" {
-			return nil, errors.New("lab: the PostgreSQL URL must be a postgres:// URL")
-		}
-		addr, err := add(servers.KindPostgres, u.Host)
-		if err != nil {
-			return nil, err
-		}
-		u.Host = addr
-		np.cfg.Store = u.String()
-		env = append(env, servers.EnvPostgresURL+"="+u.String())
-	}
-	for _, k := range r.strat.Needs {
-		var addrs []string
-		switch k {
-		case servers.KindRedis, servers.KindZooKeeper:
-			for _, a := range r.s.serverAddrs(k) {
-				pa, err := add(k, a)
-				if err != nil {
-					return nil, err
-				}
-				addrs = append(addrs, pa)
-			}
-		case servers.KindEtcd:
-			for _, a := range r.s.serverAddrs(k) {
-				u, err := url.Parse(a)
-				if err != nil || u.Host == "" {
-					return nil, fmt.Errorf("lab: etcd endpoint %q: want http://host:port", a)
-				}
-				pa, err := add(k, u.Host)
-				if err != nil {
-					return nil, err
-				}
-				u.Host = pa
-				addrs = append(addrs, u.String())
-			}
-		default:
-			continue
-		}
-		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers}[k]
-		env = append(env, name+"="+strings.Join(addrs, ","))
-	}
-	if r.strat.Name == "sqlite" {
-		env = append(env, "AEGIS_SQLITE_PATH="+filepath.Join(r.s.dir, r.ID+"-lease.db"))
-	}
-	return env, nil
-}
-
-// spawn starts np's process (a new incarnation after a kill).
-func (r *Run) spawn(np *nodeProc) error {
-	r.mu.Lock()
-	cfg := np.cfg
-	r.mu.Unlock()
-	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.args()...)...)
-	cmd.Env = np.env
-	// Its own process group: a Ctrl-C reaches the lab, which stops the
-	// nodes in order; SIGKILL when the lab dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf, err := os.OpenFile(filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("lab: %w", err)
-	}
-	cmd.Stderr = logf
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: start node%d: %w", np.n, err)
-	}
-	ready, exited := make(chan struct{}), make(chan struct{})
-	r.mu.Lock()
-	np.cmd, np.stdin, np.ready, np.exited = cmd, stdin, ready, exited
-	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
-	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
-	r.bg.Go(func() {
-		defer logf.Close()
-		defer close(exited)
-		lines := bufio.NewScanner(stdout)
-		lines.Buffer(make([]byte, 64<<10), 1<<20)
-		for lines.Scan() {
-			var ev nodeEvent
-			if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
-				fmt.Fprintf(logf, "lab: bad event line %q\n", lines.Text())
-				continue
-			}
-			r.onNodeEvent(np, ev, ready)
-		}
-		err := cmd.Wait()
-		r.mu.Lock()
-		killed, finished, lastErr := np.killed, np.finished, np.lastErr
-		np.critical, np.holding = "", -1
-		r.mu.Unlock()
-		how := "exited"
-		if err != nil {
-			how = err.Error()
-		}
-		r.labEvent(Event{Kind: EventExited, Node: np.n, Detail: how})
-		if !killed && !finished && r.ctx.Err() == nil {
-			if lastErr != "" {
-				how += " after: " + lastErr
-			}
-			r.note("node%d %s, before it finished (log %s)", np.n, how, logf.Name())
-		}
-	})
-	return nil
-}
-
-func (r *Run) waitReady(ctx context.Context, np *nodeProc) error {
-	r.mu.Lock()
-	ready, exited := np.ready, np.exited
-	r.mu.Unlock()
-	select {
-	case <-ready:
-		return nil
-	case <-exited:
-		return fmt.Errorf("lab: node%d exited before it was ready; its log: %s", np.n, r.nodeLogTail(np))
-	case <-ctx.Done():
-		return fmt.Errorf("lab: node%d not ready: %w; its log: %s", np.n, ctx.Err(), r.nodeLogTail(np))
-	}
-}
-
-func (r *Run) nodeLogTail(np *nodeProc) string {
-	path := filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n))
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return path + ": " + strings.Join(lines, " | ")
-}
-
-func (r *Run) sendStart(np *nodeProc) {
-	r.mu.Lock()
-	stdin, start := np.stdin, r.start
-	r.mu.Unlock()
-	b, _ := json.Marshal(startLine{Start: start.UnixNano()})
-	_, _ = stdin.Write(append(b, '\n'))
-}
-
-// supervise runs the run: tick events, faults, the end, the report.
-func (r *Run) supervise() {
-	defer close(r.done)
-	var ticks sync.WaitGroup
-	defer ticks.Wait()
-	ticks.Go(r.tickEvents)
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew || ch.Kind == Latency {
-			r.labEvent(Event{Kind: EventChaos, Node: ch.Node(), Detail: ch.String()})
-			continue
-		}
-		r.chaos.Go(func() {
-			if !sleep(r.ctx, time.Until(r.start.Add(ch.At))) {
-				return
-			}
-			if err := r.apply(r.ctx, ch); err != nil {
-				r.note("%s: %v", ch, err)
-			}
-		})
-	}
-	lastWindow := r.start.Add(time.Duration(r.cfg.Ticks()-1)*r.cfg.Tick + r.cfg.Window())
-	var longest time.Duration
-	for _, ch := range r.cfg.Chaos {
-		longest = max(longest, ch.At+ch.For)
-	}
-	hard := time.NewTimer(time.Until(lastWindow.Add(longest + 30*time.Second)))
-	defer hard.Stop()
-	for {
-		if r.allFinished() {
-			break
-		}
-		r.mu.Lock()
-		changed := r.changed
-		r.mu.Unlock()
-		select {
-		case <-changed:
-			continue
-		case <-r.ctx.Done():
-			r.mu.Lock()
-			r.stopped = true
-			r.mu.Unlock()
-		case <-hard.C:
-			r.note("the run did not end by itself in time: its nodes were stopped")
-		}
-		break
-	}
-	r.cancel()
-	r.chaos.Wait()
-	r.stopNodes()
-	r.closeProxies()
-	r.healRedis()
-	r.s.release(r)
-	r.report, r.err = r.buildReport()
-}
-
-// allFinished reports whether every node's current process has finished
-// its ticks and exited.
-func (r *Run) allFinished() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, np := range r.nodes {
-		select {
-		case <-np.exited:
-			if np.killed {
-				return false // being restarted
-			}
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// tickEvents emits a tick event at each tick of the run's grid, and a
-// missed event when a job's tick window ends without an execution (which
-// jobs fire at a tick is known then: the edits before it have been made).
-func (r *Run) tickEvents() {
-	type mark struct {
-		at     time.Time
-		tick   int
-		window bool // the tick's window ends
-	}
-	var marks []mark
-	for t := 1; t <= r.cfg.Ticks(); t++ {
-		marks = append(marks, mark{r.tickTime(t), t, false}, mark{r.tickTime(t).Add(r.cfg.Window()), t, true})
-	}
-	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
-	for _, m := range marks {
-		if !sleep(r.ctx, time.Until(m.at)) {
-			return
-		}
-		r.mu.Lock()
-		if !m.window {
-			r.fired = m.tick
-			r.mu.Unlock()
-			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
-			continue
-		}
-		for _, j := range r.jobs {
-			if j.firesAt(r.tickTime(m.tick), r.edits) {
-				r.missLocked(jobTick{j.Name, m.tick})
-			}
-		}
-		r.mu.Unlock()
-	}
-}
-
-// missLocked records a job's tick as missed unless it was executed or
-// already recorded. Caller holds mu.
-func (r *Run) missLocked(jt jobTick) {
-	if r.executed[jt] == 0 && !r.missed[jt] {
-		r.missed[jt] = true
-		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Job: jt.Job, Tick: jt.Tick})
-	}
-}
-
-// tickTime is when tick t of the run's grid fires (t from 1).
-func (r *Run) tickTime(t int) time.Time { return r.start.Add(time.Duration(t-1) * r.cfg.Tick) }
-
-// putCatalog creates the run's catalog (its namespace, one row per job)
-// and the jobs' ledger rows, before any node starts.
-func (r *Run) putCatalog(ctx context.Context) error {
-	cat, err := schedule.NewCatalog(ctx, r.db, &schedule.CatalogConfig{Namespace: namespace(r.ID), EditDelay: editDelay})
-	if err != nil {
-		return fmt.Errorf("lab: the run's catalog: %w", err)
-	}
-	r.catalog = cat
-	for _, j := range r.jobs {
-		e, err := cat.Put(ctx, j.entry(r.cfg))
-		if err != nil {
-			return fmt.Errorf("lab: the run's catalog: %s: %w", j.Name, err)
-		}
-		if e.EffectiveAt.After(r.effective) {
-			r.effective = e.EffectiveAt
-		}
-		if _, err := r.db.ExecContext(ctx, insertLedgerSQL, r.ID, j.Name); err != nil {
-			return fmt.Errorf("lab: the ledger of %s: %w", j.Name, err)
-		}
-	}
-	return nil
-}
-
-// editDelay is how long after it commits a catalog edit of a run takes
-// effect: long enough for every node's binder to see it first.
-const editDelay = time.Second
-
-// holderJobLocked is the job of the first node inside a critical section.
-func (r *Run) holderJobLocked() string {
-	for _, np := range r.nodes {
-		if np.critical != "" || np.holding >= 0 {
-			return np.job
-		}
-	}
-	return ""
-}
-
-// stopNodes ends every node process: stdin closed (the node stops), paused
-// ones resumed, and SIGKILL for those still running after a bound.
-func (r *Run) stopNodes() {
-	r.mu.Lock()
-	nodes := slices.Clone(r.nodes)
-	r.mu.Unlock()
-	for _, np := range nodes {
-		r.mu.Lock()
-		cmd, stdin, exited := np.cmd, np.stdin, np.exited
-		np.paused = false
-		r.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		_ = stdin.Close()
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		select {
-		case <-exited:
-		case <-time.After(r.cfg.Work + 10*time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	r.bgWaitReaders()
-}
-
-// bgWaitReaders waits for the readers of every node's output.
-func (r *Run) bgWaitReaders() {
-	r.mu.Lock()
-	nodes := slices.Clone(r.nodes)
-	r.mu.Unlock()
-	for _, np := range nodes {
-		if np.exited != nil {
-			<-np.exited
-		}
-	}
-}
-
-func (r *Run) closeProxies() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, np := range r.nodes {
-		for _, ps := range np.proxies {
-			for _, p := range ps {
-				_ = p.Close()
-			}
-		}
-	}
-}
-
-// onStandby reports whether node n is in the second region: the last
-// Config.Standby nodes, whose store is the hot standby.
-func (r *Run) onStandby(n int) bool { return n > r.cfg.Nodes-r.cfg.Standby }

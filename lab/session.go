@@ -438,7 +438,7 @@ func (s *Session) hold(r *Run, ch Chaos) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.ctx != nil && r.ctx.Err() != nil {
+	if r.stop != nil && r.ending() {
 		return errors.New("the run has ended")
 	}
 	switch owner := s.busy[k]; owner {
