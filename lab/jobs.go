@@ -129,7 +129,7 @@ type jobArgs struct {
 
 // entry is the catalog row of j in a run with cfg: LockAtMostFor is the
 // run's TTL (kept alive while the job runs), and in lease mode
-// LockAtLeastFor is half the cadence (ShedLock's guard against replicas whose
+// LockAtLeastFor is half the cadence (at most the TTL) (ShedLock's guard against replicas whose
 // clocks differ by less than it); a tick that cannot start within a tick
 // of its fire time is dropped, so a restarted node does not run the tick
 // its earlier life was killed in.
@@ -146,7 +146,7 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 		// LockAtLeastFor after its fire time (its clock lags, or it was
 		// paused at the fire time) would find the key free. So a tick
 		// that starts later than that is a misfire.
-		e.LockAtLeastFor = j.Every / 2
+		e.LockAtLeastFor = min(j.Every/2, cfg.TTL) // at most LockAtMostFor
 		e.StartingDeadline = min(e.StartingDeadline, e.LockAtLeastFor)
 	}
 	return e
