@@ -27,7 +27,7 @@ const labUsage = `
 usage: aegis lab [--addr 127.0.0.1:7070] [--token T]
        aegis lab run --strategy S [--fence=true|false] [--nodes 3] [--duration 20s]
                      [--tick 1s] [--work 300ms] [--ttl 2s] [--catalog SPEC]
-                     [--chaos SPEC]... [--json] [--fail-on-violation]
+                     [--standby N] [--chaos SPEC]... [--json] [--fail-on-violation]
        aegis lab run --scenario NAME [--json] [--fail-on-violation]
        aegis lab campaign --seed N --runs K [--strategy S]... [--fence=true|false] [--json]
 
@@ -56,25 +56,36 @@ tables. Without --json it prints a summary and a per-tick table; with
 run's checker says violation or disagrees with the store.
 
 Lab campaign runs a seeded randomized series of such runs per strategy,
-3 to 5 faults each, and fails when a strategy the lab labels safe did
-harm ('aegis lab campaign -h').
+3 to 5 faults each, and fails when a run shows a harm the strategy's label
+excludes, or a checker that disagrees with the store ('aegis lab campaign -h').
 
-Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue" + `.
+Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue; wrong on purpose, for presets: redis-del,\nredis-fail-open, pg-nobump" + `.
 
 Chaos (repeatable; AT from the first tick):
 	pause:TARGET@AT+FOR       SIGSTOP the node, SIGCONT after FOR
 	kill:TARGET@AT            SIGKILL the node, then restart it
-	partition:TARGET@AT+FOR   drop the node's connections to its servers for FOR
+	partition:TARGET@AT+FOR[/SERVER]
+	                          drop the node's connections (to SERVER only) for FOR
 	skew:nodeN=±D             the node's clock is D off, for the whole run
 	latency:SERVER=D          every round trip to SERVER takes D longer
 	failover:redis@AT         the primary dies before replicating a grant; its replica is promoted
 	restart:redis@AT          a Redis server restarts without persistence (redis: the single
 	                          node; redlock: the first Redlock node)
+	restart:redlock@AT        a majority of the Redlock nodes restart without persistence
+	crash:postgres@AT         SIGKILL the lab's (durable) PostgreSQL, restart it: crash recovery
+	kill:etcd@AT              SIGKILL etcd's leader; it comes back 2s later
+	kill:zookeeper@AT         SIGKILL the ZooKeeper member with most sessions; back 2s later
+	edit:JOB@AT=SPEC          a catalog edit: SPEC is a new cadence (2s), pause or resume
 TARGET is holder (the node in the critical section then, or the next to
-enter it) or nodeN; SERVER is postgres, redis, etcd or zookeeper.
+enter it), writer (the node inside its write then, or the next to begin
+one) or nodeN; SERVER is postgres, redis, etcd or zookeeper. --standby N
+puts the last N nodes in a second region whose store is a hot standby of
+the lab's PostgreSQL (pg-unique): their schedulers must run nothing.
 
-Scenarios: invoice-export, certificates, nightly-reconciliation,
-seat-assignment, aegis (every strategy, fenced and not, one table).
+Scenarios: invoice-export, invoice-export-regions, certificates,
+nightly-reconciliation, seat-assignment, redis-failover, redlock-majority,
+lock-at-most-for, unlock-with-del, reaper-without-bump, redis-down, aegis
+(every strategy, fenced and not, one table).
 
 Servers: a kind given with its flag or AEGIS_* variable is used as it is
 (the lab never kills or restarts it); the others are started by the lab
