@@ -114,8 +114,10 @@ func checkJobs(jobs []JobSpec, tick time.Duration) error {
 			return invalid("--catalog: %s: EVERY %s is not a whole number of ticks (--tick %s)", j.Name, j.Every, tick)
 		case j.Work < 0:
 			return invalid("--catalog: %s: WORK %s is negative", j.Name, j.Work)
-		case j.Work >= j.Every:
-			return invalid("--catalog: %s: WORK %s is not shorter than EVERY %s", j.Name, j.Work, j.Every)
+		case j.Work >= j.Every && !j.NoKeepAlive:
+			return invalid("--catalog: %s: WORK %s is not shorter than EVERY %s (a run longer than its cadence is the no-keep-alive preset's story)", j.Name, j.Work, j.Every)
+		case j.Work >= 3*j.Every:
+			return invalid("--catalog: %s: WORK %s is three times EVERY %s or more", j.Name, j.Work, j.Every)
 		}
 		seen[j.Name] = true
 	}

@@ -88,33 +88,42 @@ var Scenarios = []Scenario{
 		Runs:  []Config{preset("redis", true, 3, 10*time.Second, Chaos{Kind: Failover, Target: "redis", At: 3 * time.Second})},
 	},
 	{
-		Name:  "redlock-majority",
-		Seed:  "seed 000: Redlock, a majority of its nodes restarted without persistence",
-		Watch: "the restarted majority has forgotten the key: a second node acquires while the first holds it, with a token from counters that went back; unfenced both write, fenced the owner-aware fence refuses the stale one",
+		Name: "redlock-majority",
+		Seed: "seed 000: Redlock, a majority of its nodes restarted without persistence",
+		Watch: "tick 4's holder works 600 ms; 200 ms in, a majority of the Redlock nodes restart and forget its key. node3, whose clock lags by 400 ms " +
+			"(less than LockAtLeastFor: normally it finds the key held), acquires it and runs tick 4 again: unfenced, the tick is applied twice; " +
+			"fenced, node3's token comes from counters that went back and the fence refuses it",
 		Runs: []Config{
-			preset("redlock", false, 3, 8*time.Second, Chaos{Kind: Restart, Target: RedlockMajority, At: 3 * time.Second}),
-			preset("redlock", true, 3, 8*time.Second, Chaos{Kind: Restart, Target: RedlockMajority, At: 3 * time.Second}),
+			with(preset("redlock", false, 3, 8*time.Second, Chaos{Kind: Skew, Target: "node3", Offset: -400 * time.Millisecond},
+				Chaos{Kind: Restart, Target: RedlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
+			with(preset("redlock", true, 3, 8*time.Second, Chaos{Kind: Skew, Target: "node3", Offset: -400 * time.Millisecond},
+				Chaos{Kind: Restart, Target: RedlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
 		},
 	},
 	{
-		Name:  "lock-at-most-for",
-		Seed:  "seed 001 EX05, quiz Q10: lockAtMostFor shorter than the run, without keep-alive",
-		Watch: "each export runs 1.5 s under a 1 s lockAtMostFor and no keep-alive: its lease expires mid-run, and the job's context is cancelled; unfenced, the late write still lands when the next holder has written (a lost update), fenced it is refused",
+		Name: "lock-at-most-for",
+		Seed: "seed 001 EX05, quiz Q10: lockAtMostFor shorter than the run, without keep-alive",
+		Watch: "each export runs 1.5 s, every second, under a 1 s lockAtMostFor and no keep-alive: its lease expires mid-run, and the next tick's node acquires it while the first still works " +
+			"(the first's context is cancelled, but it does not stop): unfenced, both read the same ledger and the late write overwrites (a lost update); fenced, the late write is refused",
 		Runs: []Config{
-			with(preset("pg-lease", false, 3, 10*time.Second), func(c *Config) {
-				c.TTL, c.Catalog = time.Second, []JobSpec{{Name: "export", Every: 2 * time.Second, Work: 1500 * time.Millisecond, NoKeepAlive: true}}
+			with(preset("pg-lease", false, 3, 8*time.Second), func(c *Config) {
+				c.TTL, c.Catalog = time.Second, []JobSpec{{Name: "export", Every: time.Second, Work: 1500 * time.Millisecond, NoKeepAlive: true}}
 			}),
-			with(preset("pg-lease", true, 3, 10*time.Second), func(c *Config) {
-				c.TTL, c.Catalog = time.Second, []JobSpec{{Name: "export", Every: 2 * time.Second, Work: 1500 * time.Millisecond, NoKeepAlive: true}}
+			with(preset("pg-lease", true, 3, 8*time.Second), func(c *Config) {
+				c.TTL, c.Catalog = time.Second, []JobSpec{{Name: "export", Every: time.Second, Work: 1500 * time.Millisecond, NoKeepAlive: true}}
 			}),
 		},
 		Parallel: 2,
 	},
 	{
-		Name:  "unlock-with-del",
-		Seed:  "seed 000: unlock with DEL instead of compare-and-delete",
-		Watch: "the holder paused past its TTL wakes and DELs its successor's key; a third node acquires while the second works: two holders at once, unfenced both write",
-		Runs:  []Config{preset("redis-del", false, 3, 8*time.Second, pauseHolder), preset("redis-del", true, 3, 8*time.Second, pauseHolder)},
+		Name: "unlock-with-del",
+		Seed: "seed 000: unlock with DEL instead of compare-and-delete",
+		Watch: "tick 2's holder is paused past its 800 ms TTL; tick 3's holder takes the key, and the paused one wakes inside that hold and DELs it; node3, whose clock lags by 300 ms, " +
+			"finds the key free and runs tick 3 again (applied twice), and the woken holder's write of tick 2 lands over both (unfenced: a lost update; fenced: refused)",
+		Runs: []Config{
+			with(preset("redis-del", false, 3, 6*time.Second, delFaults()...), func(c *Config) { c.TTL, c.Catalog = 800*time.Millisecond, oneLedgerShort }),
+			with(preset("redis-del", true, 3, 6*time.Second, delFaults()...), func(c *Config) { c.TTL, c.Catalog = 800*time.Millisecond, oneLedgerShort }),
+		},
 	},
 	{
 		Name:  "reaper-without-bump",
@@ -139,6 +148,22 @@ var Scenarios = []Scenario{
 		Runs:     aegisRuns(),
 		Parallel: 3,
 	},
+}
+
+// oneLedger is a catalog of one job that works long enough for a fault to
+// land inside its hold.
+var (
+	oneLedger      = []JobSpec{{Name: "ledger", Every: time.Second, Work: 600 * time.Millisecond}}
+	oneLedgerShort = []JobSpec{{Name: "ledger", Every: time.Second, Work: 400 * time.Millisecond}}
+)
+
+// delFaults: node3's clock lags by 300 ms; the holder of tick 2 (fired at
+// 1 s) is paused from 1.05 s (its 800 ms lease, last renewed before, has
+// expired by 1.9 s) until 2.15 s, inside the hold of tick 3's holder (from
+// 2 s to 2.5 s, its LockAtLeastFor), before node3 tries tick 3 at 2.3 s.
+func delFaults() []Chaos {
+	return []Chaos{{Kind: Skew, Target: "node3", Offset: -300 * time.Millisecond},
+		{Kind: Pause, Target: Holder, At: 1050 * time.Millisecond, For: 1100 * time.Millisecond}}
 }
 
 // redisDown cuts the three nodes of a preset from Redis for 3 s.
