@@ -91,6 +91,35 @@ var faultKinds = []faultKind{
 	{name: "restart:redis", needs: []servers.Kind{servers.KindRedis}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c Config) Chaos {
 		return Chaos{Kind: Restart, Target: "redis", At: drawAt(rng, c)}
 	}},
+	{name: "partition/server", needs: networked, gen: func(rng *rand.Rand, c Config) Chaos {
+		s, _ := LookupStrategy(c.Strategy)
+		used := usedServers(s)
+		return Chaos{Kind: Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c), Server: string(used[rng.IntN(len(used))])}
+	}},
+	{name: "crash:postgres", needs: []servers.Kind{servers.KindPostgres}, kills: servers.KindPostgres, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Crash, Target: string(servers.KindPostgres), At: drawAt(rng, c)}
+	}},
+	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Kill, Target: string(servers.KindEtcd), At: drawAt(rng, c)}
+	}},
+	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
+	}},
+	{name: "edit", gen: func(rng *rand.Rand, c Config) Chaos {
+		jobs := c.jobs()
+		j := jobs[rng.IntN(len(jobs))]
+		ch := Chaos{Kind: Edit, Target: j.Name, At: drawAt(rng, c)}
+		switch rng.IntN(3) {
+		case 0:
+			ch.Spec = "pause"
+		case 1:
+			ch.Spec = "resume"
+		default:
+			ch.Offset = c.Tick * time.Duration(1+rng.IntN(3))
+			ch.Spec = ch.Offset.String()
+		}
+		return ch
+	}},
 }
 
 // usedServers are the servers a strategy's nodes reach: its own, and
@@ -129,10 +158,14 @@ func drawDuration(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + grain*time.Duration(rng.IntN(int((hi-lo)/grain)+1))
 }
 
-// drawTarget is the holder half the time, else a node.
+// drawTarget is the holder a third of the time, the writer a sixth, else
+// a node.
 func drawTarget(rng *rand.Rand, c Config) string {
-	if rng.IntN(2) == 0 {
+	switch rng.IntN(6) {
+	case 0, 1:
 		return Holder
+	case 2:
+		return Writer
 	}
 	return fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes))
 }
