@@ -45,6 +45,7 @@ const (
 	EventElected    = evElected
 	EventRefused    = evRefused
 	EventMisfired   = evMisfired
+	EventClaimed    = evClaimed
 	EventNotPrimary = evNotPrimary
 	EventError      = evError
 	EventAbandon    = evAbandon

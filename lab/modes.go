@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,6 +208,7 @@ func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Durati
 	if now.UnixMilli() < until {
 		return nil, aegis.ErrHeld
 	}
+	call := time.Now()
 	res, err := db.ExecContext(ctx, optimisticClaimSQL, key, version, now.Add(ttl).UnixMilli(), o.n.c.Node)
 	if err != nil {
 		return nil, err
@@ -214,6 +216,11 @@ func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Durati
 	if rows, _ := res.RowsAffected(); rows == 0 {
 		return nil, aegis.ErrHeld // another node's compare-and-set won
 	}
+	// The new version is registered now, whether or not a run follows (a
+	// grant the scheduler drops still moved the version on): the checker's
+	// history needs it.
+	_, job, _ := strings.Cut(key, "/")
+	o.n.emit(nodeEvent{Kind: evClaimed, Job: job, Token: version + 1, Since: call.UnixNano()})
 	return &aegis.Lease{Key: key, Token: aegis.Token(version + 1), Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
 }
 

@@ -28,6 +28,7 @@ const (
 	evElected  = "elected"  // this node leads (leader mode)
 	evRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
 	evMisfired = "misfired" // a tick missed its starting deadline
+	evClaimed  = "claimed"  // an optimistic claim moved the job's version to token (Since: when its statement began)
 	// evNotPrimary: the node's store is a hot standby: its scheduler runs
 	// nothing (a second region).
 	evNotPrimary = "not-primary"
@@ -47,6 +48,7 @@ type nodeEvent struct {
 	// owner): two holders granted one token differ in it.
 	Owner   string `json:"owner,omitempty"`
 	Attempt string `json:"attempt,omitempty"`
+	Since   int64  `json:"since,omitempty"` // claimed: when the claim's statement began (Unix ns)
 	Value   *int64 `json:"value,omitempty"`
 	Detail  string `json:"detail,omitempty"`
 }

@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"time"
 )
 
 // The lab's record of a run, from its nodes' events: who is inside which
@@ -57,10 +56,8 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		e.T = 0
 	case evAcquired:
 		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
-		if r.strat.Token == VersionToken {
-			call := r.start.Add(time.Duration(ev.Tick-2) * r.cfg.Tick).UnixNano()
-			r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(call, ev.At), At: ev.At})
-		}
+	case evClaimed:
+		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
 	case evReleased:
 		np.holding = -1
 	case evEnter:
