@@ -112,8 +112,8 @@ const (
 	// HarmDuplicate: a job's tick committed more than once (overlapping
 	// or in sequence).
 	HarmDuplicate Harm = "duplicate"
-	// HarmRetryDuplicate: a tick committed again by a reaper's retry of a
-	// run that crashed after its commit (at-least-once after a crash).
+	// HarmRetryDuplicate: a tick committed again by a retry (run attempt 2
+	// and up) of a run whose end was lost after its commit: at least once.
 	HarmRetryDuplicate Harm = "retried-duplicate"
 	// HarmLostUpdate: a committed effect the ledger does not count.
 	HarmLostUpdate Harm = "lost-update"

@@ -54,9 +54,10 @@ const (
 	// LockAtLeastFor (half its cadence in the lab), and the lease server
 	// grants a key to one holder at a time.
 	OnceSkew Once = "while clocks agree"
-	// OnceRetry: a tick has one run, but a run that crashed after its
-	// commit and before its end was recorded is retried (at least once).
-	OnceRetry Once = "except a crashed run's retry"
+	// OnceRetry: a tick has one run, but a run whose end was not recorded
+	// after its commit (its node crashed, or was cut off or paused past its
+	// lease) is retried: at least once.
+	OnceRetry Once = "except a retry of a run whose end was lost"
 )
 
 // Guarantee is what a strategy keeps, as the lab labels it and the
@@ -157,7 +158,7 @@ var Strategies = []Strategy{
 	{
 		Name: "pg-unique", Mode: RunKey, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
 		Summary:       "run-key mode: INSERT … ON CONFLICT DO NOTHING of one row per (job, fire time), a reaper that retries a crashed run with a greater token",
-		NotGuaranteed: "exclusion beyond its row unless fenced (a paused run's late write lands over a later tick's: a lost update); a run that crashed after its commit is retried (applied twice)",
+		NotGuaranteed: "exclusion beyond its row unless fenced (a paused run's late write lands over a later tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
 	{
 		Name: "pg-advisory", Mode: LeaseMode, Backend: "lab-advisory", Needs: postgres, Token: NoToken, Fenced: nothing, Unfenced: nothing,
@@ -209,7 +210,7 @@ var Strategies = []Strategy{
 	{
 		Name: "queue", Mode: LeaderMode, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
 		Summary:       "leader mode: an elected node enqueues each tick into package queue once, every node's worker competes, a reclaimed run has a greater token",
-		NotGuaranteed: "exclusion across runs unless fenced (a reclaimed run beside the next tick's: a lost update); a run that crashed after its commit is retried (applied twice)",
+		NotGuaranteed: "exclusion across runs unless fenced (a reclaimed run beside the next tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
 }
 
