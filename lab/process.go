@@ -290,6 +290,13 @@ func (r *Run) stopNodes() {
 	r.mu.Lock()
 	nodes := slices.Clone(r.nodes)
 	r.mu.Unlock()
+	// Every node told first, then waited for: one after another, the last
+	// would run ticks for as long as the others take to exit.
+	type stopping struct {
+		cmd    *exec.Cmd
+		exited chan struct{}
+	}
+	var all []stopping
 	for _, np := range nodes {
 		r.mu.Lock()
 		cmd, stdin, exited := np.cmd, np.stdin, np.exited
@@ -300,11 +307,15 @@ func (r *Run) stopNodes() {
 		}
 		_ = stdin.Close()
 		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		all = append(all, stopping{cmd, exited})
+	}
+	deadline := time.After(r.cfg.Work + 10*time.Second)
+	for _, st := range all {
 		select {
-		case <-exited:
-		case <-time.After(r.cfg.Work + 10*time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
+		case <-st.exited:
+		case <-deadline:
+			_ = st.cmd.Process.Kill()
+			<-st.exited
 		}
 	}
 	r.bgWaitReaders()
