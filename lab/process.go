@@ -309,12 +309,22 @@ func (r *Run) stopNodes() {
 		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
 		all = append(all, stopping{cmd, exited})
 	}
-	deadline := time.After(r.cfg.Work + 10*time.Second)
+	deadline := time.NewTimer(r.cfg.Work + 10*time.Second)
+	defer deadline.Stop()
+	late := false
 	for _, st := range all {
+		if !late {
+			select {
+			case <-st.exited:
+				continue
+			case <-deadline.C:
+				late = true
+			}
+		}
 		select {
 		case <-st.exited:
-		case <-deadline:
-			_ = st.cmd.Process.Kill()
+		default:
+			_ = st.cmd.Process.Kill() // past the bound: SIGKILL the rest
 			<-st.exited
 		}
 	}
