@@ -2,6 +2,8 @@ package lab_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,11 +36,12 @@ func session(t *testing.T) *lab.Session {
 
 // short is a run of six 400 ms ticks over the default catalog (three jobs,
 // every one, two and three ticks, working 200, 100 and 300 ms), three
-// nodes, a 500 ms TTL. The work is the margin the lab has to pause or cut
+// nodes, a 600 ms TTL (at least the 600 ms LockAtLeastFor of the
+// three-tick job: see TestShortTTLStarts). The work is the margin the lab has to pause or cut
 // the holder after it reports it read the ledger, before it writes: ample
 // on a loaded 2-core machine.
 func short(strategy string, fence bool, chaos ...string) lab.Config {
-	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 400 * time.Millisecond, Tick: 400 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 500 * time.Millisecond}
+	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 400 * time.Millisecond, Tick: 400 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 600 * time.Millisecond}
 	for _, spec := range chaos {
 		ch, err := lab.ParseChaos(spec)
 		if err != nil {
@@ -67,19 +70,30 @@ func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
 	defer cancel()
 	rep, err := r.Wait(ctx)
 	require.NoError(t, err, "the run did not end")
-	return report(t, r, rep)
+	rep, st := report(t, s, r, rep)
+	for _, n := range rep.Notes {
+		require.NotContains(t, n, "did not end by itself", "every node finishes its run")
+	}
+	return rep, st
 }
 
-// report logs a run's summary (and its events, if the test fails) and
-// checks it against the store.
-func report(t *testing.T, r *lab.Run, rep *lab.Report) (*lab.Report, store) {
+// report logs a run's summary (and its events and the tails of its nodes'
+// logs, if the test fails) and checks it against the store.
+func report(t *testing.T, s *lab.Session, r *lab.Run, rep *lab.Report) (*lab.Report, store) {
 	t.Helper()
 	var b strings.Builder
 	_ = rep.WriteSummary(&b)
 	t.Log("\n" + b.String())
 	t.Cleanup(func() {
-		if t.Failed() {
-			logEvents(t, rep)
+		if !t.Failed() {
+			return
+		}
+		logEvents(t, rep)
+		logs, _ := filepath.Glob(filepath.Join(s.Dir(), r.ID+"-node*.log"))
+		for _, path := range logs {
+			data, _ := os.ReadFile(path)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			t.Logf("%s (last lines):\n%s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 		}
 	})
 	return rep, requireConsistent(t, r, rep)
@@ -165,7 +179,7 @@ func TestPauseHolder(t *testing.T) {
 		for _, fence := range []bool{false, true} {
 			t.Run(tt.strategy+"/"+fencedName(fence), func(t *testing.T) {
 				t.Parallel()
-				c := short(tt.strategy, fence, "pause:holder@500ms+1s")
+				c := short(tt.strategy, fence, "pause:holder@500ms+1200ms")
 				if tt.edit != nil {
 					tt.edit(&c)
 				}
@@ -195,7 +209,7 @@ func TestKillHolder(t *testing.T) {
 	t.Run("pg-unique", func(t *testing.T) {
 		t.Parallel()
 		// One job every 2 s: its next tick is far behind the retry of a
-		// killed run (the row expires after the TTL, 500 ms), which a
+		// killed run (the row expires after the TTL, 600 ms), which a
 		// later tick's start would abandon instead.
 		c := short("pg-unique", true, "kill:holder@0s")
 		c.Catalog = catalog(t, "export=2s/300ms")
@@ -332,7 +346,7 @@ func TestLatency(t *testing.T) {
 	// Each round trip to PostgreSQL takes 15 ms longer: about ten of them a
 	// tick, so the tick is longer than short's.
 	c := short("pg-lease", true, "latency:postgres=15ms")
-	c.Tick, c.Work, c.Duration = 500*time.Millisecond, 50*time.Millisecond, 4*500*time.Millisecond
+	c.Tick, c.Work, c.Duration, c.TTL = 500*time.Millisecond, 50*time.Millisecond, 4*500*time.Millisecond, time.Second
 	rep, st := run(t, session(t), c)
 	requireLabelKept(t, rep, st)
 	require.Zero(t, rep.DuplicatesApplied)
@@ -348,8 +362,41 @@ func TestRefusedTTLEndsTheNodes(t *testing.T) {
 	t.Parallel()
 	c := short("zookeeper", true)
 	c.TTL = 2 * time.Minute // longer than the servers' 60 s maximum ZooKeeper session
-	rep, _ := run(t, session(t), c)
+	c.OutDir = t.TempDir()
+	s := session(t)
+	r, err := s.Start(t.Context(), c)
+	require.NoError(t, err)
+	// The run's window is 2 × TTL and more: nodes that kept trying would
+	// last 4 minutes. Bounded, and stopped when it is not over by then.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rep, err := r.Wait(ctx)
+	if err != nil {
+		r.Stop()
+		stopped, cancel := context.WithTimeout(t.Context(), within)
+		defer cancel()
+		rep, err = r.Wait(stopped)
+		require.NoError(t, err)
+		_, _ = report(t, s, r, rep)
+		t.Fatalf("the nodes did not end within 30s of a TTL the backend refuses; notes: %q", rep.Notes)
+	}
+	rep, _ = report(t, s, r, rep)
 	require.Zero(t, rep.Executions)
 	require.Len(t, rep.Notes, 3)
 	require.Contains(t, rep.Notes[0], "aegis: invalid argument: ttl 2m0s")
+}
+
+// A configuration Validate accepts starts: a TTL shorter than half a job's
+// cadence (the LockAtLeastFor lease mode gives the job) is either refused
+// by Validate, naming the flag, or run.
+func TestShortTTLStarts(t *testing.T) {
+	t.Parallel()
+	c := short("pg-lease", true)
+	c.TTL = 500 * time.Millisecond // the three-tick job's LockAtLeastFor is 600 ms
+	if err := c.Validate(); err != nil {
+		require.ErrorContains(t, err, "--ttl")
+		return
+	}
+	rep, st := run(t, session(t), c)
+	requireLabelKept(t, rep, st)
 }

@@ -54,7 +54,7 @@ func TestRunAPI(t *testing.T) {
 	require.True(t, healed)
 	rep, err := r.Wait(t.Context())
 	require.NoError(t, err)
-	rep, audit := report(t, r, rep)
+	rep, audit := report(t, s, r, rep)
 	requireLabelKept(t, rep, audit)
 	requireFaultOutcome(t, rep, audit, "paused with SIGSTOP", true) // the resumed holder's write is refused once a successor read
 	require.Equal(t, len(rep.Events), len(r.Events()))
@@ -80,7 +80,7 @@ func TestRunStop(t *testing.T) {
 	rep, err := r.Wait(ctx)
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(rep.Notes, "\n"), "stopped early")
-	rep, _ = report(t, r, rep)
+	rep, _ = report(t, s, r, rep)
 	// A hundred ticks of the default catalog are 100 + 50 + 33 or 34 job
 	// ticks; the run was stopped after its first execution.
 	require.Less(t, rep.Ticks, 100, "the counts cover the ticks that fired")
@@ -149,7 +149,8 @@ func TestSkewStepStealsOptimisticClaim(t *testing.T) {
 			c := short("optimistic", fence, "pause:holder@300ms+1s")
 			c.TTL, c.Tick, c.Duration = 2*time.Second, 300*time.Millisecond, 14*300*time.Millisecond
 			c.Catalog = catalog(t, "export=300ms/200ms")
-			r, err := session(t).Start(t.Context(), c)
+			s := session(t)
+			r, err := s.Start(t.Context(), c)
 			require.NoError(t, err)
 			events, cancel := r.Subscribe(0)
 			defer cancel()
@@ -165,7 +166,7 @@ func TestSkewStepStealsOptimisticClaim(t *testing.T) {
 			defer cancelWait()
 			rep, err := r.Wait(ctx)
 			require.NoError(t, err)
-			rep, st := report(t, r, rep)
+			rep, st := report(t, s, r, rep)
 			requireLabelKept(t, rep, st)
 			f, ok := findFault(t, rep, "paused with SIGSTOP")
 			require.True(t, ok)
