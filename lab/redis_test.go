@@ -25,7 +25,9 @@ func TestRedisPause(t *testing.T) {
 			t.Run(strategy+"/"+fencedName(fence), func(t *testing.T) {
 				t.Parallel()
 				c := short(strategy, fence, "pause:holder@500ms+3s")
-				c.Tick, c.TTL, c.Duration = 500*time.Millisecond, 1500*time.Millisecond, 4*500*time.Millisecond
+				// Eight ticks: the job's lease expires 1.5 s after the pause at
+				// most, and some of its ticks fire after that, during the pause.
+				c.Tick, c.TTL, c.Duration = 500*time.Millisecond, 1500*time.Millisecond, 8*500*time.Millisecond
 				rep, st := run(t, session(t), c)
 				requireLabelKept(t, rep, st)
 				requireFaultOutcome(t, rep, st, "paused with SIGSTOP", true)
