@@ -86,6 +86,21 @@ func TestRunStop(t *testing.T) {
 	require.Less(t, rep.Ticks, 100, "the counts cover the ticks that fired")
 	require.Less(t, rep.Executions, 3*100)
 	require.LessOrEqual(t, rep.MissedTicks, rep.Ticks, "ticks that never fired are not missed")
+	// The note's claim: the counts cover the ticks that fired (one more at
+	// the edge: a node may run a tick as the lab fires it). Stopped, the
+	// nodes run no later tick.
+	var fired, of int
+	for _, n := range rep.Notes {
+		if _, err := fmt.Sscanf(n, "stopped early: %d of %d ticks fired", &fired, &of); err == nil {
+			break
+		}
+	}
+	require.Equal(t, 100, of, "the note says how many ticks fired: %q", rep.Notes)
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventEntered {
+			require.LessOrEqual(t, e.Tick, fired+1, "node%d entered %s tick %d at %.3fs, after the run was stopped at tick %d", e.Node, e.Job, e.Tick, e.T, fired)
+		}
+	}
 	for _, n := range r.Status().Nodes {
 		require.False(t, testenv.PidAlive(n.Pid), "node%d (pid %d) still runs", n.Node, n.Pid)
 	}
