@@ -452,7 +452,8 @@ func findFault(t *testing.T, rep *lab.Report, what string) (fault, bool) {
 
 // successors are the other nodes' sections of the victim's job that read
 // the ledger after the fault began and before the victim's write began
-// (or before the victim ended, when it never wrote), with a greater token.
+// (or before the victim ended, when it never wrote), with a greater token
+// (any, for a strategy without tokens).
 func (f fault) successors() []*section {
 	until := f.victim.writing
 	if until < 0 {
@@ -460,7 +461,7 @@ func (f fault) successors() []*section {
 	}
 	var out []*section
 	for _, s := range f.sections {
-		if s.job == f.victim.job && s.node != f.node && s.entered > f.at && s.entered < until && s.token > f.victim.token {
+		if s.job == f.victim.job && s.node != f.node && s.entered > f.at && s.entered < until && (s.token > f.victim.token || f.victim.token == 0) {
 			out = append(out, s)
 		}
 	}
