@@ -36,10 +36,10 @@ func session(t *testing.T) *lab.Session {
 
 // short is a run of six 400 ms ticks over the default catalog (three jobs,
 // every one, two and three ticks, working 200, 100 and 300 ms), three
-// nodes, a 600 ms TTL (at least the 600 ms LockAtLeastFor of the
-// three-tick job: see TestShortTTLStarts). The work is the margin the lab has to pause or cut
-// the holder after it reports it read the ledger, before it writes: ample
-// on a loaded 2-core machine.
+// nodes, a 600 ms TTL (at least the three-tick job's 600 ms
+// LockAtLeastFor: see TestShortTTLStarts). The work is the margin the lab
+// has to pause or cut the holder after it reports it read the ledger,
+// before it writes: ample on a loaded 2-core machine.
 func short(strategy string, fence bool, chaos ...string) lab.Config {
 	c := lab.Config{Strategy: strategy, Fence: fence, Nodes: 3, Duration: 6 * 400 * time.Millisecond, Tick: 400 * time.Millisecond, Work: 200 * time.Millisecond, TTL: 600 * time.Millisecond}
 	for _, spec := range chaos {
