@@ -364,18 +364,17 @@ func findJob(t *testing.T, cfg lab.Config, name string) lab.JobSpec {
 
 // section is one critical section as the run's events tell it.
 type section struct {
-	attempt   string
-	node      int
-	job       string
-	tick      int
-	token     int64
-	enter     float64
-	entered   float64 // when its read returned; -1 if it never did
-	read      int64
-	writing   float64 // when its write began; -1 if it never did
-	end       string  // executed, stale or abandoned; "" if it never ended
-	endedAt   float64
-	incarnate string // node.incarnation
+	attempt string
+	node    int
+	job     string
+	tick    int
+	token   int64
+	enter   float64
+	entered float64 // when its read returned; -1 if it never did
+	read    int64
+	writing float64 // when its write began; -1 if it never did
+	end     string  // executed, stale or abandoned; "" if it never ended
+	endedAt float64
 }
 
 // sections returns the run's critical sections, by attempt, from its
@@ -389,8 +388,6 @@ func sections(rep *lab.Report) map[string]*section {
 		s := out[e.Attempt]
 		if s == nil {
 			s = &section{attempt: e.Attempt, node: e.Node, job: e.Job, tick: e.Tick, token: e.Token, enter: e.T, entered: -1, writing: -1}
-			parts := strings.Split(e.Attempt, ".")
-			s.incarnate = strings.Join(parts[:min(2, len(parts))], ".")
 			out[e.Attempt] = s
 		}
 		switch e.Kind {
