@@ -25,6 +25,9 @@ import (
 // restarts or fails over a server holds that server for the run until it
 // ends, and is refused while another run of the session holds it.
 func (r *Run) Inject(ctx context.Context, ch Chaos) error {
+	if n := ch.Node(); n > r.cfg.Nodes {
+		return invalid("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
+	}
 	if err := r.cfg.checkChaos(r.strat, ch); err != nil && ch.Kind != Skew {
 		return invalid("--chaos %s: %v", ch, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -128,6 +129,9 @@ type node struct {
 	outMu sync.Mutex
 	seq   atomic.Int64
 	clock *nodeClock
+	// fatal receives an error the node cannot go on after (a TTL its
+	// backend refuses): retrying each tick would only repeat it.
+	fatal chan error
 	// start is when the run's first tick fires (Unix ns; 0 until the lab
 	// says): the handler runs only the ticks fired in [start, end).
 	start atomic.Int64
@@ -142,7 +146,7 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
 	}
-	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}}
+	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1)}
 	var err error
 	if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
 		n.db, err = sqlitelease.Open(path)
@@ -200,7 +204,17 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	}()
 	// The last tick's write may go on for a window after it fired.
 	end := time.Unix(0, sl.Start).Add(time.Duration(c.Ticks) * c.Tick)
-	done := sleep(ctx, time.Until(end.Add(c.Window)))
+	wait := time.NewTimer(time.Until(end.Add(c.Window)))
+	defer wait.Stop()
+	done := false
+	select {
+	case <-wait.C:
+		done = true
+	case <-ctx.Done():
+	case err := <-n.fatal:
+		stop()
+		return err
+	}
 	stop()
 	if done {
 		n.emit(nodeEvent{Kind: evFinished})
@@ -262,6 +276,12 @@ func (n *node) onSchedule(e schedule.Event) {
 	switch e.Kind {
 	case schedule.EventError:
 		n.emit(nodeEvent{Kind: evError, Job: e.Job, Tick: n.tickOf(e.Fire), Detail: "schedule: " + errText(e)})
+		if errors.Is(e.Err, aegis.ErrInvalid) {
+			select {
+			case n.fatal <- fmt.Errorf("%s: %w", e.Job, e.Err):
+			default:
+			}
+		}
 	case schedule.EventUnhandled:
 		n.emit(nodeEvent{Kind: evError, Job: e.Job, Detail: "schedule: " + string(e.Kind) + ": " + errText(e)})
 	case schedule.EventNotPrimary:

@@ -91,7 +91,10 @@ func (r *Run) startNodes(ctx context.Context) error {
 	if r.effective.After(first) {
 		first = r.effective // a catalog row fires from its effective time
 	}
-	r.start = first.Truncate(r.cfg.Tick).Add(r.cfg.Tick)
+	// A multiple of the tick since the Unix epoch, as schedule.Interval
+	// counts (time.Truncate counts from Go's zero time).
+	tick := int64(r.cfg.Tick)
+	r.start = time.Unix(0, (first.UnixNano()/tick+1)*tick)
 	r.mu.Unlock()
 	for _, np := range r.nodes {
 		r.sendStart(np)
@@ -221,7 +224,6 @@ func (r *Run) spawn(np *nodeProc) error {
 	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
 	r.bg.Go(func() {
 		defer logf.Close()
-		defer close(exited)
 		lines := bufio.NewScanner(stdout)
 		lines.Buffer(make([]byte, 64<<10), 1<<20)
 		for lines.Scan() {
@@ -233,15 +235,19 @@ func (r *Run) spawn(np *nodeProc) error {
 			r.onNodeEvent(np, ev, ready)
 		}
 		err := cmd.Wait()
-		r.mu.Lock()
-		killed, finished, lastErr := np.killed, np.finished, np.lastErr
-		np.critical, np.holding = "", -1
-		r.mu.Unlock()
 		how := "exited"
 		if err != nil {
 			how = err.Error()
 		}
-		r.labEvent(Event{Kind: EventExited, Node: np.n, Detail: how})
+		r.mu.Lock()
+		killed, finished, lastErr := np.killed, np.finished, np.lastErr
+		np.critical, np.holding = "", -1
+		// The exited event and the closed channel together: the supervisor
+		// woken by the event sees the node gone (closed after, it could miss
+		// it and sleep until its hard timeout).
+		close(exited)
+		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventExited, Node: np.n, Detail: how})
+		r.mu.Unlock()
 		if !killed && !finished && !r.ending() {
 			if lastErr != "" {
 				how += " after: " + lastErr
