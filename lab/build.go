@@ -98,6 +98,9 @@ func (r *Run) buildReport() (*Report, error) {
 	if rep.Events == nil {
 		rep.Events = []Event{}
 	}
+	if rep.Notes == nil {
+		rep.Notes = []string{}
+	}
 	if r.stopped && r.fired < r.cfg.Ticks() {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, r.cfg.Ticks()))
 	}

@@ -101,8 +101,15 @@ func TestCampaignConfigs(t *testing.T) {
 // faultRow returns the table's row a chaos was drawn from.
 func faultRow(t *testing.T, ch Chaos) faultKind {
 	t.Helper()
+	name := string(ch.Kind)
+	switch {
+	case ch.Server != "":
+		name += "/server"
+	case slices.ContainsFunc(faultKinds, func(k faultKind) bool { return k.name == name+":"+ch.Target }):
+		name += ":" + ch.Target
+	}
 	for _, k := range faultKinds {
-		if k.name == string(ch.Kind) || k.name == string(ch.Kind)+":"+ch.Target {
+		if k.name == name {
 			return k
 		}
 	}
@@ -120,7 +127,10 @@ func TestCampaignConfigsOwnServers(t *testing.T) {
 	cfgs, err := c.configs(s, func(k servers.Kind) bool { return k != servers.KindRedis })
 	require.NoError(t, err)
 	for _, cfg := range cfgs {
-		require.False(t, killsServer(cfg), "%s", cfg)
+		for _, ch := range cfg.Chaos {
+			k, kills := ch.server()
+			require.False(t, kills && k == servers.KindRedis, "%s: %s", cfg, ch)
+		}
 		require.NoError(t, cfg.Validate())
 	}
 	quick := Campaign{Seed: 3, Runs: 20, Fence: true, Tick: 300 * time.Millisecond, Ticks: 4}

@@ -128,12 +128,15 @@ func TestCrashPostgres(t *testing.T) {
 
 // kill:etcd kills the cluster's leader while the nodes hold leases; the
 // two others elect a new one, the run goes on, and the killed member
-// comes back.
+// comes back. A grant in flight when the leader dies waits for etcd's
+// request timeout (about 5 s, measured: "etcdserver: request timed out",
+// then the tick is a misfire), so the run lasts long enough for the nodes
+// to commit after it.
 func TestKillEtcdLeader(t *testing.T) {
 	t.Parallel()
 	c := short("etcd", true, "kill:etcd@800ms")
-	c.TTL, c.Duration = time.Second, 10*c.Tick
-	rep := run(t, ownServers(t, servers.KindEtcd), c)
+	c.TTL, c.Duration = time.Second, 24*c.Tick
+	rep, _ := run(t, ownServers(t, servers.KindEtcd), c)
 	killed := chaosEvent(t, rep.Events, lab.EventChaos, "killed with SIGKILL")
 	require.Regexp(t, `^kill:etcd@800ms: etcd leader etcd-\d \(pid \d+\) killed with SIGKILL; it restarts in 2s$`, killed.Detail)
 	elected := chaosEvent(t, rep.Events, lab.EventChaos, " leads, elected within ")
@@ -153,7 +156,7 @@ func TestKillZooKeeperMember(t *testing.T) {
 	// A session outlives its server's death by reconnecting to another
 	// member within its timeout (--ttl).
 	c.TTL, c.Duration = 2*time.Second, 10*c.Tick
-	rep := run(t, ownServers(t, servers.KindZooKeeper), c)
+	rep, _ := run(t, ownServers(t, servers.KindZooKeeper), c)
 	killed := chaosEvent(t, rep.Events, lab.EventChaos, "killed with SIGKILL")
 	m := regexp.MustCompile(`^kill:zookeeper@800ms: zookeeper member (zookeeper-\d) \((leader|follower), (\d+) of the ensemble's (\d+) client sessions, pid \d+\) killed with SIGKILL`).FindStringSubmatch(killed.Detail)
 	require.NotNil(t, m, killed.Detail)
@@ -176,7 +179,7 @@ func TestPauseWriter(t *testing.T) {
 	t.Parallel()
 	c := short("pg-lease", true, "latency:postgres=60ms", "pause:writer@600ms+1500ms")
 	c.Tick, c.TTL, c.Duration = time.Second, 2*time.Second, 4*time.Second
-	rep := run(t, session(t), c)
+	rep, _ := run(t, session(t), c)
 	i := -1
 	for j, e := range rep.Events {
 		if e.Kind == lab.EventChaos && strings.HasPrefix(e.Detail, "pause:writer@600ms+1.5s: ") {
@@ -187,7 +190,7 @@ func TestPauseWriter(t *testing.T) {
 	require.GreaterOrEqual(t, i, 0, "the pause happened")
 	pause := rep.Events[i]
 	require.Contains(t, pause.Detail, "paused with SIGSTOP")
-	require.Contains(t, pause.Detail, ", the writer, inside its write of tick ")
+	require.Contains(t, pause.Detail, ", the writer, inside its write of ")
 	var last lab.Event
 	for _, e := range rep.Events[:i] {
 		if e.Node == pause.Node && e.Kind != lab.EventChaos {
@@ -213,7 +216,7 @@ func TestPartitionFromOneServer(t *testing.T) {
 	t.Parallel()
 	c := short("etcd", true, "partition:holder@600ms+3s/etcd")
 	c.TTL, c.Duration = time.Second, 10*c.Tick
-	rep := run(t, session(t), c)
+	rep, _ := run(t, session(t), c)
 	cut := chaosEvent(t, rep.Events, lab.EventChaos, "partition:holder@600ms+3s/etcd: ")
 	require.Contains(t, cut.Detail, "cut from etcd only (postgres still reachable)")
 	healed := chaosEvent(t, rep.Events, lab.EventHealed, "partition healed")
@@ -226,7 +229,10 @@ func TestPartitionFromOneServer(t *testing.T) {
 		switch {
 		case e.Kind == lab.EventExecuted && e.Node == cut.Node:
 			committed = true
-		case e.Kind == lab.EventAcquired && e.Node == cut.Node:
+		case e.Kind == lab.EventAcquired && e.Node == cut.Node && e.T > cut.T+0.3:
+			// A node reports a grant after its scheduler's catalog check
+			// (on PostgreSQL, reachable): one granted by etcd just before
+			// the cut is reported just after it.
 			acquiredCut = true
 		case e.Kind == lab.EventAcquired:
 			acquiredOther = true

@@ -54,11 +54,13 @@ type Report struct {
 	Events        []Event     `json:"events"`
 
 	// Not in the JSON: the readable summary's material.
-	Config      Config    `json:"-"`
-	Balance     int64     `json:"-"` // the sum of the ledgers
-	Table       []TickRow `json:"-"`
-	Notes       []string  `json:"-"` // warnings: a fault that found no holder, a node that did not finish
-	Unavailable string    `json:"-"` // for a preset's run that could not run: why
+	Config  Config    `json:"-"`
+	Balance int64     `json:"-"` // the sum of the ledgers
+	Table   []TickRow `json:"-"`
+	// Notes are warnings: a fault that found no holder, a node that did
+	// not finish, the second region's account.
+	Notes       []string `json:"notes"`
+	Unavailable string   `json:"-"` // for a preset's run that could not run: why
 }
 
 // JobReport is one job's part of a report.

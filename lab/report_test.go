@@ -54,6 +54,7 @@ func sampleReport() *Report {
 			{T: 2.003, Kind: EventChaos, Node: 3, Detail: "pause:holder@2s+3s: node3 (pid 4242) paused with SIGSTOP for 3s, the holder, inside invoice-export tick 3 with token 3"},
 			{T: 5.004, Kind: EventStale, Node: 3, Job: "invoice-export", Tick: 3, Token: 3, Attempt: "3.1.1", Detail: "write"},
 		},
+		Notes: []string{},
 		Table: tickTable(3, c.Catalog, fires, sections),
 	}
 	r.add(job)

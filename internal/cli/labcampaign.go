@@ -21,22 +21,28 @@ run; the others are listed as skipped, with why), K runs drawn from a
 random generator seeded by N and the strategy's name: 3 to 5 nodes, 6 to
 12 ticks of 500ms to 1s, 100ms to 400ms of work, a TTL of 0.5 to 3 times
 work + tick, and 3 to 5 faults from the kinds the strategy's servers allow
-(pause and partition shorter or longer than the TTL, kill, skew, latency,
-and Redis failover and restart when the lab started Redis itself). The
-same seed draws the same runs. At most two runs go at once; a run that
-kills or restarts a server goes alone.
+(pause and partition shorter or longer than the TTL, a partition to one
+server, kill, skew, latency, a catalog edit, the holder, writer or a node
+as target, and, when the lab started the server itself, Redis failover and
+restart, crash:postgres, kill:etcd and kill:zookeeper). The same seed
+draws the same runs. At most two runs go at once; a run that kills or
+restarts a server goes alone.
 
-It prints a table: per strategy, whether it was fenced and whether the lab
-labels it safe, the runs, the unsafe runs (a tick applied twice, a lost
-update, or a checker violation), how many runs' checker verdict agreed
-with the store, and the harms seen; then each unsafe run's 'aegis lab run'
-command line, which replays it. With --json it prints one JSON object
-instead: {"seed", "runs", "strategies": [{"strategy", "fenced",
-"labelled_safe", "runs", "unsafe", "agree", "harms", "unsafe_runs":
-[{"command", "harms"}], "skipped"}], "duration_s"}.
+It prints a table: per strategy, whether it was fenced, what its label
+guarantees, the runs, the unsafe runs (a tick applied twice, a lost
+update, a stale token accepted, or a checker that disagreed with the
+store), the refuting runs (a harm the strategy's label excludes in that
+run: Strategy.Excludes), how many runs' checker verdict agreed with the
+store, and the harms seen; then each unsafe run's 'aegis lab run' command
+line, which replays it. With --json it prints one JSON object instead:
+{"seed", "runs", "strategies": [{"strategy", "fenced", "labelled_safe",
+"guarantee", "runs", "unsafe", "refuting", "agree", "harms", "unsafe_runs":
+[{"command", "harms", "excluded", "disagreement"}], "skipped"}],
+"duration_s"}.
 
-Exit status 1 when a strategy the lab labels safe had an unsafe run, or
-when no strategy could run; 0 otherwise; 2 for bad flags. Servers are
+Exit status 1 when a run showed a harm its strategy's label excludes, or a
+checker that disagreed with the store (a lab bug), or when no strategy
+could run; 0 otherwise; 2 for bad flags. Servers are
 found and started as for 'aegis lab run'.
 `
 
@@ -114,9 +120,9 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	if refuted := res.Refuted(); len(refuted) > 0 {
 		var rows []string
 		for _, r := range refuted {
-			rows = append(rows, fmt.Sprintf("%s (%d of %d runs)", r.Strategy, r.Unsafe, r.Runs))
+			rows = append(rows, fmt.Sprintf("%s (%d of %d runs refute its label, %d disagree with the store)", r.Strategy, r.Refuting, r.Runs, r.Runs-r.Agree))
 		}
-		return fmt.Errorf("campaign: strategies the lab labels safe did harm: %s", strings.Join(rows, ", "))
+		return fmt.Errorf("campaign: harm the labels exclude, or a checker that disagrees with the store: %s", strings.Join(rows, ", "))
 	}
 	return nil
 }
