@@ -107,14 +107,20 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		entered:  map[jobTick]int{},
 		missed:   map[jobTick]bool{},
 	}
-	for _, ch := range cfg.Chaos {
-		if err := s.hold(r, ch); err != nil {
-			s.release(r)
-			return nil, err
-		}
+	r.stop = make(chan struct{})
+	// Admitted and registered in one step: no other run of the session
+	// starts between the check and the registration.
+	if err := s.admit(r); err != nil {
+		return nil, err
+	}
+	forget := func() {
+		s.release(r)
+		s.mu.Lock()
+		delete(s.runs, r)
+		s.mu.Unlock()
 	}
 	if err := r.putCatalog(ctx); err != nil {
-		s.release(r)
+		forget()
 		return nil, err
 	}
 	if cfg.Standby > 0 {
@@ -129,32 +135,16 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 			err = standby.WaitReplayed(ctx, s.pg)
 		}
 		if err != nil {
-			s.release(r)
+			forget()
 			return nil, err
 		}
 		r.standbyURL = standby.URL()
 	}
-	r.stop = make(chan struct{})
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		r.Stop()
-		s.release(r)
-		return nil, errors.New("lab: session closed")
-	}
-	s.runs[r] = struct{}{}
-	s.mu.Unlock()
-	forget := func() {
-		s.mu.Lock()
-		delete(s.runs, r)
-		s.mu.Unlock()
-	}
 	if err := r.startNodes(ctx); err != nil {
-		forget()
 		r.Stop()
 		r.stopNodes()
 		r.closeProxies()
-		s.release(r)
+		forget()
 		return nil, err
 	}
 	// Stop the run when ctx ends (Ctrl-C).

@@ -262,7 +262,8 @@ func (s *Session) runOne(ctx context.Context, c Config) (*Report, error) {
 	var ue *UnavailableError
 	if errors.As(err, &ue) {
 		return &Report{Scenario: c.Scenario, Strategy: c.Strategy, Fenced: c.fenced(), Nodes: c.Nodes, DurationS: c.Duration.Seconds(),
-			Config: c, Unavailable: ue.Err.Error(), Events: []Event{}}, nil
+			Config: c, ConfigJSON: c.json(), Unavailable: ue.Err.Error(), Events: []Event{}, Harms: []Harm{}, Unsafe: []Harm{},
+			Jobs: []JobReport{}, Notes: []string{}, StoreAgrees: true}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -427,10 +427,108 @@ func serverName(k servers.Kind) string {
 	}[k]
 }
 
-// hold reserves the server ch kills, restarts or fails over (if any) for
-// r, so that no other run of the session does the same at the same time.
-// It fails once r has ended (then release has run or is about to, and
-// would not see the hold).
+// The session's admission of faults: the lab's servers are one per
+// session, shared by its runs, so a fault that kills, restarts or fails
+// over a server must be the only run on it. The CLI and the dashboard both
+// go through here (Start, Inject, Admit).
+
+// faulted lists the servers c's faults kill, restart or fail over.
+func faulted(cs []Chaos) []servers.Kind {
+	var ks []servers.Kind
+	for _, ch := range cs {
+		if k, ok := ch.server(); ok && !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// usesLocked reports whether a run of c uses server k: its strategy's,
+// or PostgreSQL as the store of record. Caller holds mu.
+func (s *Session) usesLocked(c Config, k servers.Kind) bool {
+	st, _ := LookupStrategy(c.Strategy)
+	if slices.Contains(st.Needs, k) {
+		return true
+	}
+	return k == servers.KindPostgres && s.storeURL != "" && !strings.HasPrefix(s.storeURL, "sqlite:")
+}
+
+var serverTitle = map[servers.Kind]string{servers.KindPostgres: "PostgreSQL", servers.KindRedis: "Redis", servers.KindEtcd: "etcd", servers.KindZooKeeper: "ZooKeeper"}
+
+// conflictLocked says why runs cs cannot go now beside the session's live
+// runs (self, when not nil, is one of them and adds its injected faults
+// ch): "" when they can. Caller holds mu.
+func (s *Session) conflictLocked(self *Run, cs []Config, ch []Chaos) string {
+	for _, c := range cs {
+		for k, owner := range s.busy {
+			if owner != self && s.usesLocked(c, k) {
+				return fmt.Sprintf("run %s has failed over or restarted the lab's %s (or will: its faults do), which stays so until it ends: a %s run started now would find its server gone; wait for it to end or stop it", owner.ID, serverTitle[k], c.Strategy)
+			}
+		}
+	}
+	for i, c := range cs {
+		kinds := faulted(c.Chaos)
+		if self != nil {
+			kinds = faulted(ch)
+		}
+		for _, k := range kinds {
+			for other := range s.runs {
+				if other != self && s.usesLocked(other.cfg, k) {
+					return fmt.Sprintf("run %s (%s) uses the lab's %s too, and a fault that kills, restarts or fails it over would pull it from under that run as well: stop it first, or fault a run that is alone", other.ID, other.cfg.Strategy, serverTitle[k])
+				}
+			}
+			for j, c2 := range cs {
+				if j != i && s.usesLocked(c2, k) {
+					return fmt.Sprintf("a run with a fault that kills, restarts or fails over the lab's %s must be the only %s run going: the others would lose their server too", serverTitle[k], serverTitle[k])
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// Admit says whether runs cs can start now, side by side, beside the
+// session's live runs: nil, or an error that says what is in the way (a
+// fault that kills a server another run uses, a server held by a run that
+// faulted it).
+func (s *Session) Admit(cs []Config) error {
+	for _, c := range cs {
+		for _, ch := range c.Chaos {
+			if err := s.admitChaos(ch); err != nil {
+				return err
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if why := s.conflictLocked(nil, cs, nil); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// admit admits a run about to start, registers it and holds the servers
+// its faults kill, in one step.
+func (s *Session) admit(r *Run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("lab: session closed")
+	}
+	if why := s.conflictLocked(nil, []Config{r.cfg}, nil); why != "" {
+		return errors.New(why)
+	}
+	s.runs[r] = struct{}{}
+	for _, k := range faulted(r.cfg.Chaos) {
+		s.busy[k] = r
+	}
+	return nil
+}
+
+// hold reserves, for a fault injected into r, the server it kills,
+// restarts or fails over (if any), once no other run uses it. It fails
+// once r has ended (then release has run or is about to, and would not
+// see the hold).
 func (s *Session) hold(r *Run, ch Chaos) error {
 	k, ok := ch.server()
 	if !ok {
@@ -438,16 +536,16 @@ func (s *Session) hold(r *Run, ch Chaos) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.stop != nil && r.ending() {
+	if r.ending() {
 		return errors.New("the run has ended")
 	}
-	switch owner := s.busy[k]; owner {
-	case nil:
-		s.busy[k] = r
-	case r:
-	default:
+	if owner := s.busy[k]; owner != nil && owner != r {
 		return fmt.Errorf("another run of this session has a fault that kills or restarts %s (%s): run one at a time", serverName(k), owner.ID)
 	}
+	if why := s.conflictLocked(r, []Config{r.cfg}, []Chaos{ch}); why != "" {
+		return errors.New(why)
+	}
+	s.busy[k] = r
 	return nil
 }
 

@@ -29,15 +29,15 @@ const inspectUsage = `
 usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [QUERY...]
 
 Inspect asks a PostgreSQL database the runbook's questions (seed 000,
-"Troubleshooting") about the tables Aegis keeps there: the lab's audit and
-claims, pglease's lease table. QUERY is one of
+"Troubleshooting") about the tables Aegis keeps there: the schedule's run
+table, pglease's lease table, the lab's audit. QUERY is one of
 
-	stuck       claims RUNNING for longer than --older-than with no EXECUTED
-	            row: a crashed winner that a reaper must reclaim
+	stuck       runs RUNNING past their lease, started longer than
+	            --older-than ago: a crashed winner the reaper must retry
 	expired     leases that ran out instead of being released
-	tokens      the token history of --key (aegis-lab/RUN for a lab run;
-	            every run's when unset)
-	duplicates  recent ticks whose effect was committed more than once
+	tokens      the token history of --key (lab-RUN/JOB for a lab run's
+	            job, in lower case; every run's when unset)
+	duplicates  recent job ticks whose effect was committed more than once
 
 None means all. A question whose table is missing is skipped.
 `

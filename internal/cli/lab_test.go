@@ -20,7 +20,7 @@ import (
 func TestLabRunJSON(t *testing.T) {
 	t.Parallel()
 	code, stdout, stderr := run(t, "lab", "run", "--strategy", "none", "--nodes", "2", "--duration", "1s", "--tick", "250ms",
-		"--work", "40ms", "--json", "--out", t.TempDir(), "--dir", t.TempDir(), "--postgres-url", testenv.PostgresURL(t))
+		"--catalog", "export=250ms/40ms", "--json", "--out", t.TempDir(), "--dir", t.TempDir(), "--postgres-url", testenv.PostgresURL(t))
 	require.Equal(t, 0, code, stderr)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &got), "stdout is one JSON object: %s", stdout)
@@ -29,8 +29,15 @@ func TestLabRunJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	require.Equal(t, []string{"checker", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"lost_updates", "missed_ticks", "nodes", "scenario", "stale_rejected", "strategy", "ticks"}, keys)
+	require.Equal(t, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
+		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy",
+		"ticks", "unsafe", "visualisation"}, keys)
+	require.Equal(t, true, got["store_agrees"], "the checker agrees with SQL over the audit and ledger tables")
+	jobs := got["jobs"].([]any)
+	require.Len(t, jobs, 1)
+	require.Equal(t, "export", jobs[0].(map[string]any)["name"])
+	require.EqualValues(t, 4, jobs[0].(map[string]any)["duplicates_applied"], "each of the two nodes applied each tick")
+	require.Equal(t, "export=250ms/40ms", got["config"].(map[string]any)["catalog"])
 	require.Equal(t, "none", got["strategy"])
 	require.Equal(t, false, got["fenced"], "none has no token to fence with")
 	require.EqualValues(t, 4, got["ticks"])
@@ -87,8 +94,8 @@ func TestInspect(t *testing.T) {
 	require.Contains(t, stdout, "expired — ")
 	require.Contains(t, stdout, "(skipped: no table aegis_lease here)")
 	require.Contains(t, stdout, "duplicates — recent duplicate executions")
-	require.Regexp(t, `aegis-lab/\S+\s+0\s+1\s+1\s+EXECUTED`, stdout, "the token history lists the lab's rows")
-	require.Regexp(t, `\S+\s+1\s+2\s+(1:t0, 2:t0|2:t0, 1:t0)`, stdout, "none applies tick 1 twice")
+	require.Regexp(t, `lab-\S+/\S+\s+0\s+1\s+\d\s+EXECUTED`, stdout, "the token history lists the lab's rows, by job")
+	require.Regexp(t, `\S+\s+\S+\s+1\s+2\s+(1:t0, 2:t0|2:t0, 1:t0)`, stdout, "none applies a job's tick 1 twice")
 }
 
 // A preset of several runs prints one object: the scenario, its runs'
@@ -99,7 +106,8 @@ func TestScenarioJSON(t *testing.T) {
 	require.True(t, ok)
 	reports := []*lab.Report{
 		{Scenario: sc.Name, Strategy: "redis", Unavailable: "the redis backend is not in this build"},
-		{Scenario: sc.Name, Strategy: "pg-unique", Nodes: 3, DurationS: 8, Ticks: 8, Executions: 8, Checker: lab.CheckOK, Events: []lab.Event{}},
+		{Scenario: sc.Name, Strategy: "pg-unique", Nodes: 3, DurationS: 8, Ticks: 8, Executions: 8, Checker: lab.CheckOK, Events: []lab.Event{},
+			Harms: []lab.Harm{}, Unsafe: []lab.Harm{}, StoreAgrees: true, Jobs: []lab.JobReport{}, Notes: []string{}},
 	}
 	var b strings.Builder
 	require.NoError(t, writeReports(&b, sc, reports, true))
@@ -114,14 +122,14 @@ func TestLabRunVisualisationInTMPDIR(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	cwd, err := os.Getwd()
 	require.NoError(t, err)
-	before, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*.html"))
+	before, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*"))
 	require.NoError(t, err)
-	// Two nodes run the one tick, unfenced, each reading the balance at the
-	// tick and writing it a second later.
+	// Two nodes run the one tick, unfenced, each reading the ledger at the
+	// tick and writing it 900 ms later.
 	code, stdout, stderr := run(t, "lab", "run", "--strategy", "none", "--nodes", "2", "--duration", "1s", "--tick", "1s",
-		"--work", "1s", "--json", "--postgres-url", testenv.PostgresURL(t))
+		"--catalog", "export=1s/900ms", "--json", "--postgres-url", testenv.PostgresURL(t))
 	require.Equal(t, 0, code, stderr)
-	after, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*.html"))
+	after, err := filepath.Glob(filepath.Join(cwd, "aegis-lab-*"))
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing written into the current directory")
 
@@ -142,7 +150,7 @@ func TestLabRunVisualisationInTMPDIR(t *testing.T) {
 	if rep.Checker == lab.CheckViolation {
 		m := regexp.MustCompile(`visualisation of the violation: (\S+)`).FindStringSubmatch(stderr)
 		require.NotNil(t, m, "the path is printed: %s", stderr)
-		require.Equal(t, tmp, filepath.Dir(m[1]))
+		require.Equal(t, tmp, filepath.Dir(filepath.Dir(m[1])), "a folder per run in $TMPDIR")
 		require.FileExists(t, m[1])
 	}
 }
