@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/backend"
+	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/lease/redislease"
 )

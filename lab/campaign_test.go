@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 func configs(t *testing.T, c Campaign, strategy string) []Config {

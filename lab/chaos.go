@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // ChaosKind names a kind of fault.

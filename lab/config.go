@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // Config is one run: a strategy, its parameters and its faults. The flags

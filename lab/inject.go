@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

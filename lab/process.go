@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 )
 
 // nodeProc is one node: its current process and its proxies.

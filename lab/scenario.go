@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // Scenario is a preset from the seeds: one run, or several side by side.

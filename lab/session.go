@@ -13,9 +13,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 

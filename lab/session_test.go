@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 )
 

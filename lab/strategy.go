@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // Mode is how a strategy's nodes run the catalog: one of package
