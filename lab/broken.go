@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/lease/redislease"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
-	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"

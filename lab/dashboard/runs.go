@@ -51,22 +51,6 @@ type runEntry struct {
 	report      *lab.Report
 }
 
-// live reports whether the entry is going or will start.
-func (e *runEntry) live() bool {
-	switch e.state {
-	case statePending, stateStarting, stateRunning:
-		return !e.g.done
-	}
-	return false
-}
-
-func (e *runEntry) name() string {
-	if e.run != nil {
-		return "run " + e.run.ID
-	}
-	return fmt.Sprintf("run %d of group %s", e.index+1, e.g.id)
-}
-
 // notifyLocked wakes the streams. Caller holds s.mu.
 func (s *Server) notifyLocked() {
 	close(s.changed)
