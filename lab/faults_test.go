@@ -100,7 +100,7 @@ func TestCrashPostgres(t *testing.T) {
 	r, err := s.Start(t.Context(), c)
 	require.NoError(t, err)
 	_, err = s.Start(t.Context(), short("pg-lease", true, "crash:postgres@1s"))
-	require.ErrorContains(t, err, "another run of this session has a fault that kills or restarts the PostgreSQL server")
+	require.ErrorContains(t, err, "has failed over or restarted the lab's PostgreSQL (or will: its faults do)", "the session admits one run on a server another run's fault holds: none")
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
