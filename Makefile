@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab lab-table invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab lab-table lab-campaign invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -41,6 +41,18 @@ lab: services
 # goes to $TMPDIR.
 lab-table: services
 	$(WITH_ENV) $(GO) run ./cmd/aegis lab run --scenario aegis --out "$${TMPDIR:-/tmp}"
+
+# A short seeded campaign (aegis lab campaign): two runs of each strategy
+# that needs only SQLite and PostgreSQL, 3 to 5 random faults each, on the
+# shared PostgreSQL; a table, and the command line that replays each
+# unsafe run. It exits 1 when a strategy the lab labels safe did harm.
+# SEED=N draws another series. Built and exec'd, so that make exits with
+# the campaign's status.
+SEED ?= 1
+LAB_CAMPAIGN_STRATEGIES := none sqlite pg-lease pg-unique pg-advisory optimistic queue
+lab-campaign: services
+	$(GO) build -o bin/aegis ./cmd/aegis
+	$(WITH_ENV) exec bin/aegis lab campaign --seed $(SEED) --runs 2 $(addprefix --strategy ,$(LAB_CAMPAIGN_STRATEGIES))
 
 # Seed 000's invoice export, told step by step against PostgreSQL.
 invoice: services

@@ -11,7 +11,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/docsnippets"
+	"github.com/aegislab/aegis/internal/tool/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 
@@ -64,8 +64,8 @@ func readme(ctx context.Context, pool *pgxpool.Pool) error {
 	defer h.Release(ctx)
 
 	return pgx.BeginFunc(h.Context(), pool, func(tx pgx.Tx) error {
-		if err := fence.Check(h.Context(), tx, "invoice-export/2026-10", h.Token()); err != nil {
-			return err // aegis.ErrStale: a newer holder wrote already; roll back
+		if err := fence.CheckLease(h.Context(), tx, "invoice-export/2026-10", h.Lease()); err != nil {
+			return err // aegis.ErrStale: a newer holder (or another with this token) wrote already; roll back
 		}
 		return exportInvoices(h.Context(), tx, "2026-10") // your writes, in the same transaction
 	})

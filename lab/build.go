@@ -1,11 +1,11 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -13,179 +13,386 @@ import (
 
 // auditRow is a row of aegis_lab_audit.
 type auditRow struct {
-	Attempt string
-	Tick    int
-	Node    int
-	Token   int64
-	Status  string
-	Value   sql.NullInt64
-	AtMS    int64
+	Attempt    string
+	Job        string
+	Tick       int
+	Node       int
+	Token      int64
+	Owner      string
+	RunAttempt int
+	Status     string
+	Value      sql.NullInt64
+	AtMS       int64
 }
 
-// checkTimeout bounds the linearizability check; past it the verdict is
-// unknown.
+// checkTimeout bounds each job's linearizability check; past it the job's
+// verdict is unknown.
 const checkTimeout = 20 * time.Second
 
-// buildReport reads what reached the store and puts the report together.
+// buildReport reads what reached the store and puts the report together:
+// per job, the counts from the audit rows, the checker's verdict over the
+// nodes' history, and the store's own account of the harm, which the
+// verdict must agree with.
 func (r *Run) buildReport() (*Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := r.db.QueryContext(ctx, auditRowsSQL, r.ID)
+	audit, err := readAudit(ctx, r.db, r.ID)
 	if err != nil {
-		return nil, fmt.Errorf("lab: read the audit rows: %w", err)
+		return nil, err
 	}
-	var audit []auditRow
-	for rows.Next() {
-		var a auditRow
-		if err := rows.Scan(&a.Attempt, &a.Tick, &a.Node, &a.Token, &a.Status, &a.Value, &a.AtMS); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("lab: read the audit rows: %w", err)
-		}
-		audit = append(audit, a)
+	ledgers, err := readCounts[int64](ctx, r.db, ledgersSQL, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lab: read the ledgers: %w", err)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lab: read the audit rows: %w", err)
+	storeDups, err := readCounts[int](ctx, r.db, storeDuplicatesSQL, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lab: count the duplicates: %w", err)
 	}
-	var balance int64
-	if err := r.db.QueryRowContext(ctx, readBalanceSQL, r.ID).Scan(&balance); err != nil {
-		return nil, fmt.Errorf("lab: read the balance: %w", err)
+	storeLost, err := readCounts[int64](ctx, r.db, storeLostSQL, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lab: count the lost updates: %w", err)
 	}
 
-	// What the store says was committed, by attempt and by tick.
+	// What the store says was committed, by attempt and by job tick.
 	committed := map[string]bool{}
-	executedPerTick := map[int]int{}
-	var effects int64
+	executions := map[jobTick][]auditRow{}
 	for _, a := range audit {
-		if a.Status != "EXECUTED" {
-			continue
+		if a.Status == "EXECUTED" {
+			committed[a.Attempt] = true
+			jt := jobTick{a.Job, a.Tick}
+			executions[jt] = append(executions[jt], a)
 		}
-		committed[a.Attempt] = true
-		executedPerTick[a.Tick]++
-		effects++
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// A run ends when its nodes are done, often before the last ticks'
-	// windows close: their missed events, which the report counts, come
-	// now, so that the events (and a picture drawn from them) agree.
 	ticks := r.cfg.Ticks()
 	if r.stopped {
-		ticks = min(ticks, r.fired) // as the counts below
+		ticks = min(ticks, r.fired)
 	}
-	for t := 1; t <= ticks; t++ {
-		if executedPerTick[t] == 0 && !r.missed[t] {
-			r.missed[t] = true
-			r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Tick: t})
+	// A run ends when its nodes are done, often before the last ticks'
+	// windows close: their missed events come now, so that the events
+	// (and a picture drawn from them) agree with the counts.
+	fires := map[string][]int{}
+	for _, j := range r.jobs {
+		for _, t := range j.fires(r.start, r.cfg.Tick, ticks, r.edits) {
+			fires[j.Name] = append(fires[j.Name], t)
+			if len(executions[jobTick{j.Name, t}]) == 0 {
+				r.missLocked(jobTick{j.Name, t})
+			}
+		}
+	}
+	// A tick executed is a tick fired, whatever the lab expected (an
+	// edit's new cadence, a tick at the edge of a stopped run).
+	for jt := range executions {
+		if !slices.Contains(fires[jt.Job], jt.Tick) {
+			fires[jt.Job] = append(fires[jt.Job], jt.Tick)
+			slices.Sort(fires[jt.Job])
 		}
 	}
 	rep := &Report{
-		Scenario:  r.cfg.Scenario,
-		Strategy:  r.cfg.Strategy,
-		Fenced:    r.cfg.fenced(),
-		Nodes:     r.cfg.Nodes,
-		DurationS: r.cfg.Duration.Seconds(),
-		Ticks:     r.cfg.Ticks(),
-		Events:    slices.Clone(r.events),
-		Config:    r.cfg,
-		Balance:   balance,
-		Notes:     slices.Clone(r.notes),
+		Scenario: r.cfg.Scenario, Strategy: r.cfg.Strategy, Fenced: r.cfg.fenced(), Nodes: r.cfg.Nodes,
+		DurationS: r.cfg.Duration.Seconds(), Run: r.ID, ConfigJSON: r.cfg.json(), Config: r.cfg,
+		Events: slices.Clone(r.events), Notes: slices.Clone(r.notes), Harms: []Harm{}, Unsafe: []Harm{}, StoreAgrees: true,
 	}
 	if rep.Events == nil {
 		rep.Events = []Event{}
 	}
-	if r.stopped && r.fired < rep.Ticks {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, rep.Ticks))
-		rep.Ticks = r.fired
+	if rep.Notes == nil {
+		rep.Notes = []string{}
+	}
+	if r.stopped && r.fired < r.cfg.Ticks() {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, r.cfg.Ticks()))
 	}
 
-	var attempts []Attempt
-	enteredPerTick := map[int]int{}
+	// The history, with what the store says: a write the node never
+	// reported (killed right after, or a commit whose answer was lost)
+	// but whose EXECUTED row is there committed.
+	var ops []Op
+	sections := map[string]*sectionRecord{}
 	for _, id := range r.order {
-		a, ok := r.attempts[id]
-		if !ok {
-			continue // skipped: the tick was done
+		s := *r.sections[id]
+		switch {
+		case committed[id] && s.WriteResult != OpOK:
+			s.WriteResult, s.WriteReturn = OpOK, math.MaxInt64
+			if s.WriteCall == 0 {
+				s.WriteCall = s.ReadCall
+			}
+		case !committed[id] && s.WriteResult == OpUnknown:
+			// Its EXECUTED row commits with its write: none, so the write
+			// (and its fence check) rolled back.
+			s.WriteCall, s.WriteResult = 0, ""
 		}
-		if committed[id] && a.Outcome != Committed {
-			// Committed, but the node never said so (killed right after,
-			// or a commit whose answer was lost).
-			a.Outcome, a.Return = Committed, math.MaxInt64
-		}
-		if a.Read >= 0 {
-			enteredPerTick[a.Tick]++
-			rep.Executions++
-		}
-		if a.Outcome == Refused {
-			rep.StaleRejected++
-		}
-		attempts = append(attempts, *a)
+		sections[id] = &s
+		ops = append(ops, s.ops(rep.Fenced)...)
 	}
-	for t := 1; t <= rep.Ticks; t++ {
-		if enteredPerTick[t] > 1 {
-			rep.DuplicateTicks++
-		}
-		if executedPerTick[t] > 1 {
-			rep.DuplicatesApplied++
-		}
-		if executedPerTick[t] == 0 {
-			rep.MissedTicks++
-		}
+	for _, c := range r.claims {
+		ops = append(ops, Op{Job: c.Job, Kind: OpClaim, Node: c.Node, Token: c.Token, Fenced: rep.Fenced, Result: OpOK, Call: c.Call, Return: c.At})
 	}
-	rep.LostUpdates = effects - balance
-	rep.Attempts = attempts
-	rep.Table = tickTable(rep.Ticks, r.cfg.Nodes, attempts)
-
-	html := ""
+	htmlDir := ""
 	if r.cfg.OutDir != "" {
-		html = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID+".html")
+		htmlDir = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID) // a page per violating job
 	}
-	rep.Checker, err = CheckHistory(attempts, r.cfg.fenced() && r.strat.Token == LeaseToken, checkTimeout, html)
+	verdicts, err := CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
 	if err != nil {
 		rep.Notes = append(rep.Notes, err.Error())
-	} else if rep.Checker == CheckViolation && html != "" {
-		if _, statErr := os.Stat(html); statErr == nil {
-			rep.Visualisation = html
+	}
+	verdict := map[string]JobVerdict{}
+	for _, v := range verdicts {
+		verdict[v.Job] = v
+	}
+
+	for _, j := range r.jobs {
+		jr := JobReport{Name: j.Name, Every: j.Every.String(), Work: j.Work.String(), Ticks: len(fires[j.Name]),
+			Ledger: ledgers[j.Name], Checker: CheckOK, Harms: []Harm{}}
+		if v, ok := verdict[j.Name]; ok {
+			jr.Checker, jr.Reason, jr.Visualisation = v.Verdict, v.Reason, v.HTML
+		}
+		var effects int64
+		for _, t := range fires[j.Name] {
+			ex := executions[jobTick{j.Name, t}]
+			effects += int64(len(ex))
+			switch {
+			case len(ex) == 0:
+				jr.MissedTicks++
+			case len(ex) > 1:
+				jr.DuplicatesApplied++
+				if retriesOnly(ex) {
+					jr.Retries++
+				}
+			}
+		}
+		for _, s := range sections {
+			if s.Job != j.Name {
+				continue
+			}
+			if s.ReadResult == OpOK {
+				jr.Executions++
+			}
+			if s.ReadResult == OpRefused || s.WriteResult == OpRefused {
+				jr.StaleRejected++
+			}
+		}
+		for t, n := range r.entered {
+			if t.Job == j.Name && n > 1 {
+				jr.DuplicateTicks++
+			}
+		}
+		jr.LostUpdates = effects - jr.Ledger
+		r.judge(&jr, storeDups[j.Name], storeLost[j.Name], rep)
+		rep.add(jr)
+	}
+	if r.cfg.Standby > 0 {
+		ran, refused := 0, 0
+		for _, s := range sections {
+			if r.onStandby(s.Node) && s.ReadResult == OpOK {
+				ran++
+			}
+		}
+		for _, e := range r.events {
+			if e.Kind == EventNotPrimary {
+				refused++
+			}
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused))
+	}
+	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(mapValues(sections)))
+	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
+		excluded := s.Excludes(r.cfg)
+		for _, h := range rep.Harms {
+			if slices.Contains(excluded, h) {
+				rep.Unsafe = append(rep.Unsafe, h)
+			}
 		}
 	}
 	return rep, nil
 }
 
-// tickTable is the per-tick table: for each tick, what each node's
-// attempts came to.
-func tickTable(ticks, nodes int, attempts []Attempt) []TickRow {
-	rows := make([]TickRow, ticks)
-	for i := range rows {
-		rows[i] = TickRow{Tick: i + 1, Cells: make([]string, nodes)}
+// judge classifies a job's harm, from the store and the checker, and
+// compares the two: the store's count of duplicates (dups) and lost
+// updates (lost) against the checker's verdict.
+func (r *Run) judge(jr *JobReport, dups int, lost int64, rep *Report) {
+	if jr.DuplicatesApplied > jr.Retries {
+		jr.Harms = append(jr.Harms, HarmDuplicate)
 	}
-	executed := make([]int, ticks)
-	refused := make([]int, ticks)
-	for _, a := range attempts {
-		if a.Tick < 1 || a.Tick > ticks || a.Node < 1 || a.Node > nodes {
+	if jr.Retries > 0 {
+		jr.Harms = append(jr.Harms, HarmRetryDuplicate)
+	}
+	if jr.LostUpdates != 0 {
+		jr.Harms = append(jr.Harms, HarmLostUpdate)
+	}
+	storeHarm := dups > 0 || lost != 0
+	disagree := ""
+	switch {
+	case int64(dups) != int64(jr.DuplicatesApplied) || lost != jr.LostUpdates:
+		disagree = fmt.Sprintf("%s: the audit counts %d duplicates and %d lost updates, SQL %d and %d", jr.Name, jr.DuplicatesApplied, jr.LostUpdates, dups, lost)
+	case storeHarm && jr.Checker == CheckOK:
+		disagree = fmt.Sprintf("%s: the store shows %d ticks applied twice and %d lost updates, the checker says ok", jr.Name, dups, lost)
+	case !storeHarm && jr.Checker == CheckViolation && r.fenceRule() == FenceNone:
+		disagree = fmt.Sprintf("%s: the checker says %q, the store shows no duplicate and no lost update, and nothing was fenced", jr.Name, jr.Reason)
+	case !storeHarm && jr.Checker == CheckViolation:
+		// Fenced and the ledger adds up: the checker's violation is a
+		// token rule, which only it can see.
+		jr.Harms = append(jr.Harms, HarmStaleAccepted)
+	}
+	if disagree != "" {
+		rep.StoreAgrees = false
+		rep.Disagreement = cmp.Or(rep.Disagreement, disagree)
+	}
+}
+
+// add adds a job's report to the run's: the sums and the worst verdict.
+func (rep *Report) add(jr JobReport) {
+	rep.Jobs = append(rep.Jobs, jr)
+	rep.Ticks += jr.Ticks
+	rep.Executions += jr.Executions
+	rep.DuplicateTicks += jr.DuplicateTicks
+	rep.DuplicatesApplied += jr.DuplicatesApplied
+	rep.StaleRejected += jr.StaleRejected
+	rep.MissedTicks += jr.MissedTicks
+	rep.LostUpdates += jr.LostUpdates
+	rep.Balance += jr.Ledger
+	for _, h := range jr.Harms {
+		if !slices.Contains(rep.Harms, h) {
+			rep.Harms = append(rep.Harms, h)
+		}
+	}
+	rank := map[string]int{"": 0, CheckOK: 1, CheckUnknown: 2, CheckViolation: 3}
+	if rank[jr.Checker] > rank[rep.Checker] {
+		rep.Checker = jr.Checker
+	}
+	if rep.Visualisation == "" {
+		rep.Visualisation = jr.Visualisation
+	}
+}
+
+// retriesOnly reports whether every execution of a tick after its first
+// was a reaper's retry (run attempt 2 and up).
+func retriesOnly(ex []auditRow) bool {
+	first := slices.MinFunc(ex, func(a, b auditRow) int { return cmp.Compare(a.RunAttempt, b.RunAttempt) })
+	for _, a := range ex {
+		if a.Attempt != first.Attempt && a.RunAttempt <= first.RunAttempt {
+			return false
+		}
+	}
+	return true
+}
+
+// fenceRule is how the run's fence judges tokens, for the checker.
+func (r *Run) fenceRule() FenceRule {
+	if !r.cfg.fenced() {
+		return FenceNone
+	}
+	if r.strat.Token == LeaseToken {
+		return FenceOwner
+	}
+	return FenceToken
+}
+
+// ops are the checker's operations of a critical section: its read, and
+// its write when it began.
+func (s sectionRecord) ops(fenced bool) []Op {
+	read := Op{Job: s.Job, Kind: OpRead, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
+		Fenced: fenced, Value: s.Read, Result: s.ReadResult, Call: s.ReadCall, Return: s.ReadReturn}
+	if read.Result != OpOK {
+		read.Value = 0
+	}
+	ops := []Op{read}
+	if s.WriteCall != 0 && s.ReadResult == OpOK {
+		ops = append(ops, Op{Job: s.Job, Kind: OpWrite, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
+			Fenced: fenced, Value: s.Read + 1, Result: s.WriteResult, Call: s.WriteCall, Return: s.WriteReturn})
+	}
+	return ops
+}
+
+func readAudit(ctx context.Context, db *sql.DB, run string) ([]auditRow, error) {
+	rows, err := db.QueryContext(ctx, auditRowsSQL, run)
+	if err != nil {
+		return nil, fmt.Errorf("lab: read the audit rows: %w", err)
+	}
+	defer rows.Close()
+	var audit []auditRow
+	for rows.Next() {
+		var a auditRow
+		if err := rows.Scan(&a.Attempt, &a.Job, &a.Tick, &a.Node, &a.Token, &a.Owner, &a.RunAttempt, &a.Status, &a.Value, &a.AtMS); err != nil {
+			return nil, fmt.Errorf("lab: read the audit rows: %w", err)
+		}
+		audit = append(audit, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lab: read the audit rows: %w", err)
+	}
+	return audit, nil
+}
+
+// readCounts reads (job, count) rows of a run.
+func readCounts[N int | int64](ctx context.Context, db *sql.DB, query, run string) (map[string]N, error) {
+	rows, err := db.QueryContext(ctx, query, run)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]N{}
+	for rows.Next() {
+		var job string
+		var n N
+		if err := rows.Scan(&job, &n); err != nil {
+			return nil, err
+		}
+		out[job] = n
+	}
+	return out, rows.Err()
+}
+
+func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
+	return func(yield func(V) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// tickTable is the per-tick table: for each job's tick, what each node's
+// critical sections came to.
+func tickTable(nodes int, jobs []JobSpec, fires map[string][]int, sections []*sectionRecord) []TickRow {
+	index := map[jobTick]int{}
+	var rows []TickRow
+	for _, j := range jobs {
+		for _, t := range fires[j.Name] {
+			index[jobTick{j.Name, t}] = len(rows)
+			rows = append(rows, TickRow{Job: j.Name, Tick: t, Cells: make([]string, nodes)})
+		}
+	}
+	slices.SortFunc(sections, func(a, b *sectionRecord) int { return cmp.Compare(a.ReadCall, b.ReadCall) })
+	executed := make([]int, len(rows))
+	refused := make([]int, len(rows))
+	for _, s := range sections {
+		i, ok := index[jobTick{s.Job, s.Tick}]
+		if !ok || s.Node < 1 || s.Node > nodes {
 			continue
 		}
 		cell := ""
-		switch a.Outcome {
-		case Committed:
+		switch {
+		case s.WriteResult == OpOK:
 			cell = "EXEC"
-			executed[a.Tick-1]++
-		case Refused:
+			executed[i]++
+		case s.ReadResult == OpRefused || s.WriteResult == OpRefused:
 			cell = "STALE"
-			refused[a.Tick-1]++
-		default:
-			if a.Read < 0 {
-				continue
-			}
+			refused[i]++
+		case s.ReadResult == OpOK:
 			cell = "ENTER"
+		default:
+			continue
 		}
-		if a.Token != 0 {
-			cell += fmt.Sprintf(" t%d", a.Token)
+		if s.Token != 0 {
+			cell += fmt.Sprintf(" t%d", s.Token)
 		}
-		row := &rows[a.Tick-1]
-		if prev := row.Cells[a.Node-1]; prev != "" {
+		if prev := rows[i].Cells[s.Node-1]; prev != "" {
 			cell = prev + ", " + cell
 		}
-		row.Cells[a.Node-1] = cell
+		rows[i].Cells[s.Node-1] = cell
 	}
 	for i := range rows {
 		var note []string

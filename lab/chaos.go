@@ -2,11 +2,12 @@ package lab
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // ChaosKind names a kind of fault.
@@ -15,24 +16,45 @@ type ChaosKind string
 // The kinds of fault, with their spec forms (DESIGN.md section 8).
 const (
 	Pause     ChaosKind = "pause"     // pause:TARGET@AT+FOR — SIGSTOP, SIGCONT after FOR
-	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart
+	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart; kill:etcd@AT, kill:zookeeper@AT — a member
 	Failover  ChaosKind = "failover"  // failover:redis@AT — primary lost before replication, replica promoted
-	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence
-	Partition ChaosKind = "partition" // partition:TARGET@AT+FOR — the node's connections dropped
+	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence; restart:redlock@AT — a majority of Redlock's
+	Crash     ChaosKind = "crash"     // crash:postgres@AT — SIGKILL, then a restart with crash recovery
+	Partition ChaosKind = "partition" // partition:TARGET@AT+FOR[/SERVER] — the node's connections (to SERVER) dropped
 	Skew      ChaosKind = "skew"      // skew:TARGET=±D — the node's clock offset
 	Latency   ChaosKind = "latency"   // latency:SERVER=D — every round trip to SERVER takes D longer
+	Edit      ChaosKind = "edit"      // edit:JOB@AT=SPEC — a catalog edit: a new cadence, pause or resume
 )
 
-// Holder is the chaos target that means "whoever is in the critical section
-// at that moment, or the next node to enter it".
-const Holder = "holder"
+// The node targets that are not a fixed node.
+const (
+	// Holder targets the node inside the critical section at that moment
+	// (it has read and not begun its write), or else the next node to
+	// enter it.
+	Holder = "holder"
+	// Writer targets the node inside its write to the store at that
+	// moment (between its writing event and its outcome), or else the
+	// next node to begin one.
+	Writer = "writer"
+)
+
+// RedlockMajority is the target of restart:redlock@AT: a majority of the
+// Redlock nodes restarted at once without persistence.
+const RedlockMajority = "redlock"
+
+// serverDowntime is how long kill:etcd and kill:zookeeper keep the killed
+// member down before the lab restarts it (sooner when the run ends
+// first): long enough for the others to elect a leader and the nodes'
+// clients to move, short enough to see the member rejoin within a run.
+const serverDowntime = 2 * time.Second
 
 // Chaos is one fault of a run. Parse it from its spec with [ParseChaos].
 type Chaos struct {
 	Kind ChaosKind
-	// Target is "holder" or "nodeN" for pause, kill, partition and skew;
-	// "redis" for failover and restart; a server kind (postgres, redis,
-	// etcd, zookeeper) for latency.
+	// Target is "holder", "writer" or "nodeN" for pause, kill and
+	// partition; "nodeN" for skew; "etcd" or "zookeeper" for a kill of a
+	// server member; "redis" for failover and restart; "postgres" for
+	// crash; a server kind (postgres, redis, etcd, zookeeper) for latency.
 	Target string
 	// At is when the fault happens, from the start of the run's first
 	// tick. Zero for skew and latency, which last the whole run.
@@ -42,6 +64,12 @@ type Chaos struct {
 	// Offset is the clock offset of skew (positive: the node's clock is
 	// ahead) or the added delay of latency.
 	Offset time.Duration
+	// Server is the one server kind a partition cuts the node from
+	// (postgres, redis, etcd, zookeeper); "" cuts it from every server.
+	Server string
+	// Spec is an edit's: "pause", "resume", or the job's new cadence (a
+	// duration, in Offset too).
+	Spec string
 }
 
 // Node returns N for a target "nodeN", and 0 for any other target.
@@ -53,13 +81,33 @@ func (c Chaos) Node() int {
 	return n
 }
 
+// server returns the server the fault kills, restarts or fails over: the
+// lab's own, shared by every run of its session.
+func (c Chaos) server() (servers.Kind, bool) {
+	switch {
+	case c.Kind == Failover || c.Kind == Restart:
+		return servers.KindRedis, true
+	case c.Kind == Crash:
+		return servers.KindPostgres, true
+	case c.Kind == Kill && (c.Target == string(servers.KindEtcd) || c.Target == string(servers.KindZooKeeper)):
+		return servers.Kind(c.Target), true
+	}
+	return "", false
+}
+
 // String returns the chaos in its canonical spec form, which ParseChaos
 // accepts.
 func (c Chaos) String() string {
 	switch c.Kind {
-	case Pause, Partition:
+	case Pause:
 		return fmt.Sprintf("%s:%s@%s+%s", c.Kind, c.Target, c.At, c.For)
-	case Kill, Failover, Restart:
+	case Partition:
+		s := fmt.Sprintf("%s:%s@%s+%s", c.Kind, c.Target, c.At, c.For)
+		if c.Server != "" {
+			s += "/" + c.Server
+		}
+		return s
+	case Kill, Failover, Restart, Crash:
 		return fmt.Sprintf("%s:%s@%s", c.Kind, c.Target, c.At)
 	case Skew:
 		sign := "+"
@@ -69,6 +117,8 @@ func (c Chaos) String() string {
 		return fmt.Sprintf("%s:%s=%s%s", c.Kind, c.Target, sign, c.Offset)
 	case Latency:
 		return fmt.Sprintf("%s:%s=%s", c.Kind, c.Target, c.Offset)
+	case Edit:
+		return fmt.Sprintf("%s:%s@%s=%s", c.Kind, c.Target, c.At, c.Spec)
 	}
 	return string(c.Kind) + ":" + c.Target
 }
@@ -79,13 +129,19 @@ const maxChaosDuration = 24 * time.Hour
 // ParseChaos parses a chaos spec:
 //
 //	pause:TARGET@AT+FOR   kill:TARGET@AT        failover:redis@AT
-//	restart:redis@AT      partition:TARGET@AT+FOR
-//	skew:TARGET=±D        latency:SERVER=D
+//	restart:redis@AT      partition:TARGET@AT+FOR[/SERVER]
+//	skew:nodeN=±D         latency:SERVER=D      crash:postgres@AT
+//	kill:etcd@AT          kill:zookeeper@AT     edit:JOB@AT=SPEC
 //
-// TARGET is "holder" or "nodeN" (N from 1); skew needs "nodeN". SERVER is
-// postgres, redis, etcd or zookeeper. AT, FOR and D are Go durations
-// ("3s", "1.5s", "250ms"). The error quotes the spec and says what is
-// wrong.
+// TARGET is "holder", "writer" or "nodeN" (N from 1). SERVER is postgres,
+// redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
+// durations ("3s", "1.5s", "250ms"). kill:etcd kills the cluster's
+// leader, kill:zookeeper the member most of the nodes' sessions are on;
+// either comes back 2 s after the kill (at the end of the run if that is
+// sooner). An edit changes the run's catalog row of JOB: SPEC is its new
+// cadence (a duration, taking effect as catalog edits do, a second after
+// the commit), pause or resume. The error quotes the spec, says what is
+// wrong, and wraps aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
 	bad := func(format string, args ...any) (Chaos, error) {
 		return Chaos{}, invalid("chaos %q: %s", spec, fmt.Sprintf(format, args...))
@@ -97,13 +153,27 @@ func ParseChaos(spec string) (Chaos, error) {
 	c := Chaos{Kind: ChaosKind(kind)}
 	switch c.Kind {
 	case Pause, Partition:
+		form := kind + ":TARGET@AT+FOR"
+		if c.Kind == Partition {
+			form += "[/SERVER]"
+		}
 		target, when, ok := strings.Cut(rest, "@")
 		if !ok {
-			return bad("missing @AT (want %s:TARGET@AT+FOR)", kind)
+			return bad("missing @AT (want %s)", form)
 		}
 		at, dur, ok := strings.Cut(when, "+")
 		if !ok {
-			return bad("missing +FOR (want %s:TARGET@AT+FOR)", kind)
+			return bad("missing +FOR (want %s)", form)
+		}
+		if d, server, ok := strings.Cut(dur, "/"); ok {
+			if c.Kind != Partition {
+				return bad("/%s: only a partition is to one server (want pause:TARGET@AT+FOR)", server)
+			}
+			k, err := servers.ParseKind(server)
+			if err != nil {
+				return bad("server %q: want postgres, redis, etcd or zookeeper", server)
+			}
+			dur, c.Server = d, string(k)
 		}
 		if err := c.setTarget(target, true); err != nil {
 			return bad("%v", err)
@@ -115,23 +185,17 @@ func ParseChaos(spec string) (Chaos, error) {
 		if c.For, err = duration("FOR", dur, true); err != nil {
 			return bad("%v", err)
 		}
-	case Kill, Failover, Restart:
+	case Kill, Failover, Restart, Crash:
 		target, at, ok := strings.Cut(rest, "@")
 		if !ok {
-			form := "kill:TARGET@AT"
-			if c.Kind != Kill {
+			form := map[ChaosKind]string{Kill: "kill:TARGET@AT", Crash: "crash:postgres@AT"}[c.Kind]
+			if form == "" {
 				form = kind + ":redis@AT"
 			}
 			return bad("missing @AT (want %s)", form)
 		}
-		if c.Kind == Kill {
-			if err := c.setTarget(target, true); err != nil {
-				return bad("%v", err)
-			}
-		} else if target != "redis" {
-			return bad("target %q: only redis can be %s (want %s:redis@AT)", target, map[ChaosKind]string{Failover: "failed over", Restart: "restarted"}[c.Kind], kind)
-		} else {
-			c.Target = target
+		if err := c.setServerTarget(target); err != nil {
+			return bad("%v", err)
 		}
 		var err error
 		if c.At, err = duration("AT", at, false); err != nil {
@@ -173,24 +237,91 @@ func ParseChaos(spec string) (Chaos, error) {
 		if c.Offset, err = duration("D", d, true); err != nil {
 			return bad("%v", err)
 		}
+	case Edit:
+		job, rest, ok := strings.Cut(rest, "@")
+		at, spec, ok2 := strings.Cut(rest, "=")
+		if !ok || !ok2 {
+			return bad("want edit:JOB@AT=SPEC, such as edit:invoice-export@3s=2s or edit:certificates@2s=pause")
+		}
+		if !jobNamePattern.MatchString(job) || len(job) > maxJobNameLen {
+			return bad("job %.50q: want 1 to %d of a-z, 0-9, '-' and '_'", job, maxJobNameLen)
+		}
+		c.Target = job
+		var err error
+		if c.At, err = duration("AT", at, false); err != nil {
+			return bad("%v", err)
+		}
+		switch spec {
+		case "pause", "resume":
+			c.Spec = spec
+		default:
+			if c.Offset, err = duration("SPEC", spec, true); err != nil {
+				return bad("SPEC %q: want a cadence (a duration such as 2s), pause or resume", spec)
+			}
+			c.Spec = c.Offset.String()
+		}
 	default:
-		return bad("unknown kind %q (want pause, kill, failover, restart, partition, skew or latency)", kind)
+		return bad("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew, latency or edit)", kind)
 	}
 	return c, nil
 }
 
-// setTarget sets a node target: "holder" (when holderOK) or "nodeN".
-func (c *Chaos) setTarget(target string, holderOK bool) error {
-	if target == Holder {
-		if !holderOK {
-			return fmt.Errorf("target %q: %s needs a node (nodeN), the holder changes during a run", target, c.Kind)
+// setServerTarget sets the target of kill (a node, or an etcd or
+// ZooKeeper member), failover and restart (redis) and crash (postgres),
+// and says which fault a server has when it is the wrong one.
+func (c *Chaos) setServerTarget(target string) error {
+	if c.Kind == Restart && target == RedlockMajority {
+		c.Target = target
+		return nil
+	}
+	k, err := servers.ParseKind(target)
+	if err != nil {
+		if c.Kind == Kill {
+			if _, ok := parseNode(target); !ok && target != Holder && target != Writer {
+				return fmt.Errorf("target %q: want holder, writer, nodeN (N from 1), etcd or zookeeper", target)
+			}
+			c.Target = target
+			return nil
+		}
+		k = servers.Kind(target)
+	}
+	want := map[ChaosKind][]servers.Kind{
+		Kill:     {servers.KindEtcd, servers.KindZooKeeper},
+		Failover: {servers.KindRedis},
+		Restart:  {servers.KindRedis},
+		Crash:    {servers.KindPostgres},
+	}[c.Kind]
+	if slices.Contains(want, k) {
+		c.Target = string(k)
+		return nil
+	}
+	faults := map[servers.Kind]string{
+		servers.KindPostgres:  "crash:postgres@AT",
+		servers.KindRedis:     "failover:redis@AT or restart:redis@AT",
+		servers.KindEtcd:      "kill:etcd@AT",
+		servers.KindZooKeeper: "kill:zookeeper@AT",
+	}
+	only := map[ChaosKind]string{Kill: "of the servers, only etcd and zookeeper", Failover: "only redis", Restart: "only redis", Crash: "only postgres"}[c.Kind]
+	verb := map[ChaosKind]string{Kill: "killed", Failover: "failed over", Restart: "restarted", Crash: "crashed"}[c.Kind]
+	if fault, ok := faults[k]; ok {
+		return fmt.Errorf("target %q: %s can be %s (%s's fault is %s)", target, only, verb, k, fault)
+	}
+	return fmt.Errorf("target %q: %s can be %s (want %s:%s@AT)", target, only, verb, c.Kind, want[0])
+}
+
+// setTarget sets a node target: "holder" or "writer" (when anyOK) or
+// "nodeN".
+func (c *Chaos) setTarget(target string, anyOK bool) error {
+	if target == Holder || target == Writer {
+		if !anyOK {
+			return fmt.Errorf("target %q: %s needs a node (nodeN), the %s changes during a run", target, c.Kind, target)
 		}
 		c.Target = target
 		return nil
 	}
 	if _, ok := parseNode(target); !ok {
-		if holderOK {
-			return fmt.Errorf("target %q: want holder or nodeN (N from 1)", target)
+		if anyOK {
+			return fmt.Errorf("target %q: want holder, writer or nodeN (N from 1)", target)
 		}
 		return fmt.Errorf("target %q: want nodeN (N from 1)", target)
 	}

@@ -32,6 +32,18 @@ func TestParseChaos(t *testing.T) {
 		{"latency:redis=20ms", lab.Chaos{Kind: lab.Latency, Target: "redis", Offset: 20 * time.Millisecond}},
 		{"latency:pg=5ms", lab.Chaos{Kind: lab.Latency, Target: "postgres", Offset: 5 * time.Millisecond}},
 		{"latency:zk=1s", lab.Chaos{Kind: lab.Latency, Target: "zookeeper", Offset: time.Second}},
+		{"crash:postgres@3s", lab.Chaos{Kind: lab.Crash, Target: "postgres", At: 3 * time.Second}},
+		{"crash:pg@0s", lab.Chaos{Kind: lab.Crash, Target: "postgres"}},
+		{"kill:etcd@2s", lab.Chaos{Kind: lab.Kill, Target: "etcd", At: 2 * time.Second}},
+		{"kill:zookeeper@1500ms", lab.Chaos{Kind: lab.Kill, Target: "zookeeper", At: 1500 * time.Millisecond}},
+		{"kill:zk@1s", lab.Chaos{Kind: lab.Kill, Target: "zookeeper", At: time.Second}},
+		{"pause:writer@1s+2s", lab.Chaos{Kind: lab.Pause, Target: "writer", At: time.Second, For: 2 * time.Second}},
+		{"kill:writer@1s", lab.Chaos{Kind: lab.Kill, Target: "writer", At: time.Second}},
+		{"partition:writer@1s+1s", lab.Chaos{Kind: lab.Partition, Target: "writer", At: time.Second, For: time.Second}},
+		{"partition:holder@1s+2s/etcd", lab.Chaos{Kind: lab.Partition, Target: "holder", At: time.Second, For: 2 * time.Second, Server: "etcd"}},
+		{"partition:node2@0s+500ms/pg", lab.Chaos{Kind: lab.Partition, Target: "node2", For: 500 * time.Millisecond, Server: "postgres"}},
+		{"partition:writer@1s+1s/zk", lab.Chaos{Kind: lab.Partition, Target: "writer", At: time.Second, For: time.Second, Server: "zookeeper"}},
+		{"partition:node1@1s+1s/redis", lab.Chaos{Kind: lab.Partition, Target: "node1", At: time.Second, For: time.Second, Server: "redis"}},
 	}
 	for _, tt := range tests {
 		got, err := lab.ParseChaos(tt.spec)
@@ -55,12 +67,29 @@ func TestParseChaosErrors(t *testing.T) {
 		{"pause:holder@3s+0s", "FOR 0s must be positive"},
 		{"pause:holder@-1s+1s", "AT -1s is negative"},
 		{"pause:holder@soon+1s", `AT "soon" is not a duration`},
-		{"pause:node0@1s+1s", `target "node0": want holder or nodeN`},
-		{"pause:node@1s+1s", `target "node": want holder or nodeN`},
+		{"pause:node0@1s+1s", `target "node0": want holder, writer or nodeN`},
+		{"pause:node@1s+1s", `target "node": want holder, writer or nodeN`},
 		{"pause:redis@1s+1s", `target "redis"`},
 		{"pause:holder@1s+48h", "longer than 24h0m0s"},
 		{"kill:holder", "missing @AT (want kill:TARGET@AT)"},
-		{"kill:node-1@1s", `target "node-1"`},
+		{"kill:node-1@1s", `target "node-1": want holder, writer, nodeN (N from 1), etcd or zookeeper`},
+		{"kill:redis@1s", `target "redis": of the servers, only etcd and zookeeper can be killed (redis's fault is failover:redis@AT or restart:redis@AT)`},
+		{"kill:postgres@1s", `(postgres's fault is crash:postgres@AT)`},
+		{"kill:etcd", "missing @AT (want kill:TARGET@AT)"},
+		{"kill:etcd@-1s", "AT -1s is negative"},
+		{"crash:postgres", "missing @AT (want crash:postgres@AT)"},
+		{"crash:redis@1s", `target "redis": only postgres can be crashed (redis's fault is failover:redis@AT or restart:redis@AT)`},
+		{"crash:etcd@1s", `(etcd's fault is kill:etcd@AT)`},
+		{"crash:holder@1s", `target "holder": only postgres can be crashed (want crash:postgres@AT)`},
+		{"crash:postgres@later", `AT "later" is not a duration`},
+		{"restart:zk@1s", `only redis can be restarted (zookeeper's fault is kill:zookeeper@AT)`},
+		{"partition:holder@1s+1s/mysql", `server "mysql": want postgres, redis, etcd or zookeeper`},
+		{"partition:holder@1s+1s/", `server "": want postgres`},
+		{"partition:holder@1s+/etcd", "FOR is empty"},
+		{"partition:holder@1s/etcd", "missing +FOR (want partition:TARGET@AT+FOR[/SERVER])"},
+		{"partition:etcd@1s+1s", `target "etcd": want holder, writer or nodeN`},
+		{"pause:holder@1s+1s/etcd", "only a partition is to one server"},
+		{"skew:writer=+1s", `target "writer": skew needs a node`},
 		{"failover:etcd@1s", `target "etcd": only redis can be failed over`},
 		{"restart:postgres@1s", `only redis can be restarted`},
 		{"failover:redis", "missing @AT (want failover:redis@AT)"},
@@ -86,7 +115,8 @@ func FuzzParseChaos(f *testing.F) {
 	for _, s := range []string{
 		"pause:holder@3s+2s", "kill:node2@1s", "failover:redis@4s", "restart:redis@1s",
 		"partition:node1@2s+3s", "skew:node2=-500ms", "latency:redis=20ms", "pause:node1@1h+1ns",
-		"skew:node9999=+1s", ":", "@+=",
+		"skew:node9999=+1s", ":", "@+=", "crash:postgres@1s", "kill:etcd@2s", "kill:zk@0s",
+		"pause:writer@1s+1s", "partition:holder@1s+2s/etcd", "partition:node1@1s+1s/pg", "partition:x@1s+1s//",
 	} {
 		f.Add(s)
 	}
@@ -103,4 +133,40 @@ func FuzzParseChaos(f *testing.F) {
 		require.GreaterOrEqual(t, c.At, time.Duration(0))
 		require.GreaterOrEqual(t, c.For, time.Duration(0))
 	})
+}
+
+// A fault that reaches a server is refused for a strategy whose nodes do
+// not use it, with an error that names the strategy and its servers.
+func TestChaosNeedsTheStrategysServers(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ strategy, spec, want string }{
+		{"pg-lease", "kill:etcd@1s", "--chaos kill:etcd@1s: pg-lease does not use etcd: it uses only the store of record (postgres)"},
+		{"etcd", "kill:zookeeper@1s", "--chaos kill:zookeeper@1s: etcd does not use zookeeper: it uses etcd besides the store of record (postgres)"},
+		{"redlock", "kill:etcd@1s", "redlock does not use etcd: it uses redis besides"},
+		{"etcd", "partition:holder@1s+1s/redis", "--chaos partition:holder@1s+1s/redis: etcd does not use redis"},
+		{"none", "partition:writer@1s+1s/zookeeper", "none does not use zookeeper: it uses only the store of record (postgres)"},
+		{"sqlite", "partition:holder@1s+1s/postgres", "sqlite has no network to partition"},
+		{"pg-lease", "pause:writer@1s+1s", ""},
+		{"pg-unique", "kill:writer@1s", ""},
+		{"none", "crash:postgres@1s", ""},
+		{"redis", "crash:postgres@1s", ""},
+		{"etcd", "kill:etcd@1s", ""},
+		{"zookeeper", "kill:zookeeper@1s", ""},
+		{"etcd", "partition:holder@1s+1s/etcd", ""},
+		{"redis", "partition:writer@1s+1s/postgres", ""},
+		{"queue", "partition:node1@1s+1s/postgres", ""},
+	}
+	for _, tt := range tests {
+		ch, err := lab.ParseChaos(tt.spec)
+		require.NoError(t, err, tt.spec)
+		c := lab.DefaultConfig()
+		c.Strategy, c.Chaos = tt.strategy, []lab.Chaos{ch}
+		err = c.Validate()
+		if tt.want == "" {
+			require.NoError(t, err, "%s with %s", tt.spec, tt.strategy)
+			continue
+		}
+		require.ErrorContains(t, err, tt.want, "%s with %s", tt.spec, tt.strategy)
+		require.ErrorIs(t, err, aegis.ErrInvalid)
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // Config is one run: a strategy, its parameters and its faults. The flags
@@ -26,7 +26,13 @@ type Config struct {
 	Tick     time.Duration
 	Work     time.Duration
 	TTL      time.Duration
-	Chaos    []Chaos
+	// Standby puts the last Standby nodes in a second region: their store
+	// is a hot standby of the lab's own PostgreSQL, read-only, so their
+	// schedulers must never run a tick (schedule's EventNotPrimary).
+	Standby int
+	// Catalog is the run's schedules; nil is DefaultCatalog(Tick, Work).
+	Catalog []JobSpec
+	Chaos   []Chaos
 	// OutDir is where the checker's visualisation of a violation is
 	// written; "" writes none.
 	OutDir string
@@ -52,11 +58,26 @@ func (c Config) Ticks() int {
 	return int(c.Duration / c.Tick)
 }
 
-// Window is how long a tick stays due: a node keeps trying a tick nobody
-// has executed until its window ends, so that a holder paused or killed
-// past its TTL is replaced within the same tick. It is 2 × TTL + work +
-// tick; a tick nobody executed by then is missed.
-func (c Config) Window() time.Duration { return 2*c.TTL + c.Work + c.Tick }
+// jobs is the run's catalog.
+func (c Config) jobs() []JobSpec {
+	if c.Catalog != nil {
+		return c.Catalog
+	}
+	return DefaultCatalog(c.Tick, c.Work)
+}
+
+// Window is how long after a tick fires its execution still counts: time
+// for a reaper to retry a crashed run (its row expires after the TTL) and
+// for the retry to work and write, or for a failing write to keep trying.
+// It is 2 × TTL + the longest work + tick; a job's tick nobody executed by
+// then is missed.
+func (c Config) Window() time.Duration {
+	var work time.Duration
+	for _, j := range c.jobs() {
+		work = max(work, j.Work)
+	}
+	return 2*c.TTL + work + c.Tick
+}
 
 // Validate checks the configuration and says what is wrong, naming the
 // flag and quoting its value, in an error that wraps aegis.ErrInvalid.
@@ -81,8 +102,17 @@ func (c Config) Validate() error {
 		return invalid("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
 		return invalid("--ttl %s: want at most 1h", c.TTL)
-	case s.Name == "queue" && c.TTL < 100*time.Millisecond:
+	case s.Mode == LeaderMode && c.TTL < 100*time.Millisecond:
 		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
+	}
+	if err := checkJobs(c.jobs(), c.Tick); err != nil {
+		return err
+	}
+	switch {
+	case c.Standby < 0 || c.Standby >= c.Nodes:
+		return invalid("--standby %d: want 0 to %d (the primary's region keeps a node)", c.Standby, c.Nodes-1)
+	case c.Standby > 0 && s.Mode != RunKey:
+		return invalid("--standby: %s is not in run-key mode: a second region on a standby is the run table's story (pg-unique)", s.Name)
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
@@ -93,6 +123,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// checkChaos says why ch cannot be a fault of a run of s, or nil. What
+// depends on the session (a server it did not start, a store that is
+// SQLite) is Session.admitChaos's.
 func (c Config) checkChaos(s Strategy, ch Chaos) error {
 	if n := ch.Node(); n > c.Nodes {
 		return fmt.Errorf("node%d does not exist: the run has %d nodes", n, c.Nodes)
@@ -101,24 +134,69 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 		return fmt.Errorf("@%s is after the run's %s", ch.At, c.Duration)
 	}
 	switch ch.Kind {
+	case Edit:
+		i := slices.IndexFunc(c.jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
+		if i < 0 {
+			return fmt.Errorf("job %q is not in the run's catalog (%s)", ch.Target, FormatCatalog(c.jobs()))
+		}
+		if ch.Offset != 0 {
+			edited := c.jobs()[i]
+			edited.Every = ch.Offset
+			if err := checkJobs([]JobSpec{edited}, c.Tick); err != nil {
+				return err
+			}
+		}
 	case Failover:
 		if s.Name != "redis" {
 			return errors.New("failover:redis needs --strategy redis (a primary with a replica)")
 		}
 	case Restart:
+		if ch.Target == RedlockMajority && s.Name != "redlock" {
+			return fmt.Errorf("restart:redlock restarts a majority of Redlock's nodes: it needs --strategy redlock, not %s", s.Name)
+		}
 		if !slices.Contains(s.Needs, servers.KindRedis) {
 			return fmt.Errorf("restart:redis needs a Redis strategy (redis or redlock), not %s", s.Name)
+		}
+	case Kill:
+		if k, ok := ch.server(); ok && !slices.Contains(s.Needs, k) {
+			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
 		}
 	case Partition:
 		if s.Name == "sqlite" {
 			return errors.New("sqlite has no network to partition; the lab's proxies sit between nodes and servers")
 		}
+		if k := servers.Kind(ch.Server); k != "" && !usesServer(s, k) {
+			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
+		}
 	case Latency:
-		if k := servers.Kind(ch.Target); !slices.Contains(s.Needs, k) && k != servers.KindPostgres {
+		if k := servers.Kind(ch.Target); !usesServer(s, k) {
 			return fmt.Errorf("%s does not use %s", s.Name, ch.Target)
 		}
 	}
+	// Crash needs nothing of the strategy: every run writes to the store
+	// of record, which is the PostgreSQL it crashes (when it is SQLite,
+	// admitChaos refuses it).
 	return nil
+}
+
+// usesServer reports whether s's nodes reach a server of kind k: the
+// servers it needs, and PostgreSQL, the store of record.
+func usesServer(s Strategy, k servers.Kind) bool {
+	return k == servers.KindPostgres || slices.Contains(s.Needs, k)
+}
+
+// usesServers says which servers s's nodes reach.
+func usesServers(s Strategy) string {
+	var names []string
+	for _, k := range s.Needs {
+		if k != servers.KindPostgres {
+			names = append(names, string(k))
+		}
+	}
+	if len(names) == 0 {
+		return "it uses only the store of record (postgres)"
+	}
+	return "it uses " + strings.Join(names, " and ") + " besides the store of record (postgres)"
 }
 
 // inputError is a caller's mistake (a flag, a chaos spec): it wraps
@@ -139,6 +217,16 @@ func (c Config) fenced() bool {
 	return c.Fence && s.Fenceable()
 }
 
+// json is the report's form of c.
+func (c Config) json() ConfigJSON {
+	chaos := []string{}
+	for _, ch := range c.Chaos {
+		chaos = append(chaos, ch.String())
+	}
+	return ConfigJSON{Strategy: c.Strategy, Fence: c.Fence, Nodes: c.Nodes, Standby: c.Standby, Duration: c.Duration.String(), Tick: c.Tick.String(),
+		Work: c.Work.String(), TTL: c.TTL.String(), Catalog: FormatCatalog(c.jobs()), Chaos: chaos}
+}
+
 // String describes the run in one line.
 func (c Config) String() string {
 	fence := "unfenced"
@@ -156,7 +244,7 @@ func (c Config) Params() string {
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
 	}
-	line := fmt.Sprintf("%d nodes, %d ticks of %s, work %s, ttl %s", c.Nodes, c.Ticks(), c.Tick, c.Work, c.TTL)
+	line := fmt.Sprintf("%d nodes, %d ticks of %s, ttl %s, catalog %s", c.Nodes, c.Ticks(), c.Tick, c.TTL, FormatCatalog(c.jobs()))
 	if len(chaos) > 0 {
 		line += "; chaos " + strings.Join(chaos, " ")
 	}

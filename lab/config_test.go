@@ -2,13 +2,14 @@ package lab_test
 
 import (
 	"database/sql"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -49,6 +50,52 @@ func TestConfigValidate(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tt.want)
 		require.ErrorIs(t, err, aegis.ErrInvalid, tt.want)
+	}
+}
+
+// Excludes is what the campaign holds a run to: the strategy's label,
+// fenced or not, and, for a lease strategy, whether the run's clocks differ
+// by less than its jobs' LockAtLeastFor (half the cadence: 500 ms for the
+// default catalog's one-second job).
+func TestStrategyExcludes(t *testing.T) {
+	t.Parallel()
+	all := []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate, lab.HarmRetryDuplicate}
+	run := func(strategy string, fence bool, skews ...string) lab.Config {
+		c := lab.DefaultConfig()
+		c.Strategy, c.Fence = strategy, fence
+		for _, spec := range skews {
+			ch, err := lab.ParseChaos(spec)
+			require.NoError(t, err)
+			c.Chaos = append(c.Chaos, ch)
+		}
+		require.NoError(t, c.Validate())
+		return c
+	}
+	for _, tc := range []struct {
+		c    lab.Config
+		want []lab.Harm
+	}{
+		{run("none", true), nil},
+		{run("pg-advisory", true), nil},
+		{run("pg-lease", true), all},
+		{run("pg-lease", false), []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate}},
+		{run("pg-lease", true, "skew:node2=+499ms"), all},
+		{run("pg-lease", true, "skew:node2=+300ms", "skew:node3=-200ms"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
+		{run("pg-lease", false, "skew:node1=+500ms"), nil},
+		{run("etcd", true, "skew:node1=-1s"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
+		{run("pg-unique", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate}},
+		{run("pg-unique", false), []lab.Harm{lab.HarmDuplicate}},
+		{run("queue", true, "skew:node1=+5s"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate}},
+		{run("optimistic", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
+		{run("optimistic", false), nil},
+		{run("redis", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
+		{run("redlock", false), nil},
+	} {
+		s, ok := lab.LookupStrategy(tc.c.Strategy)
+		require.True(t, ok)
+		require.ElementsMatch(t, tc.want, s.Excludes(tc.c), "%s", tc.c)
+		g := s.Guarantee(tc.c.Fence)
+		require.Equal(t, g.Ledger, slices.Contains(s.Excludes(tc.c), lab.HarmLostUpdate), "%s: Ledger is what excludes a lost update", tc.c)
 	}
 }
 

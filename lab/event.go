@@ -12,8 +12,10 @@ type Event struct {
 	Kind string  `json:"kind"`
 	// Node is the node's number (from 1); 0 for the lab's own events.
 	Node int `json:"node,omitempty"`
-	// Tick is the tick's number (from 1); 0 when the event is not about a
-	// tick.
+	// Job is the catalog schedule the event is about ("" for none).
+	Job string `json:"job,omitempty"`
+	// Tick is the tick's number on the run's grid (from 1); 0 when the
+	// event is not about a tick.
 	Tick int `json:"tick,omitempty"`
 	// Token is the lease's or claim's fencing token; 0 when the strategy
 	// has none.
@@ -30,20 +32,24 @@ type Event struct {
 // The kinds of event. Node events first (see the node's protocol), then
 // the lab's.
 const (
-	EventReady    = evReady
-	EventAcquired = evAcquired
-	EventEnter    = evEnter
-	EventEntered  = evEntered
-	EventWriting  = evWriting
-	EventSkipped  = evSkipped
-	EventStale    = evStale
-	EventExecuted = evExecuted
-	EventReleased = evReleased
-	EventLost     = evLost
-	EventGaveUp   = evGaveUp
-	EventError    = evError
-	EventAbandon  = evAbandon
-	EventFinished = evFinished
+	EventReady      = evReady
+	EventAcquired   = evAcquired
+	EventEnter      = evEnter
+	EventEntered    = evEntered
+	EventWriting    = evWriting
+	EventStale      = evStale
+	EventExecuted   = evExecuted
+	EventReleased   = evReleased
+	EventLost       = evLost
+	EventReclaim    = evReclaim
+	EventElected    = evElected
+	EventRefused    = evRefused
+	EventMisfired   = evMisfired
+	EventClaimed    = evClaimed
+	EventNotPrimary = evNotPrimary
+	EventError      = evError
+	EventAbandon    = evAbandon
+	EventFinished   = evFinished
 
 	EventTick      = "tick"      // a tick fired (the lab's clock)
 	EventChaos     = "chaos"     // a fault began (Detail: the spec and what it did)

@@ -23,7 +23,7 @@ func ExampleParseChaos() {
 
 func ExampleLookupStrategy() {
 	s, _ := lab.LookupStrategy("redis")
-	fmt.Printf("%s (%s token): does not guarantee %s\n", s.Name, s.Token, s.NotGuaranteed)
+	fmt.Printf("%s (%s mode, %s token): fenced, %s\n", s.Name, s.Mode, s.Token, s.Guarantee(true))
 	// Output:
-	// redis (lease token): does not guarantee one holder across a pause past the TTL or a failover before replication (which can send the token back): an optimisation unless fenced
+	// redis (lease mode, lease token): fenced, ledger kept, a tick may run twice
 }

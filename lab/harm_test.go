@@ -1,209 +1,519 @@
 package lab_test
 
 import (
+	"cmp"
 	"database/sql"
-	"math"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 )
 
-// What a faulted run shows depends on a race: whether another node entered
-// the faulted holder's tick before the holder wrote (its lease had to
-// expire first, and the lab had to catch the holder before its write). So
-// these tests assert what holds whichever way the race went: the report
-// agrees with the audit rows in SQL, harm in the store is reported as harm,
-// a fenced run does no harm; and what the interleaving the events show
-// forces (see takeover).
+// What a faulted run shows depends on races: which node got a job's lease
+// at a tick, whether the faulted holder's successor read before or after
+// its late write. So these tests assert what holds whichever way the races
+// went: the report's per-job counts are what SQL over the store says, a
+// harm in the store is reported (and is a violation for the checker), the
+// harms a strategy's label excludes do not happen, and what the
+// interleaving the events show forces (see faulted).
 
-// storeAudit is what the store of record says about a run, read with SQL,
-// apart from the lab's report.
-type storeAudit struct {
-	executed  map[int]int     // tick → its EXECUTED rows
-	wrote     map[int64]int   // balance written → the EXECUTED rows that wrote it
-	committed map[string]bool // attempt → it has an EXECUTED row
-	refused   int             // REFUSED rows
-	effects   int64           // EXECUTED rows
-	balance   int64
+// auditRow is one row of aegis_lab_audit, read apart from the lab.
+type auditRow struct {
+	attempt    string
+	tick, node int
+	token      int64
+	owner      string
+	runAttempt int
+	status     string
+	value      sql.NullInt64
+	atMS       int64
 }
 
-func readAudit(t *testing.T, run string) storeAudit {
+// jobStore is what the store of record says about one job of a run.
+type jobStore struct {
+	executed map[int][]auditRow // tick → its EXECUTED rows
+	rows     []auditRow         // every EXECUTED row
+	refused  int                // REFUSED rows
+	ledger   int64
+	hasRow   bool // the job has a ledger row
+}
+
+// store is what the store of record says about a run, by job.
+type store map[string]*jobStore
+
+func (s store) job(name string) *jobStore {
+	j := s[name]
+	if j == nil {
+		j = &jobStore{executed: map[int][]auditRow{}}
+		s[name] = j
+	}
+	return j
+}
+
+// committed reports whether attempt has an EXECUTED row.
+func (s store) committed(attempt string) bool {
+	for _, j := range s {
+		for _, a := range j.rows {
+			if a.attempt == attempt {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// duplicates counts j's ticks with more than one EXECUTED row, and those
+// of them whose every row after the first is a reaper's retry (a greater
+// run attempt).
+func (j *jobStore) duplicates() (all, retries int) {
+	for _, rows := range j.executed {
+		if len(rows) < 2 {
+			continue
+		}
+		all++
+		attempts := map[int]int{}
+		for _, a := range rows {
+			attempts[a.runAttempt]++
+		}
+		if len(attempts) == len(rows) { // distinct run attempts: one run, then its retries
+			retries++
+		}
+	}
+	return all, retries
+}
+
+// lost is EXECUTED rows minus the ledger.
+func (j *jobStore) lost() int64 { return int64(len(j.rows)) - j.ledger }
+
+// staleAccepted returns a pair of EXECUTED rows whose order the fence must
+// have refused: in commit order (the fence's row lock orders a job's
+// writes, and each writer stamps its row after its check), a token lower
+// than one already accepted, or an equal one from another owner. Fenced
+// runs only.
+func (j *jobStore) staleAccepted() (a, b auditRow, found bool) {
+	rows := slices.Clone(j.rows)
+	slices.SortStableFunc(rows, func(x, y auditRow) int {
+		return cmp.Or(cmp.Compare(x.atMS, y.atMS), cmp.Compare(x.token, y.token))
+	})
+	for i := 1; i < len(rows); i++ {
+		prev, cur := rows[i-1], rows[i]
+		if cur.token < prev.token || (cur.token == prev.token && cur.owner != prev.owner) {
+			return prev, cur, true
+		}
+	}
+	return auditRow{}, auditRow{}, false
+}
+
+// readStore reads the run's audit and ledger rows with SQL.
+func readStore(t *testing.T, run string) store {
 	t.Helper()
 	db, err := sql.Open("pgx", testenv.PostgresURL(t))
 	require.NoError(t, err)
 	defer db.Close()
-	a := storeAudit{executed: map[int]int{}, wrote: map[int64]int{}, committed: map[string]bool{}}
-	rows, err := db.QueryContext(t.Context(), `SELECT attempt, tick, status, value FROM aegis_lab_audit WHERE run = $1`, run)
+	s := store{}
+	rows, err := db.QueryContext(t.Context(), `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
+FROM aegis_lab_audit WHERE run = $1`, run)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
-		var attempt, status string
-		var tick int
-		var value sql.NullInt64
-		require.NoError(t, rows.Scan(&attempt, &tick, &status, &value))
-		switch status {
+		var a auditRow
+		var job string
+		require.NoError(t, rows.Scan(&a.attempt, &job, &a.tick, &a.node, &a.token, &a.owner, &a.runAttempt, &a.status, &a.value, &a.atMS))
+		j := s.job(job)
+		switch a.status {
 		case "EXECUTED":
-			require.True(t, value.Valid, "attempt %s: an EXECUTED row has its balance", attempt)
-			a.executed[tick]++
-			a.wrote[value.Int64]++
-			a.committed[attempt] = true
-			a.effects++
+			require.True(t, a.value.Valid, "attempt %s: an EXECUTED row has the ledger value it wrote", a.attempt)
+			j.executed[a.tick] = append(j.executed[a.tick], a)
+			j.rows = append(j.rows, a)
 		case "REFUSED":
-			a.refused++
+			j.refused++
 		default:
-			t.Fatalf("attempt %s: status %q", attempt, status)
+			t.Fatalf("attempt %s: status %q", a.attempt, a.status)
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT value FROM aegis_lab_balance WHERE run = $1`, run).Scan(&a.balance))
-	return a
+	ledgers, err := db.QueryContext(t.Context(), `SELECT job, value FROM aegis_lab_ledger WHERE run = $1`, run)
+	require.NoError(t, err)
+	defer ledgers.Close()
+	for ledgers.Next() {
+		var job string
+		var v int64
+		require.NoError(t, ledgers.Scan(&job, &v))
+		j := s.job(job)
+		j.ledger, j.hasRow = v, true
+	}
+	require.NoError(t, ledgers.Err())
+	return s
 }
 
-// requireConsistent checks the report against the store: its counts are
-// the audit rows', every tick applied twice is reported as such, and two
-// commits that read the same balance (they wrote the same one) are a
-// violation for the checker, whichever order they came in.
-func requireConsistent(t *testing.T, run string, rep *lab.Report) {
+// grid lists the ticks (from 1) at which a job of cadence every fires in
+// a run of ticks ticks of tick from start: the epoch-aligned multiples of
+// its cadence, as package schedule's Interval fires.
+func grid(start time.Time, tick, every time.Duration, ticks int) []int {
+	var out []int
+	for t := 1; t <= ticks; t++ {
+		if start.Add(time.Duration(t-1)*tick).UnixNano()%int64(every) == 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// requireConsistent checks the report against the store, read with SQL
+// apart from the lab, and against its own events: per job, its
+// duplicates_applied are the ticks with more than one EXECUTED row, its
+// lost_updates the EXECUTED rows minus the ledger, its missed ticks the
+// ticks of its grid with none, its ledger the ledger row; a harm in the
+// store is a checker violation; the top-level counts are the jobs' sums;
+// and the lab's own SQL agrees with its checker.
+func requireConsistent(t *testing.T, r *lab.Run, rep *lab.Report) store {
 	t.Helper()
-	a := readAudit(t, run)
-	var dup, missed int
-	for tick := 1; tick <= rep.Ticks; tick++ {
-		switch n := a.executed[tick]; {
-		case n == 0:
-			missed++
-		case n > 1:
-			dup++
-			require.Contains(t, rep.Table[tick-1].Note, "DUPLICATE", "tick %d has %d EXECUTED rows: the table says so", tick, n)
-		}
-	}
-	require.Equal(t, dup, rep.DuplicatesApplied, "duplicates_applied: the ticks with more than one EXECUTED row")
-	require.Equal(t, missed, rep.MissedTicks, "missed_ticks: the ticks with no EXECUTED row")
-	require.Equal(t, a.balance, rep.Balance)
-	require.Equal(t, a.effects-a.balance, rep.LostUpdates, "lost_updates: EXECUTED rows minus the balance")
-	require.LessOrEqual(t, a.refused, rep.StaleRejected, "every REFUSED row is a stale rejection")
-	for _, at := range rep.Attempts {
-		require.Equal(t, a.committed[at.ID], at.Outcome == lab.Committed, "attempt %s: committed in the report iff it has an EXECUTED row (%s)", at.ID, at.Outcome)
-	}
-	for v, n := range a.wrote {
-		if n > 1 {
-			require.Equal(t, lab.CheckViolation, rep.Checker, "%d commits wrote balance %d, each having read %d: no order explains that", n, v, v-1)
-		}
-	}
-	if rep.Fenced {
-		return
-	}
-	require.Zero(t, rep.StaleRejected, "unfenced, nothing refuses a write")
-}
+	require.True(t, rep.StoreAgrees, "checker disagrees with the store: %s", rep.Disagreement)
+	st := readStore(t, r.ID)
+	cfg := r.Config()
+	stopped := slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "stopped early") })
+	s, ok := lab.LookupStrategy(rep.Strategy)
+	require.True(t, ok)
 
-// requireSafe checks a fenced run: nothing applied twice; with a lease
-// token (one fence across the ticks) no lost update either, and the
-// history is linearizable.
-func requireSafe(t *testing.T, rep *lab.Report) {
-	t.Helper()
-	require.True(t, rep.Fenced)
-	require.Zero(t, rep.DuplicatesApplied, "fenced, no tick is applied twice")
-	if s, _ := lab.LookupStrategy(rep.Strategy); s.Token == lab.LeaseToken {
-		require.Zero(t, rep.LostUpdates)
-		require.Equal(t, lab.CheckOK, rep.Checker)
+	var names []string
+	for name, j := range st {
+		require.True(t, j.hasRow, "job %s has audit rows but no ledger row", name)
+		names = append(names, name)
 	}
-}
+	var reported []string
+	for _, j := range rep.Jobs {
+		reported = append(reported, j.Name)
+	}
+	require.ElementsMatch(t, names, reported, "the report has a part for each job of the run's ledger")
 
-// takeover is what a pause or partition of the holder is meant to bring
-// about: another node entered the holder's tick during the fault. Once
-// that happened the rest is forced: the stale holder's write, when it
-// comes, lands unfenced (the tick is applied twice; when both read the same
-// balance, no order explains it) and is refused fenced.
-type takeover struct {
-	faulted   int
-	stale     lab.Attempt // the faulted holder's attempt
-	successor lab.Attempt // the other node's
-}
-
-// findTakeover looks for the takeover of the run's first pause or
-// partition in its events.
-func findTakeover(rep *lab.Report) (takeover, bool) {
-	node, from, to := 0, 0.0, math.Inf(1)
-	for _, e := range rep.Events {
-		switch {
-		case node == 0 && e.Kind == lab.EventChaos && (strings.Contains(e.Detail, "paused with SIGSTOP") || strings.Contains(e.Detail, "cut from its servers")):
-			node, from = e.Node, e.T
-		case node != 0 && e.Kind == lab.EventHealed && e.Node == node && e.T >= from:
-			to = min(to, e.T)
-		}
-	}
-	if node == 0 {
-		return takeover{}, false
-	}
-	entered, ended := map[string]float64{}, map[string]float64{}
+	// What the events say, per job: entries, refusals, missed ticks, and
+	// the ticks more than one section entered.
+	entered, stale, missed := map[string]int{}, map[string]int{}, map[string][]int{}
+	enteredTick := map[string]map[int]int{}
 	for _, e := range rep.Events {
 		switch e.Kind {
 		case lab.EventEntered:
-			entered[e.Attempt] = e.T
-		case lab.EventExecuted, lab.EventStale, lab.EventAbandon:
-			ended[e.Attempt] = e.T
+			entered[e.Job]++
+			if enteredTick[e.Job] == nil {
+				enteredTick[e.Job] = map[int]int{}
+			}
+			enteredTick[e.Job][e.Tick]++
+		case lab.EventStale:
+			stale[e.Job]++
+		case lab.EventMissed:
+			missed[e.Job] = append(missed[e.Job], e.Tick)
 		}
 	}
-	attempts := map[string]lab.Attempt{}
-	for _, a := range rep.Attempts {
-		attempts[a.ID] = a
+
+	var sum lab.Report
+	for _, jr := range rep.Jobs {
+		j := st.job(jr.Name)
+		spec := findJob(t, cfg, jr.Name)
+		fires := grid(r.StartTime(), cfg.Tick, spec.Every, cfg.Ticks())
+		if !stopped {
+			require.Equal(t, len(fires), jr.Ticks, "%s: ticks: its grid ticks in the run", jr.Name)
+		}
+		var sqlMissed []int
+		for _, tick := range fires[:min(len(fires), jr.Ticks)] {
+			if len(j.executed[tick]) == 0 {
+				sqlMissed = append(sqlMissed, tick)
+			}
+		}
+		for tick := range j.executed {
+			require.Contains(t, fires, tick, "%s: tick %d was executed, and is not one of its fire times", jr.Name, tick)
+		}
+		dups, retries := j.duplicates()
+		require.Equal(t, dups, jr.DuplicatesApplied, "%s: duplicates_applied: the ticks with more than one EXECUTED row", jr.Name)
+		require.Equal(t, retries, jr.Retries, "%s: retried_duplicates: the duplicates whose later rows are a reaper's retries", jr.Name)
+		require.Equal(t, j.lost(), jr.LostUpdates, "%s: lost_updates: EXECUTED rows (%d) minus the ledger (%d)", jr.Name, len(j.rows), j.ledger)
+		require.Equal(t, j.ledger, jr.Ledger, "%s: the ledger", jr.Name)
+		require.Equal(t, len(sqlMissed), jr.MissedTicks, "%s: missed_ticks: the grid ticks with no EXECUTED row (%v)", jr.Name, sqlMissed)
+		require.ElementsMatch(t, sqlMissed, missed[jr.Name], "%s: a missed event for each tick the store has no EXECUTED row of", jr.Name)
+		require.Equal(t, entered[jr.Name], jr.Executions, "%s: executions: the sections that read the ledger", jr.Name)
+		require.Equal(t, stale[jr.Name], jr.StaleRejected, "%s: stale_rejected: the sections the fence refused", jr.Name)
+		require.LessOrEqual(t, j.refused, jr.StaleRejected, "%s: every REFUSED row is a stale rejection", jr.Name)
+		var dupTicks int
+		for _, n := range enteredTick[jr.Name] {
+			if n > 1 {
+				dupTicks++
+			}
+		}
+		require.Equal(t, dupTicks, jr.DuplicateTicks, "%s: duplicate_ticks: the ticks more than one section entered", jr.Name)
+
+		// Two commits that wrote the same value both read the one before:
+		// the ledger cannot count both (a lost update), and no order of the
+		// job's operations explains it.
+		wrote := map[int64][]string{}
+		for _, a := range j.rows {
+			wrote[a.value.Int64] = append(wrote[a.value.Int64], a.attempt)
+		}
+		for v, attempts := range wrote {
+			if len(attempts) > 1 {
+				require.Positive(t, jr.LostUpdates, "%s: attempts %v all wrote %d", jr.Name, attempts, v)
+			}
+		}
+		require.Equal(t, dups > retries, slices.Contains(jr.Harms, lab.HarmDuplicate), "%s: harms %v: %d duplicates, %d of them retries", jr.Name, jr.Harms, dups, retries)
+		require.Equal(t, retries > 0, slices.Contains(jr.Harms, lab.HarmRetryDuplicate), "%s: harms %v: %d retried duplicates", jr.Name, jr.Harms, retries)
+		require.Equal(t, j.lost() != 0, slices.Contains(jr.Harms, lab.HarmLostUpdate), "%s: harms %v: %d lost updates", jr.Name, jr.Harms, j.lost())
+		if dups > 0 || j.lost() != 0 {
+			require.Equal(t, lab.CheckViolation, jr.Checker, "%s: the store shows %d ticks applied twice and %d lost updates", jr.Name, dups, j.lost())
+		}
+		if rep.Fenced {
+			if a, b, bad := j.staleAccepted(); bad {
+				require.Equal(t, lab.CheckViolation, jr.Checker, "%s: the fence accepted token %d (attempt %s) after token %d (attempt %s)", jr.Name, b.token, b.attempt, a.token, a.attempt)
+			}
+		} else {
+			require.Zero(t, jr.StaleRejected, "%s: unfenced, nothing refuses a section", jr.Name)
+		}
+
+		sum.Ticks += jr.Ticks
+		sum.Executions += jr.Executions
+		sum.DuplicateTicks += jr.DuplicateTicks
+		sum.DuplicatesApplied += jr.DuplicatesApplied
+		sum.StaleRejected += jr.StaleRejected
+		sum.MissedTicks += jr.MissedTicks
+		sum.LostUpdates += jr.LostUpdates
+		sum.Balance += jr.Ledger
 	}
-	// The holder's attempt: it had read before the fault and had not ended.
-	var stale lab.Attempt
-	for _, a := range rep.Attempts {
-		at, ok := entered[a.ID]
-		end, done := ended[a.ID]
-		if a.Node == node && ok && at <= from && (!done || end >= from) {
-			stale = a
+	require.Equal(t, sum.Ticks, rep.Ticks, "ticks: the jobs' sum")
+	require.Equal(t, sum.Executions, rep.Executions, "executions: the jobs' sum")
+	require.Equal(t, sum.DuplicateTicks, rep.DuplicateTicks, "duplicate_ticks: the jobs' sum")
+	require.Equal(t, sum.DuplicatesApplied, rep.DuplicatesApplied, "duplicates_applied: the jobs' sum")
+	require.Equal(t, sum.StaleRejected, rep.StaleRejected, "stale_rejected: the jobs' sum")
+	require.Equal(t, sum.MissedTicks, rep.MissedTicks, "missed_ticks: the jobs' sum")
+	require.Equal(t, sum.LostUpdates, rep.LostUpdates, "lost_updates: the jobs' sum")
+	require.Equal(t, sum.Balance, rep.Balance, "the ledgers' sum")
+	worst := lab.CheckOK
+	for _, jr := range rep.Jobs {
+		if jr.Checker == lab.CheckViolation || (jr.Checker == lab.CheckUnknown && worst == lab.CheckOK) {
+			worst = jr.Checker
 		}
 	}
-	if stale.ID == "" {
-		return takeover{}, false
+	require.Equal(t, worst, rep.Checker, "checker: the worst job's verdict")
+	if rep.Checker == lab.CheckViolation {
+		require.NotEmpty(t, rep.Harms, "a violation is a harm the report names")
 	}
-	for _, a := range rep.Attempts {
-		at, ok := entered[a.ID]
-		if ok && a.Node != node && a.Tick == stale.Tick && at >= from && at <= to {
-			return takeover{faulted: node, stale: stale, successor: a}, true
+
+	// Unsafe is exactly the harms the strategy's label excludes.
+	excluded := s.Excludes(rep.Config)
+	var unsafe []lab.Harm
+	for _, h := range rep.Harms {
+		if slices.Contains(excluded, h) {
+			unsafe = append(unsafe, h)
 		}
 	}
-	return takeover{}, false
+	require.ElementsMatch(t, unsafe, rep.Unsafe, "unsafe: the harms %v that the label's exclusions %v name", rep.Harms, excluded)
+	return st
 }
 
-// requireTakeoverOutcome asserts what a takeover forces, when the events
-// show one: unfenced, a stale holder's write that committed applied the
-// tick twice; fenced, it did not commit. wrote says the stale write must
-// have come (a paused holder resumes and writes at once, its first try
-// not bound by the tick's window); a partitioned holder's write may end
-// with the window before the partition heals.
-func requireTakeoverOutcome(t *testing.T, rep *lab.Report, wrote bool) {
+// requireLabelKept checks that the run showed none of the harms its
+// strategy's label excludes, by the report and by SQL.
+func requireLabelKept(t *testing.T, rep *lab.Report, st store) {
 	t.Helper()
-	to, ok := findTakeover(rep)
-	if !ok {
-		t.Logf("no takeover: no node entered the faulted holder's tick during the fault, so no outcome is forced")
-		return
+	s, _ := lab.LookupStrategy(rep.Strategy)
+	excluded := s.Excludes(rep.Config)
+	require.Empty(t, rep.Unsafe, "%s (fenced %t) excludes %v", rep.Strategy, rep.Fenced, excluded)
+	for _, h := range rep.Harms {
+		require.NotContains(t, excluded, h, "%s (fenced %t) excludes %s", rep.Strategy, rep.Fenced, h)
 	}
-	t.Logf("takeover: node%d's attempt %s (tick %d, read %d, %s) and node%d's %s (read %d, %s)", to.faulted, to.stale.ID, to.stale.Tick, to.stale.Read,
-		to.stale.Outcome, to.successor.Node, to.successor.ID, to.successor.Read, to.successor.Outcome)
-	require.GreaterOrEqual(t, rep.DuplicateTicks, 1, "two nodes entered tick %d", to.stale.Tick)
+	if !slices.ContainsFunc([]lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted},
+		func(h lab.Harm) bool { return !slices.Contains(excluded, h) }) {
+		require.Equal(t, lab.CheckOK, rep.Checker, "%s (fenced %t) excludes every harm", rep.Strategy, rep.Fenced)
+	}
+	for name, j := range st {
+		dups, retries := j.duplicates()
+		if slices.Contains(excluded, lab.HarmLostUpdate) {
+			require.Zero(t, j.lost(), "%s: %d EXECUTED rows, ledger %d: a lost update", name, len(j.rows), j.ledger)
+		}
+		if slices.Contains(excluded, lab.HarmDuplicate) {
+			require.Equal(t, retries, dups, "%s: a tick applied twice other than by a reaper's retry", name)
+		}
+		if slices.Contains(excluded, lab.HarmRetryDuplicate) {
+			require.Zero(t, retries, "%s: a tick applied twice by a retry", name)
+		}
+		if slices.Contains(excluded, lab.HarmStaleAccepted) {
+			a, b, bad := j.staleAccepted()
+			require.False(t, bad, "%s: the fence accepted token %d (attempt %s, owner %s) after token %d (attempt %s, owner %s)",
+				name, b.token, b.attempt, b.owner, a.token, a.attempt, a.owner)
+		}
+	}
+}
+
+func findJob(t *testing.T, cfg lab.Config, name string) lab.JobSpec {
+	t.Helper()
+	jobs := cfg.Catalog
+	if jobs == nil {
+		jobs = lab.DefaultCatalog(cfg.Tick, cfg.Work)
+	}
+	for _, j := range jobs {
+		if j.Name == name {
+			return j
+		}
+	}
+	t.Fatalf("job %q is not in the run's catalog %s", name, lab.FormatCatalog(jobs))
+	return lab.JobSpec{}
+}
+
+// section is one critical section as the run's events tell it.
+type section struct {
+	attempt string
+	node    int
+	job     string
+	tick    int
+	token   int64
+	enter   float64
+	entered float64 // when its read returned; -1 if it never did
+	read    int64
+	writing float64 // when its write began; -1 if it never did
+	end     string  // executed, stale or abandoned; "" if it never ended
+	endedAt float64
+}
+
+// sections returns the run's critical sections, by attempt, from its
+// events.
+func sections(rep *lab.Report) map[string]*section {
+	out := map[string]*section{}
+	for _, e := range rep.Events {
+		if e.Attempt == "" {
+			continue
+		}
+		s := out[e.Attempt]
+		if s == nil {
+			s = &section{attempt: e.Attempt, node: e.Node, job: e.Job, tick: e.Tick, token: e.Token, enter: e.T, entered: -1, writing: -1}
+			out[e.Attempt] = s
+		}
+		switch e.Kind {
+		case lab.EventEntered:
+			s.entered = e.T
+			if e.Value != nil {
+				s.read = *e.Value
+			}
+		case lab.EventWriting:
+			s.writing = e.T
+		case lab.EventExecuted, lab.EventStale, lab.EventAbandon:
+			s.end, s.endedAt = e.Kind, e.T
+		}
+	}
+	return out
+}
+
+// fault is a fault of a node the run's events show.
+type fault struct {
+	node     int
+	at, to   float64 // from the fault to its heal (+Inf for a kill)
+	job      string  // the holder's section the fault named
+	tick     int
+	victim   *section // that section
+	sections map[string]*section
+}
+
+var insideRE = regexp.MustCompile(`inside (\S+) tick (\d+)`)
+
+// findFault finds the run's first fault whose chaos event's detail
+// contains what, and the holder's section it took: the node's section of
+// the job and tick the detail names, which had read before the fault and
+// had not ended before it.
+func findFault(t *testing.T, rep *lab.Report, what string) (fault, bool) {
+	t.Helper()
+	f := fault{to: 1e9, sections: sections(rep)}
+	for _, e := range rep.Events {
+		switch {
+		case f.node == 0 && e.Kind == lab.EventChaos && strings.Contains(e.Detail, what):
+			f.node, f.at = e.Node, e.T
+			if m := insideRE.FindStringSubmatch(e.Detail); m != nil {
+				f.job = m[1]
+				f.tick, _ = strconv.Atoi(m[2])
+			}
+		case f.node != 0 && e.Kind == lab.EventHealed && e.Node == f.node && e.T >= f.at:
+			f.to = min(f.to, e.T)
+		}
+	}
+	if f.node == 0 {
+		return fault{}, false
+	}
+	for _, s := range f.sections {
+		if s.node == f.node && s.job == f.job && s.tick == f.tick && s.entered >= 0 && s.entered <= f.at && (s.end == "" || s.endedAt >= f.at) {
+			f.victim = s
+		}
+	}
+	return f, true
+}
+
+// successors are the other nodes' sections of the victim's job that read
+// the ledger after the fault began and before the victim's write began
+// (or before the victim ended, when it never wrote), with a greater token
+// (any, for a strategy without tokens).
+func (f fault) successors() []*section {
+	until := f.victim.writing
+	if until < 0 {
+		until = 1e9
+	}
+	var out []*section
+	for _, s := range f.sections {
+		if s.job == f.victim.job && s.node != f.node && s.entered > f.at && s.entered < until && (s.token > f.victim.token || f.victim.token == 0) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *section) int { return cmp.Compare(a.entered, b.entered) })
+	return out
+}
+
+// requireFaultOutcome asserts what a pause or partition of the holder
+// forces, whichever way the races went: fenced, once a successor read the
+// job's ledger with a greater token (registering it) before the victim's
+// write, the victim's write is refused, and a victim that ended refused is
+// counted; unfenced, a victim that committed after a successor that read
+// the same value is a lost update and a violation. resumed says the victim
+// must have ended (a paused holder writes at once when it resumes).
+func requireFaultOutcome(t *testing.T, rep *lab.Report, st store, what string, resumed bool) {
+	t.Helper()
+	f, ok := findFault(t, rep, what)
+	require.True(t, ok, "the run's events have the fault %q", what)
+	require.NotNil(t, f.victim, "node%d was inside %s tick %d at the fault", f.node, f.job, f.tick)
+	v := f.victim
+	if resumed {
+		require.NotEmpty(t, v.end, "the paused holder's section %s ended after it resumed", v.attempt)
+	}
+	committed := st.committed(v.attempt)
+	switch v.end {
+	case lab.EventExecuted:
+		require.True(t, committed, "section %s executed: it has an EXECUTED row", v.attempt)
+	case lab.EventStale:
+		require.False(t, committed, "section %s was refused: it has no EXECUTED row", v.attempt)
+	}
+	var jr lab.JobReport
+	for _, j := range rep.Jobs {
+		if j.Name == v.job {
+			jr = j
+		}
+	}
+	if v.end == lab.EventStale {
+		require.True(t, rep.Fenced, "section %s refused in an unfenced run", v.attempt)
+		require.GreaterOrEqual(t, jr.StaleRejected, 1, "%s: the victim's refusal is counted", v.job)
+	}
+	succ := f.successors()
 	if rep.Fenced {
-		require.NotEqual(t, lab.Committed, to.stale.Outcome, "the fence refuses the stale holder after its successor's token")
-		if wrote {
-			require.Equal(t, lab.Refused, to.stale.Outcome, "the resumed holder's write was refused")
-			require.GreaterOrEqual(t, rep.StaleRejected, 1)
+		if len(succ) > 0 {
+			require.False(t, committed, "section %s (token %d) committed after %s read with token %d: the fence must refuse it",
+				v.attempt, v.token, succ[0].attempt, succ[0].token)
+			if resumed {
+				require.Equal(t, lab.EventStale, v.end, "the resumed holder's write is refused")
+			}
 		}
 		return
 	}
-	if wrote {
-		require.Equal(t, lab.Committed, to.stale.Outcome, "unfenced, the resumed holder's write lands")
-	}
-	if to.stale.Outcome == lab.Committed && to.successor.Outcome == lab.Committed {
-		require.GreaterOrEqual(t, rep.DuplicatesApplied, 1, "tick %d applied by both", to.stale.Tick)
-		if to.stale.Read == to.successor.Read {
-			require.Equal(t, lab.CheckViolation, rep.Checker, "both read %d and both committed", to.stale.Read)
+	for _, s := range succ {
+		if committed && st.committed(s.attempt) && s.read == v.read {
+			require.Positive(t, jr.LostUpdates, "%s: %s and %s both read %d and both committed", v.job, v.attempt, s.attempt, v.read)
+			require.Equal(t, lab.CheckViolation, jr.Checker)
 		}
 	}
 }
@@ -245,4 +555,18 @@ func drain(t *testing.T, events <-chan lab.Event, each func(lab.Event)) {
 			t.Fatalf("the run did not end within %s", within)
 		}
 	}
+}
+
+// logEvents logs a failed run's events, for a failure in CI.
+func logEvents(t *testing.T, rep *lab.Report) {
+	t.Helper()
+	var ev strings.Builder
+	for _, e := range rep.Events {
+		v := ""
+		if e.Value != nil {
+			v = fmt.Sprintf(" value %d", *e.Value)
+		}
+		fmt.Fprintf(&ev, "%7.3f node%d %s %s tick %d token %d %s%s %s\n", e.T, e.Node, e.Kind, e.Job, e.Tick, e.Token, e.Attempt, v, e.Detail)
+	}
+	t.Log("events:\n" + ev.String())
 }

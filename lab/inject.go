@@ -6,47 +6,47 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Inject applies a fault now, whatever its At: a pause or partition lasts
-// its For, a kill restarts the node, a skew changes the node's clock from
-// now on, a latency applies to the node's connections from now on. It
-// returns once the fault has begun (for a holder target, once a node is in
-// the critical section, or with an error if none enters before ctx ends);
-// its end is reported as a healed event.
+// its For, a kill restarts the node (or the server member), a crash
+// restarts PostgreSQL, a skew changes the node's clock from now on, a
+// latency applies to the node's connections from now on. It returns once
+// the fault has begun (for a holder or writer target, once a node is in
+// the critical section or its write, or with an error if none is before
+// ctx ends); its end is reported as a healed event. A fault that kills,
+// restarts or fails over a server holds that server for the run until it
+// ends, and is refused while another run of the session holds it.
 func (r *Run) Inject(ctx context.Context, ch Chaos) error {
+	if n := ch.Node(); n > r.cfg.Nodes {
+		return invalid("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
+	}
 	if err := r.cfg.checkChaos(r.strat, ch); err != nil && ch.Kind != Skew {
 		return invalid("--chaos %s: %v", ch, err)
 	}
-	if err := r.s.checkDestructive(ch); err != nil {
+	if err := r.s.admitChaos(ch); err != nil {
 		return err
-	}
-	if ch.Kind == Failover || ch.Kind == Restart {
-		r.mu.Lock()
-		reserved := slicesContainsRedisFault(r.cfg.Chaos)
-		r.mu.Unlock()
-		if !reserved {
-			if err := r.s.holdRedis(); err != nil {
-				return err
-			}
-			r.mu.Lock()
-			r.cfg.Chaos = append(r.cfg.Chaos, ch) // so that the end releases Redis
-			r.mu.Unlock()
-		}
 	}
 	select {
 	case <-r.done:
 		return errors.New("the run has ended")
 	default:
 	}
+	if err := r.s.hold(r, ch); err != nil {
+		return err
+	}
 	began := make(chan error, 1)
 	r.chaos.Go(func() {
-		if err := r.applyNotify(r.ctx, ch, began); err != nil {
+		ctx, cancel := r.lifetime()
+		defer cancel()
+		if err := r.applyNotify(ctx, ch, began); err != nil {
 			r.note("%s: %v", ch, err)
 		}
 	})
@@ -56,15 +56,6 @@ func (r *Run) Inject(ctx context.Context, ch Chaos) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func slicesContainsRedisFault(cs []Chaos) bool {
-	for _, c := range cs {
-		if c.Kind == Failover || c.Kind == Restart {
-			return true
-		}
-	}
-	return false
 }
 
 // apply applies a scheduled fault.
@@ -106,6 +97,9 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		r.labEvent(Event{Kind: EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d resumed with SIGCONT", np.n)})
 		return nil
 	case Kill:
+		if k, ok := ch.server(); ok {
+			return r.killMember(ctx, ch, k, begin)
+		}
 		np, detail, err := r.target(ctx, ch)
 		if err != nil {
 			return err
@@ -145,11 +139,26 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		if err != nil {
 			return err
 		}
-		r.eachProxy(np, func(p proxy) { p.Cut() })
-		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from its servers for %s (connections dropped, new ones refused)%s", ch, np.n, ch.For, detail)})
+		cut, kept := r.proxiesOf(np, servers.Kind(ch.Server))
+		if len(cut) == 0 {
+			return fmt.Errorf("node%d has no connection to %s to cut", np.n, ch.Server)
+		}
+		for _, p := range cut {
+			p.Cut()
+		}
+		from := "its servers"
+		if ch.Server != "" {
+			from = ch.Server + " only"
+			if len(kept) > 0 {
+				from += " (" + strings.Join(kept, " and ") + " still reachable)"
+			}
+		}
+		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from %s for %s (connections dropped, new ones refused)%s", ch, np.n, from, ch.For, detail)})
 		begin(nil)
 		sleep(ctx, ch.For)
-		r.eachProxy(np, func(p proxy) { p.Heal() })
+		for _, p := range cut {
+			p.Heal()
+		}
 		r.labEvent(Event{Kind: EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d's partition healed", np.n)})
 		return nil
 	case Skew:
@@ -164,6 +173,8 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d's clock is now %s off", ch, np.n, ch.Offset)})
 		return nil
+	case Edit:
+		return r.edit(ctx, ch)
 	case Latency:
 		r.setLatency(ch)
 		r.labEvent(Event{Kind: EventChaos, Detail: ch.String()})
@@ -172,6 +183,8 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		return r.failover(ctx, ch, begin)
 	case Restart:
 		return r.restartRedis(ctx, ch)
+	case Crash:
+		return r.crashPostgres(ctx, ch, begin)
 	}
 	return fmt.Errorf("unknown fault %q", ch.Kind)
 }
@@ -190,23 +203,28 @@ func (r *Run) node(n int) *nodeProc {
 	return r.nodes[n-1]
 }
 
-// target returns the node a fault targets: nodeN, or for holder the node
+// target returns the node a fault targets: nodeN; for holder the node
 // doing its work inside the critical section now (it has read, and not
-// begun its write), or else the next one to enter it.
+// begun its write), or else the next one to enter it; for writer the node
+// inside its write now, or else the next one to begin a write.
 func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
-	if ch.Target != Holder {
-		return r.node(ch.Node()), "", nil
+	switch ch.Target {
+	case Holder:
+		return r.holder(ctx)
+	case Writer:
+		return r.writer(ctx)
 	}
+	return r.node(ch.Node()), "", nil
+}
+
+func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
 	r.mu.Lock()
 	for _, id := range r.order {
-		a := r.attempts[id]
-		if a == nil {
-			continue
-		}
+		a := r.sections[id]
 		np := r.nodes[a.Node-1]
-		if np.critical == id && !np.paused && !np.writing {
+		if np.critical == id && !np.paused && !np.writing && a.ReadResult == OpOK {
 			r.mu.Unlock()
-			return np, holderDetail(a.Tick, a.Token), nil
+			return np, holderDetail(a.Job, a.Tick, a.Token), nil
 		}
 	}
 	r.mu.Unlock()
@@ -219,14 +237,74 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	if err != nil {
 		return nil, "", errors.New("no node entered the critical section: nothing to target")
 	}
-	return r.node(e.Node), holderDetail(e.Tick, e.Token), nil
+	return r.node(e.Node), holderDetail(e.Job, e.Tick, e.Token), nil
 }
 
-func holderDetail(tick int, token int64) string {
-	if token == 0 {
-		return fmt.Sprintf(", the holder, inside tick %d", tick)
+// writer returns the node inside its write to the store now (of several,
+// the last to begin: the least likely to be done before the fault lands),
+// or else the next node to begin a write. It reads the nodes' events: a
+// node is inside its write from its writing event to the attempt's
+// outcome (executed, stale, abandoned) or the end of its process.
+func (r *Run) writer(ctx context.Context) (*nodeProc, string, error) {
+	r.mu.Lock()
+	inside := map[int]map[string]int{} // node → attempt → index of its writing event
+	for i, e := range r.events {
+		if e.Node == 0 {
+			continue
+		}
+		switch e.Kind {
+		case EventWriting:
+			if inside[e.Node] == nil {
+				inside[e.Node] = map[string]int{}
+			}
+			inside[e.Node][e.Attempt] = i
+		case EventExecuted, EventStale, EventAbandon:
+			delete(inside[e.Node], e.Attempt)
+		case EventStarted, EventExited:
+			delete(inside, e.Node)
+		}
 	}
-	return fmt.Sprintf(", the holder, inside tick %d with token %d", tick, token)
+	last := -1
+	for n, attempts := range inside {
+		if np := r.nodes[n-1]; np.paused || np.killed {
+			continue
+		}
+		for _, i := range attempts {
+			last = max(last, i)
+		}
+	}
+	if last >= 0 {
+		e := r.events[last]
+		np := r.nodes[e.Node-1]
+		r.mu.Unlock()
+		return np, writerDetail(e.Job, e.Tick, e.Token), nil
+	}
+	r.mu.Unlock()
+	e, err := r.waitEvent(ctx, func(e Event) bool {
+		if e.Kind != EventWriting {
+			return false
+		}
+		np := r.nodes[e.Node-1] // r.mu is held by addLocked
+		return !np.paused && !np.killed
+	})
+	if err != nil {
+		return nil, "", errors.New("no node began a write to the store: nothing to target")
+	}
+	return r.node(e.Node), writerDetail(e.Job, e.Tick, e.Token), nil
+}
+
+func writerDetail(job string, tick int, token int64) string {
+	if token == 0 {
+		return fmt.Sprintf(", the writer, inside its write of %s tick %d", job, tick)
+	}
+	return fmt.Sprintf(", the writer, inside its write of %s tick %d with token %d", job, tick, token)
+}
+
+func holderDetail(job string, tick int, token int64) string {
+	if token == 0 {
+		return fmt.Sprintf(", the holder, inside %s tick %d", job, tick)
+	}
+	return fmt.Sprintf(", the holder, inside %s tick %d with token %d", job, tick, token)
 }
 
 // signal signals np's current process and returns its pid.
@@ -255,14 +333,25 @@ type proxy interface {
 	Upstream() string
 }
 
-func (r *Run) eachProxy(np *nodeProc, fn func(proxy)) {
+// proxiesOf returns np's proxies to the servers of kind k (all of them
+// when k is ""), and the kinds it has proxies to besides.
+func (r *Run) proxiesOf(np *nodeProc, k servers.Kind) (cut []proxy, kept []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, ps := range np.proxies {
+	for _, kind := range servers.Kinds {
+		ps := np.proxies[kind]
+		if len(ps) == 0 {
+			continue
+		}
+		if k != "" && kind != k {
+			kept = append(kept, string(kind))
+			continue
+		}
 		for _, p := range ps {
-			fn(p)
+			cut = append(cut, p)
 		}
 	}
+	return cut, kept
 }
 
 func (r *Run) setLatency(ch Chaos) {
@@ -336,11 +425,31 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 			}
 		}
 	}
-	r.s.mu.Unlock()
-	if err := primary.Restart(context.WithoutCancel(ctx)); err != nil {
-		return err
+	restart := []*servers.Redis{primary}
+	if ch.Target == RedlockMajority {
+		var addrs []string
+		for _, rs := range r.s.redis {
+			addrs = append(addrs, rs.Addr())
+		}
+		nodes := backend.RedlockAddrs(addrs)
+		restart = nil
+		for _, a := range nodes[:len(nodes)/2+1] {
+			for _, rs := range r.s.redis {
+				if rs.Addr() == a {
+					restart = append(restart, rs)
+				}
+			}
+		}
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: its keys and token counters are gone", ch, primary.Addr())})
+	r.s.mu.Unlock()
+	var names []string
+	for _, rs := range restart {
+		if err := rs.Restart(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		names = append(names, rs.Addr())
+	}
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: their keys and token counters are gone", ch, strings.Join(names, ", "))})
 	return nil
 }
 
@@ -367,4 +476,187 @@ func (r *Run) healRedis() {
 	if _, err := servers.RedisCommand(ctx, replica.Addr(), "REPLICAOF", host, port); err != nil {
 		r.note("heal Redis after the failover: %v", err)
 	}
+}
+
+// crashPostgres kills the lab's PostgreSQL with SIGKILL (its backends die
+// with it: every connection drops, and what was not committed is lost)
+// and restarts it at once on the same port and data directory, where it
+// runs crash recovery from its WAL. The session's PostgreSQL is durable,
+// so every commit a node was told of survives.
+func (r *Run) crashPostgres(ctx context.Context, ch Chaos, begin func(error)) error {
+	r.s.mu.Lock()
+	pg := r.s.pg
+	r.s.mu.Unlock()
+	if pg == nil {
+		return errors.New("the lab has no PostgreSQL of its own to crash")
+	}
+	pid := pg.Pid()
+	killed := time.Now()
+	if err := pg.Kill(); err != nil {
+		return err
+	}
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: postgres (pid %d) killed with SIGKILL, its backends with it: every connection dropped; restarting it on the same port and data directory (crash recovery)", ch, pid)})
+	begin(nil)
+	// The store of record must come back even when the run ends meanwhile.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := pg.Start(sctx); err != nil {
+		return fmt.Errorf("restart postgres after its crash: %w", err)
+	}
+	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("postgres crashed (SIGKILL) and restarted in %.1fs (crash recovery done; pid %d, on %s)", time.Since(killed).Seconds(), pg.Pid(), pg.Addr())})
+	return nil
+}
+
+// member is what killMember needs of an etcd cluster or a ZooKeeper
+// ensemble.
+type member interface {
+	Leader(ctx context.Context) (*servers.Proc, error)
+	Members() []*servers.Proc
+}
+
+// killMember kills a member of the lab's etcd cluster (its leader) or
+// ZooKeeper ensemble (the member most sessions are on, the leader among
+// equals) with SIGKILL, reports who leads once the others have elected,
+// and restarts the member serverDowntime after the kill, or when the run
+// ends if that is sooner.
+func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin func(error)) error {
+	r.s.mu.Lock()
+	var cluster member
+	switch {
+	case k == servers.KindEtcd && r.s.etcd != nil:
+		cluster = r.s.etcd
+	case k == servers.KindZooKeeper && r.s.zk != nil:
+		cluster = r.s.zk
+	}
+	r.s.mu.Unlock()
+	if cluster == nil {
+		return fmt.Errorf("the lab has no %s of its own to kill", k)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	leader, err := cluster.Leader(lctx)
+	if err != nil {
+		return err
+	}
+	victim, what := leader, fmt.Sprintf("%s leader %s (pid %d)", k, leader.Name(), leader.Pid())
+	if k == servers.KindZooKeeper {
+		var sessions, total int
+		victim, sessions, total = busiestMember(lctx, cluster.Members(), leader)
+		role := "follower"
+		if victim == leader {
+			role = "leader"
+		}
+		what = fmt.Sprintf("%s member %s (%s, %d of the ensemble's %d client sessions, pid %d)", k, victim.Name(), role, sessions, total, victim.Pid())
+	}
+	killed := time.Now()
+	if err := victim.Kill(); err != nil {
+		return err
+	}
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s killed with SIGKILL; it restarts in %s", ch, what, serverDowntime)})
+	begin(nil)
+	next, err := waitLeader(ctx, cluster)
+	switch {
+	case err != nil:
+		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; no member leads %s later: %v", ch, k, victim.Name(), time.Since(killed).Round(time.Millisecond), err)})
+	case victim == leader:
+		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s leader %s killed; %s leads, elected within %.1fs", ch, k, victim.Name(), next.Name(), time.Since(killed).Seconds())})
+	default:
+		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; %s still leads", ch, k, victim.Name(), next.Name())})
+	}
+	sleep(ctx, time.Until(killed.Add(serverDowntime)))
+	// The member must come back even when the run has ended meanwhile:
+	// the session's next runs use the cluster.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := victim.Start(sctx); err != nil {
+		return fmt.Errorf("restart %s: %w", victim.Name(), err)
+	}
+	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("%s restarted after %.1fs down and serves again (pid %d)", victim.Name(), time.Since(killed).Seconds(), victim.Pid())})
+	return nil
+}
+
+// waitLeader waits, within 15 s, until a running member leads.
+func waitLeader(ctx context.Context, cluster member) (*servers.Proc, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		m, err := cluster.Leader(pctx)
+		pcancel()
+		if err == nil {
+			return m, nil
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			return nil, err
+		}
+	}
+}
+
+// busiestMember returns the running ZooKeeper member with the most client
+// sessions (its `cons` lines with a session id), preferring the leader
+// among equals, with its sessions and those of every member. The nodes'
+// clients each pick a member at random, so that is the member whose loss
+// moves the most sessions; killing the leader also forces an election.
+func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers.Proc) (best *servers.Proc, most, total int) {
+	best, most = leader, -1
+	for _, m := range members {
+		if !m.Running() {
+			continue
+		}
+		out, err := servers.ZooKeeperCommand(ctx, m.Addr(), "cons")
+		if err != nil {
+			continue
+		}
+		n := strings.Count(out, "sid=")
+		total += n
+		if n > most || (n == most && m == leader) {
+			best, most = m, n
+		}
+	}
+	return best, max(most, 0), total
+}
+
+// catalogEdit is an edit of the run's catalog: from At on, the job fires
+// every Every (0: unchanged), or not at all while paused.
+type catalogEdit struct {
+	Job    string
+	At     time.Time
+	Every  time.Duration
+	Paused *bool
+}
+
+// edit applies an edit fault to the run's catalog, as an operator would
+// (aegis schedule put/pause/resume): every node's binder picks it up.
+func (r *Run) edit(ctx context.Context, ch Chaos) error {
+	var (
+		e   schedule.Entry
+		err error
+	)
+	rec := catalogEdit{Job: ch.Target}
+	switch ch.Spec {
+	case "pause", "resume":
+		paused := ch.Spec == "pause"
+		rec.Paused = &paused
+		if paused {
+			e, err = r.catalog.Pause(ctx, ch.Target)
+		} else {
+			e, err = r.catalog.Resume(ctx, ch.Target)
+		}
+		rec.At = time.Now() // from the next tick claimed
+	default:
+		if e, err = r.catalog.Get(ctx, ch.Target); err == nil {
+			e.Every, e.Cron = ch.Offset, ""
+			e, err = r.catalog.Put(ctx, e)
+		}
+		rec.At, rec.Every = e.EffectiveAt, ch.Offset
+	}
+	if err != nil {
+		return fmt.Errorf("edit %s: %w", ch.Target, err)
+	}
+	r.mu.Lock()
+	r.edits = append(r.edits, rec)
+	r.mu.Unlock()
+	r.labEvent(Event{Kind: EventChaos, Job: ch.Target, Detail: fmt.Sprintf("%s: the catalog's %s is now %s%s, from %+.1fs (version %d)",
+		ch, ch.Target, e.Spec(), map[bool]string{true: ", paused", false: ""}[e.Paused], r.secs(rec.At.UnixNano()), e.Version)})
+	return nil
 }

@@ -39,14 +39,13 @@ type InspectOptions struct {
 // InspectQueries are the runbook's questions, in the order they are asked.
 var InspectQueries = []InspectQuery{
 	{
-		Name: "stuck", Title: "stuck RUNNING: claims older than the threshold that no EXECUTED row finished (a crashed winner; a reaper must bump the token)",
-		Table: "aegis_lab_claim",
-		SQL: `SELECT c.run, c.tick, c.node, c.token, c.state, to_timestamp(c.at_ms / 1000.0) AS claimed_at
-FROM aegis_lab_claim c
-WHERE c.state = 'RUNNING'
-  AND c.at_ms < (extract(epoch FROM now()) * 1000)::bigint - $1
-  AND NOT EXISTS (SELECT 1 FROM aegis_lab_audit a WHERE a.run = c.run AND a.tick = c.tick AND a.status = 'EXECUTED')
-ORDER BY c.at_ms DESC
+		Name: "stuck", Title: "stuck RUNNING: runs of the schedule's run table past their lease, older than the threshold (a crashed winner: the reaper retries it with a greater token)",
+		Table: "aegis_schedule_run",
+		SQL: `SELECT namespace, job, fire_at, node, token, attempt, started_at, expires_at
+FROM aegis_schedule_run
+WHERE state = 'running' AND expires_at < now()
+  AND started_at < now() - $1 * interval '1 millisecond'
+ORDER BY started_at DESC
 LIMIT $2`,
 		Args: func(o InspectOptions) []any { return []any{o.OlderThan.Milliseconds(), o.Limit} },
 	},
@@ -59,21 +58,21 @@ ORDER BY expires_at DESC LIMIT $1`,
 		Args: func(o InspectOptions) []any { return []any{o.Limit} },
 	},
 	{
-		Name: "tokens", Title: "token history: every write attempt under a key, by token (a token that goes back means lost grants)",
+		Name: "tokens", Title: "token history: every write attempt under a job's lease key, by token (a token that goes back means lost grants)",
 		Table: "aegis_lab_audit",
-		SQL: `SELECT 'aegis-lab/' || run AS key, token, tick, node, status, value,
+		SQL: `SELECT 'lab-' || lower(run) || '/' || job AS key, token, tick, node, status, value,
   to_timestamp(at_ms / 1000.0) AS at
 FROM aegis_lab_audit
-WHERE $1 = '' OR 'aegis-lab/' || run = $1
+WHERE $1 = '' OR 'lab-' || lower(run) || '/' || job = $1
 ORDER BY at_ms DESC, token DESC LIMIT $2`,
 		Args: func(o InspectOptions) []any { return []any{o.Key, o.Limit} },
 	},
 	{
-		Name: "duplicates", Title: "recent duplicate executions: ticks whose effect was committed more than once",
+		Name: "duplicates", Title: "recent duplicate executions: job ticks whose effect was committed more than once",
 		Table: "aegis_lab_audit",
-		SQL: `SELECT run, tick, count(*) AS executed, string_agg(node::text || ':t' || token::text, ', ' ORDER BY at_ms) AS "node:token"
+		SQL: `SELECT run, job, tick, count(*) AS executed, string_agg(node::text || ':t' || token::text, ', ' ORDER BY at_ms) AS "node:token"
 FROM aegis_lab_audit WHERE status = 'EXECUTED'
-GROUP BY run, tick HAVING count(*) > 1
+GROUP BY run, job, tick HAVING count(*) > 1
 ORDER BY max(at_ms) DESC LIMIT $1`,
 		Args: func(o InspectOptions) []any { return []any{o.Limit} },
 	},

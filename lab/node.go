@@ -8,22 +8,26 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"math/rand/v2"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/backend"
 	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/schedule"
 )
+
+// A node of a run is a process of the aegis executable (`aegis node`): a
+// replica of the course's Task Scheduler. Its scheduler (package schedule,
+// in the strategy's mode) binds the run's catalog of schedules, and each
+// tick it runs becomes the job's critical section (critical.go). The node
+// reports every step as a JSON line on its standard output (protocol.go).
 
 // NodeConfig is what one node process of a run needs. The lab passes it
 // as the flags of `aegis node` (see [NodeMain]); the lease servers'
@@ -35,55 +39,19 @@ type NodeConfig struct {
 	Strategy string // a Strategies name
 	Fence    bool
 	Tick     time.Duration
-	Work     time.Duration
 	TTL      time.Duration
 	Ticks    int
-	// Window is how long a tick stays due after it fires: a node keeps
-	// trying a tick nobody has executed until its window ends.
+	// Window is how long after a tick fires its critical section may
+	// still write: a write that keeps failing gives up then.
 	Window time.Duration
-	// Skew is the node's clock offset, applied to every time the node
-	// computes (tick fire times, tick deadlines, optimistic claims).
+	// Skew is the node's clock offset, applied to the scheduler's clock
+	// (fire times) and to the optimistic claims.
 	Skew time.Duration
 	// Store is the store of record: a PostgreSQL URL, or sqlite:PATH.
 	Store string
 	// Incarnation tells a restarted node's attempts from its earlier
 	// life's.
 	Incarnation int
-}
-
-// The events a node writes, one JSON object a line, on its standard output.
-const (
-	evReady    = "ready"    // connected; waiting for the start time on stdin
-	evAcquired = "acquired" // holds the lease or claim for tick (token)
-	evEnter    = "enter"    // about to read the balance: the attempt's invocation
-	evEntered  = "entered"  // read the balance (value): in the critical section
-	evWriting  = "writing"  // the work is done; the write begins
-	evSkipped  = "skipped"  // the tick was already executed: nothing to do
-	evStale    = "stale"    // the fence refused the attempt (detail: read or write)
-	evExecuted = "executed" // committed balance value and the EXECUTED row
-	evReleased = "released"
-	evLost     = "lost"      // the lease had been lost when released
-	evGaveUp   = "gave-up"   // the tick's window ended before it was executed
-	evError    = "error"     // detail says what failed; the node retries
-	evAbandon  = "abandoned" // the attempt ended without a commit (error past the window)
-	evFinished = "finished"  // every tick done; the node exits
-)
-
-// nodeEvent is one line of a node's output.
-type nodeEvent struct {
-	Kind    string `json:"kind"`
-	At      int64  `json:"at"` // Unix nanoseconds, real clock (not skewed)
-	Tick    int    `json:"tick,omitempty"`
-	Token   int64  `json:"token,omitempty"`
-	Attempt string `json:"attempt,omitempty"`
-	Value   *int64 `json:"value,omitempty"`
-	Detail  string `json:"detail,omitempty"`
-}
-
-// startLine is what the lab writes on a node's standard input: when its
-// first tick fires, in Unix nanoseconds of the real clock.
-type startLine struct {
-	Start int64 `json:"start"`
 }
 
 // NodeMain runs `aegis node` with args (the flags after "node"): a node of
@@ -98,10 +66,9 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	fs.StringVar(&c.Strategy, "strategy", "", "the strategy")
 	fs.BoolVar(&c.Fence, "fence", true, "write through the fence")
 	fs.DurationVar(&c.Tick, "tick", time.Second, "the tick interval")
-	fs.DurationVar(&c.Work, "work", 300*time.Millisecond, "the work in the critical section")
 	fs.DurationVar(&c.TTL, "ttl", 2*time.Second, "the lease TTL")
 	fs.IntVar(&c.Ticks, "ticks", 0, "how many ticks")
-	fs.DurationVar(&c.Window, "window", 0, "how long a tick stays due")
+	fs.DurationVar(&c.Window, "window", 0, "how long a tick's write may be retried")
 	fs.DurationVar(&c.Skew, "skew", 0, "this node's clock offset")
 	fs.StringVar(&c.Store, "store", "", "the store of record: a PostgreSQL URL or sqlite:PATH")
 	fs.IntVar(&c.Incarnation, "incarnation", 1, "how many times this node was started")
@@ -123,7 +90,7 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 func (c NodeConfig) args() []string {
 	return []string{
 		"--run", c.Run, fmt.Sprintf("--node=%d", c.Node), "--strategy", c.Strategy,
-		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(), "--work", c.Work.String(),
+		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(),
 		"--ttl", c.TTL.String(), fmt.Sprintf("--ticks=%d", c.Ticks), "--window", c.Window.String(),
 		"--skew", c.Skew.String(), "--store", c.Store, fmt.Sprintf("--incarnation=%d", c.Incarnation),
 	}
@@ -138,8 +105,8 @@ func (c NodeConfig) validate() error {
 		return invalid("--run is required")
 	case c.Node < 1:
 		return invalid("--node %d: must be at least 1", c.Node)
-	case c.Tick <= 0 || c.TTL <= 0 || c.Work < 0 || c.Window <= 0:
-		return invalid("--tick, --ttl and --window must be positive, --work not negative")
+	case c.Tick <= 0 || c.TTL <= 0 || c.Window <= 0:
+		return invalid("--tick, --ttl and --window must be positive")
 	case c.Ticks < 1:
 		return invalid("--ticks %d: must be at least 1", c.Ticks)
 	case c.Store == "":
@@ -148,78 +115,73 @@ func (c NodeConfig) validate() error {
 	return nil
 }
 
+// namespace is the run's catalog namespace: runs that share a store never
+// see each other's schedules, runs or leases.
+func namespace(run string) string { return "lab-" + strings.ToLower(run) }
+
 // node is a running node.
 type node struct {
 	c     NodeConfig
 	strat Strategy
 	db    *sql.DB
+	ns    string
 	out   *json.Encoder
 	outMu sync.Mutex
-	seq   int
-
-	locker aegis.Locker // lease strategies
-	// advisory is pg-advisory's dedicated connection (not pooled).
-	advisory *pgx.Conn
-	pgURL    string
-
-	skew atomic.Int64 // nanoseconds; the lab can change it
-
-	// writeFn is the critical section's write; nil means n.write. The
-	// queue strategy's handler sets it for its job.
-	writeFn func(ctx context.Context, tick int, token aegis.Token, attempt string, value int64, fenced bool) error
-
-	fatal error // set when the node cannot go on
-
-	lastErr   string
-	lastErrAt time.Time
+	seq   atomic.Int64
+	clock *nodeClock
+	// fatal receives an error the node cannot go on after (a TTL its
+	// backend refuses): retrying each tick would only repeat it.
+	fatal chan error
+	// start is when the run's first tick fires (Unix ns; 0 until the lab
+	// says): the handler runs only the ticks fired in [start, end).
+	start atomic.Int64
 }
 
 // RunNode runs one node: it connects, reports ready, reads the start time
-// from stdin, then tries every tick's critical section under its
-// strategy, writing its events to stdout. It returns when every tick is
-// done, or when ctx ends or stdin is closed (the lab aborting the run).
+// from stdin, runs the catalog's ticks under its strategy until the run's
+// last window has closed, writing its events to stdout. It returns then,
+// or when ctx ends or stdin is closed (the lab aborting the run).
 func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Writer) error {
 	strat, ok := LookupStrategy(c.Strategy)
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
 	}
-	n := &node{c: c, strat: strat, out: json.NewEncoder(stdout)}
+	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1)}
 	var err error
 	if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
 		n.db, err = sqlitelease.Open(path)
 	} else {
-		n.pgURL = c.Store
 		n.db, err = sql.Open("pgx", c.Store)
 	}
 	if err != nil {
 		return fmt.Errorf("open the store: %w", err)
 	}
 	defer n.db.Close()
-	n.db.SetMaxOpenConns(4)
+	n.db.SetMaxOpenConns(6)
+	n.clock.skew.Store(int64(c.Skew))
 
-	if strat.Lease() {
-		srv := backend.FromEnv()
-		// A ZooKeeper session as long as the lease: a holder paused past
-		// --ttl loses its session, and its lock goes to another node, as
-		// the other backends' leases do (with backend's default minute, a
-		// pause shorter than that only held everyone up).
-		srv.ZKSessionTimeout = c.TTL
-		l, closeFn, err := backend.Open(ctx, strat.Backend, srv)
-		if err != nil {
-			return fmt.Errorf("open the %s backend: %w", strat.Backend, err)
-		}
-		defer closeFn()
-		n.locker = l
-	}
-	defer func() {
-		if n.advisory != nil {
-			_ = n.advisory.Close(context.WithoutCancel(ctx))
-		}
-	}()
-
-	// The lab closes stdin to abort the run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sched, startMode, closeMode, err := n.scheduler(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeMode()
+	if err := sched.Handle(labHandler, n.handle); err != nil {
+		return err
+	}
+
+	// Started before the start time, so that its binder has the catalog's
+	// timers set when the first tick fires; ticks before it do nothing.
+	if err := sched.Start(ctx); err != nil {
+		return fmt.Errorf("start the scheduler: %w", err)
+	}
+	stop := sync.OnceFunc(sched.Stop)
+	defer stop()
+	if err := startMode(ctx); err != nil {
+		return fmt.Errorf("start the %s mode: %w", n.strat.Mode, err)
+	}
+
 	lines := bufio.NewScanner(stdin)
 	n.emit(nodeEvent{Kind: evReady})
 	if !lines.Scan() {
@@ -229,446 +191,155 @@ func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Write
 	if err := json.Unmarshal(lines.Bytes(), &sl); err != nil || sl.Start == 0 {
 		return fmt.Errorf("bad start line %q", lines.Text())
 	}
-	n.skew.Store(int64(c.Skew))
+	n.start.Store(sl.Start)
 	go func() {
 		// Later lines change the node's clock; EOF aborts.
 		for lines.Scan() {
 			var cl controlLine
 			if json.Unmarshal(lines.Bytes(), &cl) == nil && cl.Skew != nil {
-				n.skew.Store(*cl.Skew)
+				n.clock.skew.Store(*cl.Skew)
 			}
 		}
 		cancel()
 	}()
-	if loop := strategyLoops[c.Strategy]; loop != nil {
-		loop(ctx, n, time.Unix(0, sl.Start))
-		return n.fatal
+	// The last tick's write may go on for a window after it fired.
+	end := time.Unix(0, sl.Start).Add(time.Duration(c.Ticks) * c.Tick)
+	wait := time.NewTimer(time.Until(end.Add(c.Window)))
+	defer wait.Stop()
+	done := false
+	select {
+	case <-wait.C:
+		done = true
+	case <-ctx.Done():
+	case err := <-n.fatal:
+		stop()
+		return err
 	}
-	n.run(ctx, time.Unix(0, sl.Start))
-	return n.fatal
-}
-
-// strategyLoops are the node loops of strategies that do not go tick by
-// tick through node.tick (the queue, whose workers take the ticks' jobs).
-// A strategy's file registers its loop in init.
-var strategyLoops = map[string]func(ctx context.Context, n *node, start time.Time){}
-
-// storeSetups prepare the store of record for a strategy before its nodes
-// start (the queue's tables), given the store's PostgreSQL URL.
-var storeSetups = map[string]func(ctx context.Context, url string) error{}
-
-// now is the node's clock: the real clock plus its skew.
-func (n *node) now() time.Time { return time.Now().Add(time.Duration(n.skew.Load())) }
-
-func (n *node) emit(e nodeEvent) {
-	e.At = time.Now().UnixNano()
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	_ = n.out.Encode(e) // os.Stdout is unbuffered: a SIGKILL loses no line
-}
-
-// fail reports an error, at most once a second for the same message.
-func (n *node) fail(tick int, what string, err error) {
-	msg := what + ": " + err.Error()
-	if msg == n.lastErr && time.Since(n.lastErrAt) < time.Second {
-		return
+	stop()
+	if done {
+		n.emit(nodeEvent{Kind: evFinished})
 	}
-	n.lastErr, n.lastErrAt = msg, time.Now()
-	n.emit(nodeEvent{Kind: evError, Tick: tick, Detail: msg})
+	return nil
 }
 
-// run processes the ticks in order. A restarted node begins with the
-// first tick that has not fired yet by its clock: like a scheduler, it
-// does not know what happened before it started.
-func (n *node) run(ctx context.Context, start time.Time) {
-	for tick := n.firstTick(start); tick <= n.c.Ticks; tick++ {
-		fire := start.Add(time.Duration(tick-1) * n.c.Tick)
-		if !sleep(ctx, fire.Sub(n.now())) {
-			return
-		}
-		deadline := fire.Add(n.c.Window)
-		tctx, cancel := context.WithTimeout(ctx, deadline.Sub(n.now()))
-		done := n.tick(tctx, tick)
-		cancel()
-		if n.fatal != nil {
-			n.emit(nodeEvent{Kind: evError, Tick: tick, Detail: n.fatal.Error()})
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if !done {
-			n.emit(nodeEvent{Kind: evGaveUp, Tick: tick})
-		}
+// scheduler returns the node's scheduler in its strategy's mode, what
+// starts the mode's parts after the scheduler (leader mode's workers), and
+// what closes them after it stopped.
+func (n *node) scheduler(ctx context.Context) (*schedule.Scheduler, func(context.Context) error, func(), error) {
+	cat, err := schedule.NewCatalog(ctx, n.db, &schedule.CatalogConfig{Namespace: n.ns})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("open the catalog: %w", err)
 	}
-	n.emit(nodeEvent{Kind: evFinished})
-}
-
-// firstTick is the node's first tick: 1, or for a restarted node the
-// first that has not fired yet by its clock.
-func (n *node) firstTick(start time.Time) int {
-	if elapsed := n.now().Sub(start); elapsed > 0 && n.c.Incarnation > 1 {
-		return int(elapsed/n.c.Tick) + 2
+	cfg := &schedule.Config{
+		Node:    fmt.Sprintf("node%d.%d", n.c.Node, n.c.Incarnation),
+		Catalog: cat, Clock: n.clock, OnEvent: n.onSchedule,
+		ReapInterval: max(n.c.TTL/4, 10*time.Millisecond),
+		Logger:       nodeLogger(),
 	}
-	return 1
-}
-
-// tick tries tick under the strategy until it is executed (by this node
-// or another) or ctx ends; it reports whether the tick is known done.
-func (n *node) tick(ctx context.Context, tick int) bool {
-	switch {
-	case n.strat.Name == "none":
-		return n.critical(ctx, tick, 0, false) == attemptCommitted
-	case n.strat.Lease():
-		return n.leaseTick(ctx, tick)
-	case n.strat.Name == "pg-unique":
-		return n.uniqueTick(ctx, tick)
-	case n.strat.Name == "pg-advisory":
-		return n.advisoryTick(ctx, tick)
-	case n.strat.Name == "optimistic":
-		return n.optimisticTick(ctx, tick)
-	}
-	n.fail(tick, "strategy", fmt.Errorf("%s is not available in this build", n.strat.Name))
-	<-ctx.Done()
-	return false
-}
-
-// retry is the delay between a node's attempts to enter a tick.
-func retry() time.Duration { return 15*time.Millisecond + rand.N(20*time.Millisecond) }
-
-func (n *node) leaseTick(ctx context.Context, tick int) bool {
-	key := "aegis-lab/" + n.c.Run
-	for ctx.Err() == nil {
-		lease, err := aegis.Acquire(ctx, n.locker, key, n.c.TTL)
-		if errors.Is(err, aegis.ErrInvalid) {
-			// A TTL the backend refuses (etcd's minimum, ZooKeeper's
-			// session): retrying cannot help.
-			n.fatal = fmt.Errorf("acquire: %w", err)
-			return false
-		}
+	nothing := func(context.Context) error { return nil }
+	closeFn := func() {}
+	switch n.strat.Mode {
+	case RunKey:
+		cfg.Store, err = schedule.NewStore(ctx, n.db, &schedule.StoreConfig{Namespace: n.ns})
 		if err != nil {
-			if ctx.Err() == nil {
-				n.fail(tick, "acquire", err)
-				sleep(ctx, retry())
-			}
-			continue
+			return nil, nil, nil, fmt.Errorf("open the run table: %w", err)
 		}
-		n.emit(nodeEvent{Kind: evAcquired, Tick: tick, Token: int64(lease.Token)})
-		// Keep renews the lease while the node works; a paused node does
-		// not renew. The node does not look at the lease again before it
-		// writes: a check just before the write leaves the same gap.
-		held := aegis.Keep(context.WithoutCancel(ctx), n.locker, lease)
-		res := n.critical(ctx, tick, lease.Token, true)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		err = held.Release(rctx)
-		cancel()
-		switch {
-		case err == nil:
-			n.emit(nodeEvent{Kind: evReleased, Tick: tick, Token: int64(lease.Token)})
-		case errors.Is(err, aegis.ErrLost):
-			n.emit(nodeEvent{Kind: evLost, Tick: tick, Token: int64(lease.Token)})
-		default:
-			n.fail(tick, "release", err)
-		}
-		if res == attemptCommitted || res == attemptDone {
-			return true
-		}
-		if res == attemptFailed {
-			sleep(ctx, retry())
-		}
-	}
-	return false
-}
-
-func (n *node) uniqueTick(ctx context.Context, tick int) bool {
-	for ctx.Err() == nil {
-		res, err := n.db.ExecContext(ctx, uniqueClaimSQL, n.c.Run, tick, n.c.Node, n.now().UnixMilli())
+	case LeaseMode:
+		l, c, err := n.openLocker(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				n.fail(tick, "claim", err)
-				sleep(ctx, retry())
-			}
-			continue
+			return nil, nil, nil, err
 		}
-		if rows, _ := res.RowsAffected(); rows == 0 {
-			return true // another node's row: the constraint is the exclusion
-		}
-		n.emit(nodeEvent{Kind: evAcquired, Tick: tick})
-		// The claim is committed and never retried: a winner that fails
-		// leaves the tick undone (pg-unique without a reaper).
-		n.critical(ctx, tick, 0, false)
-		return true
+		cfg.Locker, closeFn = l, c
+	case LeaderMode:
+		return n.leaderScheduler(ctx, cfg)
 	}
-	return false
-}
-
-// advisoryKey is the run's advisory lock key.
-func (n *node) advisoryKey() int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("aegis-lab/" + n.c.Run))
-	return int64(h.Sum64())
-}
-
-func (n *node) advisoryTick(ctx context.Context, tick int) bool {
-	for ctx.Err() == nil {
-		if n.advisory == nil || n.advisory.IsClosed() {
-			conn, err := pgx.Connect(ctx, n.pgURL)
-			if err != nil {
-				if ctx.Err() == nil {
-					n.fail(tick, "connect", err)
-					sleep(ctx, retry())
-				}
-				continue
-			}
-			n.advisory = conn
-		}
-		var got bool
-		if err := n.advisory.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", n.advisoryKey()).Scan(&got); err != nil {
-			if ctx.Err() == nil {
-				n.fail(tick, "pg_try_advisory_lock", err)
-				_ = n.advisory.Close(context.WithoutCancel(ctx))
-				sleep(ctx, retry())
-			}
-			continue
-		}
-		if !got {
-			sleep(ctx, retry())
-			continue
-		}
-		n.emit(nodeEvent{Kind: evAcquired, Tick: tick})
-		res := n.critical(ctx, tick, 0, true)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if _, err := n.advisory.Exec(uctx, "SELECT pg_advisory_unlock($1)", n.advisoryKey()); err != nil {
-			n.fail(tick, "pg_advisory_unlock", err)
-			_ = n.advisory.Close(uctx)
-		} else {
-			n.emit(nodeEvent{Kind: evReleased, Tick: tick})
-		}
-		cancel()
-		if res == attemptCommitted || res == attemptDone {
-			return true
-		}
-	}
-	return false
-}
-
-func (n *node) optimisticTick(ctx context.Context, tick int) bool {
-	for ctx.Err() == nil {
-		token, err := n.optimisticClaim(ctx, tick)
-		switch {
-		case errors.Is(err, errTickDone):
-			return true
-		case errors.Is(err, errClaimed):
-			sleep(ctx, retry())
-			continue
-		case err != nil:
-			if ctx.Err() == nil {
-				n.fail(tick, "claim", err)
-				sleep(ctx, retry())
-			}
-			continue
-		}
-		n.emit(nodeEvent{Kind: evAcquired, Tick: tick, Token: token})
-		res := n.critical(ctx, tick, aegis.Token(token), true)
-		if res == attemptCommitted || res == attemptDone {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	errTickDone = errors.New("tick done")
-	errClaimed  = errors.New("claimed by another node")
-)
-
-// optimisticClaim claims tick by compare-and-set on its version and
-// returns the new version. A claim is stealable once its until_ms, set by
-// the claimer's clock, is behind this node's clock.
-func (n *node) optimisticClaim(ctx context.Context, tick int) (int64, error) {
-	if _, err := n.db.ExecContext(ctx, optimisticRowSQL, n.c.Run, tick, n.now().UnixMilli()); err != nil {
-		return 0, err
-	}
-	var version, until int64
-	var state string
-	if err := n.db.QueryRowContext(ctx, optimisticReadSQL, n.c.Run, tick).Scan(&version, &state, &until); err != nil {
-		return 0, err
-	}
-	now := n.now()
-	switch {
-	case state == "DONE":
-		return 0, errTickDone
-	case state == "RUNNING" && now.UnixMilli() < until:
-		return 0, errClaimed
-	}
-	res, err := n.db.ExecContext(ctx, optimisticClaimSQL, n.c.Run, tick, n.c.Node, version, now.Add(n.c.TTL).UnixMilli(), now.UnixMilli())
+	s, err := schedule.New(cfg)
 	if err != nil {
-		return 0, err
+		closeFn()
+		return nil, nil, nil, err
 	}
-	if rows, _ := res.RowsAffected(); rows == 0 {
-		return 0, errClaimed // another node's compare-and-set won
-	}
-	return version + 1, nil
+	return s, nothing, closeFn, nil
 }
 
-// attemptResult is how one critical section ended.
-type attemptResult int
-
-const (
-	attemptCommitted attemptResult = iota // this node's EXECUTED row committed
-	attemptDone                           // the tick was already executed
-	attemptStale                          // the fence refused it
-	attemptFailed                         // an error; nothing committed
-)
-
-// critical runs the tick's critical section once: read the balance (and,
-// fenced, present the token to the fence), work, then write balance + 1
-// and the EXECUTED row in one transaction (fenced: through the fence).
-// checkDone skips a tick that was already executed.
-func (n *node) critical(ctx context.Context, tick int, token aegis.Token, checkDone bool) attemptResult {
-	n.seq++
-	attempt := fmt.Sprintf("%d.%d.%d", n.c.Node, n.c.Incarnation, n.seq)
-	fenced := n.c.Fence && n.strat.Fenceable()
-	ev := nodeEvent{Tick: tick, Token: int64(token), Attempt: attempt}
-	e := ev
-	e.Kind = evEnter
-	n.emit(e)
-
-	value, err := n.read(ctx, tick, token, checkDone, fenced)
-	switch {
-	case errors.Is(err, errTickDone):
-		e = ev
-		e.Kind = evSkipped
-		n.emit(e)
-		return attemptDone
-	case isStale(err):
-		e = ev
-		e.Kind, e.Detail = evStale, "read"
-		n.emit(e)
-		n.audit(ctx, attempt, tick, token, "REFUSED", nil)
-		return attemptStale
-	case err != nil:
-		n.fail(tick, "read", err)
-		e = ev
-		e.Kind, e.Detail = evAbandon, "read failed"
-		n.emit(e)
-		return attemptFailed
+// nodeLogger logs to the node's log file (its standard error): warnings,
+// and with AEGIS_LAB_DEBUG=1 every scheduler event.
+func nodeLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("AEGIS_LAB_DEBUG") == "1" {
+		level = slog.LevelDebug
 	}
-	e = ev
-	e.Kind, e.Value = evEntered, &value
-	n.emit(e)
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
 
-	sleep(ctx, n.c.Work) // the work; a pause here outlasts the lease
-
-	e = ev
-	e.Kind = evWriting
-	n.emit(e)
-
-	// The write is retried on errors (a partition, a restarted server)
-	// until the tick's window ends, as a client with retries does.
-	next := value + 1
-	for {
-		write := n.write
-		if n.writeFn != nil {
-			write = n.writeFn
+// onSchedule turns the scheduler's events the lab shows into node events.
+func (n *node) onSchedule(e schedule.Event) {
+	switch e.Kind {
+	case schedule.EventError:
+		n.emit(nodeEvent{Kind: evError, Job: e.Job, Tick: n.tickOf(e.Fire), Detail: "schedule: " + errText(e)})
+		if errors.Is(e.Err, aegis.ErrInvalid) {
+			select {
+			case n.fatal <- fmt.Errorf("%s: %w", e.Job, e.Err):
+			default:
+			}
 		}
-		err = write(context.WithoutCancel(ctx), tick, token, attempt, next, fenced)
-		if err == nil || isUniqueViolation(err) { // a retry of a commit that landed
-			e = ev
-			e.Kind, e.Value = evExecuted, &next
-			n.emit(e)
-			return attemptCommitted
+	case schedule.EventUnhandled:
+		n.emit(nodeEvent{Kind: evError, Job: e.Job, Detail: "schedule: " + string(e.Kind) + ": " + errText(e)})
+	case schedule.EventNotPrimary:
+		if t := n.tickOf(e.Fire); t > 0 {
+			n.emit(nodeEvent{Kind: evNotPrimary, Job: e.Job, Tick: t, Detail: e.Reason})
 		}
-		if isStale(err) {
-			e = ev
-			e.Kind, e.Detail = evStale, "write"
-			n.emit(e)
-			n.audit(ctx, attempt, tick, token, "REFUSED", nil)
-			return attemptStale
-		}
-		n.fail(tick, "write", err)
-		if errors.Is(err, errAbandon) || !sleep(ctx, retry()) {
-			e = ev
-			e.Kind, e.Detail = evAbandon, "write failed: "+err.Error()
-			n.emit(e)
-			return attemptFailed
+	case schedule.EventReclaim:
+		n.emit(nodeEvent{Kind: evReclaim, Job: e.Job, Tick: n.tickOf(e.Fire), Token: int64(e.Token), Detail: e.Reason})
+	case schedule.EventElected:
+		n.emit(nodeEvent{Kind: evElected, Token: int64(e.Token)})
+	case schedule.EventRefused, schedule.EventMisfired, schedule.EventLost:
+		if t := n.tickOf(e.Fire); t > 0 {
+			n.emit(nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))})
 		}
 	}
 }
 
-// read is the critical section's first transaction. Fenced, it presents
-// the token first: the fence's row lock waits for an older holder's write
-// in flight, so that the check for an EXECUTED row and the read that follow
-// (each a fresh snapshot under READ COMMITTED) see that write.
-func (n *node) read(ctx context.Context, tick int, token aegis.Token, checkDone, fenced bool) (int64, error) {
-	tx, err := n.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
+func errText(e schedule.Event) string {
+	if e.Err == nil {
+		return e.Reason
 	}
-	defer tx.Rollback()
-	if fenced && n.strat.Token == LeaseToken {
-		// Presenting the token when reading registers it: an older
-		// holder's pending write can no longer land on what we read.
-		if err := fence.CheckSQL(ctx, tx, balanceResource(n.c.Run), token); err != nil {
-			return 0, err
-		}
+	if e.Reason == "" {
+		return e.Err.Error()
 	}
-	if checkDone {
-		var executed int
-		if err := tx.QueryRowContext(ctx, tickDoneSQL, n.c.Run, tick).Scan(&executed); err != nil {
-			return 0, err
-		}
-		if executed > 0 {
-			return 0, errTickDone
-		}
-	}
-	var value int64
-	if err := tx.QueryRowContext(ctx, readBalanceSQL, n.c.Run).Scan(&value); err != nil {
-		return 0, err
-	}
-	return value, tx.Commit()
+	return e.Reason + ": " + e.Err.Error()
 }
 
-// write is the critical section's second transaction.
-func (n *node) write(ctx context.Context, tick int, token aegis.Token, attempt string, value int64, fenced bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	tx, err := n.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
 	}
-	defer tx.Rollback()
-	switch {
-	case fenced && n.strat.Token == LeaseToken:
-		if err := fence.CheckSQL(ctx, tx, balanceResource(n.c.Run), token); err != nil {
-			return err
-		}
-	case n.strat.Name == "optimistic" && fenced:
-		if _, err := fence.ExecSQL(ctx, tx, optimisticDoneSQL, n.c.Run, tick, int64(token)); err != nil {
-			return err
-		}
-	case n.strat.Name == "optimistic":
-		if _, err := tx.ExecContext(ctx, optimisticDoneUnfencedSQL, n.c.Run, tick); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.ExecContext(ctx, writeBalanceSQL, n.c.Run, value); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, auditSQL, n.c.Run, attempt, tick, n.c.Node, int64(token), "EXECUTED", value, time.Now().UnixMilli()); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return b
 }
 
-// audit records a refused attempt; it is informational (aegis inspect), so
-// an error is only reported.
-func (n *node) audit(ctx context.Context, attempt string, tick int, token aegis.Token, status string, value *int64) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if _, err := n.db.ExecContext(actx, auditSQL, n.c.Run, attempt, tick, n.c.Node, int64(token), status, value, time.Now().UnixMilli()); err != nil {
-		n.fail(tick, "audit", err)
+// tickOf is the number of the run's tick that fired at f (1 for the
+// first), or 0 when f is outside the run.
+func (n *node) tickOf(f time.Time) int {
+	ns := n.start.Load()
+	if ns == 0 || f.UnixNano() < ns {
+		return 0
 	}
+	t := int((f.UnixNano()-ns)/int64(n.c.Tick)) + 1
+	if t > n.c.Ticks {
+		return 0
+	}
+	return t
+}
+
+// nodeClock is the scheduler's clock: the real one plus the node's skew,
+// which the lab can change while the node runs.
+type nodeClock struct{ skew atomic.Int64 }
+
+func (c *nodeClock) Now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+func (c *nodeClock) Wake(at time.Time) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	t := time.AfterFunc(time.Until(at.Add(-time.Duration(c.skew.Load()))), func() { close(ch) })
+	return ch, func() { t.Stop() }
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

@@ -10,44 +10,123 @@ import (
 )
 
 // Report is the result of a run. Its JSON form is the contract of
-// `aegis lab run --json` (DESIGN.md section 8): exactly these fields.
+// `aegis lab run --json` (DESIGN.md section 8). Its top-level counts are
+// the sums over its jobs, and Checker is the worst job's verdict.
 type Report struct {
 	Scenario  string  `json:"scenario"`
 	Strategy  string  `json:"strategy"`
 	Fenced    bool    `json:"fenced"`
 	Nodes     int     `json:"nodes"`
 	DurationS float64 `json:"duration_s"`
-	Ticks     int     `json:"ticks"`
-	// Executions counts entries into the critical section: attempts that
-	// read the balance.
+	// Ticks counts the jobs' ticks: each job's fire times in the run.
+	Ticks int `json:"ticks"`
+	// Executions counts entries into a critical section: attempts that
+	// read a job's ledger.
 	Executions int `json:"executions"`
-	// DuplicateTicks counts ticks that more than one attempt entered.
+	// DuplicateTicks counts job ticks that more than one attempt entered.
 	DuplicateTicks int `json:"duplicate_ticks"`
-	// DuplicatesApplied counts ticks whose effect was committed more than
-	// once: the harm.
+	// DuplicatesApplied counts job ticks whose effect was committed more
+	// than once: the harm.
 	DuplicatesApplied int `json:"duplicates_applied"`
 	// StaleRejected counts attempts the fence refused, on read or write.
 	StaleRejected int `json:"stale_rejected"`
-	// MissedTicks counts ticks nobody executed within their window.
+	// MissedTicks counts job ticks nobody executed within their window.
 	MissedTicks int `json:"missed_ticks"`
-	// LostUpdates is committed effects minus the final balance.
+	// LostUpdates is committed effects minus the final ledger values.
 	LostUpdates int64 `json:"lost_updates"`
-	// Checker is ok, violation or unknown (the check timed out).
-	Checker string  `json:"checker"`
-	Events  []Event `json:"events"`
+	// Checker is ok, violation or unknown (a check timed out).
+	Checker string `json:"checker"`
+	// Harms lists the harms the run showed (HarmDuplicate, …), from the
+	// store and the checker.
+	Harms []Harm `json:"harms"`
+	// StoreAgrees says whether the checker's verdicts agree with what SQL
+	// over the audit and ledger tables says; false is a lab bug, named in
+	// Disagreement.
+	StoreAgrees  bool   `json:"store_agrees"`
+	Disagreement string `json:"disagreement,omitempty"`
+	// Unsafe lists the harms the strategy's label excludes that the run
+	// showed: the campaign's test.
+	Unsafe        []Harm      `json:"unsafe"`
+	Run           string      `json:"run"`
+	ConfigJSON    ConfigJSON  `json:"config"`
+	Jobs          []JobReport `json:"jobs"`
+	Visualisation string      `json:"visualisation,omitempty"` // the checker's HTML of the first violating job
+	Events        []Event     `json:"events"`
 
 	// Not in the JSON: the readable summary's material.
-	Config        Config    `json:"-"`
-	Visualisation string    `json:"-"` // the checker's HTML, on a violation
-	Balance       int64     `json:"-"`
-	Table         []TickRow `json:"-"`
-	Notes         []string  `json:"-"` // warnings: a fault that found no holder, a node that did not finish
-	Attempts      []Attempt `json:"-"`
-	Unavailable   string    `json:"-"` // for a preset's run that could not run: why
+	Config  Config    `json:"-"`
+	Balance int64     `json:"-"` // the sum of the ledgers
+	Table   []TickRow `json:"-"`
+	// Notes are warnings: a fault that found no holder, a node that did
+	// not finish, the second region's account.
+	Notes       []string `json:"notes"`
+	Unavailable string   `json:"-"` // for a preset's run that could not run: why
 }
 
-// TickRow is one tick of the per-tick table: what each node did.
+// JobReport is one job's part of a report.
+type JobReport struct {
+	Name              string `json:"name"`
+	Every             string `json:"every"`
+	Work              string `json:"work"`
+	Ticks             int    `json:"ticks"`
+	Executions        int    `json:"executions"`
+	DuplicateTicks    int    `json:"duplicate_ticks"`
+	DuplicatesApplied int    `json:"duplicates_applied"`
+	// Retries counts the duplicates applied by a reaper's retry of a run
+	// that had crashed after its commit.
+	Retries       int    `json:"retried_duplicates"`
+	LostUpdates   int64  `json:"lost_updates"`
+	MissedTicks   int    `json:"missed_ticks"`
+	StaleRejected int    `json:"stale_rejected"`
+	Ledger        int64  `json:"ledger"` // the final ledger value
+	Checker       string `json:"checker"`
+	Reason        string `json:"reason,omitempty"` // the checker's, for a violation
+	Harms         []Harm `json:"harms"`
+	Visualisation string `json:"visualisation,omitempty"`
+}
+
+// ConfigJSON is a run's configuration in the report: every flag of `aegis
+// lab run`, and the chaos list.
+type ConfigJSON struct {
+	Strategy string   `json:"strategy"`
+	Fence    bool     `json:"fence"`
+	Nodes    int      `json:"nodes"`
+	Standby  int      `json:"standby"`
+	Duration string   `json:"duration"`
+	Tick     string   `json:"tick"`
+	Work     string   `json:"work"`
+	TTL      string   `json:"ttl"`
+	Catalog  string   `json:"catalog"`
+	Chaos    []string `json:"chaos"`
+}
+
+// Verdicts of the checker, as a report's checker fields say them.
+const (
+	CheckOK        = "ok"
+	CheckViolation = "violation"
+	CheckUnknown   = "unknown"
+)
+
+// Harm is a kind of harm a run can show.
+type Harm string
+
+const (
+	// HarmDuplicate: a job's tick committed more than once (overlapping
+	// or in sequence).
+	HarmDuplicate Harm = "duplicate"
+	// HarmRetryDuplicate: a tick committed again by a retry (run attempt 2
+	// and up) of a run whose end was lost after its commit: at least once.
+	HarmRetryDuplicate Harm = "retried-duplicate"
+	// HarmLostUpdate: a committed effect the ledger does not count.
+	HarmLostUpdate Harm = "lost-update"
+	// HarmStaleAccepted: a write accepted with a token lower than one
+	// already accepted, or equal to one from another holder.
+	HarmStaleAccepted Harm = "stale-accepted"
+)
+
+// TickRow is one job tick of the per-tick table: what each node did.
 type TickRow struct {
+	Job   string
 	Tick  int
 	Cells []string // per node: "EXEC t7", "STALE t7", "ENTER t7" (no outcome), "" nothing
 	Note  string   // "duplicate applied", "missed", "stale refused", …
@@ -69,13 +148,13 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprint(tw, "tick")
+	fmt.Fprint(tw, "job\ttick")
 	for n := 1; n <= r.Nodes; n++ {
 		fmt.Fprintf(tw, "\tnode%d", n)
 	}
 	fmt.Fprint(tw, "\t\n")
 	for _, row := range r.Table {
-		fmt.Fprintf(tw, "%d", row.Tick)
+		fmt.Fprintf(tw, "%s\t%d", row.Job, row.Tick)
 		for _, c := range row.Cells {
 			fmt.Fprintf(tw, "\t%s", cmp.Or(c, "·"))
 		}
@@ -83,21 +162,43 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "ticks %d, executions %d, duplicate_ticks %d, duplicates_applied %d, stale_rejected %d, missed_ticks %d, lost_updates %d, balance %d\n",
-		r.Ticks, r.Executions, r.DuplicateTicks, r.DuplicatesApplied, r.StaleRejected, r.MissedTicks, r.LostUpdates, r.Balance)
+	jw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(jw, "job\tevery\tticks\texecutions\tduplicates_applied\tstale_rejected\tmissed_ticks\tlost_updates\tledger\tchecker\t\n")
+	for _, j := range r.Jobs {
+		fmt.Fprintf(jw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", j.Name, j.Every, j.Ticks, j.Executions,
+			j.DuplicatesApplied, j.StaleRejected, j.MissedTicks, j.LostUpdates, j.Ledger, j.Checker)
+	}
+	_ = jw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "ticks %d, executions %d, duplicate_ticks %d, duplicates_applied %d, stale_rejected %d, missed_ticks %d, lost_updates %d\n",
+		r.Ticks, r.Executions, r.DuplicateTicks, r.DuplicatesApplied, r.StaleRejected, r.MissedTicks, r.LostUpdates)
 	fmt.Fprintf(w, "checker: %s", r.Checker)
 	switch r.Checker {
 	case CheckOK:
-		fmt.Fprint(w, " (the balance's history is linearizable as a fenced counter)")
+		fmt.Fprint(w, " (every job's history is linearizable: each tick applied once, no lost update, no stale token accepted)")
 	case CheckViolation:
-		fmt.Fprint(w, " (two critical sections overlapped: no order explains the balance)")
+		for _, j := range r.Jobs {
+			if j.Checker == CheckViolation {
+				fmt.Fprintf(w, "; %s: %s", j.Name, j.Reason)
+			}
+		}
 		if r.Visualisation != "" {
 			fmt.Fprintf(w, "; visualisation: %s", r.Visualisation)
 		}
 	case CheckUnknown:
-		fmt.Fprint(w, " (the check timed out)")
+		fmt.Fprint(w, " (a check timed out)")
 	}
 	fmt.Fprintln(w)
+	if !r.StoreAgrees {
+		fmt.Fprintf(w, "checker disagrees with the store: %s\n", r.Disagreement)
+	}
+	if len(r.Harms) > 0 {
+		fmt.Fprintf(w, "harms: %s", joinHarms(r.Harms))
+		if len(r.Unsafe) > 0 {
+			fmt.Fprintf(w, " (the strategy's label excludes %s)", joinHarms(r.Unsafe))
+		}
+		fmt.Fprintln(w)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -157,4 +258,12 @@ func fencedWord(r *Report) string {
 		return "yes"
 	}
 	return "no"
+}
+
+func joinHarms(hs []Harm) string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = string(h)
+	}
+	return strings.Join(out, ", ")
 }

@@ -27,33 +27,38 @@ func golden(t *testing.T, name string, got []byte) {
 
 func i64(v int64) *int64 { return &v }
 
-// sampleReport is DESIGN.md's example: pg-lease fenced, the holder paused
-// past its TTL in tick 3, replaced, and its late write refused.
+// sampleReport is DESIGN.md's example over one job: pg-lease fenced, the
+// holder paused past its TTL in tick 3, and its late write refused.
 func sampleReport() *Report {
 	c := DefaultConfig()
 	c.Strategy, c.Duration = "pg-lease", 4*time.Second
+	c.Catalog = []JobSpec{{Name: "invoice-export", Every: time.Second, Work: 300 * time.Millisecond}}
 	c.Chaos = []Chaos{{Kind: Pause, Target: Holder, At: 2 * time.Second, For: 3 * time.Second}}
-	attempts := []Attempt{
-		{ID: "1.1.1", Node: 1, Tick: 1, Token: 1, Read: 0, Outcome: Committed},
-		{ID: "2.1.1", Node: 2, Tick: 2, Token: 4, Read: 1, Outcome: Committed},
-		{ID: "3.1.1", Node: 3, Tick: 3, Token: 7, Read: 2, Outcome: Refused},
-		{ID: "1.1.2", Node: 1, Tick: 3, Token: 8, Read: 2, Outcome: Committed},
-		{ID: "1.1.3", Node: 1, Tick: 4, Token: 9, Read: 3, Outcome: Committed},
+	sections := []*sectionRecord{
+		{ID: "1.1.1", Job: "invoice-export", Node: 1, Tick: 1, Token: 1, ReadCall: 1, Read: 0, ReadResult: OpOK, WriteCall: 2, WriteResult: OpOK},
+		{ID: "2.1.1", Job: "invoice-export", Node: 2, Tick: 2, Token: 2, ReadCall: 3, Read: 1, ReadResult: OpOK, WriteCall: 4, WriteResult: OpOK},
+		{ID: "3.1.1", Job: "invoice-export", Node: 3, Tick: 3, Token: 3, ReadCall: 5, Read: 2, ReadResult: OpOK, WriteCall: 8, WriteResult: OpRefused},
+		{ID: "1.1.2", Job: "invoice-export", Node: 1, Tick: 4, Token: 4, ReadCall: 6, Read: 2, ReadResult: OpOK, WriteCall: 7, WriteResult: OpOK},
 	}
-	return &Report{
-		Strategy: "pg-lease", Fenced: true, Nodes: 3, DurationS: 4, Ticks: 4,
-		Executions: 5, DuplicateTicks: 1, StaleRejected: 1, Checker: CheckOK, Balance: 4,
+	fires := map[string][]int{"invoice-export": {1, 2, 3, 4}}
+	job := JobReport{Name: "invoice-export", Every: "1s", Work: "300ms", Ticks: 4, Executions: 4, StaleRejected: 1, MissedTicks: 1,
+		Ledger: 3, Checker: CheckOK, Harms: []Harm{}}
+	r := &Report{
+		Strategy: "pg-lease", Fenced: true, Nodes: 3, DurationS: 4, Run: "20261201T000000-00000000",
+		Harms: []Harm{}, Unsafe: []Harm{}, StoreAgrees: true, ConfigJSON: c.json(), Config: c,
 		Events: []Event{
 			{T: 0, Kind: EventTick, Tick: 1},
-			{T: 0.012, Kind: EventAcquired, Node: 1, Tick: 1, Token: 1},
-			{T: 0.015, Kind: EventEntered, Node: 1, Tick: 1, Token: 1, Attempt: "1.1.1", Value: i64(0)},
-			{T: 0.321, Kind: EventExecuted, Node: 1, Tick: 1, Token: 1, Attempt: "1.1.1", Value: i64(1)},
-			{T: 2.003, Kind: EventChaos, Node: 3, Detail: "pause:holder@2s+3s: node3 (pid 4242) paused with SIGSTOP for 3s, the holder, inside tick 3 with token 7"},
-			{T: 5.004, Kind: EventStale, Node: 3, Tick: 3, Token: 7, Attempt: "3.1.1", Detail: "write"},
+			{T: 0.012, Kind: EventAcquired, Node: 1, Job: "invoice-export", Tick: 1, Token: 1},
+			{T: 0.015, Kind: EventEntered, Node: 1, Job: "invoice-export", Tick: 1, Token: 1, Attempt: "1.1.1", Value: i64(0)},
+			{T: 0.321, Kind: EventExecuted, Node: 1, Job: "invoice-export", Tick: 1, Token: 1, Attempt: "1.1.1", Value: i64(1)},
+			{T: 2.003, Kind: EventChaos, Node: 3, Detail: "pause:holder@2s+3s: node3 (pid 4242) paused with SIGSTOP for 3s, the holder, inside invoice-export tick 3 with token 3"},
+			{T: 5.004, Kind: EventStale, Node: 3, Job: "invoice-export", Tick: 3, Token: 3, Attempt: "3.1.1", Detail: "write"},
 		},
-		Config: c,
-		Table:  tickTable(4, 3, attempts),
+		Notes: []string{},
+		Table: tickTable(3, c.Catalog, fires, sections),
 	}
+	r.add(job)
+	return r
 }
 
 func TestReportGolden(t *testing.T) {
@@ -78,16 +83,17 @@ func TestReportGolden(t *testing.T) {
 
 func TestTickTable(t *testing.T) {
 	t.Parallel()
-	rows := tickTable(3, 2, []Attempt{
-		{Node: 1, Tick: 1, Token: 1, Read: 0, Outcome: Committed},
-		{Node: 2, Tick: 1, Token: 2, Read: 0, Outcome: Committed},
-		{Node: 2, Tick: 2, Read: 1, Outcome: Unknown},
-		{Node: 1, Tick: 2, Token: 4, Read: -1, Outcome: Refused},
-		{Node: 1, Tick: 2, Token: 5, Read: -1, Outcome: Unknown}, // never read: not shown
+	jobs := []JobSpec{{Name: "a", Every: time.Second}, {Name: "b", Every: 2 * time.Second}}
+	rows := tickTable(2, jobs, map[string][]int{"a": {1, 2}, "b": {2}}, []*sectionRecord{
+		{Job: "a", Node: 1, Tick: 1, Token: 1, ReadResult: OpOK, WriteResult: OpOK},
+		{Job: "a", Node: 2, Tick: 1, Token: 2, ReadResult: OpOK, WriteResult: OpOK},
+		{Job: "a", Node: 2, Tick: 2, ReadResult: OpOK, WriteResult: OpUnknown},
+		{Job: "a", Node: 1, Tick: 2, Token: 4, ReadResult: OpRefused},
+		{Job: "b", Node: 1, Tick: 2, Token: 5, ReadResult: OpUnknown}, // never read: not shown
 	})
 	require.Equal(t, []TickRow{
-		{Tick: 1, Cells: []string{"EXEC t1", "EXEC t2"}, Note: "DUPLICATE: applied 2 times"},
-		{Tick: 2, Cells: []string{"STALE t4", "ENTER"}, Note: "missed; fence refused 1"},
-		{Tick: 3, Cells: []string{"", ""}, Note: "missed"},
+		{Job: "a", Tick: 1, Cells: []string{"EXEC t1", "EXEC t2"}, Note: "DUPLICATE: applied 2 times"},
+		{Job: "a", Tick: 2, Cells: []string{"STALE t4", "ENTER"}, Note: "missed; fence refused 1"},
+		{Job: "b", Tick: 2, Cells: []string{"", ""}, Note: "missed"},
 	}, rows)
 }

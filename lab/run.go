@@ -1,28 +1,18 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Run is one scenario run in progress: its node processes, its proxies,
@@ -37,52 +27,35 @@ type Run struct {
 	store string // the store URL nodes get (through their proxy)
 	start time.Time
 
-	ctx    context.Context // ends when the run ends or is stopped
-	cancel context.CancelFunc
-	chaos  sync.WaitGroup // fault goroutines
-	bg     sync.WaitGroup // the run's other goroutines
-	done   chan struct{}
-	report *Report
-	err    error
+	stop     chan struct{} // closed when the run ends or is stopped
+	stopOnce sync.Once
+	chaos    sync.WaitGroup // fault goroutines
+	bg       sync.WaitGroup // the run's other goroutines
+	done     chan struct{}
+	report   *Report
+	err      error
 
 	mu         sync.Mutex
 	events     []Event
 	changed    chan struct{} // closed and replaced at each event
 	nodes      []*nodeProc
-	attempts   map[string]*Attempt
-	order      []string // attempt ids in order of enter
-	executed   map[int]int
-	entered    map[int]int
+	jobs       []JobSpec
+	catalog    *schedule.Catalog // the run's namespace: the lab's edits
+	effective  time.Time         // when the catalog's rows take effect
+	standbyURL string            // the second region's store: a hot standby (Config.Standby)
+	edits      []catalogEdit     // the edit faults applied, in order
+	sections   map[string]*sectionRecord
+	order      []string // section ids in order of enter
+	claims     []claimRecord
+	executed   map[jobTick]int
+	entered    map[jobTick]int
 	stale      int
-	missed     map[int]bool
+	missed     map[jobTick]bool
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
 	fired      int  // the last tick that fired
 	stopped    bool // the run was stopped before its end
-	clients    map[[2]int]int
-}
-
-// nodeProc is one node: its current process and its proxies.
-type nodeProc struct {
-	n       int
-	cfg     NodeConfig
-	env     []string
-	proxies map[servers.Kind][]*tcpproxy.Proxy
-
-	// The current process, guarded by Run.mu.
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	ready    chan struct{}
-	exited   chan struct{}
-	finished bool
-	killed   bool // the exit was a fault's doing
-	paused   bool
-	critical string // the attempt inside the critical section
-	writing  bool   // and it is writing: its work is done
-	holding  int64  // the token held, or -1 when holding nothing
-	tick     int
-	lastErr  string // the detail of its last error event
 }
 
 type waiter struct {
@@ -109,7 +82,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, &UnavailableError{Strategy: cfg.Strategy, Err: err}
 	}
 	for _, ch := range cfg.Chaos {
-		if err := s.checkDestructive(ch); err != nil {
+		if err := s.admitChaos(ch); err != nil {
 			return nil, err
 		}
 	}
@@ -128,48 +101,50 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		store:    storeURL,
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
-		attempts: map[string]*Attempt{},
-		executed: map[int]int{},
-		entered:  map[int]int{},
-		missed:   map[int]bool{},
-		clients:  map[[2]int]int{},
+		jobs:     cfg.jobs(),
+		sections: map[string]*sectionRecord{},
+		executed: map[jobTick]int{},
+		entered:  map[jobTick]int{},
+		missed:   map[jobTick]bool{},
 	}
-	if slices.ContainsFunc(cfg.Chaos, func(c Chaos) bool { return c.Kind == Failover || c.Kind == Restart }) {
-		if err := s.holdRedis(); err != nil {
-			return nil, err
-		}
+	r.stop = make(chan struct{})
+	// Admitted and registered in one step: no other run of the session
+	// starts between the check and the registration.
+	if err := s.admit(r); err != nil {
+		return nil, err
 	}
-	if setup := storeSetups[cfg.Strategy]; setup != nil {
-		if err := setup(ctx, storeURL); err != nil {
-			r.releaseRedis()
-			return nil, fmt.Errorf("lab: prepare the store for %s: %w", cfg.Strategy, err)
-		}
-	}
-	if _, err := db.ExecContext(ctx, insertBalanceSQL, r.ID); err != nil {
-		r.releaseRedis()
-		return nil, fmt.Errorf("lab: %w", err)
-	}
-	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		r.cancel()
-		r.releaseRedis()
-		return nil, errors.New("lab: session closed")
-	}
-	s.runs[r] = struct{}{}
-	s.mu.Unlock()
 	forget := func() {
+		s.release(r)
 		s.mu.Lock()
 		delete(s.runs, r)
 		s.mu.Unlock()
 	}
-	if err := r.startNodes(ctx); err != nil {
+	if err := r.putCatalog(ctx); err != nil {
 		forget()
-		r.cancel()
+		return nil, err
+	}
+	if cfg.Standby > 0 {
+		standby, err := s.startStandby(ctx)
+		if err == nil {
+			// The run table, which a standby cannot create.
+			_, err = schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: namespace(r.ID)})
+		}
+		if err == nil {
+			// The catalog's rows and the ledgers reach the standby before
+			// its nodes read them.
+			err = standby.WaitReplayed(ctx, s.pg)
+		}
+		if err != nil {
+			forget()
+			return nil, err
+		}
+		r.standbyURL = standby.URL()
+	}
+	if err := r.startNodes(ctx); err != nil {
+		r.Stop()
 		r.stopNodes()
 		r.closeProxies()
-		r.releaseRedis()
+		forget()
 		return nil, err
 	}
 	// Stop the run when ctx ends (Ctrl-C).
@@ -201,36 +176,6 @@ func (e *UnavailableError) Error() string {
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// checkDestructive refuses a fault that would kill or restart a server the
-// lab did not start.
-func (s *Session) checkDestructive(ch Chaos) error {
-	if (ch.Kind == Failover || ch.Kind == Restart) && s.given(servers.KindRedis) {
-		return invalid("--chaos %s kills or restarts a Redis server, and the lab never touches servers it did not start: leave --redis-addrs and AEGIS_REDIS_ADDRS unset so that it starts its own", ch)
-	}
-	return nil
-}
-
-// holdRedis reserves the lab's Redis for a run that fails it over or
-// restarts it.
-func (s *Session) holdRedis() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.redisBusy {
-		return errors.New("another run of this session is failing over or restarting Redis: run one at a time")
-	}
-	s.redisBusy = true
-	return nil
-}
-
-func (r *Run) releaseRedis() {
-	if !slices.ContainsFunc(r.cfg.Chaos, func(c Chaos) bool { return c.Kind == Failover || c.Kind == Restart }) {
-		return
-	}
-	r.s.mu.Lock()
-	r.s.redisBusy = false
-	r.s.mu.Unlock()
-}
-
 // Config returns the run's configuration.
 func (r *Run) Config() Config { return r.cfg }
 
@@ -252,7 +197,31 @@ func (r *Run) Wait(ctx context.Context) (*Report, error) {
 
 // Stop aborts the run: the nodes are told to stop, paused ones resumed,
 // faults ended. The report covers what happened until then.
-func (r *Run) Stop() { r.cancel() }
+func (r *Run) Stop() { r.stopOnce.Do(func() { close(r.stop) }) }
+
+// ending reports whether the run is ending (stopped, or over).
+func (r *Run) ending() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// lifetime returns a context that ends when the run ends or is stopped:
+// the bound of its faults and tick marks.
+func (r *Run) lifetime() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-r.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
 
 // Events returns a copy of the events so far.
 func (r *Run) Events() []Event {
@@ -323,6 +292,7 @@ type Status struct {
 	Done    bool         `json:"done"`
 	Holder  int          `json:"holder"` // the node inside the critical section (or holding the lease), 0 none
 	Token   int64        `json:"token"`
+	Job     string       `json:"job,omitempty"` // the holder's job
 	Nodes   []NodeStatus `json:"nodes"`
 	// The report's counts so far, from the events (the final report
 	// reads the store).
@@ -375,6 +345,7 @@ func (r *Run) Status() Status {
 			st.DuplicateTicks++
 		}
 	}
+	st.Job = r.holderJobLocked()
 	for _, n := range r.executed {
 		if n > 1 {
 			st.DuplicatesApplied++
@@ -452,454 +423,5 @@ func (r *Run) waitEvent(ctx context.Context, match func(Event) bool) (Event, err
 		default:
 		}
 		return Event{}, ctx.Err()
-	}
-}
-
-// startNodes creates each node's proxies and process, waits until every
-// node is ready, and sends the start time.
-func (r *Run) startNodes(ctx context.Context) error {
-	env := nodeBaseEnv(r.s.opts.NodeEnv)
-	skews := map[int]time.Duration{}
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew {
-			skews[ch.Node()] = ch.Offset
-		}
-	}
-	for n := 1; n <= r.cfg.Nodes; n++ {
-		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
-		np.cfg = NodeConfig{
-			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
-			Tick: r.cfg.Tick, Work: r.cfg.Work, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
-			Skew: skews[n], Store: r.store, Incarnation: 1,
-		}
-		r.mu.Lock()
-		r.nodes = append(r.nodes, np)
-		r.mu.Unlock()
-		nodeEnv, err := r.proxy(np)
-		if err != nil {
-			return err
-		}
-		np.env = append(slices.Clone(env), nodeEnv...)
-		if err := r.spawn(np); err != nil {
-			return err
-		}
-	}
-	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for _, np := range r.nodes {
-		if err := r.waitReady(wait, np); err != nil {
-			return err
-		}
-	}
-	// The first tick fires a moment from now, on every node's clock.
-	r.mu.Lock()
-	r.start = time.Now().Add(200 * time.Millisecond)
-	r.mu.Unlock()
-	for _, np := range r.nodes {
-		r.sendStart(np)
-	}
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Latency {
-			r.setLatency(ch)
-		}
-	}
-	return nil
-}
-
-// nodeBaseEnv is our environment without the AEGIS_* server variables,
-// plus extra.
-func nodeBaseEnv(extra []string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "AEGIS_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
-
-// proxy creates the node's proxies, one per server address it uses, and
-// returns the AEGIS_* variables (and store) that point the node at them.
-func (r *Run) proxy(np *nodeProc) ([]string, error) {
-	var env []string
-	add := func(k servers.Kind, upstream string) (string, error) {
-		p, err := tcpproxy.New(upstream)
-		if err != nil {
-			return "", fmt.Errorf("lab: %w", err)
-		}
-		r.mu.Lock()
-		np.proxies[k] = append(np.proxies[k], p)
-		r.mu.Unlock()
-		return p.Addr(), nil
-	}
-	if !strings.HasPrefix(r.store, "sqlite:") {
-		u, err := url.Parse(r.store)
-		if err != nil || u.Host == "" {
-			return nil, errors.New("lab: the PostgreSQL URL must be a postgres:// URL")
-		}
-		addr, err := add(servers.KindPostgres, u.Host)
-		if err != nil {
-			return nil, err
-		}
-		u.Host = addr
-		np.cfg.Store = u.String()
-		env = append(env, servers.EnvPostgresURL+"="+u.String())
-	}
-	for _, k := range r.strat.Needs {
-		var addrs []string
-		switch k {
-		case servers.KindRedis, servers.KindZooKeeper:
-			for _, a := range r.s.serverAddrs(k) {
-				pa, err := add(k, a)
-				if err != nil {
-					return nil, err
-				}
-				addrs = append(addrs, pa)
-			}
-		case servers.KindEtcd:
-			for _, a := range r.s.serverAddrs(k) {
-				u, err := url.Parse(a)
-				if err != nil || u.Host == "" {
-					return nil, fmt.Errorf("lab: etcd endpoint %q: want http://host:port", a)
-				}
-				pa, err := add(k, u.Host)
-				if err != nil {
-					return nil, err
-				}
-				u.Host = pa
-				addrs = append(addrs, u.String())
-			}
-		default:
-			continue
-		}
-		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers}[k]
-		env = append(env, name+"="+strings.Join(addrs, ","))
-	}
-	if r.strat.Name == "sqlite" {
-		env = append(env, "AEGIS_SQLITE_PATH="+filepath.Join(r.s.dir, r.ID+"-lease.db"))
-	}
-	return env, nil
-}
-
-// spawn starts np's process (a new incarnation after a kill).
-func (r *Run) spawn(np *nodeProc) error {
-	r.mu.Lock()
-	cfg := np.cfg
-	r.mu.Unlock()
-	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.args()...)...)
-	cmd.Env = np.env
-	// Its own process group: a Ctrl-C reaches the lab, which stops the
-	// nodes in order; SIGKILL when the lab dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf, err := os.OpenFile(filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("lab: %w", err)
-	}
-	cmd.Stderr = logf
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("lab: start node%d: %w", np.n, err)
-	}
-	ready, exited := make(chan struct{}), make(chan struct{})
-	r.mu.Lock()
-	np.cmd, np.stdin, np.ready, np.exited = cmd, stdin, ready, exited
-	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
-	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
-	r.bg.Go(func() {
-		defer logf.Close()
-		defer close(exited)
-		lines := bufio.NewScanner(stdout)
-		lines.Buffer(make([]byte, 64<<10), 1<<20)
-		for lines.Scan() {
-			var ev nodeEvent
-			if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
-				fmt.Fprintf(logf, "lab: bad event line %q\n", lines.Text())
-				continue
-			}
-			r.onNodeEvent(np, ev, ready)
-		}
-		err := cmd.Wait()
-		r.mu.Lock()
-		killed, finished, lastErr := np.killed, np.finished, np.lastErr
-		np.critical, np.holding = "", -1
-		r.mu.Unlock()
-		how := "exited"
-		if err != nil {
-			how = err.Error()
-		}
-		r.labEvent(Event{Kind: EventExited, Node: np.n, Detail: how})
-		if !killed && !finished && r.ctx.Err() == nil {
-			if lastErr != "" {
-				how += " after: " + lastErr
-			}
-			r.note("node%d %s, before it finished (log %s)", np.n, how, logf.Name())
-		}
-	})
-	return nil
-}
-
-func (r *Run) waitReady(ctx context.Context, np *nodeProc) error {
-	r.mu.Lock()
-	ready, exited := np.ready, np.exited
-	r.mu.Unlock()
-	select {
-	case <-ready:
-		return nil
-	case <-exited:
-		return fmt.Errorf("lab: node%d exited before it was ready; its log: %s", np.n, r.nodeLogTail(np))
-	case <-ctx.Done():
-		return fmt.Errorf("lab: node%d not ready: %w; its log: %s", np.n, ctx.Err(), r.nodeLogTail(np))
-	}
-}
-
-func (r *Run) nodeLogTail(np *nodeProc) string {
-	path := filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n))
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return path + ": " + strings.Join(lines, " | ")
-}
-
-func (r *Run) sendStart(np *nodeProc) {
-	r.mu.Lock()
-	stdin, start := np.stdin, r.start
-	r.mu.Unlock()
-	b, _ := json.Marshal(startLine{Start: start.UnixNano()})
-	_, _ = stdin.Write(append(b, '\n'))
-}
-
-// onNodeEvent records a node's event and updates what the lab knows.
-func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Detail: ev.Detail}
-	var derived []Event
-	switch ev.Kind {
-	case evReady:
-		close(ready)
-		e.T = 0
-	case evAcquired:
-		np.holding = ev.Token
-		np.tick = ev.Tick
-	case evReleased, evLost:
-		np.holding = -1
-	case evEnter:
-		key := [2]int{np.n, np.cfg.Incarnation}
-		if _, ok := r.clients[key]; !ok {
-			r.clients[key] = len(r.clients)
-		}
-		r.attempts[ev.Attempt] = &Attempt{ID: ev.Attempt, Node: np.n, Tick: ev.Tick, Token: ev.Token, Read: -1, Outcome: Unknown, Call: ev.At, client: r.clients[key]}
-		r.order = append(r.order, ev.Attempt)
-	case evEntered:
-		if a := r.attempts[ev.Attempt]; a != nil && ev.Value != nil {
-			a.Read = *ev.Value
-		}
-		np.critical, np.writing = ev.Attempt, false
-		r.entered[ev.Tick]++
-	case evWriting:
-		np.writing = true
-	case evExecuted:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Outcome, a.Return = Committed, ev.At
-		}
-		np.critical = ""
-		r.executed[ev.Tick]++
-		if r.executed[ev.Tick] == 2 {
-			derived = append(derived, Event{T: e.T, Kind: EventDuplicate, Tick: ev.Tick, Node: np.n, Detail: fmt.Sprintf("tick %d committed a second time", ev.Tick)})
-		}
-	case evStale:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Outcome, a.Return = Refused, ev.At
-		}
-		np.critical = ""
-		r.stale++
-	case evSkipped:
-		delete(r.attempts, ev.Attempt) // it read nothing it acted on
-		np.critical = ""
-	case evAbandon:
-		if a := r.attempts[ev.Attempt]; a != nil {
-			a.Return = ev.At
-		}
-		np.critical = ""
-	case evFinished:
-		np.finished = true
-	case evError:
-		np.lastErr = ev.Detail
-	}
-	r.addLocked(e)
-	for _, d := range derived {
-		r.addLocked(d)
-	}
-}
-
-// supervise runs the run: tick events, faults, the end, the report.
-func (r *Run) supervise() {
-	defer close(r.done)
-	var ticks sync.WaitGroup
-	defer ticks.Wait()
-	ticks.Go(r.tickEvents)
-	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew || ch.Kind == Latency {
-			r.labEvent(Event{Kind: EventChaos, Node: ch.Node(), Detail: ch.String()})
-			continue
-		}
-		r.chaos.Go(func() {
-			if !sleep(r.ctx, time.Until(r.start.Add(ch.At))) {
-				return
-			}
-			if err := r.apply(r.ctx, ch); err != nil {
-				r.note("%s: %v", ch, err)
-			}
-		})
-	}
-	lastWindow := r.start.Add(time.Duration(r.cfg.Ticks()-1)*r.cfg.Tick + r.cfg.Window())
-	var longest time.Duration
-	for _, ch := range r.cfg.Chaos {
-		longest = max(longest, ch.At+ch.For)
-	}
-	hard := time.NewTimer(time.Until(lastWindow.Add(longest + 30*time.Second)))
-	defer hard.Stop()
-	for {
-		if r.allFinished() {
-			break
-		}
-		r.mu.Lock()
-		changed := r.changed
-		r.mu.Unlock()
-		select {
-		case <-changed:
-			continue
-		case <-r.ctx.Done():
-			r.mu.Lock()
-			r.stopped = true
-			r.mu.Unlock()
-		case <-hard.C:
-			r.note("the run did not end by itself in time: its nodes were stopped")
-		}
-		break
-	}
-	r.cancel()
-	r.chaos.Wait()
-	r.stopNodes()
-	r.closeProxies()
-	r.healRedis()
-	r.releaseRedis()
-	r.report, r.err = r.buildReport()
-}
-
-// allFinished reports whether every node's current process has finished
-// its ticks and exited.
-func (r *Run) allFinished() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, np := range r.nodes {
-		select {
-		case <-np.exited:
-			if np.killed {
-				return false // being restarted
-			}
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// tickEvents emits a tick event at each fire time and a missed event when
-// a tick's window ends without an execution.
-func (r *Run) tickEvents() {
-	type mark struct {
-		at     time.Time
-		tick   int
-		missed bool
-	}
-	var marks []mark
-	for t := 1; t <= r.cfg.Ticks(); t++ {
-		fire := r.start.Add(time.Duration(t-1) * r.cfg.Tick)
-		marks = append(marks, mark{fire, t, false}, mark{fire.Add(r.cfg.Window()), t, true})
-	}
-	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
-	for _, m := range marks {
-		if !sleep(r.ctx, time.Until(m.at)) {
-			return
-		}
-		if !m.missed {
-			r.mu.Lock()
-			r.fired = m.tick
-			r.mu.Unlock()
-			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
-			continue
-		}
-		r.mu.Lock()
-		missed := r.executed[m.tick] == 0 && !r.missed[m.tick]
-		if missed {
-			r.missed[m.tick] = true
-			r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Tick: m.tick})
-		}
-		r.mu.Unlock()
-	}
-}
-
-// stopNodes ends every node process: stdin closed (the node stops), paused
-// ones resumed, and SIGKILL for those still running after a bound.
-func (r *Run) stopNodes() {
-	r.mu.Lock()
-	nodes := slices.Clone(r.nodes)
-	r.mu.Unlock()
-	for _, np := range nodes {
-		r.mu.Lock()
-		cmd, stdin, exited := np.cmd, np.stdin, np.exited
-		np.paused = false
-		r.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		_ = stdin.Close()
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
-		select {
-		case <-exited:
-		case <-time.After(r.cfg.Work + 10*time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	r.bgWaitReaders()
-}
-
-// bgWaitReaders waits for the readers of every node's output.
-func (r *Run) bgWaitReaders() {
-	r.mu.Lock()
-	nodes := slices.Clone(r.nodes)
-	r.mu.Unlock()
-	for _, np := range nodes {
-		if np.exited != nil {
-			<-np.exited
-		}
-	}
-}
-
-func (r *Run) closeProxies() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, np := range r.nodes {
-		for _, ps := range np.proxies {
-			for _, p := range ps {
-				_ = p.Close()
-			}
-		}
 	}
 }

@@ -6,15 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
-	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
@@ -35,8 +36,8 @@ type Options struct {
 	Dir string
 	// Servers are existing servers to use instead of starting them. The
 	// lab never kills, pauses or restarts a server it did not start:
-	// faults that would (failover:redis, restart:redis) need the lab's
-	// own Redis.
+	// faults that would (failover:redis, restart:redis, crash:postgres,
+	// kill:etcd, kill:zookeeper) need the lab's own server of that kind.
 	Servers Servers
 	// Executable is the program whose `node` subcommand runs a node.
 	// Default: os.Executable() (the aegis command).
@@ -50,7 +51,14 @@ type Options struct {
 
 // Session is a lab session: the servers it started (reused across its
 // runs, stopped by Close) and its store of record. Runs of one session
-// may run at the same time.
+// may run at the same time, but only one at a time may have faults that
+// kill, restart or fail over one kind of server (a second is refused):
+// the servers are shared, so such a fault also reaches the other runs.
+//
+// The PostgreSQL it starts is durable (fsync, synchronous_commit and
+// full_page_writes on), so that crash:postgres tests crash recovery and
+// loses nothing committed; its etcd and ZooKeeper have 3 members, so
+// that one can be killed under a quorum.
 type Session struct {
 	opts    Options
 	dir     string
@@ -58,6 +66,8 @@ type Session struct {
 
 	mu          sync.Mutex
 	pg          *servers.Postgres
+	standby     *servers.Postgres // a hot standby of pg: a second region, for Config.Standby
+	standbyMu   sync.Mutex        // serializes its start
 	redis       []*servers.Redis
 	replica     *servers.Redis  // of redis[0], for failover:redis
 	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
@@ -67,14 +77,14 @@ type Session struct {
 	store       *sql.DB
 	storeURL    string // a PostgreSQL URL, or sqlite:PATH
 	closed      bool
-	redisBusy   bool // a run with Redis faults holds the lab's Redis
+	busy        map[servers.Kind]*Run // the run whose faults kill, restart or fail over the kind's servers
 	runs        map[*Run]struct{}
 }
 
 // NewSession returns a session; it starts no server until a run needs
 // one.
 func NewSession(opts Options) (*Session, error) {
-	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}, runs: map[*Run]struct{}{}}
+	s := &Session{opts: opts, unavailable: map[servers.Kind]error{}, busy: map[servers.Kind]*Run{}, runs: map[*Run]struct{}{}}
 	if s.opts.Log == nil {
 		s.opts.Log = io.Discard
 	}
@@ -132,6 +142,9 @@ func (s *Session) Close() error {
 		errs = append(errs, s.store.Close())
 	}
 	var stops []func() error
+	if s.standby != nil {
+		stops = append(stops, s.standby.Stop)
+	}
 	if s.pg != nil {
 		stops = append(stops, s.pg.Stop)
 	}
@@ -199,8 +212,8 @@ func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
 		if s.pg != nil {
 			return nil
 		}
-		fmt.Fprintf(s.opts.Log, "lab: starting PostgreSQL in %s\n", s.dir)
-		s.pg, err = servers.StartPostgres(ctx, filepath.Join(s.dir, "postgres"), nil)
+		fmt.Fprintf(s.opts.Log, "lab: starting a durable PostgreSQL in %s\n", s.dir)
+		s.pg, err = servers.StartPostgres(ctx, filepath.Join(s.dir, "postgres"), &servers.PostgresConfig{Durable: true})
 	case servers.KindRedis:
 		if s.redis != nil {
 			return nil
@@ -212,13 +225,13 @@ func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
 			return nil
 		}
 		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member etcd cluster in %s\n", s.dir)
-		s.etcd, err = servers.StartEtcd(ctx, filepath.Join(s.dir, "etcd"), nil)
+		s.etcd, err = servers.StartEtcd(ctx, filepath.Join(s.dir, "etcd"), &servers.EtcdConfig{Members: 3})
 	case servers.KindZooKeeper:
 		if s.zk != nil {
 			return nil
 		}
 		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member ZooKeeper ensemble in %s\n", s.dir)
-		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), nil)
+		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), &servers.ZooKeeperConfig{Members: 3})
 	}
 	if err != nil {
 		if servers.IsMissing(err) {
@@ -364,11 +377,8 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 	if !ok {
 		return invalid("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
-	if st.Lease() && !slices.Contains(backend.Names(), st.Backend) {
+	if st.Mode == LeaseMode && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
-	}
-	if st.Name == "queue" && strategyLoops[st.Name] == nil {
-		return errors.New("the queue package is not in this build of aegis")
 	}
 	for _, k := range st.Needs {
 		if err := s.ensure(ctx, k); err != nil {
@@ -381,4 +391,193 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 		return fmt.Errorf("%s runs its SQL in the store of record, which is SQLite here: PostgreSQL is missing", st.Name)
 	}
 	return nil
+}
+
+// flags names the flag and variable that give the kind's servers.
+var flags = map[servers.Kind]string{
+	servers.KindPostgres:  "--postgres-url and AEGIS_POSTGRES_URL",
+	servers.KindRedis:     "--redis-addrs and AEGIS_REDIS_ADDRS",
+	servers.KindEtcd:      "--etcd-endpoints and AEGIS_ETCD_ENDPOINTS",
+	servers.KindZooKeeper: "--zk-servers and AEGIS_ZK_SERVERS",
+}
+
+// admitChaos refuses a fault this session cannot inflict: one that would
+// kill or restart a server the lab did not start, or reach a PostgreSQL
+// it does not have (its store of record is SQLite). The strategy's part is
+// Config.checkChaos.
+func (s *Session) admitChaos(ch Chaos) error {
+	if k, ok := ch.server(); ok && s.given(k) {
+		return invalid("--chaos %s kills or restarts %s, and the lab never touches servers it did not start: leave %s unset so that it starts its own", ch, serverName(k), flags[k])
+	}
+	s.mu.Lock()
+	sqlite := strings.HasPrefix(s.storeURL, "sqlite:")
+	s.mu.Unlock()
+	if sqlite && (ch.Kind == Crash || (ch.Kind == Partition && ch.Server == string(servers.KindPostgres))) {
+		return invalid("--chaos %s: the store of record is SQLite here (PostgreSQL is not installed) and the strategy uses no PostgreSQL: there is none to reach", ch)
+	}
+	return nil
+}
+
+func serverName(k servers.Kind) string {
+	return map[servers.Kind]string{
+		servers.KindPostgres:  "the PostgreSQL server",
+		servers.KindRedis:     "a Redis server",
+		servers.KindEtcd:      "an etcd member",
+		servers.KindZooKeeper: "a ZooKeeper member",
+	}[k]
+}
+
+// The session's admission of faults: the lab's servers are one per
+// session, shared by its runs, so a fault that kills, restarts or fails
+// over a server must be the only run on it. The CLI and the dashboard both
+// go through here (Start, Inject, Admit).
+
+// faulted lists the servers c's faults kill, restart or fail over.
+func faulted(cs []Chaos) []servers.Kind {
+	var ks []servers.Kind
+	for _, ch := range cs {
+		if k, ok := ch.server(); ok && !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// usesLocked reports whether a run of c uses server k: its strategy's,
+// or PostgreSQL as the store of record. Caller holds mu.
+func (s *Session) usesLocked(c Config, k servers.Kind) bool {
+	st, _ := LookupStrategy(c.Strategy)
+	if slices.Contains(st.Needs, k) {
+		return true
+	}
+	return k == servers.KindPostgres && s.storeURL != "" && !strings.HasPrefix(s.storeURL, "sqlite:")
+}
+
+var serverTitle = map[servers.Kind]string{servers.KindPostgres: "PostgreSQL", servers.KindRedis: "Redis", servers.KindEtcd: "etcd", servers.KindZooKeeper: "ZooKeeper"}
+
+// conflictLocked says why runs cs cannot go now beside the session's live
+// runs (self, when not nil, is one of them and adds its injected faults
+// ch): "" when they can. Caller holds mu.
+func (s *Session) conflictLocked(self *Run, cs []Config, ch []Chaos) string {
+	for _, c := range cs {
+		for k, owner := range s.busy {
+			if owner != self && s.usesLocked(c, k) {
+				return fmt.Sprintf("run %s has failed over or restarted the lab's %s (or will: its faults do), which stays so until it ends: a %s run started now would find its server gone; wait for it to end or stop it", owner.ID, serverTitle[k], c.Strategy)
+			}
+		}
+	}
+	for i, c := range cs {
+		kinds := faulted(c.Chaos)
+		if self != nil {
+			kinds = faulted(ch)
+		}
+		for _, k := range kinds {
+			for other := range s.runs {
+				if other != self && s.usesLocked(other.cfg, k) {
+					return fmt.Sprintf("run %s (%s) uses the lab's %s too, and a fault that kills, restarts or fails it over would pull it from under that run as well: stop it first, or fault a run that is alone", other.ID, other.cfg.Strategy, serverTitle[k])
+				}
+			}
+			for j, c2 := range cs {
+				if j != i && s.usesLocked(c2, k) {
+					return fmt.Sprintf("a run with a fault that kills, restarts or fails over the lab's %s must be the only %s run going: the others would lose their server too", serverTitle[k], serverTitle[k])
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// Admit says whether runs cs can start now, side by side, beside the
+// session's live runs: nil, or an error that says what is in the way (a
+// fault that kills a server another run uses, a server held by a run that
+// faulted it).
+func (s *Session) Admit(cs []Config) error {
+	for _, c := range cs {
+		for _, ch := range c.Chaos {
+			if err := s.admitChaos(ch); err != nil {
+				return err
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if why := s.conflictLocked(nil, cs, nil); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// admit admits a run about to start, registers it and holds the servers
+// its faults kill, in one step.
+func (s *Session) admit(r *Run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("lab: session closed")
+	}
+	if why := s.conflictLocked(nil, []Config{r.cfg}, nil); why != "" {
+		return errors.New(why)
+	}
+	s.runs[r] = struct{}{}
+	for _, k := range faulted(r.cfg.Chaos) {
+		s.busy[k] = r
+	}
+	return nil
+}
+
+// hold reserves, for a fault injected into r, the server it kills,
+// restarts or fails over (if any), once no other run uses it. It fails
+// once r has ended (then release has run or is about to, and would not
+// see the hold).
+func (s *Session) hold(r *Run, ch Chaos) error {
+	k, ok := ch.server()
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.ending() {
+		return errors.New("the run has ended")
+	}
+	if owner := s.busy[k]; owner != nil && owner != r {
+		return fmt.Errorf("another run of this session has a fault that kills or restarts %s (%s): run one at a time", serverName(k), owner.ID)
+	}
+	if why := s.conflictLocked(r, []Config{r.cfg}, []Chaos{ch}); why != "" {
+		return errors.New(why)
+	}
+	s.busy[k] = r
+	return nil
+}
+
+// release gives back every server r holds.
+func (s *Session) release(r *Run) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.busy, func(_ servers.Kind, owner *Run) bool { return owner == r })
+}
+
+// startStandby returns the hot standby of the lab's own PostgreSQL,
+// started the first time a run asks (pg_basebackup, then streaming): the
+// second region of a run with Config.Standby.
+func (s *Session) startStandby(ctx context.Context) (*servers.Postgres, error) {
+	s.standbyMu.Lock()
+	defer s.standbyMu.Unlock()
+	s.mu.Lock()
+	primary, standby := s.pg, s.standby
+	s.mu.Unlock()
+	switch {
+	case standby != nil:
+		return standby, nil
+	case primary == nil:
+		return nil, invalid("--standby needs the lab's own PostgreSQL (a hot standby is made from it): leave --postgres-url and AEGIS_POSTGRES_URL unset")
+	}
+	fmt.Fprintf(s.opts.Log, "lab: starting a hot standby of PostgreSQL in %s\n", s.dir)
+	standby, err := servers.StartStandby(ctx, filepath.Join(s.dir, "postgres-standby"), primary, nil)
+	if err != nil {
+		return nil, fmt.Errorf("lab: start the hot standby: %w", err)
+	}
+	s.mu.Lock()
+	s.standby = standby
+	s.mu.Unlock()
+	return standby, nil
 }

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
 )
@@ -45,39 +45,62 @@ CREATE TABLE IF NOT EXISTS aegis_lab_claim (
 	PRIMARY KEY (run, tick)
 )`}}
 
+// Version 2 is lab v2's workload: a ledger row per job of a run's
+// catalog, the audit row's job, holder and run attempt, and the optimistic
+// strategy's claim row per job.
+var storeMigrationsV2 = migrate.Migration{Version: 2, SQL: `
+CREATE TABLE IF NOT EXISTS aegis_lab_ledger (
+	run   text   NOT NULL,
+	job   text   NOT NULL,
+	value bigint NOT NULL,
+	PRIMARY KEY (run, job)
+);
+ALTER TABLE aegis_lab_audit ADD COLUMN job text NOT NULL DEFAULT '';
+ALTER TABLE aegis_lab_audit ADD COLUMN owner text NOT NULL DEFAULT ''; -- a short hash of the lease's owner
+ALTER TABLE aegis_lab_audit ADD COLUMN run_attempt integer NOT NULL DEFAULT 1; -- 2 and up: a reaper's retry
+CREATE INDEX IF NOT EXISTS aegis_lab_audit_job ON aegis_lab_audit (run, job, tick);
+CREATE TABLE IF NOT EXISTS aegis_lab_optimistic (
+	key      text    PRIMARY KEY, -- the job's lease key
+	version  bigint  NOT NULL,    -- the token
+	until_ms bigint  NOT NULL,    -- claimed until, by the claimer's clock
+	node     integer NOT NULL
+);
+DROP TABLE IF EXISTS aegis_lab_balance;
+DROP TABLE IF EXISTS aegis_lab_claim`}
+
 const (
-	insertBalanceSQL = `INSERT INTO aegis_lab_balance (run, value) VALUES ($1, 0)`
-	readBalanceSQL   = `SELECT value FROM aegis_lab_balance WHERE run = $1`
-	writeBalanceSQL  = `UPDATE aegis_lab_balance SET value = $2 WHERE run = $1`
-	tickDoneSQL      = `SELECT count(*) FROM aegis_lab_audit WHERE run = $1 AND tick = $2 AND status = 'EXECUTED'`
-	auditSQL         = `INSERT INTO aegis_lab_audit (run, attempt, tick, node, token, status, value, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
-	auditRowsSQL = `SELECT attempt, tick, node, token, status, value, at_ms FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
+	insertLedgerSQL = `INSERT INTO aegis_lab_ledger (run, job, value) VALUES ($1, $2, 0)`
+	readLedgerSQL   = `SELECT value FROM aegis_lab_ledger WHERE run = $1 AND job = $2`
+	writeLedgerSQL  = `UPDATE aegis_lab_ledger SET value = $3 WHERE run = $1 AND job = $2`
+	ledgersSQL      = `SELECT job, value FROM aegis_lab_ledger WHERE run = $1`
+	auditSQL        = `INSERT INTO aegis_lab_audit (run, attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	auditRowsSQL = `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
+FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
 
-	// pg-unique: the primary key is the exclusion.
-	uniqueClaimSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
-VALUES ($1, $2, $3, 0, 'RUNNING', 0, $4) ON CONFLICT (run, tick) DO NOTHING`
+	// The store's own account of a run's harm, per job: what the
+	// checker's verdict must agree with. A tick applied twice is two
+	// EXECUTED rows of one (job, tick); a lost update is an EXECUTED row
+	// the ledger does not count.
+	storeDuplicatesSQL = `SELECT job, count(*) FROM (
+	SELECT job, tick FROM aegis_lab_audit WHERE run = $1 AND status = 'EXECUTED'
+	GROUP BY job, tick HAVING count(*) > 1) d GROUP BY job`
+	storeLostSQL = `SELECT l.job, (SELECT count(*) FROM aegis_lab_audit a
+	WHERE a.run = l.run AND a.job = l.job AND a.status = 'EXECUTED') - l.value
+FROM aegis_lab_ledger l WHERE l.run = $1`
 
-	// optimistic: a row per tick, claimed by compare-and-set on its version.
-	optimisticRowSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
-VALUES ($1, $2, 0, 0, 'PENDING', 0, $3) ON CONFLICT (run, tick) DO NOTHING`
-	optimisticReadSQL  = `SELECT token, state, until_ms FROM aegis_lab_claim WHERE run = $1 AND tick = $2`
-	optimisticClaimSQL = `UPDATE aegis_lab_claim
-SET token = token + 1, node = $3, state = 'RUNNING', until_ms = $5, at_ms = $6
-WHERE run = $1 AND tick = $2 AND token = $4 -- compare-and-set on the version read
-  AND state <> 'DONE'`
-	// optimisticDoneSQL finishes a claim, fenced: the version must still
-	// be the claimer's.
-	optimisticDoneSQL = `UPDATE aegis_lab_claim SET state = 'DONE'
-WHERE run = $1 AND tick = $2 AND token = $3 -- fence: a stolen claim has a greater version`
-	optimisticDoneUnfencedSQL = `UPDATE aegis_lab_claim SET state = 'DONE' WHERE run = $1 AND tick = $2`
-
-	// queue: the tick's once-ever record, inserted in the transaction that
-	// enqueues its job; the first node's insert enqueues.
-	queueTickSQL = `INSERT INTO aegis_lab_claim (run, tick, node, token, state, until_ms, at_ms)
-VALUES ($1, $2, $3, 0, 'QUEUED', 0, $4) ON CONFLICT (run, tick) DO NOTHING`
-	// executedTicksSQL counts the run's ticks with an EXECUTED row.
-	executedTicksSQL = `SELECT count(DISTINCT tick) FROM aegis_lab_audit WHERE run = $1 AND status = 'EXECUTED'`
+	// optimistic: a row per job's lease key, claimed by compare-and-set
+	// on its version.
+	optimisticRowSQL   = `INSERT INTO aegis_lab_optimistic (key, version, until_ms, node) VALUES ($1, 0, 0, 0) ON CONFLICT (key) DO NOTHING`
+	optimisticReadSQL  = `SELECT version, until_ms FROM aegis_lab_optimistic WHERE key = $1`
+	optimisticClaimSQL = `UPDATE aegis_lab_optimistic SET version = version + 1, until_ms = $3, node = $4
+WHERE key = $1 AND version = $2 -- compare-and-set on the version read`
+	optimisticUntilSQL = `UPDATE aegis_lab_optimistic SET until_ms = $3 WHERE key = $1 AND version = $2`
+	// optimisticCheckSQL is the fence of the optimistic strategy: the
+	// claim's version must still be the claimer's (a stolen claim has a
+	// greater one). It writes the row so that it takes its lock, as the
+	// fence's upsert does.
+	optimisticCheckSQL = `UPDATE aegis_lab_optimistic SET version = version WHERE key = $1 AND version = $2`
 )
 
 // migrateStore creates the lab's tables and the fence table.
@@ -86,7 +109,7 @@ func migrateStore(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("lab: store: %w", err)
 	}
-	if err := migrate.Apply(ctx, db, d, "lab", storeMigrations); err != nil {
+	if err := migrate.Apply(ctx, db, d, "lab", append(slices.Clone(storeMigrations), storeMigrationsV2)); err != nil {
 		return fmt.Errorf("lab: store: %w", err)
 	}
 	if err := fence.MigrateSQL(ctx, db); err != nil {
@@ -95,8 +118,8 @@ func migrateStore(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// balanceResource is the fence resource of a run's balance.
-func balanceResource(run string) string { return "lab/" + run + "/balance" }
+// ledgerResource is the fence resource of a job's ledger in a run.
+func ledgerResource(run, job string) string { return "lab/" + run + "/" + job }
 
 // isUniqueViolation reports whether err is a primary key or unique
 // violation, on PostgreSQL or SQLite.
@@ -107,6 +130,3 @@ func isUniqueViolation(err error) bool {
 	}
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
-
-// isStale reports whether err is the fence's refusal.
-func isStale(err error) bool { return errors.Is(err, aegis.ErrStale) }

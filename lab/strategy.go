@@ -2,105 +2,215 @@ package lab
 
 import (
 	"slices"
+	"strings"
+	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/servers"
+)
+
+// Mode is how a strategy's nodes run the catalog: one of package
+// schedule's modes.
+type Mode string
+
+const (
+	// RunKey is schedule's run-key mode: a row per (job, fire time), the
+	// first insert runs the tick, a reaper retries a crashed run with a
+	// greater token.
+	RunKey Mode = "run-key"
+	// LeaseMode is schedule's lease mode (ShedLock's semantics): the node
+	// whose Locker grants the job's lease at the fire time runs the tick.
+	LeaseMode Mode = "lease"
+	// LeaderMode is schedule's leader mode: an elected node enqueues each
+	// tick into package queue, every node's worker competes for the runs.
+	LeaderMode Mode = "leader"
 )
 
 // TokenKind says where a strategy's fencing token comes from, which
-// decides what --fence does.
+// decides how --fence checks it.
 type TokenKind string
 
 const (
 	// NoToken: the strategy hands out no token; --fence has no effect.
 	NoToken TokenKind = "none"
-	// LeaseToken: one lease key per run, whose token grows across ticks;
-	// the fence is package fence on the balance (aegis_fence), checked
-	// when the holder reads the balance and again when it writes.
+	// LeaseToken: the job's lease token, which grows across its ticks;
+	// the fence is fence.CheckLeaseSQL on the job's ledger, which refuses
+	// a lower token and an equal one from another holder.
 	LeaseToken TokenKind = "lease"
-	// ClaimToken: a token per tick (the claim's version, the job's token);
-	// the fence is the claim row's token compared in the transaction of
-	// the write.
-	ClaimToken TokenKind = "claim"
+	// RunToken: the run's token (a run row's or a queue job's), ordered
+	// by fire time, then attempt; the fence is fence.CheckSQL on the job's
+	// ledger.
+	RunToken TokenKind = "run"
+	// VersionToken: the version of the job's claim row (optimistic); the
+	// fence is the version compare on the read and the write.
+	VersionToken TokenKind = "version"
 )
 
-// Strategy is one way the nodes coordinate a tick.
+// Once says whether a strategy runs each tick of a job at most once.
+type Once string
+
+const (
+	OnceNo Once = "no"
+	// OnceSkew: while the nodes' clocks differ by less than the job's
+	// LockAtLeastFor (half its cadence in the lab), and the lease server
+	// grants a key to one holder at a time.
+	OnceSkew Once = "while clocks agree"
+	// OnceRetry: a tick has one run, but a run whose end was not recorded
+	// after its commit (its node crashed, or was cut off or paused past its
+	// lease) is retried: at least once.
+	OnceRetry Once = "except a retry of a run whose end was lost"
+)
+
+// Guarantee is what a strategy keeps, as the lab labels it and the
+// campaign checks it.
+type Guarantee struct {
+	// Ledger: no lost update on a job's ledger, and no write accepted
+	// with a token lower than one already accepted (or equal, from
+	// another holder).
+	Ledger bool
+	Once   Once
+}
+
+// String says the guarantee in a few words, as tables show it.
+func (g Guarantee) String() string {
+	parts := []string{"ledger " + map[bool]string{true: "kept", false: "not kept"}[g.Ledger]}
+	switch g.Once {
+	case OnceNo:
+		parts = append(parts, "a tick may run twice")
+	default:
+		parts = append(parts, "once per tick "+string(g.Once))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Strategy is one way the nodes coordinate a job's ticks: one row of
+// [Strategies].
 type Strategy struct {
 	Name string
-	// Backend is the internal/backend name of a lease strategy's Locker
-	// ("" for the others).
+	Mode Mode
+	// Backend is the internal/backend name of a lease strategy's Locker,
+	// or the lab's own Locker (labLockers) for none, pg-advisory and
+	// optimistic.
 	Backend string
 	// Needs are the servers the strategy needs besides the store of
 	// record. PostgreSQL strategies need the store to be PostgreSQL.
 	Needs []servers.Kind
 	Token TokenKind
+	// Fenced and Unfenced are what it guarantees with and without --fence
+	// (the same for a strategy without a token).
+	Fenced, Unfenced Guarantee
 	// Summary is one line on how it works.
 	Summary string
 	// NotGuaranteed is one line on what it does not guarantee.
 	NotGuaranteed string
+	// WrongOnPurpose: one of seed 000's classic mistakes, for its presets
+	// (broken.go); the aegis preset leaves it out.
+	WrongOnPurpose bool
 }
 
 // Fenceable reports whether --fence changes anything for the strategy.
 func (s Strategy) Fenceable() bool { return s.Token != NoToken }
 
-// Lease reports whether the strategy is a lease over an aegis.Locker.
-func (s Strategy) Lease() bool { return s.Backend != "" }
+// Guarantee is what the strategy keeps with fence on or off.
+func (s Strategy) Guarantee(fenced bool) Guarantee {
+	if fenced && s.Fenceable() {
+		return s.Fenced
+	}
+	return s.Unfenced
+}
+
+// Safe reports whether the lab labels the strategy safe: the ledger kept
+// and each tick run once (under the condition its Once names).
+func (s Strategy) Safe(fenced bool) bool {
+	g := s.Guarantee(fenced)
+	return g.Ledger && g.Once != OnceNo
+}
+
+// labLocked reports whether the strategy's Locker is one of the lab's own.
+func (s Strategy) labLocked() bool { _, ok := labLockers[s.Backend]; return ok }
+
+var (
+	leaseSafe  = Guarantee{Ledger: true, Once: OnceSkew}
+	leaseBare  = Guarantee{Once: OnceSkew}
+	nothing    = Guarantee{Once: OnceNo}
+	ledgerOnly = Guarantee{Ledger: true, Once: OnceNo}
+	runSafe    = Guarantee{Ledger: true, Once: OnceRetry}
+	runBare    = Guarantee{Once: OnceRetry}
+	postgres   = []servers.Kind{servers.KindPostgres}
+)
 
 // Strategies lists every strategy, in the order reports show them.
 var Strategies = []Strategy{
 	{
-		Name: "none", Token: NoToken,
-		Summary:       "every node runs every tick",
-		NotGuaranteed: "anything: every replica runs every tick, so every tick is applied once per node",
+		Name: "none", Mode: LeaseMode, Backend: "lab-everyone", Token: NoToken, Fenced: nothing, Unfenced: nothing,
+		Summary:       "no coordination: a Locker that grants every node, so every replica runs every tick",
+		NotGuaranteed: "anything: every tick is applied once per node",
 	},
 	{
-		Name: "sqlite", Backend: "sqlite", Token: LeaseToken,
-		Summary:       "sqlitelease on one database file, one lease key per run",
-		NotGuaranteed: "more than one host; a holder paused past its TTL still writes unless the store checks its token",
+		Name: "sqlite", Mode: LeaseMode, Backend: "sqlite", Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Summary:       "lease mode over sqlitelease on one database file",
+		NotGuaranteed: "more than one host; a holder paused past its TTL still writes unless the fence refuses its token; a node whose clock lags by more than LockAtLeastFor runs a tick again",
 	},
 	{
-		Name: "pg-lease", Backend: "postgres", Needs: []servers.Kind{servers.KindPostgres}, Token: LeaseToken,
-		Summary:       "pglease (database time), one lease key per run",
-		NotGuaranteed: "that a holder paused past its TTL stops: it still writes unless the fence refuses its token",
+		Name: "pg-lease", Mode: LeaseMode, Backend: "postgres", Needs: postgres, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Summary:       "lease mode over pglease (database time)",
+		NotGuaranteed: "that a holder paused past its TTL stops: it still writes unless the fence refuses its token; a node whose clock lags by more than LockAtLeastFor runs a tick again",
 	},
 	{
-		Name: "pg-unique", Needs: []servers.Kind{servers.KindPostgres}, Token: NoToken,
-		Summary:       "INSERT … ON CONFLICT DO NOTHING of one row per tick: the constraint is the exclusion",
-		NotGuaranteed: "exclusion beyond its row: a paused winner's late write can overwrite a later tick's (a lost update), and a crashed winner's tick stays undone until a reaper reclaims it",
+		Name: "pg-unique", Mode: RunKey, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
+		Summary:       "run-key mode: INSERT … ON CONFLICT DO NOTHING of one row per (job, fire time), a reaper that retries a crashed run with a greater token",
+		NotGuaranteed: "exclusion beyond its row unless fenced (a paused run's late write lands over a later tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
 	{
-		Name: "pg-advisory", Needs: []servers.Kind{servers.KindPostgres}, Token: NoToken,
-		Summary:       "pg_try_advisory_lock held on a dedicated connection",
+		Name: "pg-advisory", Mode: LeaseMode, Backend: "lab-advisory", Needs: postgres, Token: NoToken, Fenced: nothing, Unfenced: nothing,
+		Summary:       "lease mode over pg_try_advisory_lock held on a dedicated connection",
 		NotGuaranteed: "exclusion once its connection drops (the lock goes with it while the holder works on); no token, so it cannot be fenced",
 	},
 	{
-		Name: "optimistic", Token: ClaimToken,
-		Summary:       "a version compare-and-set claim per tick, stealable after --ttl by the claimer's clock",
-		NotGuaranteed: "exclusion when clocks disagree (a node whose clock is ahead steals a live claim); only the version check on the write stops the loser",
+		Name: "optimistic", Mode: LeaseMode, Backend: "lab-optimistic", Token: VersionToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "lease mode over a version compare-and-set claim row per job, stealable after --ttl by the claimer's clock",
+		NotGuaranteed: "exclusion when clocks disagree (a node whose clock is ahead steals a live claim, one that lags runs a tick again): only the version check on the write stops the loser",
 	},
 	{
-		Name: "redis", Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken,
-		Summary:       "redislease on one primary: SET NX PX plus an INCR token",
-		NotGuaranteed: "one holder across a pause past the TTL or a failover before replication (which can send the token back): an optimisation unless fenced",
+		Name: "redis", Mode: LeaseMode, Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "lease mode over redislease on one primary: SET NX PX plus an INCR token",
+		NotGuaranteed: "one holder across a pause past the TTL or a failover before replication (which can send the token back: the owner-aware fence then refuses the successor until the counter passes): an optimisation unless fenced",
 	},
 	{
-		Name: "redlock", Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken,
-		Summary:       "Redlock over independent Redis primaries, token the majority's greatest counter",
+		Name: "redlock", Mode: LeaseMode, Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "lease mode over Redlock on independent Redis primaries, token the majority's greatest counter",
 		NotGuaranteed: "one holder under pauses, clock jumps or a node restarted without persistence: not consensus, an optimisation",
 	},
 	{
-		Name: "etcd", Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, Token: LeaseToken,
-		Summary:       "etcdlease: a session lease, token the key's create revision",
+		Name: "etcd", Mode: LeaseMode, Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Summary:       "lease mode over etcdlease: an etcd lease per grant, token the key's create revision",
 		NotGuaranteed: "that a holder paused past its lease stops: consensus grants the key once, the fence refuses the late write",
 	},
 	{
-		Name: "zookeeper", Backend: "zookeeper", Needs: []servers.Kind{servers.KindZooKeeper}, Token: LeaseToken,
-		Summary:       "zklease: an ephemeral sequential node, token its czxid",
+		Name: "zookeeper", Mode: LeaseMode, Backend: "zookeeper", Needs: []servers.Kind{servers.KindZooKeeper}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Summary:       "lease mode over zklease: an ephemeral sequential node, token its czxid",
 		NotGuaranteed: "that a client paused past its session timeout stops: the ensemble gives the lock away, the fence refuses the late write",
 	},
+	// Wrong on purpose (broken.go): the classic mistakes of seed 000, for
+	// its presets.
 	{
-		Name: "queue", Needs: []servers.Kind{servers.KindPostgres}, Token: ClaimToken,
-		Summary:       "one job per tick through package queue, enqueued once (a row per tick), a worker per node, lease --ttl, completion with CompleteTx",
-		NotGuaranteed: "exclusion across jobs (a reclaimed or backlogged tick's job runs alongside a later tick's: a lost update on a shared balance); a worker paused past its lease is stopped only by the fenced completion",
+		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
+		NotGuaranteed: "one holder: a holder paused past its TTL deletes its successor's key on release, and a third node takes it while the second works",
+	},
+	{
+		Name: "redis-fail-open", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Summary:       "redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
+		NotGuaranteed: "anything while Redis is down: every node runs every tick (fail closed, the redis strategy, runs none)",
+	},
+	{
+		Name: "pg-nobump", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
+		Summary:       "a PostgreSQL lease row whose reaper takes an expired lease over keeping its token, fenced by the bare token (fence.CheckSQL)",
+		NotGuaranteed: "that the fence stops a paused holder: its successor has the same token, so its late write lands (fence.CheckLease, owner-aware, refuses it)",
+	},
+	{
+		Name: "queue", Mode: LeaderMode, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
+		Summary:       "leader mode: an elected node enqueues each tick into package queue once, every node's worker competes, a reclaimed run has a greater token",
+		NotGuaranteed: "exclusion across runs unless fenced (a reclaimed run beside the next tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
 }
 
@@ -125,5 +235,48 @@ func LookupStrategy(name string) (Strategy, bool) {
 // needsPostgresStore reports whether the strategy's SQL runs in the store
 // of record and needs it to be PostgreSQL.
 func (s Strategy) needsPostgresStore() bool {
-	return slices.Contains(s.Needs, servers.KindPostgres) && !s.Lease()
+	return slices.Contains(s.Needs, servers.KindPostgres) && (s.Mode != LeaseMode || s.labLocked())
+}
+
+// Excludes lists the harms the strategy's label excludes in a run of cfg:
+// what the campaign holds it to.
+func (s Strategy) Excludes(cfg Config) []Harm {
+	g := s.Guarantee(cfg.Fence)
+	var out []Harm
+	if g.Ledger {
+		out = append(out, HarmLostUpdate, HarmStaleAccepted)
+	}
+	switch g.Once {
+	case OnceRetry:
+		out = append(out, HarmDuplicate)
+	case OnceSkew:
+		if cfg.maxSkewApart() < cfg.minLockAtLeastFor() {
+			out = append(out, HarmDuplicate, HarmRetryDuplicate)
+		}
+	}
+	return out
+}
+
+// maxSkewApart is the greatest difference between two nodes' clocks.
+func (c Config) maxSkewApart() time.Duration {
+	offsets := map[int]time.Duration{}
+	for _, ch := range c.Chaos {
+		if ch.Kind == Skew {
+			offsets[ch.Node()] = ch.Offset
+		}
+	}
+	lo, hi := time.Duration(1<<63-1), -time.Duration(1<<63-1)
+	for n := 1; n <= c.Nodes; n++ {
+		lo, hi = min(lo, offsets[n]), max(hi, offsets[n])
+	}
+	return max(hi-lo, 0)
+}
+
+// minLockAtLeastFor is the smallest LockAtLeastFor of the run's jobs.
+func (c Config) minLockAtLeastFor() time.Duration {
+	least := time.Duration(1<<63 - 1)
+	for _, j := range c.jobs() {
+		least = min(least, j.entry(c).LockAtLeastFor)
+	}
+	return least
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/latency"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 // benchPool is a pool of queuebench's size on a schema of its own.

@@ -37,7 +37,7 @@ func checkNamespace(field, ns string) error {
 }
 
 // Entry is one schedule of the catalog: a row of its table. Put reads the
-// fields up to LockAtLeastFor; the catalog sets the rest.
+// fields up to DisableKeepAlive; the catalog sets the rest.
 type Entry struct {
 	// Name identifies the schedule in its namespace: its run key's first
 	// half. Required; at most MaxNameLen bytes of UTF-8 without NUL.
@@ -65,6 +65,10 @@ type Entry struct {
 	MaxAttempts      int
 	LockAtMostFor    time.Duration
 	LockAtLeastFor   time.Duration // lease mode only
+	// DisableKeepAlive stops renewing the run's lease (or run row) while
+	// it runs: the run is cancelled at LockAtMostFor, and another replica
+	// may take the tick over (ShedLock without KeepAliveLockProvider).
+	DisableKeepAlive bool
 
 	// Set by the catalog (Put ignores them).
 	Namespace string
@@ -201,7 +205,7 @@ func (e Entry) job(run func(context.Context) error) Job {
 	s, _ := parseStored(spec, tz)
 	return Job{
 		Name: e.Name, Schedule: s, Run: run,
-		LockAtMostFor: e.LockAtMostFor, LockAtLeastFor: e.LockAtLeastFor,
+		LockAtMostFor: e.LockAtMostFor, LockAtLeastFor: e.LockAtLeastFor, DisableKeepAlive: e.DisableKeepAlive,
 		StartingDeadline: e.StartingDeadline, Misfire: e.Misfire, CatchUpMax: e.CatchUpMax,
 		Overlap: e.Overlap, MaxAttempts: e.MaxAttempts,
 	}
@@ -312,11 +316,12 @@ type row struct {
 	catchUp, attempts    int
 	version              int64
 	createdMS, updatedMS int64
+	keepAlive            bool
 }
 
 func (r *row) scan(sc interface{ Scan(...any) error }) error {
 	return sc.Scan(&r.name, &r.spec, &r.tz, &r.prevSpec, &r.prevTZ, &r.effectiveMS, &r.resumedMS, &r.handler, &r.args, &r.enabled,
-		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS)
+		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS, &r.keepAlive)
 }
 
 // entry converts a row. A row this program cannot read (written by a newer
@@ -326,7 +331,7 @@ func (r *row) entry(ns string) (Entry, error) {
 		Name: r.name, Handler: r.handler, Args: json.RawMessage(r.args), Namespace: ns, Paused: !r.enabled,
 		StartingDeadline: time.Duration(r.deadlineMS) * time.Millisecond, CatchUpMax: r.catchUp, MaxAttempts: r.attempts,
 		LockAtMostFor: time.Duration(r.mostMS) * time.Millisecond, LockAtLeastFor: time.Duration(r.leastMS) * time.Millisecond,
-		Version: r.version, EffectiveAt: time.UnixMilli(r.effectiveMS).UTC(),
+		DisableKeepAlive: !r.keepAlive, Version: r.version, EffectiveAt: time.UnixMilli(r.effectiveMS).UTC(),
 		Created: time.UnixMilli(r.createdMS).UTC(), Updated: time.UnixMilli(r.updatedMS).UTC(),
 	}
 	if r.tz == "" {
@@ -462,7 +467,7 @@ func (c *Catalog) Put(ctx context.Context, e Entry) (Entry, error) {
 		}
 		_, err = tx.ExecContext(ctx, c.q.put, c.ns, e.Name, spec, tz, prevSpec, prevTZ, effective, v.Handler, string(v.Args),
 			v.Misfire.String(), v.Overlap.String(), v.StartingDeadline.Milliseconds(), v.CatchUpMax, v.MaxAttempts,
-			v.LockAtMostFor.Milliseconds(), v.LockAtLeastFor.Milliseconds(), gen, now)
+			v.LockAtMostFor.Milliseconds(), v.LockAtLeastFor.Milliseconds(), gen, now, !v.DisableKeepAlive)
 		return err
 	})
 	if err != nil {

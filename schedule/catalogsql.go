@@ -34,7 +34,7 @@ func (q catalogSQL) format(names []any) catalogSQL {
 const catalogColumnsPG = `name, spec, tz, prev_spec, prev_tz, (extract(epoch FROM effective_at) * 1000)::bigint,
 	(extract(epoch FROM resumed_at) * 1000)::bigint, handler, args::text, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
-	(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint`
+	(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint, keep_alive`
 
 var catalogPostgres = catalogSQL{
 	migrations: []migrate.Migration{
@@ -74,6 +74,9 @@ var catalogPostgres = catalogSQL{
 	seen_at   timestamptz NOT NULL,
 	PRIMARY KEY (namespace, node)
 )`},
+		// ShedLock without KeepAliveLockProvider: a run ends at
+		// LockAtMostFor, whether it finished or not.
+		{Version: 4, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS keep_alive boolean NOT NULL DEFAULT true`},
 	},
 	bump: `INSERT INTO %[2]s AS n (namespace, generation, updated_at) VALUES ($1, 1, now())
 ON CONFLICT (namespace) DO UPDATE SET generation = n.generation + 1, updated_at = now()
@@ -85,15 +88,15 @@ RETURNING generation, ` + `(extract(epoch FROM now()) * 1000)::bigint`,
 	// $1 namespace, $2 name, $3 spec, $4 tz, $5 prev spec, $6 prev tz,
 	// $7 effective ms, $8 handler, $9 args, $10 misfire, $11 overlap,
 	// $12 deadline ms, $13 catch-up, $14 attempts, $15 at most ms, $16 at
-	// least ms, $17 version, $18 now ms.
+	// least ms, $17 version, $18 now ms, $19 keep-alive.
 	put: `INSERT INTO %[1]s AS c (namespace, name, spec, tz, prev_spec, prev_tz, effective_at, resumed_at, handler, args, enabled,
-	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_at, updated_at)
+	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_at, updated_at, keep_alive)
 VALUES ($1, $2, $3, $4, $5, $6, (timestamptz 'epoch' + $7 * interval '1 millisecond'), timestamptz 'epoch', $8, $9::json, true,
-	$10, $11, $12, $13, $14, $15, $16, $17, (timestamptz 'epoch' + $18 * interval '1 millisecond'), (timestamptz 'epoch' + $18 * interval '1 millisecond'))
+	$10, $11, $12, $13, $14, $15, $16, $17, (timestamptz 'epoch' + $18 * interval '1 millisecond'), (timestamptz 'epoch' + $18 * interval '1 millisecond'), $19)
 ON CONFLICT (namespace, name) DO UPDATE SET spec = $3, tz = $4, prev_spec = $5, prev_tz = $6,
 	effective_at = excluded.effective_at, handler = $8, args = $9::json, misfire = $10, overlap = $11,
 	starting_deadline_ms = $12, catch_up_max = $13, max_attempts = $14, lock_at_most_for_ms = $15, lock_at_least_for_ms = $16,
-	version = $17, updated_at = excluded.updated_at -- enabled stays: a paused schedule stays paused`,
+	version = $17, updated_at = excluded.updated_at, keep_alive = $19 -- enabled stays: a paused schedule stays paused`,
 	// $1 namespace, $2 name, $3 enabled, $4 version, $5 now ms. A resume
 	// starts from now: no tick of the paused time runs (a pending edit
 	// still takes effect at its instant).
@@ -151,6 +154,7 @@ var catalogSQLite = catalogSQL{
 	seen_ms   INTEGER NOT NULL,
 	PRIMARY KEY (namespace, node)
 ) WITHOUT ROWID`},
+		{Version: 4, SQL: `ALTER TABLE %[1]s ADD COLUMN keep_alive INTEGER NOT NULL DEFAULT 1`},
 	},
 	bump: `INSERT INTO %[2]s AS n (namespace, generation, updated_ms) VALUES ($1, 1, ` + sqliteNow + `)
 ON CONFLICT (namespace) DO UPDATE SET generation = n.generation + 1, updated_ms = ` + sqliteNow + `
@@ -160,12 +164,12 @@ RETURNING generation, ` + sqliteNow,
 	get:        `SELECT ` + catalogColumnsSQLite + ` FROM %[1]s WHERE namespace = $1 AND name = $2`,
 	list:       `SELECT ` + catalogColumnsSQLite + ` FROM %[1]s WHERE namespace = $1 ORDER BY name`,
 	put: `INSERT INTO %[1]s (namespace, name, spec, tz, prev_spec, prev_tz, effective_ms, resumed_ms, handler, args, enabled,
-	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_ms, updated_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18)
+	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version, created_ms, updated_ms, keep_alive)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16, $17, $18, $18, $19)
 ON CONFLICT (namespace, name) DO UPDATE SET spec = $3, tz = $4, prev_spec = $5, prev_tz = $6,
 	effective_ms = $7, handler = $8, args = $9, misfire = $10, overlap = $11,
 	starting_deadline_ms = $12, catch_up_max = $13, max_attempts = $14, lock_at_most_for_ms = $15, lock_at_least_for_ms = $16,
-	version = $17, updated_ms = $18`,
+	version = $17, updated_ms = $18, keep_alive = $19`,
 	setEnabled: `UPDATE %[1]s SET enabled = $3, version = $4, updated_ms = $5,
 	resumed_ms = CASE WHEN $3 AND NOT enabled THEN $5 ELSE resumed_ms END
 WHERE namespace = $1 AND name = $2`,
@@ -181,7 +185,7 @@ WHERE namespace = $1 AND name = $2 AND enabled AND $3 >= resumed_ms
 
 const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, resumed_ms, handler, args, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
-	created_ms, updated_ms`
+	created_ms, updated_ms, keep_alive`
 
 // claimCatalogPG is run-key mode's claim of a catalog schedule's tick, in
 // one round trip: the row is checked (and share-locked until the insert

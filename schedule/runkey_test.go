@@ -12,7 +12,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/schedule"
 )
 

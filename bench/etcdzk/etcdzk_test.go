@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"github.com/aegislab/aegis/internal/latency"
+	"github.com/aegislab/aegis/internal/tool/latency"
 	"github.com/aegislab/aegis/lease/etcdlease"
 	"github.com/aegislab/aegis/lease/zklease"
 )

@@ -28,8 +28,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/aegislab/aegis/internal/backend"
-	"github.com/aegislab/aegis/internal/queuebench"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/queuebench"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/latency"
+	"github.com/aegislab/aegis/internal/tool/latency"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"
 )

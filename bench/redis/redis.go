@@ -37,7 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/latency"
+	"github.com/aegislab/aegis/internal/tool/latency"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"
 )

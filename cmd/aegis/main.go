@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/aegislab/aegis/internal/cli"
+	"github.com/aegislab/aegis/internal/tool/cli"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -33,21 +33,27 @@ func TestPresetSeatAssignment(t *testing.T) {
 	for _, r := range done.Runs {
 		require.Equal(t, "done", r.State, "%+v", r)
 		require.NotNil(t, r.Report)
-		require.Equal(t, 8, r.Report.Ticks)
+		require.Equal(t, "invoice-export", r.Report.Jobs[0].Name)
+		require.Equal(t, 8, r.Report.Jobs[0].Ticks, "8 s of the every-second job")
+		sum := 0
+		for _, j := range r.Report.Jobs {
+			sum += j.Ticks
+		}
+		require.Equal(t, sum, r.Report.Ticks, "the report's ticks are its jobs'")
 		require.Contains(t, []string{lab.CheckOK, lab.CheckViolation, lab.CheckUnknown}, r.Report.Checker)
 		key := r.Config.Strategy
 		if r.Config.Fenced {
 			key += " fenced"
 		}
 		seen[key] = true
-		if key == "redis fenced" || key == "pg-unique" {
+		if key == "redis fenced" || key == "pg-unique fenced" {
 			require.Zero(t, r.Report.DuplicatesApplied, "%s applies no tick twice", key)
 		}
 		if r.Report.Checker == lab.CheckViolation {
 			require.Equal(t, "/api/runs/"+r.ID+"/visualisation", r.Report.Visualisation)
 		}
 	}
-	require.Equal(t, map[string]bool{"redis": true, "redis fenced": true, "pg-unique": true}, seen)
+	require.Equal(t, map[string]bool{"redis": true, "redis fenced": true, "pg-unique fenced": true}, seen)
 }
 
 // Stopping a preset stops its runs going and starts no more: the aegis
@@ -77,7 +83,7 @@ func TestStopGroup(t *testing.T) {
 		case "not-run":
 			notRun++
 		case "done":
-			require.Less(t, r.Report.Ticks, 8, "stopped early: %+v", r.Report)
+			require.Less(t, r.Report.Jobs[0].Ticks, 8, "stopped early: %+v", r.Report)
 		}
 	}
 	require.Equal(t, len(done.Runs)-3, notRun, "only the first wave ran")

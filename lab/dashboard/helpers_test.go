@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -146,6 +146,11 @@ type reportView struct {
 	LostUpdates       int64  `json:"lost_updates"`
 	Checker           string `json:"checker"`
 	Visualisation     string `json:"visualisation"`
+	StoreAgrees       bool   `json:"store_agrees"`
+	Jobs              []struct {
+		Name  string `json:"name"`
+		Ticks int    `json:"ticks"`
+	} `json:"jobs"`
 }
 
 type groupView struct {
@@ -415,7 +420,9 @@ func dump(events []lab.Event) string {
 // short is a run of 400 ms ticks, as the lab's own tests use: 200 ms of
 // work is the margin to pause the holder before it writes, and a 500 ms
 // TTL lets a holder paused for 1.5 s be replaced within its tick.
+// short is a run of one job (a tick of work every tick), so that its
+// counts are per tick.
 func short(strategy string, fence bool, ticks int) dashboard.RunRequest {
 	return dashboard.RunRequest{Strategy: strategy, Fence: &fence, Nodes: new(3), Tick: "400ms", Work: "200ms", TTL: "500ms",
-		Duration: (time.Duration(ticks) * 400 * time.Millisecond).String()}
+		Duration: (time.Duration(ticks) * 400 * time.Millisecond).String(), Catalog: "export=400ms/200ms"}
 }

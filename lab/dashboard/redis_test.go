@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -31,12 +31,17 @@ func TestRedisFailoverButton(t *testing.T) {
 	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
 	redis := func() dashboard.RunRequest {
 		r := short("redis", false, 100)
-		r.Tick, r.TTL = "500ms", "1500ms" // Redlock-friendly scale, as the lab's Redis tests use
+		r.Tick, r.TTL, r.Catalog = "500ms", "1500ms", "export=500ms/200ms" // Redlock-friendly scale, as the lab's Redis tests use
 		return r
 	}
+	withFailover := redis()
+	withFailover.Chaos = []string{"failover:redis@1s"}
+	code, b := h.do(http.MethodPost, "/api/groups", dashboard.GroupRequest{Runs: []dashboard.RunRequest{withFailover, redis()}})
+	require.Equal(t, http.StatusConflict, code, "%s", b)
+	require.Contains(t, errorOf(t, b), "must be the only Redis run")
 	g := h.start(dashboard.GroupRequest{Runs: []dashboard.RunRequest{redis(), redis()}})
 	first, second := g.Runs[0].ID, g.Runs[1].ID
-	code, b := h.do(http.MethodPost, "/api/runs/"+first+"/chaos", dashboard.ChaosRequest{Spec: "failover:redis@0s"})
+	code, b = h.do(http.MethodPost, "/api/runs/"+first+"/chaos", dashboard.ChaosRequest{Spec: "failover:redis@0s"})
 	require.Equal(t, http.StatusConflict, code, "%s", b)
 	require.Contains(t, errorOf(t, b), "uses the lab's Redis too")
 
@@ -71,9 +76,8 @@ func TestRedisFailoverButton(t *testing.T) {
 	h.start(dashboard.GroupRequest{Runs: []dashboard.RunRequest{short("redis", true, 1)}}) // Redis healed, free again
 }
 
-// A group that fails Redis over beside another Redis run is refused, and
-// on Redis the lab did not start (the shared servers) the lab refuses the
-// failover itself.
+// On Redis the lab did not start (the shared servers) the session refuses
+// a failover or a restart, in a group as injected.
 func TestRedisFaultRefusals(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
@@ -81,7 +85,7 @@ func TestRedisFaultRefusals(t *testing.T) {
 	withFailover.Chaos = []string{"failover:redis@1s"}
 	code, b := h.do(http.MethodPost, "/api/groups", dashboard.GroupRequest{Runs: []dashboard.RunRequest{withFailover, short("redlock", true, 10)}})
 	require.Equal(t, http.StatusConflict, code, "%s", b)
-	require.Contains(t, errorOf(t, b), "must be the only Redis run")
+	require.Contains(t, errorOf(t, b), "the lab never touches servers it did not start")
 
 	id := h.startRun(short("redis", false, 100))
 	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: "restart:redis@0s"})

@@ -23,6 +23,9 @@ type RunRequest struct {
 	Work     string   `json:"work,omitempty"`
 	TTL      string   `json:"ttl,omitempty"`
 	Chaos    []string `json:"chaos,omitempty"` // specs, as --chaos takes them
+	// Catalog is the run's schedules, as --catalog takes them
+	// (NAME=EVERY/WORK,...); "" is the lab's default catalog.
+	Catalog string `json:"catalog,omitempty"`
 }
 
 // GroupRequest starts a preset (Scenario) or runs side by side (Runs), one
@@ -84,6 +87,13 @@ func (q RunRequest) Config() (lab.Config, error) {
 			return lab.Config{}, fmt.Errorf("%s %q is not a duration (want one such as 1s or 250ms)", f.name, f.s)
 		}
 		*f.d = d
+	}
+	if q.Catalog != "" {
+		jobs, err := lab.ParseCatalog(q.Catalog)
+		if err != nil {
+			return lab.Config{}, err
+		}
+		c.Catalog = jobs
 	}
 	for _, spec := range q.Chaos {
 		ch, err := lab.ParseChaos(spec)

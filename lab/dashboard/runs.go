@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/aegislab/aegis/internal/servers"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -51,71 +49,6 @@ type runEntry struct {
 	err         string
 	unavailable string
 	report      *lab.Report
-	// redisFaulted: a failover or restart of the lab's Redis was
-	// configured or injected; the Redis stays changed until the run ends.
-	redisFaulted bool
-}
-
-// The lab's Redis is one per session: a failover or a restart changes it
-// under every run that uses it, and only the faulted run's proxies follow
-// the promoted replica. So a Redis fault needs the Redis to itself.
-
-func usesRedis(c lab.Config) bool {
-	st, _ := lab.LookupStrategy(c.Strategy)
-	return slices.Contains(st.Needs, servers.KindRedis)
-}
-
-func hasRedisFault(cs []lab.Chaos) bool {
-	return slices.ContainsFunc(cs, func(c lab.Chaos) bool { return c.Kind == lab.Failover || c.Kind == lab.Restart })
-}
-
-// live reports whether the entry is going or will start.
-func (e *runEntry) live() bool {
-	switch e.state {
-	case statePending, stateStarting, stateRunning:
-		return !e.g.done
-	}
-	return false
-}
-
-// redisConflictLocked says why the runs cs cannot start (or, with self,
-// why self cannot take a Redis fault) beside the runs going; "" when they
-// can.
-func (s *Server) redisConflictLocked(self *runEntry, cs []lab.Config) string {
-	faulting := self != nil
-	redis := false
-	for _, c := range cs {
-		faulting = faulting || hasRedisFault(c.Chaos)
-		redis = redis || usesRedis(c)
-	}
-	for _, g := range s.groups {
-		for _, e := range g.entries {
-			if e == self || !e.live() || !usesRedis(e.cfg) {
-				continue
-			}
-			if e.redisFaulted && redis {
-				return fmt.Sprintf("%s (%s) has failed over or restarted the lab's Redis, which stays so until it ends: a Redis run started now would find its server gone; wait for it to end or stop it", e.name(), e.cfg.Strategy)
-			}
-			if faulting {
-				return fmt.Sprintf("%s (%s) uses the lab's Redis too, and a failover or restart would pull it from under that run as well: stop it first, or fault a Redis run that is alone", e.name(), e.cfg.Strategy)
-			}
-		}
-	}
-	if self == nil && faulting && len(cs) > 1 {
-		for _, c := range cs {
-			if usesRedis(c) && !hasRedisFault(c.Chaos) {
-				return "a run with a Redis failover or restart must be the only Redis run going: the others would lose their server too"
-			}
-		}
-	}
-	return ""
-}
-
-func (e *runEntry) name() string {
-	if e.run != nil {
-		return "run " + e.run.ID
-	}
-	return fmt.Sprintf("run %d of group %s", e.index+1, e.g.id)
 }
 
 // notifyLocked wakes the streams. Caller holds s.mu.
@@ -180,14 +113,16 @@ func (s *Server) startGroup(sc lab.Scenario) (*group, error) {
 	if active+parallel > s.maxActive {
 		return nil, fmt.Errorf("%d runs are going or starting and this would add %d: at most %d at once; stop some first", active, parallel, s.maxActive)
 	}
-	if why := s.redisConflictLocked(nil, sc.Runs); why != "" {
-		return nil, errors.New(why)
+	// The session admits faults (one owner, as for the command line): a
+	// fault that kills a server must have it to itself.
+	if err := s.session.Admit(sc.Runs); err != nil {
+		return nil, err
 	}
 	s.seq++
 	g := &group{id: "g" + strconv.Itoa(s.seq), scenario: sc, created: time.Now(), stop: make(chan struct{}), first: make(chan struct{})}
 	for i, c := range sc.Runs {
 		c.OutDir = s.outDir
-		g.entries = append(g.entries, &runEntry{g: g, index: i, cfg: c, state: statePending, redisFaulted: hasRedisFault(c.Chaos)})
+		g.entries = append(g.entries, &runEntry{g: g, index: i, cfg: c, state: statePending})
 	}
 	s.groups = append(s.groups, g)
 	s.forgetLocked()
@@ -532,18 +467,6 @@ func (s *Server) handleChaos(w http.ResponseWriter, r *http.Request) {
 	if err := c.Validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	}
-	if ch.Kind == lab.Failover || ch.Kind == lab.Restart {
-		s.mu.Lock()
-		why := s.redisConflictLocked(e, nil)
-		if why == "" {
-			e.redisFaulted = true
-		}
-		s.mu.Unlock()
-		if why != "" {
-			writeError(w, http.StatusConflict, fmt.Sprintf("%s: %s", ch, why))
-			return
-		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), injectTimeout)
 	defer cancel()

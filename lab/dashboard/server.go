@@ -298,17 +298,21 @@ func viewConfig(c lab.Config) configView {
 // reportView is a finished run's counts and verdict (the JSON report
 // without its events).
 type reportView struct {
-	Ticks             int      `json:"ticks"`
-	Executions        int      `json:"executions"`
-	DuplicateTicks    int      `json:"duplicate_ticks"`
-	DuplicatesApplied int      `json:"duplicates_applied"`
-	StaleRejected     int      `json:"stale_rejected"`
-	MissedTicks       int      `json:"missed_ticks"`
-	LostUpdates       int64    `json:"lost_updates"`
-	Balance           int64    `json:"balance"`
-	Checker           string   `json:"checker"`
-	Visualisation     string   `json:"visualisation,omitempty"` // its URL, on a violation
-	Notes             []string `json:"notes"`
+	Ticks             int             `json:"ticks"`
+	Executions        int             `json:"executions"`
+	DuplicateTicks    int             `json:"duplicate_ticks"`
+	DuplicatesApplied int             `json:"duplicates_applied"`
+	StaleRejected     int             `json:"stale_rejected"`
+	MissedTicks       int             `json:"missed_ticks"`
+	LostUpdates       int64           `json:"lost_updates"`
+	Balance           int64           `json:"balance"`
+	Checker           string          `json:"checker"`
+	Visualisation     string          `json:"visualisation,omitempty"` // its URL, on a violation
+	Notes             []string        `json:"notes"`
+	Harms             []lab.Harm      `json:"harms"`
+	StoreAgrees       bool            `json:"store_agrees"`
+	Disagreement      string          `json:"disagreement,omitempty"`
+	Jobs              []lab.JobReport `json:"jobs"`
 }
 
 func viewReport(id string, rep *lab.Report) *reportView {
@@ -319,6 +323,10 @@ func viewReport(id string, rep *lab.Report) *reportView {
 		Ticks: rep.Ticks, Executions: rep.Executions, DuplicateTicks: rep.DuplicateTicks, DuplicatesApplied: rep.DuplicatesApplied,
 		StaleRejected: rep.StaleRejected, MissedTicks: rep.MissedTicks, LostUpdates: rep.LostUpdates, Balance: rep.Balance,
 		Checker: rep.Checker, Notes: append([]string{}, rep.Notes...),
+		Harms: append([]lab.Harm{}, rep.Harms...), StoreAgrees: rep.StoreAgrees, Disagreement: rep.Disagreement, Jobs: append([]lab.JobReport{}, rep.Jobs...),
+	}
+	for i := range v.Jobs {
+		v.Jobs[i].Visualisation = "" // a path on the lab's machine; the run's page is below
 	}
 	if rep.Visualisation != "" {
 		v.Visualisation = "/api/runs/" + id + "/visualisation"

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/etcdlease"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/redisscript"
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 func newTestLocker(t *testing.T) (*Locker, *redis.Client, string) {

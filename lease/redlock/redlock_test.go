@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/redlock"
 	"github.com/aegislab/aegis/locktest"
 )

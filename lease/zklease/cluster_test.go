@@ -10,10 +10,10 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/keypath"
-	"github.com/aegislab/aegis/internal/losstest"
-	"github.com/aegislab/aegis/internal/servers"
-	"github.com/aegislab/aegis/internal/tcpproxy"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/losstest"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/zklease"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/docsnippets"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/lease/zklease"
 )
 

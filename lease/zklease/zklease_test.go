@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/testenv"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/zklease"
 	"github.com/aegislab/aegis/locktest"
 )

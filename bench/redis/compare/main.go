@@ -23,8 +23,8 @@ import (
 	"time"
 
 	redisbench "github.com/aegislab/aegis/bench/redis"
-	"github.com/aegislab/aegis/internal/latency"
-	"github.com/aegislab/aegis/internal/servers"
+	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 func main() {

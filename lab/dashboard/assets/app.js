@@ -396,14 +396,17 @@ function drawPending(p, rv) {
 
 // derive turns a run's events into what the picture shows.
 function derive(rs) {
-  const d = { attempts: [], byId: new Map(), commits: {}, missed: new Set(), dupTicks: new Set(), bands: [], marks: [], lines: [], leases: [], lastT: 0, fired: 0 };
+  // A run's catalog holds several jobs: commits, missed and duplicate
+  // ticks are a job's (key job#tick); a column shows its tick's worst.
+  const jt = (e) => `${e.job || ''}#${e.tick}`;
+  const d = { attempts: [], byId: new Map(), commits: {}, missed: new Set(), missedTicks: new Set(), dupTicks: new Set(), bands: [], marks: [], lines: [], leases: [], lastT: 0, fired: 0, jt };
   const openBand = {};
   const openLease = {};
   for (const e of rs.events) {
     d.lastT = Math.max(d.lastT, e.t);
     switch (e.kind) {
       case 'enter': {
-        const a = { id: e.attempt, node: e.node, tick: e.tick, token: e.token || 0, start: e.t, end: null, outcome: 'open' };
+        const a = { id: e.attempt, node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start: e.t, end: null, outcome: 'open' };
         d.byId.set(e.attempt, a); d.attempts.push(a);
         break;
       }
@@ -411,7 +414,7 @@ function derive(rs) {
       case 'executed': {
         const a = d.byId.get(e.attempt);
         if (a) { a.end = e.t; a.outcome = 'exec'; a.value = e.value; }
-        d.commits[e.tick] = (d.commits[e.tick] || 0) + 1;
+        d.commits[jt(e)] = (d.commits[jt(e)] || 0) + 1;
         break;
       }
       case 'stale': { const a = d.byId.get(e.attempt); if (a) { a.end = e.t; a.outcome = 'stale'; a.detail = e.detail; } break; }
@@ -426,8 +429,8 @@ function derive(rs) {
         if (openLease[e.node]) { openLease[e.node].end = e.t; delete openLease[e.node]; }
         break;
       case 'tick': d.fired = Math.max(d.fired, e.tick); break;
-      case 'missed': d.missed.add(e.tick); break;
-      case 'duplicate': d.dupTicks.add(e.tick); break;
+      case 'missed': d.missed.add(jt(e)); d.missedTicks.add(e.tick); break;
+      case 'duplicate': d.dupTicks.add(jt(e)); break;
       case 'chaos': {
         const kind = (e.detail || '').split(':')[0];
         if ((kind === 'pause' || kind === 'partition') && e.node) {
@@ -539,14 +542,19 @@ function drawLanes(rs) {
     '<pattern id="hc" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="3" height="6" fill="#138a8a" fill-opacity="0.45"/></pattern>' +
     '</defs>');
   // Columns: one per tick; grey when missed, pink when applied twice.
-  const dup = (t) => (d.commits[t] || 0) > 1 || d.dupTicks.has(t);
+  const dupKey = (k) => (d.commits[k] || 0) > 1 || d.dupTicks.has(k);
+  // The jobs' keys at tick t, the most commits first.
+  const keysAt = (t) => Object.keys(d.commits).filter((k) => k.endsWith(`#${t}`)).sort((a, b) => d.commits[b] - d.commits[a]);
+  const dup = (t) => keysAt(t).some(dupKey) || [...d.dupTicks].some((k) => k.endsWith(`#${t}`));
+  const most = (t) => Math.max(2, ...keysAt(t).map((k) => d.commits[k]));
   for (let t = 1; t <= c.ticks; t++) {
     const x0 = x((t - 1) * tickS);
     const x1 = x(t * tickS);
-    const cls = d.missed.has(t) ? 'col missed' : dup(t) ? 'col dupcol' : '';
-    if (cls) out.push(`<rect class="${cls}" data-tick="${t}" x="${x0}" y="${axisH}" width="${x1 - x0}" height="${lanesH}"><title>tick ${t}: ${d.missed.has(t) ? 'missed: nobody executed it within its window' : `applied ${d.commits[t]} times`}</title></rect>`);
+    const missed = d.missedTicks.has(t);
+    const cls = missed ? 'col missed' : dup(t) ? 'col dupcol' : '';
+    if (cls) out.push(`<rect class="${cls}" data-tick="${t}" x="${x0}" y="${axisH}" width="${x1 - x0}" height="${lanesH}"><title>tick ${t}: ${missed ? 'missed by a job: nobody executed it within its window' : `a job's tick applied ${most(t)} times`}</title></rect>`);
     out.push(`<line x1="${x0}" y1="${axisH - 4}" x2="${x0}" y2="${axisH + lanesH}" stroke="#e4e7ec"/>`);
-    const label = dup(t) ? `${t} ×${d.commits[t] || 2}` : d.missed.has(t) ? `${t} missed` : String(t);
+    const label = dup(t) ? `${t} ×${most(t)}` : missed ? `${t} missed` : String(t);
     const fill = dup(t) ? '#d62f2f' : t <= d.fired ? '#1d2330' : '#98a2b3';
     if (x1 - x0 > 12 || t % 5 === 1) out.push(`<text x="${(x0 + x1) / 2}" y="${axisH - 7}" text-anchor="middle" font-size="11" fill="${fill}">${esc(label)}</text>`);
   }
@@ -576,9 +584,9 @@ function drawLanes(rs) {
     const x0 = x(a.start);
     const x1 = Math.max(x0 + 3, x(a.end ?? now));
     let cls = a.outcome;
-    if (cls === 'exec' && dup(a.tick)) cls = 'dup';
+    if (cls === 'exec' && dupKey(d.jt(a))) cls = 'dup';
     const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: 'refused by the fence (stale token)', open: 'in the critical section', lost: 'ended without a commit' }[cls];
-    const title = `node${a.node}, tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
+    const title = `node${a.node}, ${a.job ? a.job + ' ' : ''}tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
       (a.read !== undefined && a.read !== null ? `; read ${a.read}` : '') + (a.value !== undefined ? `, wrote ${a.value}` : '') + (a.detail ? ` (${a.detail})` : '');
     out.push(`<rect class="mark ${cls}" data-tick="${a.tick}" data-node="${a.node}" x="${x0}" y="${y}" width="${x1 - x0}" height="16" rx="2"><title>${esc(title)}</title></rect>`);
     // Marks sit at their time; the label names their tick (a tick caught

@@ -1,0 +1,651 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/schedule"
+)
+
+var scheduleCommand = command{
+	name:    "schedule",
+	summary: "list, put, pause, resume and remove the catalog's schedules; show their runs",
+	run:     runSchedule,
+}
+
+const scheduleUsage = `
+usage: aegis schedule list   [--namespace NS] [--json]
+       aegis schedule put    NAME (--cron SPEC | --every D) [--tz ZONE] --handler H [--args JSON] [--namespace NS]
+       aegis schedule pause|resume|rm NAME [--namespace NS]
+       aegis schedule runs   NAME [--limit N] [--json]
+
+Schedule edits the catalog of schedules (package schedule's Catalog) and
+shows their runs. Every replica's scheduler binds the schedules whose
+handler it has (Scheduler.Handle) within a second of a change; a new spec
+takes effect at an instant written into the row (EFFECTIVE), which every
+replica uses, so each tick runs once across replicas, also across an edit.
+
+	list    the namespace's schedules: spec, handler, state, version, when
+	        the spec took (or takes) effect, and how many live replicas
+	        have the handler; a warning names the replicas that lack it
+	put     create NAME, or replace it whole (a flag left out takes its
+	        default; a paused schedule stays paused). --cron is a cron
+	        spec with seconds ("0 30 2 * * *", @daily) in --tz, an IANA
+	        zone (default UTC); --every an interval aligned to the Unix
+	        epoch (30s, 5m). --args is the handler's JSON (default {}).
+	        A warning says when no live replica has --handler
+	pause   claim no tick of NAME from now on; a run going ends normally
+	resume  run NAME again from its next tick
+	rm      delete NAME; its runs stay in the run table
+	runs    NAME's latest runs, newest first: fire time, node, fencing
+	        token, attempt, start, end and outcome (also of a deleted
+	        schedule or a job defined in code)
+
+Flags may come before or after NAME; every subcommand takes --store and
+--namespace (default "default").
+
+The store is --store, else $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH.
+A --store that begins with postgres:// or postgresql:// is a PostgreSQL
+URL; sqlite://PATH and file:PATH name a SQLite file; any other value
+without "://" is a SQLite file's path. Only put creates a missing SQLite
+file; the tables are created when missing.
+
+Exit status 2 for a mistake in the command line or a value the catalog
+refuses (the message names the flag; nothing is written), 1 when the
+store fails or NAME is not in the namespace.
+`
+
+// scheduleFlags are the flags of every subcommand; each registers its own.
+type scheduleFlags struct {
+	store, ns string
+	json      bool
+	limit     int
+
+	cron, tz, handler, args string
+	every                   time.Duration
+	misfire, overlap        string
+	deadline                time.Duration
+	attempts, catchUp       int
+	lockMost, lockLeast     time.Duration
+	noKeepAlive             bool
+}
+
+// scheduleSubs are the subcommands and the flags each takes beyond --store
+// and --namespace.
+var scheduleSubs = map[string][]string{
+	"list":   {"json"},
+	"put":    {"put"},
+	"pause":  nil,
+	"resume": nil,
+	"rm":     nil,
+	"runs":   {"limit", "json"},
+}
+
+func (f *scheduleFlags) register(fs *flagSet, groups []string) {
+	fs.StringVar(&f.store, "store", "", "the store: a PostgreSQL `URL`, or a SQLite file (default $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH; not shown, it may carry a password)")
+	fs.StringVar(&f.ns, "namespace", schedule.DefaultNamespace, "the `namespace` of the schedules")
+	for _, g := range groups {
+		switch g {
+		case "json":
+			fs.BoolVar(&f.json, "json", false, "print JSON (an array of objects) instead of a table")
+		case "limit":
+			fs.IntVar(&f.limit, "limit", 20, "the most runs to show")
+		case "put":
+			fs.StringVar(&f.cron, "cron", "", "a cron `spec` with seconds, such as \"0 30 2 * * *\" or @daily")
+			fs.DurationVar(&f.every, "every", 0, "an `interval`, aligned to the Unix epoch (instead of --cron)")
+			fs.StringVar(&f.tz, "tz", "", "the IANA time `zone` of --cron, such as Europe/Berlin (default UTC)")
+			fs.StringVar(&f.handler, "handler", "", "the handler's `name`, as the replicas register it (required)")
+			fs.StringVar(&f.args, "args", "", "the handler's arguments: a `JSON` value of at most 64 KB (default {})")
+			fs.StringVar(&f.misfire, "misfire", "fire-once", "what a replica does with ticks missed past --deadline: fire-once, skip or catch-up")
+			fs.IntVar(&f.catchUp, "catch-up", 1, "with --misfire catch-up, how many missed ticks to run (1..1000)")
+			fs.StringVar(&f.overlap, "overlap", "forbid", "a tick while the previous run goes on: forbid, replace or allow")
+			fs.DurationVar(&f.deadline, "deadline", 0, "how late a tick may start and still be on time; later ones are misfires (default 0: the smaller of 10s and half the time to the next tick)")
+			fs.IntVar(&f.attempts, "max-attempts", 3, "how many times run-key mode runs a tick whose runner crashed, before it is abandoned (1..1000)")
+			fs.DurationVar(&f.lockMost, "lock-at-most-for", 30*time.Second, "the TTL of a run's lease or run row, renewed while it runs (at least 10ms)")
+			fs.DurationVar(&f.lockLeast, "lock-at-least-for", 0, "lease mode: keep a run's lease until this long after it started (at most --lock-at-most-for)")
+			fs.BoolVar(&f.noKeepAlive, "no-keep-alive", false, "do not renew a run's lease or run row: the run is cancelled at --lock-at-most-for, and another replica may take the tick")
+		}
+	}
+}
+
+func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand: list, put, pause, resume, rm or runs")
+	}
+	sub := args[0]
+	groups, ok := scheduleSubs[sub]
+	if !ok {
+		switch sub {
+		case "-h", "-help", "--help":
+			// `aegis help schedule`: the usage and every flag.
+			fs := newFlagSet("schedule", stderr, scheduleUsage)
+			fs.Usage = func() {} // parse prints the whole usage
+			var f scheduleFlags
+			f.register(fs, []string{"json", "limit", "put"})
+			return fs.parse([]string{"-h"})
+		}
+		return usagef("unknown subcommand %.40q: want list, put, pause, resume, rm or runs", sub)
+	}
+	fs := newFlagSet("schedule", stderr, scheduleUsage)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s\nRun 'aegis help schedule' for usage.\n", scheduleSynopsis(sub))
+	}
+	if slices.ContainsFunc(args[1:], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		fs.Usage = func() {} // parse prints the whole usage
+	}
+	var f scheduleFlags
+	f.register(fs, groups)
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+
+	if given["namespace"] && f.ns == "" {
+		// Not the default: `--namespace "$NS"` with NS unset must not
+		// edit another service's schedules.
+		return usagef("--namespace is empty")
+	}
+	var name string
+	switch {
+	case sub == "list" && len(pos) > 0:
+		return usagef("list: unexpected argument %.40q", pos[0])
+	case sub == "list":
+	case len(pos) == 0:
+		return usagef("%s: missing NAME", sub)
+	case len(pos) > 1:
+		return usagef("%s: unexpected argument %.40q after NAME", sub, pos[1])
+	default:
+		name = pos[0]
+		if err := checkScheduleName(name); err != nil {
+			return err
+		}
+	}
+	var entry schedule.Entry
+	if sub == "put" {
+		if entry, err = f.entry(name, given); err != nil {
+			return err
+		}
+	}
+	if sub == "runs" && f.limit < 1 {
+		return usagef("--limit %d: must be at least 1", f.limit)
+	}
+
+	db, closeDB, err := openScheduleStore(ctx, f.store, given["store"], sub == "put")
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
+	if sub == "runs" {
+		store, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: f.ns})
+		if err != nil {
+			return catalogError(err, name, f.ns)
+		}
+		return scheduleRuns(ctx, store, name, f, stdout)
+	}
+	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: f.ns})
+	if err != nil {
+		return catalogError(err, name, f.ns)
+	}
+	switch sub {
+	case "list":
+		return scheduleList(ctx, cat, f.json, stdout)
+	case "put":
+		e, err := cat.Put(ctx, entry)
+		if err != nil {
+			return catalogError(err, name, f.ns)
+		}
+		paused := ""
+		if e.Paused {
+			paused = " (paused: resume runs it)"
+		}
+		fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", e.Name, e.Spec(), e.Handler, e.Version,
+			effectiveText(e, time.Now(), "takes effect at", "in effect since"), paused)
+		if len(e.Replicas) == 0 && len(e.MissingOn) > 0 {
+			// Most often a misspelt --handler: say so while the user is
+			// still at the prompt.
+			fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, strings.Join(e.MissingOn, ", "), e.Name)
+		}
+	case "pause":
+		e, err := cat.Pause(ctx, name)
+		if err != nil {
+			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+		}
+		fmt.Fprintf(stdout, "paused %s at %s, version %d: no tick is claimed from then on\n", e.Name, stamp(e.Updated), e.Version)
+	case "resume":
+		e, err := cat.Resume(ctx, name)
+		if err != nil {
+			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+		}
+		fmt.Fprintf(stdout, "resumed %s at %s, version %d: it runs from its next tick\n", e.Name, stamp(e.Updated), e.Version)
+	case "rm":
+		if err := cat.Delete(ctx, name); err != nil {
+			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+		}
+		fmt.Fprintf(stdout, "removed %s\n", name)
+	}
+	return nil
+}
+
+// parseInterleaved parses flags that may come before, between and after
+// the positional arguments (the flag package stops at the first of them:
+// users type `put tick --every 1s`), and returns the positional ones.
+func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil // after --, nothing is a flag
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// scheduleSynopsis is the usage line of sub.
+func scheduleSynopsis(sub string) string {
+	for _, line := range strings.Split(strings.TrimSpace(scheduleUsage), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(line, "usage:"))
+		if !strings.HasPrefix(line, "aegis schedule ") {
+			break
+		}
+		verbs, _, _ := strings.Cut(strings.TrimPrefix(line, "aegis schedule "), " ")
+		for _, v := range strings.Split(verbs, "|") {
+			if v == sub {
+				return line
+			}
+		}
+	}
+	return "aegis schedule list|put|pause|resume|rm|runs ..."
+}
+
+// checkScheduleName checks NAME as the catalog would, naming NAME rather
+// than the lease key it becomes.
+func checkScheduleName(name string) error {
+	switch {
+	case name == "":
+		return usagef("NAME is empty")
+	case len(name) > schedule.MaxNameLen:
+		return usagef("NAME is %d bytes, at most %d are allowed", len(name), schedule.MaxNameLen)
+	case !utf8.ValidString(name):
+		return usagef("NAME is not valid UTF-8")
+	case strings.IndexByte(name, 0) >= 0:
+		return usagef("NAME contains a NUL byte")
+	}
+	return nil
+}
+
+// entry is the Entry that put's flags describe. The checks here are the
+// command line's (which flags go together); the catalog checks the values.
+func (f *scheduleFlags) entry(name string, given map[string]bool) (schedule.Entry, error) {
+	switch {
+	case given["cron"] && given["every"]:
+		return schedule.Entry{}, usagef("put: give --cron or --every, not both")
+	case !given["cron"] && !given["every"]:
+		return schedule.Entry{}, usagef("put: give --cron SPEC or --every D")
+	case given["cron"] && strings.TrimSpace(f.cron) == "":
+		return schedule.Entry{}, usagef("--cron is empty: want a cron spec with seconds, such as \"0 30 2 * * *\"")
+	case given["every"] && f.every <= 0:
+		return schedule.Entry{}, usagef("--every %s: must be positive", f.every)
+	case f.handler == "":
+		return schedule.Entry{}, usagef("put: --handler is required: the name the replicas registered with Scheduler.Handle")
+	case given["args"] && f.args == "":
+		return schedule.Entry{}, usagef("--args is empty: want a JSON value, such as {}")
+	}
+	e := schedule.Entry{
+		Name: name, Cron: f.cron, TZ: f.tz, Every: f.every, Handler: f.handler,
+		CatchUpMax: f.catchUp, StartingDeadline: f.deadline, MaxAttempts: f.attempts,
+		LockAtMostFor: f.lockMost, LockAtLeastFor: f.lockLeast, DisableKeepAlive: f.noKeepAlive,
+	}
+	if f.args != "" {
+		e.Args = json.RawMessage(f.args)
+	}
+	var err error
+	if e.Misfire, err = schedule.ParseMisfire(f.misfire); err != nil {
+		return e, usagef("--misfire %.40q: want fire-once, skip or catch-up", f.misfire)
+	}
+	if e.Overlap, err = schedule.ParseOverlap(f.overlap); err != nil {
+		return e, usagef("--overlap %.40q: want forbid, replace or allow", f.overlap)
+	}
+	return e, nil
+}
+
+// notFound refines an edit's ErrNotFound with Get's, which tells an
+// unknown namespace from an unknown schedule: within an edit's transaction
+// the catalog has already created the namespace's row, so the edit's
+// error does not.
+func notFound(ctx context.Context, cat *schedule.Catalog, name string, err error) error {
+	if !errors.Is(err, schedule.ErrNotFound) {
+		return err
+	}
+	if _, gerr := cat.Get(ctx, name); errors.Is(gerr, schedule.ErrNotFound) {
+		return gerr
+	}
+	return err
+}
+
+// entryFields are the catalog's names of put's values, and their flags.
+var entryFields = strings.NewReplacer(
+	"Entry.Name", "NAME",
+	"Entry.Cron", "--cron",
+	"Entry.TZ", "--tz",
+	"Entry.Every", "--every",
+	"Entry.Handler", "--handler",
+	"Entry.Args", "--args",
+	"Entry.Misfire", "--misfire",
+	"Entry.CatchUpMax", "--catch-up",
+	"Entry.Overlap", "--overlap",
+	"Entry.StartingDeadline", "--deadline",
+	"Entry.MaxAttempts", "--max-attempts",
+	"Entry.LockAtMostFor", "--lock-at-most-for",
+	"Entry.LockAtLeastFor", "--lock-at-least-for",
+	"CatalogConfig.Namespace", "--namespace",
+	"StoreConfig.Namespace", "--namespace",
+	"aegis: invalid argument: ", "",
+)
+
+// catalogError says what the catalog refused, in the command line's terms:
+// the flag that is wrong (a usage error, exit 2: the caller's mistake),
+// or the schedule that is not there (exit 1).
+func catalogError(err error, name, ns string) error {
+	switch {
+	case errors.Is(err, schedule.ErrNotFound) && errors.Is(err, aegis.ErrInvalid):
+		return usagef("--namespace %q is unknown: no schedule was ever put in it", ns)
+	case errors.Is(err, schedule.ErrNotFound):
+		return fmt.Errorf("no schedule %q in namespace %q", name, ns)
+	case errors.Is(err, aegis.ErrInvalid):
+		msg := err.Error()
+		for _, op := range []string{"put", "pause", "resume", "delete", "get"} {
+			msg = strings.TrimPrefix(msg, fmt.Sprintf("schedule: %s %q: ", op, name))
+			msg = strings.TrimPrefix(msg, "schedule: "+op+": ")
+		}
+		return usagef("%s", entryFields.Replace(strings.TrimPrefix(msg, "schedule: ")))
+	}
+	return err
+}
+
+// openScheduleStore opens the store that --store (given: set on the
+// command line), else $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH names.
+// A SQLite file is created only when create is set: a mistyped path must
+// not show an empty catalog. No error shows a URL: it may carry a password.
+func openScheduleStore(ctx context.Context, store string, given, create bool) (*sql.DB, func(), error) {
+	source, pg, path := "--store", "", ""
+	switch {
+	case given:
+		if store == "" {
+			return nil, nil, usagef("--store is empty: want a PostgreSQL URL or a SQLite file")
+		}
+		var err error
+		if pg, path, err = parseStoreFlag(store); err != nil {
+			return nil, nil, err
+		}
+	case os.Getenv(servers.EnvPostgresURL) != "":
+		source, pg = "$"+servers.EnvPostgresURL, os.Getenv(servers.EnvPostgresURL)
+	case os.Getenv("AEGIS_SQLITE_PATH") != "":
+		source, path = "$AEGIS_SQLITE_PATH", os.Getenv("AEGIS_SQLITE_PATH")
+	default:
+		return nil, nil, usagef("no store: give --store URL, or set %s (a PostgreSQL URL) or AEGIS_SQLITE_PATH (a SQLite file)", servers.EnvPostgresURL)
+	}
+	if pg != "" {
+		pool, err := pgxpool.New(ctx, pg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", source, backend.PostgresError("open", pg, err))
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := pool.Ping(pctx); err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("%s: %w", source, backend.PostgresError("connect to", pg, err))
+		}
+		db := stdlib.OpenDBFromPool(pool)
+		return db, func() { db.Close(); pool.Close() }, nil
+	}
+	if !create {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%s: SQLite file %s does not exist (put creates it)", source, path)
+		}
+	}
+	db, err := sqlitelease.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return db, func() { db.Close() }, nil
+}
+
+// parseStoreFlag applies --store's rule: postgres:// and postgresql:// are
+// PostgreSQL, sqlite://PATH and file:PATH SQLite, anything else without
+// "://" a SQLite path. An unknown scheme is named, never the rest of the
+// URL.
+func parseStoreFlag(v string) (pg, path string, err error) {
+	lower := strings.ToLower(v)
+	switch {
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		return v, "", nil
+	case strings.HasPrefix(lower, "sqlite://"):
+		path = v[len("sqlite://"):]
+	case strings.HasPrefix(lower, "file:"):
+		path = v[len("file:"):]
+	default:
+		if scheme, _, ok := strings.Cut(v, "://"); ok {
+			return "", "", usagef("--store: unknown scheme %.20q: want postgres://, postgresql://, sqlite:// or file:, or a SQLite file's path", scheme)
+		}
+		return "", v, nil
+	}
+	switch {
+	case path == "":
+		return "", "", usagef("--store names no SQLite file: want sqlite://PATH or file:PATH")
+	case strings.ContainsAny(path, "?#"):
+		// sqlitelease.Open takes a path: a query would become part of the
+		// file's name.
+		return "", "", usagef("--store: a SQLite URL's query or fragment is not supported: give the file's path")
+	}
+	return "", path, nil
+}
+
+// stamp writes t as the CLI shows times: UTC, milliseconds when there are
+// any.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.999Z07:00") }
+
+// effectiveText says when e's spec takes or took effect, as of now.
+func effectiveText(e schedule.Entry, now time.Time, pending, since string) string {
+	if e.EffectiveAt.After(now) {
+		return pending + " " + stamp(e.EffectiveAt)
+	}
+	return since + " " + stamp(e.EffectiveAt)
+}
+
+// scheduleJSON is an Entry in `list --json`: the field names are a
+// contract.
+type scheduleJSON struct {
+	Name             string          `json:"name"`
+	Namespace        string          `json:"namespace"`
+	Spec             string          `json:"spec"`
+	Cron             string          `json:"cron"`
+	TZ               string          `json:"tz"`
+	Every            string          `json:"every"`
+	Handler          string          `json:"handler"`
+	Args             json.RawMessage `json:"args"`
+	Paused           bool            `json:"paused"`
+	State            string          `json:"state"`
+	Version          int64           `json:"version"`
+	EffectiveAt      time.Time       `json:"effective_at"`
+	Previous         string          `json:"previous"`
+	Misfire          string          `json:"misfire"`
+	CatchUpMax       int             `json:"catch_up_max"`
+	Overlap          string          `json:"overlap"`
+	StartingDeadline string          `json:"starting_deadline"`
+	MaxAttempts      int             `json:"max_attempts"`
+	LockAtMostFor    string          `json:"lock_at_most_for"`
+	LockAtLeastFor   string          `json:"lock_at_least_for"`
+	KeepAlive        bool            `json:"keep_alive"`
+	Created          time.Time       `json:"created"`
+	Updated          time.Time       `json:"updated"`
+	Replicas         []string        `json:"replicas"`
+	MissingOn        []string        `json:"missing_on"`
+}
+
+func stateOf(e schedule.Entry) string {
+	if e.Paused {
+		return "paused"
+	}
+	return "enabled"
+}
+
+func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdout io.Writer) error {
+	es, err := cat.List(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := make([]scheduleJSON, 0, len(es))
+		for _, e := range es {
+			j := scheduleJSON{
+				Name: e.Name, Namespace: e.Namespace, Spec: e.Spec(), Cron: e.Cron, TZ: e.TZ, Handler: e.Handler,
+				Args: e.Args, Paused: e.Paused, State: stateOf(e), Version: e.Version, EffectiveAt: e.EffectiveAt,
+				Previous: e.Previous, Misfire: e.Misfire.String(), CatchUpMax: e.CatchUpMax, Overlap: e.Overlap.String(),
+				StartingDeadline: e.StartingDeadline.String(), MaxAttempts: e.MaxAttempts,
+				LockAtMostFor: e.LockAtMostFor.String(), LockAtLeastFor: e.LockAtLeastFor.String(), KeepAlive: !e.DisableKeepAlive,
+				Created: e.Created, Updated: e.Updated,
+				Replicas: append([]string{}, e.Replicas...), MissingOn: append([]string{}, e.MissingOn...),
+			}
+			if e.Every != 0 {
+				j.Every = e.Every.String()
+			}
+			out = append(out, j)
+		}
+		return writeJSON(stdout, out)
+	}
+	if len(es) == 0 {
+		fmt.Fprintf(stdout, "no schedules in namespace %q\n", cat.Namespace())
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSPEC\tHANDLER\tSTATE\tVERSION\tEFFECTIVE\tREPLICAS")
+	var warnings []string
+	for _, e := range es {
+		effective := effectiveText(e, now, "at", "since")
+		if e.Previous != "" && e.EffectiveAt.After(now) {
+			effective += " (until then " + e.Previous + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Name, e.Spec(), e.Handler, stateOf(e), e.Version, effective, replicasText(e))
+		switch {
+		case len(e.MissingOn) > 0 && len(e.Replicas) == 0:
+			warnings = append(warnings, fmt.Sprintf("warning: %s does not run: no live replica has handler %q (missing on %s)", e.Name, e.Handler, strings.Join(e.MissingOn, ", ")))
+		case len(e.MissingOn) > 0:
+			warnings = append(warnings, fmt.Sprintf("warning: %s: handler %q is missing on %s (its ticks run on the others)", e.Name, e.Handler, strings.Join(e.MissingOn, ", ")))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stdout, w)
+	}
+	return nil
+}
+
+// replicasText is how many live replicas have e's handler, of how many.
+func replicasText(e schedule.Entry) string {
+	switch n := len(e.Replicas) + len(e.MissingOn); {
+	case n == 0:
+		return "no live replica"
+	case len(e.Replicas) == 0:
+		return "none has handler " + e.Handler
+	default:
+		return fmt.Sprintf("%d/%d", len(e.Replicas), n)
+	}
+}
+
+// runJSON is a RunRecord in `runs --json`: the field names are a contract.
+type runJSON struct {
+	Job       string     `json:"job"`
+	Namespace string     `json:"namespace"`
+	Fire      time.Time  `json:"fire"`
+	Node      string     `json:"node"`
+	Token     int64      `json:"token"`
+	Attempt   int        `json:"attempt"`
+	Outcome   string     `json:"outcome"` // RunRecord.State
+	Started   time.Time  `json:"started"`
+	Ended     *time.Time `json:"ended"` // null while running
+	Error     string     `json:"error"`
+}
+
+func scheduleRuns(ctx context.Context, store *schedule.Store, name string, f scheduleFlags, stdout io.Writer) error {
+	runs, err := store.Runs(ctx, name, f.limit)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		out := make([]runJSON, 0, len(runs))
+		for _, r := range runs {
+			j := runJSON{Job: r.Job, Namespace: f.ns, Fire: r.Fire, Node: r.Node, Token: int64(r.Token), Attempt: r.Attempt,
+				Outcome: r.State, Started: r.Started, Error: r.Error}
+			if !r.Ended.IsZero() {
+				j.Ended = &r.Ended
+			}
+			out = append(out, j)
+		}
+		return writeJSON(stdout, out)
+	}
+	if len(runs) == 0 {
+		fmt.Fprintf(stdout, "no runs of %q in namespace %q\n", name, f.ns)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIRE\tNODE\tTOKEN\tATTEMPT\tSTARTED\tENDED\tOUTCOME")
+	for _, r := range runs {
+		ended := "-"
+		if !r.Ended.IsZero() {
+			ended = stamp(r.Ended)
+		}
+		outcome := r.State
+		if r.Error != "" {
+			outcome += ": " + oneLine(r.Error, 120)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", stamp(r.Fire), r.Node, r.Token, r.Attempt, stamp(r.Started), ended, outcome)
+	}
+	return tw.Flush()
+}
+
+// oneLine is s on one line of at most n runes: a handler's error can be
+// long, and --json has it whole.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aegislab/aegis/internal/tool/servers"
+)
+
+var servicesCommand = command{
+	name:    "services",
+	summary: "start, stop and check the shared test servers",
+	run:     runServices,
+}
+
+const servicesUsage = `
+usage: aegis services [flags] start|stop|status|env|missing [server...]
+
+Services manages the shared test servers that the tests of every package
+use: PostgreSQL on 127.0.0.1:15432, six Redis primaries on 16379-16384, a
+3-member etcd cluster (clients 12379, 12381, 12383) and a 3-member ZooKeeper
+ensemble (clients 12181-12183). They run detached, with their data, logs and
+pid files in the scratch directory, until stopped. A server is postgres,
+redis, etcd or zookeeper; none means all.
+
+	start    start the servers that are not running and healthy, and wait
+	         until all are ready (a no-op when they are)
+	stop     stop them gracefully
+	status   show each server; exit status 1 when one is not healthy
+	env      print shell export lines for AEGIS_POSTGRES_URL,
+	         AEGIS_REDIS_ADDRS, AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS
+	missing  print the Debian packages of the servers whose programs are
+	         missing, one a line
+
+scripts/services wraps this command and installs missing packages first
+(scripts/services install).
+`
+
+func runServices(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("services", stderr, servicesUsage)
+	dir := fs.String("dir", "", "the scratch `directory` of the servers (default $AEGIS_SCRATCH, or /tmp/aegis-services)")
+	timeout := fs.Duration("timeout", 3*time.Minute, "how long start may take")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usagef("missing action: start, stop, status, env or missing")
+	}
+	action := fs.Arg(0)
+	// Flags may also follow the action: aegis services start -dir D redis.
+	if err := fs.parse(fs.Args()[1:]); err != nil {
+		return err
+	}
+	if *dir == "" {
+		*dir = servers.SharedDir()
+	}
+	kinds, err := parseKinds(fs.Args())
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "start":
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return servicesStart(ctx, *dir, kinds, stdout, stderr)
+	case "stop":
+		return servicesStop(ctx, *dir, kinds, stdout)
+	case "status":
+		return servicesStatus(ctx, *dir, kinds, stdout)
+	case "env":
+		for _, kv := range servers.SharedEnv() {
+			if slices.Contains(kinds, servers.EnvKind(kv[0])) {
+				fmt.Fprintf(stdout, "export %s='%s'\n", kv[0], kv[1])
+			}
+		}
+		return nil
+	case "missing":
+		var pkgs []string
+		for _, m := range servers.Missing(kinds...) {
+			if !slices.Contains(pkgs, m.Package) {
+				pkgs = append(pkgs, m.Package)
+				fmt.Fprintln(stdout, m.Package)
+			}
+		}
+		return nil
+	case "install":
+		return usagef("install needs apt-get: run scripts/services install")
+	}
+	return usagef("unknown action %q: want start, stop, status, env or missing", action)
+}
+
+func parseKinds(args []string) ([]servers.Kind, error) {
+	if len(args) == 0 {
+		return servers.Kinds, nil
+	}
+	var kinds []servers.Kind
+	for _, a := range args {
+		k, err := servers.ParseKind(a)
+		if err != nil {
+			return nil, usagef("unknown server %q: want postgres, redis, etcd or zookeeper", a)
+		}
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds, nil
+}
+
+func servicesStart(ctx context.Context, dir string, kinds []servers.Kind, stdout, stderr io.Writer) error {
+	begin := time.Now()
+	cfg := servers.SharedConfig()
+	cfg.Kinds = kinds
+	set, err := servers.StartSet(ctx, dir, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "aegis services: some servers did not start; the others are running:\n")
+		_ = servicesStatus(ctx, dir, kinds, stderr)
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	for _, p := range set.Procs() {
+		what := "started"
+		if p.Reused() {
+			what = "already running"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (pid %d)\n", p.Name(), p.Addr(), what, p.Pid())
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(stdout, "ready in %.1fs; data and logs in %s\n", time.Since(begin).Seconds(), dir)
+	return nil
+}
+
+func servicesStop(ctx context.Context, dir string, kinds []servers.Kind, stdout io.Writer) error {
+	st, err := servers.Inspect(ctx, dir, kinds...)
+	if err != nil {
+		return err
+	}
+	if err := servers.StopDir(dir, kinds...); err != nil {
+		return err
+	}
+	for _, s := range st {
+		if s.State != servers.StateDead {
+			fmt.Fprintf(stdout, "stopped %s (%s, pid %d)\n", s.Name, s.Addr, s.Pid)
+		}
+	}
+	return nil
+}
+
+func servicesStatus(ctx context.Context, dir string, kinds []servers.Kind, w io.Writer) error {
+	st, err := servers.Inspect(ctx, dir, kinds...)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	var bad []string
+	for _, k := range kinds {
+		found := false
+		for _, s := range st {
+			if s.Kind != k {
+				continue
+			}
+			found = true
+			detail := fmt.Sprintf("pid %d", s.Pid)
+			if s.Err != nil {
+				detail += ": " + firstLine(s.Err.Error())
+			}
+			if s.State != servers.StateHealthy {
+				bad = append(bad, s.Name)
+				detail += "; log " + s.Log
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Addr, s.State, detail)
+		}
+		if !found {
+			bad = append(bad, string(k))
+			fmt.Fprintf(tw, "%s\t-\tnot running\t\n", k)
+		}
+	}
+	_ = tw.Flush()
+	if len(bad) > 0 {
+		return fmt.Errorf("not healthy: %s (start them with scripts/services start)", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

@@ -1,0 +1,366 @@
+// Package queuebench measures the queue package against a real PostgreSQL
+// for `aegis bench queue` and the comparisons of the bench module: the
+// burn-down of a backlog of no-op jobs, the insert-to-start latency on an
+// idle queue, and a steady run that enqueues and works at once. Each run
+// uses a schema of its own, dropped at the end.
+package queuebench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/queue"
+)
+
+// PoolSize is the connection pool of every benchmarked client (aegis and
+// its peers alike).
+const PoolSize = 16
+
+// Schema creates a schema of its own on the server at url and returns a
+// pool config whose connections use it, and a function that drops it.
+func Schema(ctx context.Context, url, prefix string) (*pgxpool.Config, func(), error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, backend.PostgresError("open", url, err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema := prefix + "_" + hex.EncodeToString(b[:])
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, nil, backend.PostgresError("connect to", url, err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{schema}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+ident); err != nil {
+		return nil, nil, fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig); err == nil {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE")
+			_ = conn.Close(ctx)
+		}
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema // to find the run's server processes
+	cfg.MaxConns = PoolSize
+	cfg.MinConns = 4
+	return cfg, drop, nil
+}
+
+// Noop is the benchmark's job.
+type Noop struct {
+	N int `json:"n"`
+}
+
+// Kind is "noop".
+func (Noop) Kind() string { return "noop" }
+
+// Result is one burn-down.
+type Result struct {
+	Jobs         int     `json:"jobs"`
+	Workers      int     `json:"workers"`
+	JobsPerSec   float64 `json:"jobs_per_sec"`
+	InsertPerSec float64 `json:"insert_per_sec"`
+}
+
+// Drain waits until handled reaches jobs (counted in-process, cheaply),
+// then polls the database with left (a query that tells whether jobs are
+// left uncompleted) every millisecond until it says none; it returns the
+// time since start. Peers are measured the same way.
+func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string) (time.Duration, error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for handled.Load() < jobs {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	for {
+		var more bool
+		if err := pool.QueryRow(ctx, left).Scan(&more); err != nil {
+			return 0, err
+		}
+		if !more {
+			return time.Since(start), nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Options tune a burn-down.
+type Options struct {
+	// SyncComplete completes each job in its own statement.
+	SyncComplete bool
+}
+
+// BurnDown inserts jobs no-op jobs with one COPY, then starts a client
+// with workers workers and times until every job's fenced completion is
+// written (no job is left in the hot table).
+func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Result, error) {
+	pool, closeFn, err := open(ctx, url)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeFn()
+
+	var handled atomic.Int64
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[Noop](func(context.Context, *queue.Job[Noop]) error {
+		handled.Add(1)
+		return nil
+	}))
+	c, err := queue.New(pool, &queue.Config{
+		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers}},
+		Workers:      ws,
+		SyncComplete: o.SyncComplete,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return Result{}, err
+	}
+
+	params := make([]queue.EnqueueParams, jobs)
+	for i := range params {
+		params[i] = queue.EnqueueParams{Args: Noop{N: i}}
+	}
+	start := time.Now()
+	if _, err := c.EnqueueMany(ctx, params); err != nil {
+		return Result{}, err
+	}
+	insert := time.Since(start)
+
+	start = time.Now()
+	if err := c.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	run, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Jobs:         jobs,
+		Workers:      workers,
+		JobsPerSec:   round1(float64(jobs) / run.Seconds()),
+		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
+	}, nil
+}
+
+// open creates a schema, a pool on it and the queue's tables; close drops
+// them.
+func open(ctx context.Context, url string) (pool *pgxpool.Pool, closeFn func(), err error) {
+	cfg, drop, err := Schema(ctx, url, "aegis_bench_queue")
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	closeFn = func() { pool.Close(); drop() }
+	if err := queue.Migrate(ctx, pool); err != nil {
+		closeFn()
+		return nil, nil, err
+	}
+	return pool, closeFn, nil
+}
+
+// Latency enqueues samples jobs one at a time on an idle queue (each
+// after the previous one ran and gap passed) and returns each one's
+// insert-to-start latency: from before Enqueue to its handler's start.
+func Latency(ctx context.Context, url string, samples int, gap time.Duration) ([]time.Duration, error) {
+	pool, closeFn, err := open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	started := make(chan time.Time, 1)
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[Noop](func(context.Context, *queue.Job[Noop]) error {
+		started <- time.Now()
+		return nil
+	}))
+	c, err := queue.New(pool, &queue.Config{
+		Queues:  map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: 10}},
+		Workers: ws,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	return Sample(ctx, samples, gap, started, func(i int) error {
+		_, err := c.Enqueue(ctx, Noop{N: i}, nil)
+		return err
+	})
+}
+
+// Sample runs enqueue samples times, each time waiting for the handler's
+// start time on started and then for gap, and returns the latencies.
+func Sample(ctx context.Context, samples int, gap time.Duration, started <-chan time.Time, enqueue func(i int) error) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, samples)
+	for i := range samples {
+		select {
+		case <-time.After(gap):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		at := time.Now()
+		if err := enqueue(i); err != nil {
+			return nil, err
+		}
+		select {
+		case s := <-started:
+			out = append(out, s.Sub(at))
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("sample %d did not start within 30s", i)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// SteadyOptions configure a steady run.
+type SteadyOptions struct {
+	Workers   int           // the client's workers
+	Duration  time.Duration // how long to run
+	Window    time.Duration // throughput is reported per window
+	Enqueuers int           // goroutines enqueueing
+	Batch     int           // jobs per EnqueueMany
+	Backlog   int           // enqueuers wait while more jobs than this are not yet worked
+	// Rate is the offered load in jobs/s, shared by the enqueuers; 0 means
+	// as fast as the backlog allows (the queue's capacity).
+	Rate float64
+	// Progress, if set, is called after each window with its throughput
+	// and the run's application_name (its schema), which names the run's
+	// server processes in pg_stat_activity.
+	Progress func(window int, jobsPerSec float64, backlog int64, app string)
+	// Logger receives the client's logs (default: none).
+	Logger *slog.Logger
+}
+
+// SteadyResult is a steady run: the throughput of each window, in jobs/s.
+type SteadyResult struct {
+	Windows  []float64
+	Inserted int64
+	Worked   int64
+}
+
+// Steady enqueues and works at once for o.Duration: o.Enqueuers goroutines
+// insert batches of o.Batch no-op jobs (waiting while the backlog is above
+// o.Backlog) while a client with o.Workers workers runs them; it reports
+// the jobs worked per window.
+func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, error) {
+	pool, closeFn, err := open(ctx, url)
+	if err != nil {
+		return SteadyResult{}, err
+	}
+	defer closeFn()
+	var handled, inserted atomic.Int64
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[Noop](func(context.Context, *queue.Job[Noop]) error {
+		handled.Add(1)
+		return nil
+	}))
+	c, err := queue.New(pool, &queue.Config{
+		Queues:  map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: o.Workers}},
+		Workers: ws,
+		Logger:  cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
+	})
+	if err != nil {
+		return SteadyResult{}, err
+	}
+	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
+	if err := c.Start(ctx); err != nil {
+		return SteadyResult{}, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+
+	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	defer cancel()
+	start := time.Now()
+	errs := make(chan error, o.Enqueuers)
+	var wg sync.WaitGroup
+	for range o.Enqueuers {
+		wg.Go(func() {
+			params := make([]queue.EnqueueParams, o.Batch)
+			for i := range params {
+				params[i] = queue.EnqueueParams{Args: Noop{N: i}}
+			}
+			for runCtx.Err() == nil {
+				if inserted.Load()-handled.Load() > int64(o.Backlog) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if o.Rate > 0 {
+					due := start.Add(time.Duration(float64(inserted.Load()) / o.Rate * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						time.Sleep(min(d, 10*time.Millisecond))
+						continue
+					}
+				}
+				if _, err := c.EnqueueMany(runCtx, params); err != nil {
+					if runCtx.Err() == nil {
+						errs <- err
+						cancel()
+					}
+					return
+				}
+				inserted.Add(int64(o.Batch))
+			}
+		})
+	}
+	var res SteadyResult
+	tick := time.NewTicker(o.Window)
+	last := handled.Load()
+	for n := 0; ; n++ {
+		select {
+		case <-tick.C:
+			now := handled.Load()
+			rate := float64(now-last) / o.Window.Seconds()
+			last = now
+			res.Windows = append(res.Windows, round1(rate))
+			if o.Progress != nil {
+				o.Progress(n, rate, inserted.Load()-now, app)
+			}
+			continue
+		case <-runCtx.Done():
+		}
+		break
+	}
+	tick.Stop()
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	res.Inserted, res.Worked = inserted.Load(), handled.Load()
+	return res, nil
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }

@@ -1,0 +1,665 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aegislab/aegis/internal/tool/servers"
+)
+
+// A campaign (aegis lab campaign) draws runs per strategy from a seed, runs
+// them through the Session and judges each run's report. The judgement is
+// judgeRun and labelledSafe, first below.
+
+// judgeRun says which harms a run did (the report's, from the store and
+// the checker), which of them the strategy's label excludes in that run's
+// configuration (Strategy.Excludes: the campaign's test), and whether the
+// checker's verdict agreed with SQL over the audit and ledger tables.
+func judgeRun(r *Report) (harms, excluded []string, agree bool) {
+	for _, h := range r.Harms {
+		harms = append(harms, string(h))
+	}
+	for _, h := range r.Unsafe {
+		excluded = append(excluded, string(h))
+	}
+	return harms, excluded, r.StoreAgrees
+}
+
+// labelledSafe reports whether the lab labels the strategy safe, fenced or
+// not: its ledger kept and each tick run once (under its condition).
+func labelledSafe(s Strategy, fenced bool) bool { return s.Safe(fenced) }
+
+// faultKind is one kind of fault a campaign draws: adding a kind is one
+// row of faultKinds.
+type faultKind struct {
+	name string
+	// needs: the fault applies to a strategy that uses one of these
+	// servers (usedServers); nil: to every strategy.
+	needs []servers.Kind
+	// only: the strategies it applies to; nil: any that needs allows.
+	only []string
+	// kills is the server the fault kills or restarts, "" for none. The lab
+	// does it only to a server it started; a run draws at most one such
+	// fault (each heals the server as one fault left it), and runs alone,
+	// since the session's other runs share the server. Such a row's name
+	// is its faults' KIND:TARGET, by which killsServer finds them.
+	kills servers.Kind
+	// perTarget: the fault lasts the whole run, so a run has one per
+	// target (a second skew of a node would replace the first).
+	perTarget bool
+	gen       func(rng *rand.Rand, c Config) Chaos
+}
+
+// networked are the servers a node reaches through the lab's proxies.
+var networked = []servers.Kind{servers.KindPostgres, servers.KindRedis, servers.KindEtcd, servers.KindZooKeeper}
+
+var faultKinds = []faultKind{
+	{name: "pause", gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Pause, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
+	}},
+	{name: "kill", gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Kill, Target: drawTarget(rng, c), At: drawAt(rng, c)}
+	}},
+	{name: "partition", needs: networked, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
+	}},
+	{name: "skew", perTarget: true, gen: func(rng *rand.Rand, c Config) Chaos {
+		off := drawDuration(rng, 100*time.Millisecond, 2*time.Second)
+		if rng.IntN(2) == 0 {
+			off = -off
+		}
+		return Chaos{Kind: Skew, Target: fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes)), Offset: off}
+	}},
+	{name: "latency", needs: networked, perTarget: true, gen: func(rng *rand.Rand, c Config) Chaos {
+		s, _ := LookupStrategy(c.Strategy)
+		used := usedServers(s)
+		return Chaos{Kind: Latency, Target: string(used[rng.IntN(len(used))]), Offset: drawDuration(rng, 10*time.Millisecond, 200*time.Millisecond)}
+	}},
+	{name: "failover:redis", needs: []servers.Kind{servers.KindRedis}, only: []string{"redis"}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Failover, Target: "redis", At: drawAt(rng, c)}
+	}},
+	{name: "restart:redis", needs: []servers.Kind{servers.KindRedis}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Restart, Target: "redis", At: drawAt(rng, c)}
+	}},
+	{name: "partition/server", needs: networked, gen: func(rng *rand.Rand, c Config) Chaos {
+		s, _ := LookupStrategy(c.Strategy)
+		used := usedServers(s)
+		return Chaos{Kind: Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c), Server: string(used[rng.IntN(len(used))])}
+	}},
+	{name: "crash:postgres", needs: []servers.Kind{servers.KindPostgres}, kills: servers.KindPostgres, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Crash, Target: string(servers.KindPostgres), At: drawAt(rng, c)}
+	}},
+	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Kill, Target: string(servers.KindEtcd), At: drawAt(rng, c)}
+	}},
+	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c Config) Chaos {
+		return Chaos{Kind: Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
+	}},
+	{name: "edit", gen: func(rng *rand.Rand, c Config) Chaos {
+		jobs := c.jobs()
+		j := jobs[rng.IntN(len(jobs))]
+		ch := Chaos{Kind: Edit, Target: j.Name, At: drawAt(rng, c)}
+		switch rng.IntN(3) {
+		case 0:
+			ch.Spec = "pause"
+		case 1:
+			ch.Spec = "resume"
+		default:
+			ch.Offset = c.Tick * time.Duration(1+rng.IntN(3))
+			ch.Spec = ch.Offset.String()
+		}
+		return ch
+	}},
+}
+
+// usedServers are the servers a strategy's nodes reach: its own, and
+// PostgreSQL as the store of record, except for sqlite, whose lease is a
+// file and which the lab treats as having no network.
+func usedServers(s Strategy) []servers.Kind {
+	used := slices.Clone(s.Needs)
+	if s.Name != "sqlite" && !slices.Contains(used, servers.KindPostgres) {
+		used = append(used, servers.KindPostgres)
+	}
+	return used
+}
+
+// applies reports whether the fault kind fits strategy s, given which
+// servers the lab started itself (own).
+func (k faultKind) applies(s Strategy, own func(servers.Kind) bool) bool {
+	switch {
+	case k.needs != nil && !slices.ContainsFunc(usedServers(s), func(u servers.Kind) bool { return slices.Contains(k.needs, u) }):
+		return false
+	case k.only != nil && !slices.Contains(k.only, s.Name):
+		return false
+	case k.kills != "" && !own(k.kills):
+		return false
+	}
+	return true
+}
+
+// grain is the resolution of drawn durations, so that replay lines read
+// "730ms", not "731.402ms".
+const grain = 10 * time.Millisecond
+
+// drawDuration draws a duration in [lo, hi] in steps of grain.
+func drawDuration(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	lo = max((lo+grain-1)/grain*grain, grain)
+	hi = max(hi/grain*grain, lo)
+	return lo + grain*time.Duration(rng.IntN(int((hi-lo)/grain)+1))
+}
+
+// drawTarget is the holder a third of the time, the writer a sixth, else
+// a node.
+func drawTarget(rng *rand.Rand, c Config) string {
+	switch rng.IntN(6) {
+	case 0, 1:
+		return Holder
+	case 2:
+		return Writer
+	}
+	return fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes))
+}
+
+// drawAt is a moment in the first four fifths of the run, so that the
+// fault has ticks left to do harm in.
+func drawAt(rng *rand.Rand, c Config) time.Duration {
+	return drawDuration(rng, 0, c.Duration*4/5)
+}
+
+// drawPeriod is how long a pause or a partition lasts: shorter than the
+// TTL (the holder comes back in time) or longer (it is replaced), as often.
+func drawPeriod(rng *rand.Rand, c Config) time.Duration {
+	if rng.IntN(2) == 0 {
+		return drawDuration(rng, c.TTL*3/10, c.TTL*9/10)
+	}
+	return drawDuration(rng, c.TTL*12/10, c.TTL*25/10)
+}
+
+// MaxCampaignRuns bounds a campaign's runs per strategy.
+const MaxCampaignRuns = 1000
+
+// Campaign is a seeded randomized series of runs per strategy: nodes,
+// ticks, work, TTL and 3 to 5 faults drawn from the kinds the strategy's
+// servers allow. The same campaign draws the same runs.
+type Campaign struct {
+	// Seed seeds the draws, with each strategy's name: adding a strategy
+	// changes no other strategy's runs.
+	Seed uint64
+	// Runs is how many runs per strategy, 1 to MaxCampaignRuns.
+	Runs int
+	// Strategies are the strategies to run. Default: every strategy the
+	// session can run (the others are reported skipped, with why).
+	Strategies []string
+	// Fence is the runs' --fence.
+	Fence bool
+	// Tick and Ticks, when not zero, replace the drawn tick (500ms to 1s)
+	// and number of ticks (6 to 12): a quick campaign.
+	Tick  time.Duration
+	Ticks int
+	// OutDir is where the checker's visualisations of violations go; ""
+	// writes none.
+	OutDir string
+}
+
+// Validate checks the campaign and says what is wrong, naming the flag,
+// in an error that wraps aegis.ErrInvalid.
+func (c Campaign) Validate() error {
+	switch {
+	case c.Runs < 1 || c.Runs > MaxCampaignRuns:
+		return invalid("--runs %d: want 1 to %d", c.Runs, MaxCampaignRuns)
+	case c.Tick != 0 && (c.Tick < 10*time.Millisecond || c.Tick > time.Minute):
+		return invalid("--tick %s: want 10ms to 1m (0: drawn)", c.Tick)
+	case c.Ticks < 0 || c.Ticks > MaxTicks:
+		return invalid("--ticks %d: want 1 to %d (0: drawn)", c.Ticks, MaxTicks)
+	}
+	for i, name := range c.Strategies {
+		if _, ok := LookupStrategy(name); !ok {
+			return invalid("--strategy %q: unknown (known: %s)", name, strings.Join(StrategyNames(), ", "))
+		}
+		if slices.Contains(c.Strategies[:i], name) {
+			return invalid("--strategy %s: given twice", name)
+		}
+	}
+	return nil
+}
+
+// Configs returns the runs the campaign draws for strategy, as they would
+// be drawn in a session that started every server itself (so that faults
+// which kill or restart a server are drawn too).
+func (c Campaign) Configs(strategy string) ([]Config, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	s, ok := LookupStrategy(strategy)
+	if !ok {
+		return nil, invalid("--strategy %q: unknown (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
+	}
+	return c.configs(s, func(servers.Kind) bool { return true })
+}
+
+// maxDraws bounds the draws of one run: a run the table cannot fill with
+// valid faults in that many is a bug in the table, not bad luck.
+const maxDraws = 100
+
+func (c Campaign) configs(s Strategy, own func(servers.Kind) bool) ([]Config, error) {
+	h := fnv.New64a()
+	h.Write([]byte(s.Name))
+	rng := rand.New(rand.NewPCG(c.Seed, h.Sum64()))
+	var kinds []faultKind
+	for _, k := range faultKinds {
+		if k.applies(s, own) {
+			kinds = append(kinds, k)
+		}
+	}
+	cfgs := make([]Config, 0, c.Runs)
+	for len(cfgs) < c.Runs {
+		var err error
+		for range maxDraws {
+			cfg, ok := c.draw(rng, s, kinds)
+			if !ok {
+				err = errors.New("too few faults fit")
+				continue
+			}
+			if err = cfg.Validate(); err == nil {
+				cfgs = append(cfgs, cfg)
+				break
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lab: campaign: no valid run of %s in %d draws: %w", s.Name, maxDraws, err)
+		}
+	}
+	return cfgs, nil
+}
+
+// draw draws one run; ok is false when its faults could not be drawn.
+func (c Campaign) draw(rng *rand.Rand, s Strategy, kinds []faultKind) (Config, bool) {
+	// Fence false when there is no token: the replay line says what ran.
+	cfg := Config{Strategy: s.Name, Fence: c.Fence && s.Fenceable(), Nodes: 3 + rng.IntN(3)}
+	// Drawn even when replaced, so that --tick and --ticks change no
+	// other draw's place in the sequence.
+	cfg.Tick = drawDuration(rng, 500*time.Millisecond, time.Second)
+	ticks := 6 + rng.IntN(7)
+	if c.Tick != 0 {
+		cfg.Tick = c.Tick
+	}
+	if c.Ticks != 0 {
+		ticks = c.Ticks
+	}
+	cfg.Duration = time.Duration(ticks) * cfg.Tick
+	cfg.Work = drawDuration(rng, 100*time.Millisecond, min(400*time.Millisecond, cfg.Tick*4/5))
+	base := cfg.Work + cfg.Tick
+	cfg.TTL = drawDuration(rng, base/2, 3*base)
+
+	n := 3 + rng.IntN(3)
+	killed := false
+	for range maxDraws {
+		if len(cfg.Chaos) == n || len(kinds) == 0 {
+			break
+		}
+		k := kinds[rng.IntN(len(kinds))]
+		if k.kills != "" && killed {
+			continue
+		}
+		ch := k.gen(rng, cfg)
+		if k.perTarget && slices.ContainsFunc(cfg.Chaos, func(o Chaos) bool { return o.Kind == ch.Kind && o.Target == ch.Target }) {
+			continue
+		}
+		killed = killed || k.kills != ""
+		cfg.Chaos = append(cfg.Chaos, ch)
+	}
+	return cfg, len(cfg.Chaos) == n
+}
+
+// killsServer reports whether a run kills or restarts a server, and so
+// must run alone.
+func killsServer(c Config) bool {
+	return slices.ContainsFunc(c.Chaos, func(ch Chaos) bool {
+		return slices.ContainsFunc(faultKinds, func(k faultKind) bool {
+			return k.kills != "" && k.name == string(ch.Kind)+":"+ch.Target
+		})
+	})
+}
+
+// RunArgs renders a run as the flags of `aegis lab run` that replay it.
+// Scenario and OutDir have no place there.
+func RunArgs(c Config) []string {
+	args := []string{"--strategy", c.Strategy, fmt.Sprintf("--fence=%t", c.Fence), "--nodes", fmt.Sprint(c.Nodes),
+		"--duration", c.Duration.String(), "--tick", c.Tick.String(), "--work", c.Work.String(), "--ttl", c.TTL.String()}
+	if c.Catalog != nil {
+		args = append(args, "--catalog", FormatCatalog(c.Catalog))
+	}
+	if c.Standby > 0 {
+		args = append(args, "--standby", fmt.Sprint(c.Standby))
+	}
+	for _, ch := range c.Chaos {
+		args = append(args, "--chaos", ch.String())
+	}
+	return args
+}
+
+// replayCommand is the shell command line that replays a run.
+func replayCommand(c Config) string {
+	words := []string{"aegis", "lab", "run"}
+	for _, a := range RunArgs(c) {
+		words = append(words, shellQuote(a))
+	}
+	return strings.Join(words, " ")
+}
+
+// shellQuote quotes s for a POSIX shell, leaving it bare when it holds
+// only characters no shell treats specially (a chaos spec's included).
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,:/@%+=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// CampaignResult is what a campaign found. Its JSON form is the output of
+// `aegis lab campaign --json`.
+type CampaignResult struct {
+	Seed       uint64            `json:"seed"`
+	Runs       int               `json:"runs"` // per strategy
+	Strategies []*StrategyResult `json:"strategies"`
+	DurationS  float64           `json:"duration_s"`
+}
+
+// StrategyResult is one strategy's row of a campaign.
+type StrategyResult struct {
+	Strategy string `json:"strategy"`
+	// Fenced is whether its runs wrote through the fence (false for a
+	// strategy without a token).
+	Fenced bool `json:"fenced"`
+	// LabelledSafe: the lab claims no harm reaches the store with this
+	// strategy, so an unsafe run fails the campaign.
+	LabelledSafe bool `json:"labelled_safe"`
+	Runs         int  `json:"runs"`
+	// Unsafe counts runs with a harm; Agree runs whose checker verdict
+	// agreed with the store.
+	Unsafe int `json:"unsafe"`
+	// Refuting counts runs with a harm the strategy's label excludes in
+	// that run (Strategy.Excludes): a run that refutes the label.
+	Refuting int `json:"refuting"`
+	Agree    int `json:"agree"`
+	// Guarantee is what the label claims.
+	Guarantee string `json:"guarantee"`
+	// Harms counts the runs that showed each harm.
+	Harms      map[string]int `json:"harms"`
+	UnsafeRuns []UnsafeRun    `json:"unsafe_runs"`
+	// Skipped says why the strategy did not run, "" when it did.
+	Skipped string `json:"skipped,omitempty"`
+	// Reports are the runs' reports, in the order drawn.
+	Reports []*Report `json:"-"`
+}
+
+// UnsafeRun is a run that did harm, with the command line that replays it.
+type UnsafeRun struct {
+	Command string   `json:"command"`
+	Harms   []string `json:"harms"`
+	// Excluded are the harms the strategy's label excludes; Disagreement
+	// the checker's disagreement with the store, if any.
+	Excluded     []string `json:"excluded"`
+	Disagreement string   `json:"disagreement,omitempty"`
+	Config       Config   `json:"-"`
+}
+
+// CampaignRun is one run of a campaign as it ends, for progress lines.
+type CampaignRun struct {
+	N, Of  int // this is the Nth run to end of Of
+	Config Config
+	Report *Report
+	Harms  []string
+	Agree  bool
+}
+
+// Refuted returns the strategies that had a run with a harm their label
+// excludes, or a run whose checker disagreed with the store (a lab bug):
+// the campaign's failure.
+func (r *CampaignResult) Refuted() []*StrategyResult {
+	var out []*StrategyResult
+	for _, s := range r.Strategies {
+		if s.Refuting > 0 || s.Agree < s.Runs {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// RunCampaign runs the campaign: for each strategy, its runs, at most two
+// at a time (a run that kills or restarts a server alone), and judges each
+// from its report. A strategy the session cannot run is skipped, with
+// why; a store of record that cannot be opened is an error. A run that fails to start (not a harm: a lab or server error) ends
+// the campaign with its error, after the runs under way. When ctx ends, the
+// runs stop and the result covers the runs that ended before, with ctx's
+// error. done, when not nil, is called as each run ends, one at a time.
+func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(CampaignRun)) (*CampaignResult, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	res := &CampaignResult{Seed: c.Seed, Runs: c.Runs, Strategies: []*StrategyResult{}}
+	type job struct {
+		row *StrategyResult
+		i   int
+		cfg Config
+	}
+	var jobs []job
+	names := c.Strategies
+	if len(names) == 0 {
+		names = StrategyNames()
+	}
+	own := func(k servers.Kind) bool { return !s.given(k) }
+	for _, k := range faultKinds {
+		if k.kills != "" && !own(k.kills) && slices.ContainsFunc(names, func(n string) bool {
+			st, _ := LookupStrategy(n)
+			return k.applies(st, func(servers.Kind) bool { return true })
+		}) {
+			fmt.Fprintf(s.opts.Log, "lab: campaign: no %s drawn: the %s servers were given, and the lab touches only its own\n", k.name, k.kills)
+		}
+	}
+	// A store that cannot be opened is the campaign's failure, not every
+	// strategy's unavailability.
+	if _, _, err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		st, _ := LookupStrategy(name)
+		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, UnsafeRuns: []UnsafeRun{}}
+		row.LabelledSafe = labelledSafe(st, row.Fenced)
+		row.Guarantee = st.Guarantee(row.Fenced).String()
+		res.Strategies = append(res.Strategies, row)
+		if err := s.Availability(ctx, name); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			row.Skipped = err.Error()
+			continue
+		}
+		cfgs, err := c.configs(st, own)
+		if err != nil {
+			return nil, err
+		}
+		row.Reports = make([]*Report, len(cfgs))
+		for i, cfg := range cfgs {
+			cfg.OutDir = c.OutDir
+			jobs = append(jobs, job{row, i, cfg})
+		}
+	}
+
+	var (
+		mu    sync.Mutex // guards errs, ended and the calls of done
+		errs  []error
+		ended int
+	)
+	weights := make([]int, len(jobs))
+	for i, j := range jobs {
+		weights[i] = 1
+		if killsServer(j.cfg) {
+			weights[i] = campaignParallel
+		}
+	}
+	runWeighted(ctx, campaignParallel, weights, func(i int) bool {
+		j := jobs[i]
+		rep, err := s.runOne(ctx, j.cfg)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case ctx.Err() != nil: // stopped early: its report judges nothing
+			return false
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", replayCommand(j.cfg), err))
+			return false
+		}
+		j.row.Reports[j.i] = rep
+		ended++
+		if done != nil {
+			harms, _, agree := judgeRun(rep)
+			done(CampaignRun{N: ended, Of: len(jobs), Config: j.cfg, Report: rep, Harms: harms, Agree: agree})
+		}
+		return true
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("lab: campaign: %w", err)
+	}
+	for _, row := range res.Strategies {
+		row.tally()
+	}
+	res.DurationS = time.Since(begin).Round(time.Millisecond).Seconds()
+	return res, ctx.Err()
+}
+
+// campaignParallel is how many runs of a campaign go at once.
+const campaignParallel = 2
+
+// runWeighted calls fn(i) for each weight, in order, each in a goroutine of
+// its own, with at most n of weight under way at once (so a weight of n
+// runs alone), and returns when every call has returned. It starts no
+// more calls once ctx has ended or a call has returned false.
+func runWeighted(ctx context.Context, n int, weights []int, fn func(i int) bool) {
+	sem := make(chan struct{}, n) // one token per unit of weight; only this loop takes them
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for i, w := range weights {
+		w = min(w, n)
+		taken := 0
+		for taken < w && ctx.Err() == nil {
+			select {
+			case sem <- struct{}{}:
+				taken++
+			case <-ctx.Done():
+			}
+		}
+		if taken < w || failed.Load() || ctx.Err() != nil {
+			for range taken {
+				<-sem
+			}
+			break
+		}
+		wg.Go(func() {
+			defer func() {
+				for range w {
+					<-sem
+				}
+			}()
+			if !fn(i) {
+				failed.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// tally counts the row's runs from its reports.
+func (row *StrategyResult) tally() {
+	for _, rep := range row.Reports {
+		if rep == nil {
+			continue
+		}
+		if rep.Unavailable != "" { // the session lost a server after Availability
+			row.Skipped = rep.Unavailable
+			continue
+		}
+		row.Runs++
+		harms, excluded, agree := judgeRun(rep)
+		if agree {
+			row.Agree++
+		}
+		for _, h := range harms {
+			row.Harms[h]++
+		}
+		if len(excluded) > 0 {
+			row.Refuting++
+		}
+		if len(harms) > 0 || !agree {
+			row.Unsafe++
+			row.UnsafeRuns = append(row.UnsafeRuns, UnsafeRun{Command: replayCommand(rep.Config), Harms: harms, Excluded: excluded, Disagreement: rep.Disagreement, Config: rep.Config})
+		}
+	}
+}
+
+// WriteTable writes the campaign's table (strategy, fenced, whether the
+// lab labels it safe, runs, unsafe runs, checker/store agreement, harms),
+// then each unsafe run's replay command line and the strategies skipped.
+func (r *CampaignResult) WriteTable(w io.Writer) error {
+	total := 0
+	for _, s := range r.Strategies {
+		total += s.Runs
+	}
+	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tunsafe\trefuting\tagree\tharms\n")
+	for _, s := range r.Strategies {
+		st, _ := LookupStrategy(s.Strategy)
+		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
+		if !st.Fenceable() {
+			fenced = "n/a"
+		}
+		if s.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
+			continue
+		}
+		var harms []string
+		for _, h := range []Harm{HarmDuplicate, HarmRetryDuplicate, HarmLostUpdate, HarmStaleAccepted} {
+			if n := s.Harms[string(h)]; n > 0 {
+				harms = append(harms, fmt.Sprintf("%s %d", h, n))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Unsafe, s.Refuting, s.Agree, strings.Join(harms, ", "))
+	}
+	_ = tw.Flush()
+	header := "\nunsafe runs, each replayed by its command line:\n"
+	for _, s := range r.Strategies {
+		for _, u := range s.UnsafeRuns {
+			what := strings.Join(u.Harms, ", ")
+			if len(u.Excluded) > 0 {
+				what += "; the label excludes " + strings.Join(u.Excluded, ", ")
+			}
+			if u.Disagreement != "" {
+				what += "; checker disagrees with the store: " + u.Disagreement
+			}
+			fmt.Fprintf(w, "%s  %s (%s)\n    %s\n", header, s.Strategy, what, u.Command)
+			header = ""
+		}
+	}
+	header = "\nskipped:\n"
+	for _, s := range r.Strategies {
+		if s.Skipped != "" {
+			fmt.Fprintf(w, "%s  %s: %s\n", header, s.Strategy, s.Skipped)
+			header = ""
+		}
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package lab
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// section is one critical section: a tick of a job run by this node.
+type section struct {
+	job     string
+	tick    int
+	token   aegis.Token
+	lease   aegis.Lease // lease mode
+	run     int         // the run's attempt
+	attempt string      // node.incarnation.sequence
+	work    time.Duration
+	fenced  bool
+	// deadline is when a failing write gives up (the tick's window).
+	deadline time.Time
+}
+
+// handle is the catalog handler every node registers: the job's critical
+// section for the tick the scheduler runs.
+func (n *node) handle(ctx context.Context, args json.RawMessage) error {
+	run, _ := schedule.RunFrom(ctx)
+	tick := n.tickOf(run.Fire)
+	if tick == 0 {
+		return nil // before the run's first tick, or after its last
+	}
+	var a jobArgs
+	if err := json.Unmarshal(args, &a); err != nil {
+		return fmt.Errorf("lab: the schedule's args %s: %w", args, err)
+	}
+	s := section{
+		job: run.Job, tick: tick, token: run.Token, run: run.Attempt,
+		attempt:  fmt.Sprintf("%d.%d.%d", n.c.Node, n.c.Incarnation, n.seq.Add(1)),
+		work:     time.Duration(a.WorkMS) * time.Millisecond,
+		fenced:   n.c.Fence && n.strat.Fenceable(),
+		deadline: run.Fire.Add(n.c.Window),
+	}
+	s.lease, _ = schedule.LeaseFrom(ctx)
+	if !n.strat.Fenceable() {
+		s.token = 0 // a lab Locker's token means nothing
+	}
+	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner)})
+	n.critical(ctx, s)
+	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token)})
+	return nil
+}
+
+// event is the node event of s of kind.
+func (s section) event(kind string) nodeEvent {
+	return nodeEvent{Kind: kind, Job: s.job, Tick: s.tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Attempt: s.attempt}
+}
+
+// critical runs the critical section once: read the job's ledger (and,
+// fenced, present the token to the fence), work, then write ledger + 1 and
+// the EXECUTED row in one transaction (fenced: through the fence).
+func (n *node) critical(ctx context.Context, s section) {
+	n.emit(s.event(evEnter))
+	value, err := n.read(ctx, s)
+	switch {
+	case isStale(err):
+		e := s.event(evStale)
+		e.Detail = "read"
+		n.emit(e)
+		n.audit(ctx, s, "REFUSED", nil)
+		return
+	case err != nil:
+		e := s.event(evAbandon)
+		e.Detail = "read failed: " + err.Error()
+		n.emit(e)
+		return
+	}
+	e := s.event(evEntered)
+	e.Value = &value
+	n.emit(e)
+
+	// The work. The node does not look at its lease (or context) again
+	// before it writes: a check just before the write leaves the same gap
+	// as none, and a paused node resumes here.
+	sleep(context.WithoutCancel(ctx), s.work)
+	n.emit(s.event(evWriting))
+
+	// The write is retried on errors (a partition, a restarted server)
+	// until the tick's window ends, as a client with retries does.
+	next := value + 1
+	for {
+		err = n.write(context.WithoutCancel(ctx), s, next)
+		if err == nil || isUniqueViolation(err) { // a retry of a commit that landed
+			e := s.event(evExecuted)
+			e.Value = &next
+			n.emit(e)
+			return
+		}
+		if isStale(err) {
+			e := s.event(evStale)
+			e.Detail = "write"
+			n.emit(e)
+			n.audit(ctx, s, "REFUSED", nil)
+			return
+		}
+		n.emit(nodeEvent{Kind: evError, Job: s.job, Tick: s.tick, Detail: "write: " + err.Error()})
+		if time.Now().After(s.deadline) {
+			e := s.event(evAbandon)
+			e.Detail = "write failed: " + err.Error()
+			n.emit(e)
+			return
+		}
+		time.Sleep(15*time.Millisecond + rand.N(20*time.Millisecond))
+	}
+}
+
+// check presents the section's token to the fence in tx, as its
+// strategy's token kind says: the read registers it (an older holder's
+// pending write can no longer land on what it read), the write checks it.
+func (n *node) check(ctx context.Context, tx *sql.Tx, s section) error {
+	if !s.fenced {
+		return nil
+	}
+	resource := ledgerResource(n.c.Run, s.job)
+	switch n.strat.Token {
+	case LeaseToken:
+		return fence.CheckLeaseSQL(ctx, tx, resource, s.lease)
+	case RunToken:
+		return fence.CheckSQL(ctx, tx, resource, s.token)
+	case VersionToken:
+		_, err := fence.ExecSQL(ctx, tx, optimisticCheckSQL, optimisticKey(n.ns, s.job), int64(s.token))
+		return err
+	}
+	return nil
+}
+
+// read is the critical section's first transaction. Fenced, it presents
+// the token first: the fence's row lock waits for an older holder's write
+// in flight, so that the read that follows (a fresh snapshot under READ
+// COMMITTED) sees that write.
+func (n *node) read(ctx context.Context, s section) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	tx, err := n.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	if err := n.check(ctx, tx, s); err != nil {
+		return 0, err
+	}
+	var value int64
+	if err := tx.QueryRowContext(ctx, readLedgerSQL, n.c.Run, s.job).Scan(&value); err != nil {
+		return 0, err
+	}
+	return value, tx.Commit()
+}
+
+// write is the critical section's second transaction.
+func (n *node) write(ctx context.Context, s section, value int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tx, err := n.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := n.check(ctx, tx, s); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, writeLedgerSQL, n.c.Run, s.job, value); err != nil {
+		return err
+	}
+	if err := n.auditIn(ctx, tx, s, "EXECUTED", &value); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// auditIn writes s's audit row in tx.
+func (n *node) auditIn(ctx context.Context, tx *sql.Tx, s section, status string, value *int64) error {
+	_, err := tx.ExecContext(ctx, auditSQL, n.c.Run, s.attempt, s.job, s.tick, n.c.Node, int64(s.token),
+		ownerHash(s.lease.Owner), s.run, status, value, time.Now().UnixMilli())
+	return err
+}
+
+// audit records a refused attempt; it is informational (aegis inspect), so
+// an error is only reported.
+func (n *node) audit(ctx context.Context, s section, status string, value *int64) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	tx, err := n.db.BeginTx(actx, nil)
+	if err == nil {
+		defer tx.Rollback()
+		if err = n.auditIn(actx, tx, s, status, value); err == nil {
+			err = tx.Commit()
+		}
+	}
+	if err != nil {
+		n.emit(nodeEvent{Kind: evError, Job: s.job, Tick: s.tick, Detail: "audit: " + err.Error()})
+	}
+}
+
+func isStale(err error) bool { return errors.Is(err, aegis.ErrStale) }

@@ -1,0 +1,311 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/internal/owner"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/queue"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// The strategies' modes, set up in a node: lease mode's Lockers (the
+// backends' and the lab's own) and leader mode's election, queue and
+// workers.
+
+// labLockers are the lab's own Lockers, for the strategies that package
+// aegis does not offer as one: no coordination, a PostgreSQL advisory lock,
+// an optimistic claim row.
+var labLockers = map[string]func(ctx context.Context, n *node) (aegis.Locker, func(), error){
+	"lab-everyone": func(context.Context, *node) (aegis.Locker, func(), error) { return &everyone{}, func() {}, nil },
+	"lab-advisory": openAdvisory,
+	"lab-optimistic": func(_ context.Context, n *node) (aegis.Locker, func(), error) {
+		return &optimistic{n: n}, func() {}, nil
+	},
+	"lab-redis-del": openRedisDel,
+	"lab-fail-open": openFailOpen,
+	"lab-nobump":    openNoBump,
+}
+
+// openLocker opens the lease-mode strategy's Locker.
+func (n *node) openLocker(ctx context.Context) (aegis.Locker, func(), error) {
+	if open, ok := labLockers[n.strat.Backend]; ok {
+		return open(ctx, n)
+	}
+	srv := backend.FromEnv()
+	// A ZooKeeper session as long as the lease: a holder paused past
+	// --ttl loses its session, and its lock goes to another node, as the
+	// other backends' leases do.
+	srv.ZKSessionTimeout = n.c.TTL
+	l, closeFn, err := backend.Open(ctx, n.strat.Backend, srv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open the %s backend: %w", n.strat.Backend, err)
+	}
+	return l, closeFn, nil
+}
+
+// everyone grants every caller: the "none" strategy's Locker, so that
+// every replica runs every tick.
+type everyone struct{ n atomic.Int64 }
+
+func (e *everyone) TryAcquire(_ context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	return &aegis.Lease{Key: key, Token: aegis.Token(e.n.Add(1)), Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+}
+
+func (e *everyone) Renew(_ context.Context, l *aegis.Lease, ttl time.Duration) error {
+	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+	return nil
+}
+
+func (e *everyone) Release(context.Context, *aegis.Lease) error { return nil }
+
+// advisory holds pg_try_advisory_lock on a dedicated connection per key.
+// PostgreSQL's lock has no expiry: it is held until unlocked or until its
+// connection ends (a partition drops it while the holder works on). Renew
+// arms an unlock after its ttl (lease mode's LockAtLeastFor), which the
+// next Renew or Release replaces.
+type advisory struct {
+	url string
+	mu  sync.Mutex
+	// held are the keys this process holds, by key: its lock connection
+	// and its pending unlock.
+	held map[string]*advisoryLock
+}
+
+type advisoryLock struct {
+	conn  *pgx.Conn
+	token aegis.Token
+	timer *time.Timer
+}
+
+var advisoryTokens atomic.Int64
+
+func openAdvisory(_ context.Context, n *node) (aegis.Locker, func(), error) {
+	a := &advisory{url: n.c.Store, held: map[string]*advisoryLock{}}
+	return a, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for key, h := range a.held {
+			_ = h.conn.Close(context.Background())
+			delete(a.held, key)
+		}
+	}, nil
+}
+
+func advisoryKey(key string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	return int64(h.Sum64())
+}
+
+func (a *advisory) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.held[key]; ok {
+		return nil, aegis.ErrHeld // the session lock is re-entrant: refuse it here
+	}
+	conn, err := pgx.Connect(ctx, a.url)
+	if err != nil {
+		return nil, err
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryKey(key)).Scan(&got); err != nil || !got {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return nil, aegis.ErrHeld
+	}
+	h := &advisoryLock{conn: conn, token: aegis.Token(advisoryTokens.Add(1))}
+	a.held[key] = h
+	return &aegis.Lease{Key: key, Token: h.token, Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+}
+
+// lock returns the held lock of l, nil when it is gone.
+func (a *advisory) lock(l *aegis.Lease) *advisoryLock {
+	h := a.held[l.Key]
+	if h == nil || h.token != l.Token || h.conn.IsClosed() {
+		return nil
+	}
+	return h
+}
+
+func (a *advisory) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.lock(l)
+	if h == nil {
+		return aegis.ErrLost
+	}
+	if err := h.conn.Ping(ctx); err != nil {
+		a.dropLocked(l.Key, h)
+		return aegis.ErrLost // the connection, and the lock with it, is gone
+	}
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.timer = time.AfterFunc(ttl, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.held[l.Key] == h {
+			a.dropLocked(l.Key, h)
+		}
+	})
+	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+	return nil
+}
+
+func (a *advisory) Release(ctx context.Context, l *aegis.Lease) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	h := a.lock(l)
+	if h == nil {
+		return aegis.ErrLost
+	}
+	a.dropLocked(l.Key, h)
+	return nil
+}
+
+// dropLocked unlocks by closing the lock's connection (which ends the
+// session's advisory locks).
+func (a *advisory) dropLocked(key string, h *advisoryLock) {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	_ = h.conn.Close(context.Background())
+	delete(a.held, key)
+}
+
+// optimistic is a claim row per key, taken by compare-and-set on its
+// version: the version is the token, and the claim is stealable once its
+// until_ms, set by the claimer's (skewed) clock, is behind the stealer's.
+type optimistic struct{ n *node }
+
+func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	db := o.n.db
+	if _, err := db.ExecContext(ctx, optimisticRowSQL, key); err != nil {
+		return nil, err
+	}
+	var version, until int64
+	if err := db.QueryRowContext(ctx, optimisticReadSQL, key).Scan(&version, &until); err != nil {
+		return nil, err
+	}
+	now := o.n.clock.Now()
+	if now.UnixMilli() < until {
+		return nil, aegis.ErrHeld
+	}
+	call := time.Now()
+	res, err := db.ExecContext(ctx, optimisticClaimSQL, key, version, now.Add(ttl).UnixMilli(), o.n.c.Node)
+	if err != nil {
+		return nil, err
+	}
+	if rows, _ := res.RowsAffected(); rows == 0 {
+		return nil, aegis.ErrHeld // another node's compare-and-set won
+	}
+	// The new version is registered now, whether or not a run follows (a
+	// grant the scheduler drops still moved the version on): the checker's
+	// history needs it.
+	_, job, _ := strings.Cut(key, "/")
+	o.n.emit(nodeEvent{Kind: evClaimed, Job: job, Token: version + 1, Since: call.UnixNano()})
+	return &aegis.Lease{Key: key, Token: aegis.Token(version + 1), Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+}
+
+func (o *optimistic) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
+	return o.set(ctx, l, o.n.clock.Now().Add(ttl).UnixMilli(), func() {
+		l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+	})
+}
+
+func (o *optimistic) Release(ctx context.Context, l *aegis.Lease) error {
+	return o.set(ctx, l, 0, func() {})
+}
+
+func (o *optimistic) set(ctx context.Context, l *aegis.Lease, until int64, ok func()) error {
+	res, err := o.n.db.ExecContext(ctx, optimisticUntilSQL, l.Key, int64(l.Token), until)
+	if err != nil {
+		return err
+	}
+	if rows, _ := res.RowsAffected(); rows == 0 {
+		return aegis.ErrLost
+	}
+	ok()
+	return nil
+}
+
+// optimisticKey is the claim row's key of job: the lease key lease mode
+// uses (the namespace, then the job).
+func optimisticKey(ns, job string) string { return ns + "/" + job }
+
+// leaderScheduler sets up leader mode: an election over pglease, the
+// scheduler, and a queue client with one worker on the run's queue (lease
+// --ttl); what it returns starts the client after the scheduler and stops
+// both.
+func (n *node) leaderScheduler(ctx context.Context, cfg *schedule.Config) (*schedule.Scheduler, func(context.Context) error, func(), error) {
+	pcfg, err := pgxpool.ParseConfig(n.c.Store)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("leader mode: the store's URL: %w", err)
+	}
+	pcfg.MaxConns = 6
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("leader mode: connect: %w", err)
+	}
+	locker, err := pglease.New(pool, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	e, err := elect.New(locker, "lab-leader."+n.ns, &elect.Config{Node: cfg.Node, TTL: n.c.TTL})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	cfg.Leader = &schedule.LeaderConfig{Election: e, Pool: pool, Namespace: n.ns}
+	s, err := schedule.New(cfg)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	ws := queue.NewWorkers()
+	if err := s.AddWorker(ws); err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	qc, err := queue.New(pool, &queue.Config{
+		ID:           cfg.Node,
+		Queues:       map[string]queue.QueueConfig{schedule.DefaultLeaderQueue + "." + n.ns: {MaxWorkers: 1}},
+		Workers:      ws,
+		Lease:        n.c.TTL,
+		ReapInterval: max(n.c.TTL/4, 10*time.Millisecond),
+		PollInterval: max(min(n.c.Tick/4, 250*time.Millisecond), 10*time.Millisecond),
+		SyncComplete: true,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, fmt.Errorf("leader mode: %w", err)
+	}
+	stop := func() {
+		// Graceful: a worker inside its critical section (a paused node
+		// just resumed) finishes its write, refused or not.
+		sctx, cancel := context.WithTimeout(context.Background(), n.c.Window+10*time.Second)
+		defer cancel()
+		_ = qc.Stop(sctx)
+		pool.Close()
+	}
+	return s, qc.Start, stop, nil
+}

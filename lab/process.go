@@ -1,0 +1,366 @@
+package lab
+
+// A run's node processes: each node's proxies to its servers, its
+// process (started again after a kill), its events read from its
+// output, and its end.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
+)
+
+// nodeProc is one node: its current process and its proxies.
+type nodeProc struct {
+	n       int
+	cfg     NodeConfig
+	env     []string
+	proxies map[servers.Kind][]*tcpproxy.Proxy
+
+	// The current process, guarded by Run.mu.
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	ready    chan struct{}
+	exited   chan struct{}
+	finished bool
+	killed   bool // the exit was a fault's doing
+	paused   bool
+	critical string // the attempt inside the critical section
+	writing  bool   // and it is writing: its work is done
+	holding  int64  // the token held, or -1 when holding nothing
+	tick     int
+	job      string
+	lastErr  string // the detail of its last error event
+}
+
+// startNodes creates each node's proxies and process, waits until every
+// node is ready, and sends the start time.
+func (r *Run) startNodes(ctx context.Context) error {
+	env := nodeBaseEnv(r.s.opts.NodeEnv)
+	skews := map[int]time.Duration{}
+	for _, ch := range r.cfg.Chaos {
+		if ch.Kind == Skew {
+			skews[ch.Node()] = ch.Offset
+		}
+	}
+	for n := 1; n <= r.cfg.Nodes; n++ {
+		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
+		np.cfg = NodeConfig{
+			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
+			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
+			Skew: skews[n], Store: r.store, Incarnation: 1,
+		}
+		r.mu.Lock()
+		r.nodes = append(r.nodes, np)
+		r.mu.Unlock()
+		nodeEnv, err := r.proxy(np)
+		if err != nil {
+			return err
+		}
+		np.env = append(slices.Clone(env), nodeEnv...)
+		if err := r.spawn(np); err != nil {
+			return err
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, np := range r.nodes {
+		if err := r.waitReady(wait, np); err != nil {
+			return err
+		}
+	}
+	// The first tick fires a moment from now, on the tick grid: every
+	// job's fire times (multiples of its cadence since the epoch) are
+	// ticks of the run.
+	r.mu.Lock()
+	first := time.Now().Add(200 * time.Millisecond)
+	if r.effective.After(first) {
+		first = r.effective // a catalog row fires from its effective time
+	}
+	// A multiple of the tick since the Unix epoch, as schedule.Interval
+	// counts (time.Truncate counts from Go's zero time).
+	tick := int64(r.cfg.Tick)
+	r.start = time.Unix(0, (first.UnixNano()/tick+1)*tick)
+	r.mu.Unlock()
+	for _, np := range r.nodes {
+		r.sendStart(np)
+	}
+	for _, ch := range r.cfg.Chaos {
+		if ch.Kind == Latency {
+			r.setLatency(ch)
+		}
+	}
+	return nil
+}
+
+// nodeBaseEnv is our environment without the AEGIS_* server variables,
+// plus extra.
+func nodeBaseEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "AEGIS_") && !strings.HasPrefix(kv, "AEGIS_LAB_DEBUG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// proxy creates the node's proxies, one per server address it uses, and
+// returns the AEGIS_* variables (and store) that point the node at them.
+func (r *Run) proxy(np *nodeProc) ([]string, error) {
+	var env []string
+	add := func(k servers.Kind, upstream string) (string, error) {
+		p, err := tcpproxy.New(upstream)
+		if err != nil {
+			return "", fmt.Errorf("lab: %w", err)
+		}
+		r.mu.Lock()
+		np.proxies[k] = append(np.proxies[k], p)
+		r.mu.Unlock()
+		return p.Addr(), nil
+	}
+	if !strings.HasPrefix(r.store, "sqlite:") {
+		store := r.store
+		if r.onStandby(np.n) {
+			store = r.standbyURL
+		}
+		u, err := url.Parse(store)
+		if err != nil || u.Host == "" {
+			return nil, errors.New("lab: the PostgreSQL URL must be a postgres:// URL")
+		}
+		addr, err := add(servers.KindPostgres, u.Host)
+		if err != nil {
+			return nil, err
+		}
+		u.Host = addr
+		np.cfg.Store = u.String()
+		env = append(env, servers.EnvPostgresURL+"="+u.String())
+	}
+	for _, k := range r.strat.Needs {
+		var addrs []string
+		switch k {
+		case servers.KindRedis, servers.KindZooKeeper:
+			for _, a := range r.s.serverAddrs(k) {
+				pa, err := add(k, a)
+				if err != nil {
+					return nil, err
+				}
+				addrs = append(addrs, pa)
+			}
+		case servers.KindEtcd:
+			for _, a := range r.s.serverAddrs(k) {
+				u, err := url.Parse(a)
+				if err != nil || u.Host == "" {
+					return nil, fmt.Errorf("lab: etcd endpoint %q: want http://host:port", a)
+				}
+				pa, err := add(k, u.Host)
+				if err != nil {
+					return nil, err
+				}
+				u.Host = pa
+				addrs = append(addrs, u.String())
+			}
+		default:
+			continue
+		}
+		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers}[k]
+		env = append(env, name+"="+strings.Join(addrs, ","))
+	}
+	if r.strat.Name == "sqlite" {
+		env = append(env, "AEGIS_SQLITE_PATH="+filepath.Join(r.s.dir, r.ID+"-lease.db"))
+	}
+	return env, nil
+}
+
+// spawn starts np's process (a new incarnation after a kill).
+func (r *Run) spawn(np *nodeProc) error {
+	r.mu.Lock()
+	cfg := np.cfg
+	r.mu.Unlock()
+	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.args()...)...)
+	cmd.Env = np.env
+	// Its own process group: a Ctrl-C reaches the lab, which stops the
+	// nodes in order; SIGKILL when the lab dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf, err := os.OpenFile(filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("lab: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("lab: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("lab: start node%d: %w", np.n, err)
+	}
+	ready, exited := make(chan struct{}), make(chan struct{})
+	r.mu.Lock()
+	np.cmd, np.stdin, np.ready, np.exited = cmd, stdin, ready, exited
+	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
+	r.mu.Unlock()
+	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
+	r.bg.Go(func() {
+		defer logf.Close()
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(make([]byte, 64<<10), 1<<20)
+		for lines.Scan() {
+			var ev nodeEvent
+			if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+				fmt.Fprintf(logf, "lab: bad event line %q\n", lines.Text())
+				continue
+			}
+			r.onNodeEvent(np, ev, ready)
+		}
+		err := cmd.Wait()
+		how := "exited"
+		if err != nil {
+			how = err.Error()
+		}
+		r.mu.Lock()
+		killed, finished, lastErr := np.killed, np.finished, np.lastErr
+		np.critical, np.holding = "", -1
+		// The exited event and the closed channel together: the supervisor
+		// woken by the event sees the node gone (closed after, it could miss
+		// it and sleep until its hard timeout).
+		close(exited)
+		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventExited, Node: np.n, Detail: how})
+		r.mu.Unlock()
+		if !killed && !finished && !r.ending() {
+			if lastErr != "" {
+				how += " after: " + lastErr
+			}
+			r.note("node%d %s, before it finished (log %s)", np.n, how, logf.Name())
+		}
+	})
+	return nil
+}
+
+func (r *Run) waitReady(ctx context.Context, np *nodeProc) error {
+	r.mu.Lock()
+	ready, exited := np.ready, np.exited
+	r.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	case <-exited:
+		return fmt.Errorf("lab: node%d exited before it was ready; its log: %s", np.n, r.nodeLogTail(np))
+	case <-ctx.Done():
+		return fmt.Errorf("lab: node%d not ready: %w; its log: %s", np.n, ctx.Err(), r.nodeLogTail(np))
+	}
+}
+
+func (r *Run) nodeLogTail(np *nodeProc) string {
+	path := filepath.Join(r.s.dir, fmt.Sprintf("%s-node%d.log", r.ID, np.n))
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return path + ": " + strings.Join(lines, " | ")
+}
+
+func (r *Run) sendStart(np *nodeProc) {
+	r.mu.Lock()
+	stdin, start := np.stdin, r.start
+	r.mu.Unlock()
+	b, _ := json.Marshal(startLine{Start: start.UnixNano()})
+	_, _ = stdin.Write(append(b, '\n'))
+}
+
+// stopNodes ends every node process: stdin closed (the node stops), paused
+// ones resumed, and SIGKILL for those still running after a bound.
+func (r *Run) stopNodes() {
+	r.mu.Lock()
+	nodes := slices.Clone(r.nodes)
+	r.mu.Unlock()
+	// Every node told first, then waited for: one after another, the last
+	// would run ticks for as long as the others take to exit.
+	type stopping struct {
+		cmd    *exec.Cmd
+		exited chan struct{}
+	}
+	var all []stopping
+	for _, np := range nodes {
+		r.mu.Lock()
+		cmd, stdin, exited := np.cmd, np.stdin, np.exited
+		np.paused = false
+		r.mu.Unlock()
+		if cmd == nil {
+			continue
+		}
+		_ = stdin.Close()
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		all = append(all, stopping{cmd, exited})
+	}
+	deadline := time.NewTimer(r.cfg.Work + 10*time.Second)
+	defer deadline.Stop()
+	late := false
+	for _, st := range all {
+		if !late {
+			select {
+			case <-st.exited:
+				continue
+			case <-deadline.C:
+				late = true
+			}
+		}
+		select {
+		case <-st.exited:
+		default:
+			_ = st.cmd.Process.Kill() // past the bound: SIGKILL the rest
+			<-st.exited
+		}
+	}
+	r.bgWaitReaders()
+}
+
+// bgWaitReaders waits for the readers of every node's output.
+func (r *Run) bgWaitReaders() {
+	r.mu.Lock()
+	nodes := slices.Clone(r.nodes)
+	r.mu.Unlock()
+	for _, np := range nodes {
+		if np.exited != nil {
+			<-np.exited
+		}
+	}
+}
+
+func (r *Run) closeProxies() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, np := range r.nodes {
+		for _, ps := range np.proxies {
+			for _, p := range ps {
+				_ = p.Close()
+			}
+		}
+	}
+}
+
+// onStandby reports whether node n is in the second region: the last
+// Config.Standby nodes, whose store is the hot standby.
+func (r *Run) onStandby(n int) bool { return n > r.cfg.Nodes-r.cfg.Standby }

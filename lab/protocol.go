@@ -1,0 +1,77 @@
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// The protocol between the lab and its nodes: the lab writes a start line
+// (then control lines) on a node's standard input; the node writes one
+// JSON event a line on its standard output.
+
+// The events a node writes.
+const (
+	evReady    = "ready"    // connected; waiting for the start time on stdin
+	evAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
+	evEnter    = "enter"    // about to read the job's ledger: the read's invocation
+	evEntered  = "entered"  // read the ledger (value): in the critical section
+	evWriting  = "writing"  // the work is done; the write begins
+	evStale    = "stale"    // the fence refused the attempt (detail: read or write)
+	evExecuted = "executed" // committed ledger value and the EXECUTED row
+	evReleased = "released" // the run ended (the scheduler releases its lease or row)
+	evLost     = "lost"     // the scheduler saw the run's lease or row lost
+	evError    = "error"    // detail says what failed
+	evAbandon  = "abandoned"
+	evFinished = "finished" // the run's last window closed; the node exits
+	evReclaim  = "reclaim"  // this node's reaper took over a crashed run
+	evElected  = "elected"  // this node leads (leader mode)
+	evRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
+	evMisfired = "misfired" // a tick missed its starting deadline
+	evClaimed  = "claimed"  // an optimistic claim moved the job's version to token (Since: when its statement began)
+	// evNotPrimary: the node's store is a hot standby: its scheduler runs
+	// nothing (a second region).
+	evNotPrimary = "not-primary"
+)
+
+// nodeEvent is one line of a node's output.
+type nodeEvent struct {
+	Kind string `json:"kind"`
+	At   int64  `json:"at"` // Unix nanoseconds, real clock (not skewed)
+	Job  string `json:"job,omitempty"`
+	Tick int    `json:"tick,omitempty"`
+	// Token is the run's fencing token; RunAttempt its attempt (2 and up
+	// for a reaper's retry).
+	Token      int64 `json:"token,omitempty"`
+	RunAttempt int   `json:"run_attempt,omitempty"`
+	// Owner is a short one-way hash of the lease's owner (never the
+	// owner): two holders granted one token differ in it.
+	Owner   string `json:"owner,omitempty"`
+	Attempt string `json:"attempt,omitempty"`
+	Since   int64  `json:"since,omitempty"` // claimed: when the claim's statement began (Unix ns)
+	Value   *int64 `json:"value,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// startLine is what the lab writes on a node's standard input: when its
+// first tick fires, in Unix nanoseconds of the real clock.
+type startLine struct {
+	Start int64 `json:"start"`
+}
+
+// ownerHash is what a node reports of a lease's owner: enough to tell two
+// holders apart, nothing to act as one.
+func ownerHash(owner string) string {
+	if owner == "" {
+		return ""
+	}
+	h := sha256.Sum256([]byte(owner))
+	return hex.EncodeToString(h[:6])
+}
+
+func (n *node) emit(e nodeEvent) {
+	e.At = time.Now().UnixNano()
+	n.outMu.Lock()
+	defer n.outMu.Unlock()
+	_ = n.out.Encode(e) // os.Stdout is unbuffered: a SIGKILL loses no line
+}

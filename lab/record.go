@@ -1,0 +1,118 @@
+package lab
+
+import (
+	"fmt"
+)
+
+// The lab's record of a run, from its nodes' events: who is inside which
+// critical section, and the history the checker reads (a read and a write
+// operation per critical section, a claim per optimistic grant).
+
+// jobTick names one tick of one job.
+type jobTick struct {
+	Job  string
+	Tick int
+}
+
+// sectionRecord is what the lab saw of one critical section.
+type sectionRecord struct {
+	ID    string
+	Job   string
+	Node  int
+	Tick  int
+	Token int64
+	Owner string
+	Run   int // the run's attempt
+	// The read: from enter to entered (or its refusal, or abandon).
+	ReadCall, ReadReturn int64
+	ReadResult           OpResult
+	Read                 int64
+	// The write: from writing to executed (or its refusal, or abandon);
+	// WriteCall 0 when it never began.
+	WriteCall, WriteReturn int64
+	WriteResult            OpResult
+}
+
+// claimRecord is an optimistic grant: it registered its version.
+type claimRecord struct {
+	Job   string
+	Node  int
+	Token int64
+	Call  int64
+	At    int64
+}
+
+// onNodeEvent records a node's event and updates what the lab knows.
+func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Detail: ev.Detail}
+	jt := jobTick{ev.Job, ev.Tick}
+	sec := r.sections[ev.Attempt]
+	var derived []Event
+	switch ev.Kind {
+	case evReady:
+		close(ready)
+		e.T = 0
+	case evAcquired:
+		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
+	case evClaimed:
+		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
+	case evReleased:
+		np.holding = -1
+	case evEnter:
+		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
+			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: OpUnknown, Read: -1}
+		r.order = append(r.order, ev.Attempt)
+		np.critical, np.writing = ev.Attempt, false
+	case evEntered:
+		if sec != nil && ev.Value != nil {
+			sec.Read, sec.ReadResult, sec.ReadReturn = *ev.Value, OpOK, ev.At
+		}
+		r.entered[jt]++
+	case evWriting:
+		np.writing = true
+		if sec != nil {
+			sec.WriteCall, sec.WriteResult = ev.At, OpUnknown
+		}
+	case evExecuted:
+		if sec != nil {
+			sec.WriteResult, sec.WriteReturn = OpOK, ev.At
+		}
+		np.critical, np.writing = "", false
+		r.executed[jt]++
+		if r.executed[jt] == 2 {
+			derived = append(derived, Event{T: e.T, Kind: EventDuplicate, Job: ev.Job, Tick: ev.Tick, Node: np.n,
+				Detail: fmt.Sprintf("%s tick %d committed a second time", ev.Job, ev.Tick)})
+		}
+	case evStale:
+		if sec != nil {
+			if sec.WriteCall != 0 {
+				sec.WriteResult, sec.WriteReturn = OpRefused, ev.At
+			} else {
+				sec.ReadResult, sec.ReadReturn = OpRefused, ev.At
+			}
+		}
+		np.critical, np.writing = "", false
+		r.stale++
+	case evAbandon:
+		// Failed: a read or a commit whose answer was lost may still have
+		// landed; the outcome stays unknown, with a return time.
+		if sec != nil {
+			if sec.WriteCall != 0 {
+				sec.WriteReturn = ev.At
+			} else {
+				sec.ReadReturn = ev.At
+			}
+		}
+		np.critical, np.writing = "", false
+	case evFinished:
+		np.finished = true
+	case evError:
+		np.lastErr = ev.Detail
+	}
+	r.addLocked(e)
+	for _, d := range derived {
+		r.addLocked(d)
+	}
+}

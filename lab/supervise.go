@@ -1,0 +1,172 @@
+package lab
+
+// A run's supervision: its catalog, its faults at their times, the
+// ticks of its grid and their windows, and its end.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aegislab/aegis/schedule"
+)
+
+// supervise runs the run: tick events, faults, the end, the report.
+func (r *Run) supervise() {
+	ctx, cancel := r.lifetime()
+	defer cancel()
+	defer close(r.done)
+	var ticks sync.WaitGroup
+	defer ticks.Wait()
+	ticks.Go(func() { r.tickEvents(ctx) })
+	for _, ch := range r.cfg.Chaos {
+		if ch.Kind == Skew || ch.Kind == Latency {
+			r.labEvent(Event{Kind: EventChaos, Node: ch.Node(), Detail: ch.String()})
+			continue
+		}
+		r.chaos.Go(func() {
+			if !sleep(ctx, time.Until(r.start.Add(ch.At))) {
+				return
+			}
+			if err := r.apply(ctx, ch); err != nil {
+				r.note("%s: %v", ch, err)
+			}
+		})
+	}
+	lastWindow := r.start.Add(time.Duration(r.cfg.Ticks()-1)*r.cfg.Tick + r.cfg.Window())
+	var longest time.Duration
+	for _, ch := range r.cfg.Chaos {
+		longest = max(longest, ch.At+ch.For)
+	}
+	hard := time.NewTimer(time.Until(lastWindow.Add(longest + 30*time.Second)))
+	defer hard.Stop()
+	for {
+		if r.allFinished() {
+			break
+		}
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		select {
+		case <-changed:
+			continue
+		case <-r.stop:
+			r.mu.Lock()
+			r.stopped = true
+			r.mu.Unlock()
+		case <-hard.C:
+			r.note("the run did not end by itself in time: its nodes were stopped")
+		}
+		break
+	}
+	r.Stop()
+	r.chaos.Wait()
+	r.stopNodes()
+	r.closeProxies()
+	r.healRedis()
+	r.s.release(r)
+	r.report, r.err = r.buildReport()
+}
+
+// allFinished reports whether every node's current process has finished
+// its ticks and exited.
+func (r *Run) allFinished() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, np := range r.nodes {
+		select {
+		case <-np.exited:
+			if np.killed {
+				return false // being restarted
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// tickEvents emits a tick event at each tick of the run's grid, and a
+// missed event when a job's tick window ends without an execution (which
+// jobs fire at a tick is known then: the edits before it have been made).
+func (r *Run) tickEvents(ctx context.Context) {
+	type mark struct {
+		at     time.Time
+		tick   int
+		window bool // the tick's window ends
+	}
+	var marks []mark
+	for t := 1; t <= r.cfg.Ticks(); t++ {
+		marks = append(marks, mark{r.tickTime(t), t, false}, mark{r.tickTime(t).Add(r.cfg.Window()), t, true})
+	}
+	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
+	for _, m := range marks {
+		if !sleep(ctx, time.Until(m.at)) {
+			return
+		}
+		r.mu.Lock()
+		if !m.window {
+			r.fired = m.tick
+			r.mu.Unlock()
+			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
+			continue
+		}
+		for _, j := range r.jobs {
+			if j.firesAt(r.tickTime(m.tick), r.edits) {
+				r.missLocked(jobTick{j.Name, m.tick})
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// missLocked records a job's tick as missed unless it was executed or
+// already recorded. Caller holds mu.
+func (r *Run) missLocked(jt jobTick) {
+	if r.executed[jt] == 0 && !r.missed[jt] {
+		r.missed[jt] = true
+		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Job: jt.Job, Tick: jt.Tick})
+	}
+}
+
+// tickTime is when tick t of the run's grid fires (t from 1).
+func (r *Run) tickTime(t int) time.Time { return r.start.Add(time.Duration(t-1) * r.cfg.Tick) }
+
+// putCatalog creates the run's catalog (its namespace, one row per job)
+// and the jobs' ledger rows, before any node starts.
+func (r *Run) putCatalog(ctx context.Context) error {
+	cat, err := schedule.NewCatalog(ctx, r.db, &schedule.CatalogConfig{Namespace: namespace(r.ID), EditDelay: editDelay})
+	if err != nil {
+		return fmt.Errorf("lab: the run's catalog: %w", err)
+	}
+	r.catalog = cat
+	for _, j := range r.jobs {
+		e, err := cat.Put(ctx, j.entry(r.cfg))
+		if err != nil {
+			return fmt.Errorf("lab: the run's catalog: %s: %w", j.Name, err)
+		}
+		if e.EffectiveAt.After(r.effective) {
+			r.effective = e.EffectiveAt
+		}
+		if _, err := r.db.ExecContext(ctx, insertLedgerSQL, r.ID, j.Name); err != nil {
+			return fmt.Errorf("lab: the ledger of %s: %w", j.Name, err)
+		}
+	}
+	return nil
+}
+
+// editDelay is how long after it commits a catalog edit of a run takes
+// effect: long enough for every node's binder to see it first.
+const editDelay = time.Second
+
+// holderJobLocked is the job of the first node inside a critical section.
+func (r *Run) holderJobLocked() string {
+	for _, np := range r.nodes {
+		if np.critical != "" || np.holding >= 0 {
+			return np.job
+		}
+	}
+	return ""
+}
