@@ -25,7 +25,8 @@
 // (SIGSTOP), kill it (SIGKILL, then a restart), cut it from its servers or
 // from one, skew its clock, slow its round trips, fail Redis over, restart
 // Redis without persistence, crash PostgreSQL, kill an etcd or ZooKeeper
-// member, or edit the catalog. [Session.Start] and [Run.Inject] admit a
+// member, or edit the catalog. [Session.Admit], [Session.Start] and
+// [Run.Inject] admit a
 // fault, for the command line and the dashboard alike; the lab never
 // touches a server it did not start.
 //
