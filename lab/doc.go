@@ -26,9 +26,8 @@
 // from one, skew its clock, slow its round trips, fail Redis over, restart
 // Redis without persistence, crash PostgreSQL, kill an etcd or ZooKeeper
 // member, or edit the catalog. [Session.Admit], [Session.Start] and
-// [Run.Inject] admit a
-// fault, for the command line and the dashboard alike; the lab never
-// touches a server it did not start.
+// [Run.Inject] admit a fault, for the command line and the dashboard
+// alike; the lab never touches a server it did not start.
 //
 // A run streams its events ([Run.Subscribe]), reports its state
 // ([Run.Status]) and takes faults on demand ([Run.Inject]). Its [Report]
