@@ -127,7 +127,7 @@ var faultKinds = []faultKind{
 // file and which the lab treats as having no network.
 func usedServers(s Strategy) []servers.Kind {
 	used := slices.Clone(s.Needs)
-	if s.Name != "sqlite" && !slices.Contains(used, servers.KindPostgres) {
+	if !s.LeaseFile && !slices.Contains(used, servers.KindPostgres) {
 		used = append(used, servers.KindPostgres)
 	}
 	return used

@@ -147,11 +147,11 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			}
 		}
 	case Failover:
-		if s.Name != "redis" {
-			return errors.New("failover:redis needs --strategy redis (a primary with a replica)")
+		if s.Redis != RedisPrimary {
+			return fmt.Errorf("failover:redis needs a strategy on the Redis primary with a replica (redis), not %s", s.Name)
 		}
 	case Restart:
-		if ch.Target == RedlockMajority && s.Name != "redlock" {
+		if ch.Target == RedlockMajority && s.Redis != RedisQuorum {
 			return fmt.Errorf("restart:redlock restarts a majority of Redlock's nodes: it needs --strategy redlock, not %s", s.Name)
 		}
 		if !slices.Contains(s.Needs, servers.KindRedis) {
@@ -162,8 +162,8 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
 		}
 	case Partition:
-		if s.Name == "sqlite" {
-			return errors.New("sqlite has no network to partition; the lab's proxies sit between nodes and servers")
+		if s.LeaseFile {
+			return fmt.Errorf("%s has no network to partition: its lease is a file on this host, and the lab's proxies sit between nodes and servers", s.Name)
 		}
 		if k := servers.Kind(ch.Server); k != "" && !usesServer(s, k) {
 			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))

@@ -413,7 +413,7 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
-	if r.strat.Name == "redlock" {
+	if r.strat.Redis == RedisQuorum {
 		var addrs []string
 		for _, rs := range r.s.redis {
 			addrs = append(addrs, rs.Addr())

@@ -181,7 +181,7 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers}[k]
 		env = append(env, name+"="+strings.Join(addrs, ","))
 	}
-	if r.strat.Name == "sqlite" {
+	if r.strat.LeaseFile {
 		env = append(env, "AEGIS_SQLITE_PATH="+filepath.Join(r.s.dir, r.ID+"-lease.db"))
 	}
 	return env, nil

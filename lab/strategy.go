@@ -105,7 +105,22 @@ type Strategy struct {
 	// WrongOnPurpose: one of seed 000's classic mistakes, for its presets
 	// (broken.go); the aegis preset leaves it out.
 	WrongOnPurpose bool
+	// Redis says which of the lab's Redis servers the strategy's Locker
+	// uses: the primary with a replica (failover:redis applies) or the
+	// independent Redlock primaries (restart:redlock applies).
+	Redis RedisUse
+	// LeaseFile: the lease is a SQLite file on this host (no network to
+	// partition, no server to slow).
+	LeaseFile bool
 }
+
+// RedisUse is which of the lab's Redis servers a strategy uses.
+type RedisUse string
+
+const (
+	RedisPrimary RedisUse = "primary" // the single primary, with a replica
+	RedisQuorum  RedisUse = "quorum"  // Redlock's independent primaries
+)
 
 // Fenceable reports whether --fence changes anything for the strategy.
 func (s Strategy) Fenceable() bool { return s.Token != NoToken }
@@ -146,7 +161,7 @@ var Strategies = []Strategy{
 		NotGuaranteed: "anything: every tick is applied once per node",
 	},
 	{
-		Name: "sqlite", Mode: LeaseMode, Backend: "sqlite", Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "sqlite", Mode: LeaseMode, Backend: "sqlite", LeaseFile: true, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over sqlitelease on one database file",
 		NotGuaranteed: "more than one host; a holder paused past its TTL still writes unless the fence refuses its token; a node whose clock lags by more than LockAtLeastFor runs a tick again",
 	},
@@ -171,12 +186,12 @@ var Strategies = []Strategy{
 		NotGuaranteed: "exclusion when clocks disagree (a node whose clock is ahead steals a live claim, one that lags runs a tick again): only the version check on the write stops the loser",
 	},
 	{
-		Name: "redis", Mode: LeaseMode, Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis", Mode: LeaseMode, Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "lease mode over redislease on one primary: SET NX PX plus an INCR token",
 		NotGuaranteed: "one holder across a pause past the TTL or a failover before replication (which can send the token back: the owner-aware fence then refuses the successor until the counter passes): an optimisation unless fenced",
 	},
 	{
-		Name: "redlock", Mode: LeaseMode, Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redlock", Mode: LeaseMode, Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisQuorum, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "lease mode over Redlock on independent Redis primaries, token the majority's greatest counter",
 		NotGuaranteed: "one holder under pauses, clock jumps or a node restarted without persistence: not consensus, an optimisation",
 	},
@@ -193,12 +208,12 @@ var Strategies = []Strategy{
 	// Wrong on purpose (broken.go): the classic mistakes of seed 000, for
 	// its presets.
 	{
-		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
 		NotGuaranteed: "one holder: a holder paused past its TTL deletes its successor's key on release, and a third node takes it while the second works",
 	},
 	{
-		Name: "redis-fail-open", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis-fail-open", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
 		NotGuaranteed: "anything while Redis is down: every node runs every tick (fail closed, the redis strategy, runs none)",
 	},

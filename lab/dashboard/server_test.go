@@ -270,7 +270,7 @@ func TestBadRequests(t *testing.T) {
 		{"nap:holder", `chaos "nap:holder": unknown kind "nap"`},
 		{"pause:holder@0s", `chaos "pause:holder@0s": missing +FOR`},
 		{"pause:node3@0s+1s", "node3 does not exist: the run has 2 nodes"},
-		{"failover:redis@0s", "failover:redis needs --strategy redis"},
+		{"failover:redis@0s", "failover:redis needs a strategy on the Redis primary with a replica"},
 		{"restart:redis@0s", "restart:redis needs a Redis strategy"},
 	} {
 		code, b := h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: tt.spec})

@@ -60,7 +60,7 @@ func TestLabUsageErrors(t *testing.T) {
 		{[]string{"lab", "run", "--strategy", "none", "--nodes", "0"}, "--nodes 0: want 1 to 16"},
 		{[]string{"lab", "run", "--strategy", "none", "--chaos", "nap:holder@1s"}, `chaos "nap:holder@1s": unknown kind "nap"`},
 		{[]string{"lab", "run", "--strategy", "none", "--chaos", "pause:node4@1s+1s"}, "node4 does not exist: the run has 3 nodes"},
-		{[]string{"lab", "run", "--strategy", "pg-lease", "--chaos", "failover:redis@1s"}, "failover:redis needs --strategy redis"},
+		{[]string{"lab", "run", "--strategy", "pg-lease", "--chaos", "failover:redis@1s"}, "failover:redis needs a strategy on the Redis primary with a replica"},
 		{[]string{"lab", "run", "--strategy", "sqlite", "--chaos", "partition:holder@1s+1s"}, "sqlite has no network to partition"},
 		{[]string{"lab", "run", "--scenario", "nope"}, `--scenario "nope": unknown`},
 		{[]string{"lab", "run", "--scenario", "aegis", "--nodes", "2"}, "--scenario aegis sets the runs itself: drop --nodes"},
