@@ -181,7 +181,7 @@ func TestNoBumpKeepsTheTokenOnTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := testenv.PostgresURL(t)
-	l, closeFn, err := openNoBump(ctx, &node{c: NodeConfig{Store: url}})
+	l, closeFn, err := openNoBump(ctx, &node{c: nodeConfig{Store: url}})
 	require.NoError(t, err)
 	t.Cleanup(closeFn)
 	key := testenv.Key(t)
@@ -228,7 +228,7 @@ func TestNoBumpKeepsTheTokenOnTakeover(t *testing.T) {
 
 func TestNoBumpNeedsPostgres(t *testing.T) {
 	t.Parallel()
-	_, _, err := openNoBump(t.Context(), &node{c: NodeConfig{Store: "sqlite:" + t.TempDir() + "/x.db"}})
+	_, _, err := openNoBump(t.Context(), &node{c: nodeConfig{Store: "sqlite:" + t.TempDir() + "/x.db"}})
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "PostgreSQL")
 }

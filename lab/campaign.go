@@ -185,8 +185,8 @@ func drawPeriod(rng *rand.Rand, c Config) time.Duration {
 	return drawDuration(rng, c.TTL*12/10, c.TTL*25/10)
 }
 
-// MaxCampaignRuns bounds a campaign's runs per strategy.
-const MaxCampaignRuns = 1000
+// maxCampaignRuns bounds a campaign's runs per strategy.
+const maxCampaignRuns = 1000
 
 // Campaign is a seeded randomized series of runs per strategy: nodes,
 // ticks, work, TTL and 3 to 5 faults drawn from the kinds the strategy's
@@ -195,7 +195,7 @@ type Campaign struct {
 	// Seed seeds the draws, with each strategy's name: adding a strategy
 	// changes no other strategy's runs.
 	Seed uint64
-	// Runs is how many runs per strategy, 1 to MaxCampaignRuns.
+	// Runs is how many runs per strategy, 1 to maxCampaignRuns.
 	Runs int
 	// Strategies are the strategies to run. Default: every strategy the
 	// session can run (the others are reported skipped, with why).
@@ -215,8 +215,8 @@ type Campaign struct {
 // in an error that wraps aegis.ErrInvalid.
 func (c Campaign) Validate() error {
 	switch {
-	case c.Runs < 1 || c.Runs > MaxCampaignRuns:
-		return invalid("--runs %d: want 1 to %d", c.Runs, MaxCampaignRuns)
+	case c.Runs < 1 || c.Runs > maxCampaignRuns:
+		return invalid("--runs %d: want 1 to %d", c.Runs, maxCampaignRuns)
 	case c.Tick != 0 && (c.Tick < 10*time.Millisecond || c.Tick > time.Minute):
 		return invalid("--tick %s: want 10ms to 1m (0: drawn)", c.Tick)
 	case c.Ticks < 0 || c.Ticks > MaxTicks:

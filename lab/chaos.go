@@ -38,9 +38,9 @@ const (
 	Writer = "writer"
 )
 
-// RedlockMajority is the target of restart:redlock@AT: a majority of the
+// redlockMajority is the target of restart:redlock@AT: a majority of the
 // Redlock nodes restarted at once without persistence.
-const RedlockMajority = "redlock"
+const redlockMajority = "redlock"
 
 // serverDowntime is how long kill:etcd and kill:zookeeper keep the killed
 // member down before the lab restarts it (sooner when the run ends
@@ -270,7 +270,7 @@ func ParseChaos(spec string) (Chaos, error) {
 // ZooKeeper member), failover and restart (redis) and crash (postgres),
 // and says which fault a server has when it is the wrong one.
 func (c *Chaos) setServerTarget(target string) error {
-	if c.Kind == Restart && target == RedlockMajority {
+	if c.Kind == Restart && target == redlockMajority {
 		c.Target = target
 		return nil
 	}

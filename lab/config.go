@@ -151,7 +151,7 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			return fmt.Errorf("failover:redis needs a strategy on the Redis primary with a replica (redis), not %s", s.Name)
 		}
 	case Restart:
-		if ch.Target == RedlockMajority && s.Redis != RedisQuorum {
+		if ch.Target == redlockMajority && s.Redis != RedisQuorum {
 			return fmt.Errorf("restart:redlock restarts a majority of Redlock's nodes: it needs --strategy redlock, not %s", s.Name)
 		}
 		if !slices.Contains(s.Needs, servers.KindRedis) {

@@ -426,7 +426,7 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 		}
 	}
 	restart := []*servers.Redis{primary}
-	if ch.Target == RedlockMajority {
+	if ch.Target == redlockMajority {
 		var addrs []string
 		for _, rs := range r.s.redis {
 			addrs = append(addrs, rs.Addr())

@@ -29,11 +29,11 @@ import (
 // tick it runs becomes the job's critical section (critical.go). The node
 // reports every step as a JSON line on its standard output (protocol.go).
 
-// NodeConfig is what one node process of a run needs. The lab passes it
+// nodeConfig is what one node process of a run needs. The lab passes it
 // as the flags of `aegis node` (see [NodeMain]); the lease servers'
 // addresses come from the AEGIS_* variables of the node's environment,
 // which point at the lab's proxies.
-type NodeConfig struct {
+type nodeConfig struct {
 	Run      string
 	Node     int    // from 1
 	Strategy string // a Strategies name
@@ -60,7 +60,7 @@ type NodeConfig struct {
 func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("aegis node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c NodeConfig
+	var c nodeConfig
 	fs.StringVar(&c.Run, "run", "", "the run's id")
 	fs.IntVar(&c.Node, "node", 0, "this node's number, from 1")
 	fs.StringVar(&c.Strategy, "strategy", "", "the strategy")
@@ -79,7 +79,7 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "aegis node: %v\n", err)
 		return 2
 	}
-	if err := RunNode(ctx, c, stdin, stdout); err != nil {
+	if err := runNode(ctx, c, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "aegis node %d: %v\n", c.Node, err)
 		return 1
 	}
@@ -87,7 +87,7 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 }
 
 // args returns the flags of `aegis node` for c.
-func (c NodeConfig) args() []string {
+func (c nodeConfig) args() []string {
 	return []string{
 		"--run", c.Run, fmt.Sprintf("--node=%d", c.Node), "--strategy", c.Strategy,
 		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(),
@@ -96,7 +96,7 @@ func (c NodeConfig) args() []string {
 	}
 }
 
-func (c NodeConfig) validate() error {
+func (c nodeConfig) validate() error {
 	if _, ok := LookupStrategy(c.Strategy); !ok {
 		return invalid("unknown strategy %q", c.Strategy)
 	}
@@ -121,7 +121,7 @@ func namespace(run string) string { return "lab-" + strings.ToLower(run) }
 
 // node is a running node.
 type node struct {
-	c     NodeConfig
+	c     nodeConfig
 	strat Strategy
 	db    *sql.DB
 	ns    string
@@ -137,11 +137,11 @@ type node struct {
 	start atomic.Int64
 }
 
-// RunNode runs one node: it connects, reports ready, reads the start time
+// runNode runs one node: it connects, reports ready, reads the start time
 // from stdin, runs the catalog's ticks under its strategy until the run's
 // last window has closed, writing its events to stdout. It returns then,
 // or when ctx ends or stdin is closed (the lab aborting the run).
-func RunNode(ctx context.Context, c NodeConfig, stdin io.Reader, stdout io.Writer) error {
+func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Writer) error {
 	strat, ok := LookupStrategy(c.Strategy)
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", c.Strategy)

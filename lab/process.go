@@ -27,7 +27,7 @@ import (
 // nodeProc is one node: its current process and its proxies.
 type nodeProc struct {
 	n       int
-	cfg     NodeConfig
+	cfg     nodeConfig
 	env     []string
 	proxies map[servers.Kind][]*tcpproxy.Proxy
 
@@ -59,7 +59,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 	}
 	for n := 1; n <= r.cfg.Nodes; n++ {
 		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
-		np.cfg = NodeConfig{
+		np.cfg = nodeConfig{
 			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
 			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
 			Skew: skews[n], Store: r.store, Incarnation: 1,
