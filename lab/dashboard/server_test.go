@@ -227,7 +227,7 @@ func TestBadRequests(t *testing.T) {
 		{"tick", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Tick: "soon"}}}, http.StatusBadRequest, `tick "soon" is not a duration`},
 		{"ttl", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", TTL: "-1s"}}}, http.StatusBadRequest, "--ttl -1s: must be positive"},
 		{"chaos", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Chaos: []string{"nap:holder@1s"}}}}, http.StatusBadRequest, `chaos "nap:holder@1s": unknown kind "nap"`},
-		{"second run", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}, {Strategy: "pg-lease", Fence: &yes, Chaos: []string{"failover:redis@1s"}}}}, http.StatusBadRequest, "run 2 (pg-lease): --chaos failover:redis@1s: failover:redis needs --strategy redis"},
+		{"second run", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}, {Strategy: "pg-lease", Fence: &yes, Chaos: []string{"failover:redis@1s"}}}}, http.StatusBadRequest, "run 2 (pg-lease): --chaos failover:redis@1s: failover:redis needs a strategy on the Redis primary with a replica"},
 		{"too many", dashboard.GroupRequest{Runs: slices.Repeat([]dashboard.RunRequest{{Strategy: "none"}}, 33)}, http.StatusBadRequest, "33 runs: want at most 32"},
 	}
 	for _, tt := range tests {
