@@ -387,26 +387,26 @@ type StrategyResult struct {
 	// strategy, so an unsafe run fails the campaign.
 	LabelledSafe bool `json:"labelled_safe"`
 	Runs         int  `json:"runs"`
-	// Unsafe counts runs with a harm; Agree runs whose checker verdict
+	// Harmed counts runs with a harm; Agree runs whose checker verdict
 	// agreed with the store.
+	Harmed int `json:"harmed"`
+	// Unsafe counts runs with a harm the strategy's label excludes in that
+	// run (Strategy.Excludes): a run that refutes the label.
 	Unsafe int `json:"unsafe"`
-	// Refuting counts runs with a harm the strategy's label excludes in
-	// that run (Strategy.Excludes): a run that refutes the label.
-	Refuting int `json:"refuting"`
 	Agree    int `json:"agree"`
 	// Guarantee is what the label claims.
 	Guarantee string `json:"guarantee"`
 	// Harms counts the runs that showed each harm.
 	Harms      map[string]int `json:"harms"`
-	UnsafeRuns []UnsafeRun    `json:"unsafe_runs"`
+	HarmedRuns []HarmedRun    `json:"harmed_runs"`
 	// Skipped says why the strategy did not run, "" when it did.
 	Skipped string `json:"skipped,omitempty"`
 	// Reports are the runs' reports, in the order drawn.
 	Reports []*Report `json:"-"`
 }
 
-// UnsafeRun is a run that did harm, with the command line that replays it.
-type UnsafeRun struct {
+// HarmedRun is a run that did harm, with the command line that replays it.
+type HarmedRun struct {
 	Command string   `json:"command"`
 	Harms   []string `json:"harms"`
 	// Excluded are the harms the strategy's label excludes; Disagreement
@@ -431,7 +431,7 @@ type CampaignRun struct {
 func (r *CampaignResult) Refuted() []*StrategyResult {
 	var out []*StrategyResult
 	for _, s := range r.Strategies {
-		if s.Refuting > 0 || s.Agree < s.Runs {
+		if s.Unsafe > 0 || s.Agree < s.Runs {
 			out = append(out, s)
 		}
 	}
@@ -477,7 +477,7 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 	}
 	for _, name := range names {
 		st, _ := LookupStrategy(name)
-		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, UnsafeRuns: []UnsafeRun{}}
+		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, HarmedRuns: []HarmedRun{}}
 		row.LabelledSafe = labelledSafe(st, row.Fenced)
 		row.Guarantee = st.Guarantee(row.Fenced).String()
 		res.Strategies = append(res.Strategies, row)
@@ -601,11 +601,11 @@ func (row *StrategyResult) tally() {
 			row.Harms[h]++
 		}
 		if len(excluded) > 0 {
-			row.Refuting++
+			row.Unsafe++
 		}
 		if len(harms) > 0 || !agree {
-			row.Unsafe++
-			row.UnsafeRuns = append(row.UnsafeRuns, UnsafeRun{Command: replayCommand(rep.Config), Harms: harms, Excluded: excluded, Disagreement: rep.Disagreement, Config: rep.Config})
+			row.Harmed++
+			row.HarmedRuns = append(row.HarmedRuns, HarmedRun{Command: replayCommand(rep.Config), Harms: harms, Excluded: excluded, Disagreement: rep.Disagreement, Config: rep.Config})
 		}
 	}
 }
@@ -620,7 +620,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tunsafe\trefuting\tagree\tharms\n")
+	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tharms\n")
 	for _, s := range r.Strategies {
 		st, _ := LookupStrategy(s.Strategy)
 		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
@@ -637,12 +637,12 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 				harms = append(harms, fmt.Sprintf("%s %d", h, n))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Unsafe, s.Refuting, s.Agree, strings.Join(harms, ", "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, strings.Join(harms, ", "))
 	}
 	_ = tw.Flush()
-	header := "\nunsafe runs, each replayed by its command line:\n"
+	header := "\nruns with a harm, each replayed by its command line:\n"
 	for _, s := range r.Strategies {
-		for _, u := range s.UnsafeRuns {
+		for _, u := range s.HarmedRuns {
 			what := strings.Join(u.Harms, ", ")
 			if len(u.Excluded) > 0 {
 				what += "; the label excludes " + strings.Join(u.Excluded, ", ")

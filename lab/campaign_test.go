@@ -327,7 +327,7 @@ func sampleCampaign() *CampaignResult {
 		s, _ := LookupStrategy(r.Strategy)
 		r.LabelledSafe = labelledSafe(s, r.Fenced)
 		r.Guarantee = s.Guarantee(r.Fenced).String()
-		r.Harms, r.UnsafeRuns = map[string]int{}, []UnsafeRun{}
+		r.Harms, r.HarmedRuns = map[string]int{}, []HarmedRun{}
 		if r.Strategy == "none" {
 			r.Reports[0].Config = unsafe
 			r.Reports[0].Config.Strategy, r.Reports[0].Config.Fence, r.Reports[0].Config.Chaos = "none", false, unsafe.Chaos[:1]
@@ -353,19 +353,19 @@ func TestCampaignResult(t *testing.T) {
 
 	opt := r.Strategies[2]
 	require.Equal(t, 2, opt.Runs)
-	require.Equal(t, 1, opt.Unsafe)
+	require.Equal(t, 1, opt.Harmed)
 	require.Equal(t, 2, opt.Agree)
-	require.Equal(t, 1, opt.Refuting, "a lost update, which its label (fenced: the ledger kept) excludes")
+	require.Equal(t, 1, opt.Unsafe, "a lost update, which its label (fenced: the ledger kept) excludes")
 	require.Equal(t, map[string]int{"lost-update": 1}, opt.Harms)
 	refuted := r.Refuted()
 	require.Len(t, refuted, 2, "optimistic refuted; none did the harm its label allows, but its checker disagreed once with the store")
 	require.Equal(t, "none", refuted[0].Strategy)
 	require.Equal(t, "optimistic", refuted[1].Strategy)
 	none := r.Strategies[0]
-	require.Equal(t, 2, none.Unsafe)
-	require.Zero(t, none.Refuting)
+	require.Equal(t, 2, none.Harmed)
+	require.Zero(t, none.Unsafe)
 	require.Equal(t, 1, none.Agree, "the checker missed one run's duplicates")
-	require.True(t, slices.ContainsFunc(none.UnsafeRuns, func(u UnsafeRun) bool {
+	require.True(t, slices.ContainsFunc(none.HarmedRuns, func(u HarmedRun) bool {
 		return u.Command == "aegis lab run --strategy none --fence=false --nodes 4 --duration 5.6s --tick 700ms --work 250ms --ttl 1.5s --chaos kill:holder@2s"
-	}), "%+v", none.UnsafeRuns)
+	}), "%+v", none.HarmedRuns)
 }

@@ -29,14 +29,14 @@ draws the same runs. At most two runs go at once; a run that kills or
 restarts a server goes alone.
 
 It prints a table: per strategy, whether it was fenced, what its label
-guarantees, the runs, the unsafe runs (a tick applied twice, a lost
+guarantees, the runs, the harmed runs (a tick applied twice, a lost
 update, a stale token accepted, or a checker that disagreed with the
-store), the refuting runs (a harm the strategy's label excludes in that
-run: Strategy.Excludes), how many runs' checker verdict agreed with the
-store, and the harms seen; then each unsafe run's 'aegis lab run' command
-line, which replays it. With --json it prints one JSON object instead:
+store), the unsafe runs (a harm the strategy's label excludes in that run:
+Strategy.Excludes), how many runs' checker verdict agreed with the store,
+and the harms seen; then each harmed run's 'aegis lab run' command line,
+which replays it. With --json it prints one JSON object instead:
 {"seed", "runs", "strategies": [{"strategy", "fenced", "labelled_safe",
-"guarantee", "runs", "unsafe", "refuting", "agree", "harms", "unsafe_runs":
+"guarantee", "runs", "harmed", "unsafe", "agree", "harms", "harmed_runs":
 [{"command", "harms", "excluded", "disagreement"}], "skipped"}],
 "duration_s"}.
 
@@ -88,9 +88,9 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	}()
 	begin := time.Now()
 	res, err := s.RunCampaign(ctx, c, func(r lab.CampaignRun) {
-		verdict := "safe"
+		verdict := "no harm"
 		if len(r.Harms) > 0 {
-			verdict = "unsafe (" + strings.Join(r.Harms, ", ") + ")"
+			verdict = "harm (" + strings.Join(r.Harms, ", ") + ")"
 		}
 		if !r.Agree {
 			verdict += "; the checker disagrees with the store"
@@ -120,7 +120,7 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	if refuted := res.Refuted(); len(refuted) > 0 {
 		var rows []string
 		for _, r := range refuted {
-			rows = append(rows, fmt.Sprintf("%s (%d of %d runs refute its label, %d disagree with the store)", r.Strategy, r.Refuting, r.Runs, r.Runs-r.Agree))
+			rows = append(rows, fmt.Sprintf("%s (%d of %d runs unsafe: a harm its label excludes; %d disagree with the store)", r.Strategy, r.Unsafe, r.Runs, r.Runs-r.Agree))
 		}
 		return fmt.Errorf("campaign: harm the labels exclude, or a checker that disagrees with the store: %s", strings.Join(rows, ", "))
 	}

@@ -69,13 +69,14 @@ type campaignJSON struct {
 		Fenced       bool           `json:"fenced"`
 		LabelledSafe bool           `json:"labelled_safe"`
 		Runs         int            `json:"runs"`
+		Harmed       int            `json:"harmed"`
 		Unsafe       int            `json:"unsafe"`
 		Agree        int            `json:"agree"`
 		Harms        map[string]int `json:"harms"`
 		UnsafeRuns   []struct {
 			Command string   `json:"command"`
 			Harms   []string `json:"harms"`
-		} `json:"unsafe_runs"`
+		} `json:"harmed_runs"`
 		Skipped string `json:"skipped"`
 	} `json:"strategies"`
 	DurationS float64 `json:"duration_s"`
@@ -97,16 +98,16 @@ func TestLabCampaign(t *testing.T) {
 		code, stdout, stderr := run(t, args()...)
 		m := regexp.MustCompile(`(?m)^sqlite\s+yes\s+ledger kept, once per tick while clocks agree\s+2\s+(\d+)\s+(\d+)\s+(\d+)`).FindStringSubmatch(stdout)
 		require.NotNil(t, m, "the table has sqlite's row, fenced, its guarantee, 2 runs:\n%s\n%s", stdout, stderr)
-		unsafe, _ := strconv.Atoi(m[1])
-		refuting, _ := strconv.Atoi(m[2])
+		harmed, _ := strconv.Atoi(m[1])
+		unsafe, _ := strconv.Atoi(m[2])
 		agree, _ := strconv.Atoi(m[3])
 		require.LessOrEqual(t, agree, 2)
-		require.LessOrEqual(t, refuting, unsafe)
+		require.LessOrEqual(t, unsafe, harmed)
 		require.Equal(t, 2, strings.Count(stderr, "aegis lab campaign: ["), "a progress line per run: %s", stderr)
-		require.Equal(t, unsafe, strings.Count(stdout, "    aegis lab run --strategy sqlite --fence=true "), "a replay line per unsafe run:\n%s", stdout)
-		if refuting > 0 || agree < 2 {
-			require.Equal(t, 1, code, "a run that refutes the label, or a checker that disagrees, fails the campaign: %s", stderr)
-			require.Contains(t, stderr, "sqlite ("+m[2]+" of 2 runs refute its label")
+		require.Equal(t, harmed, strings.Count(stdout, "    aegis lab run --strategy sqlite --fence=true "), "a replay line per harmed run:\n%s", stdout)
+		if unsafe > 0 || agree < 2 {
+			require.Equal(t, 1, code, "a run with a harm its label excludes, or a checker that disagrees, fails the campaign: %s", stderr)
+			require.Contains(t, stderr, "sqlite ("+m[2]+" of 2 runs unsafe")
 		} else {
 			require.Equal(t, 0, code, stderr)
 		}
@@ -126,13 +127,13 @@ func TestLabCampaign(t *testing.T) {
 		require.True(t, s.LabelledSafe)
 		require.Empty(t, s.Skipped)
 		require.Equal(t, 2, s.Runs)
-		require.Len(t, s.UnsafeRuns, s.Unsafe)
+		require.Len(t, s.UnsafeRuns, s.Harmed)
 		require.LessOrEqual(t, s.Agree, 2)
 		require.NotNil(t, s.Harms)
 		for _, u := range s.UnsafeRuns {
 			require.NotEmpty(t, u.Harms)
 			require.Regexp(t, `^aegis lab run --strategy sqlite --fence=true --nodes [345] --duration 1.2s --tick 300ms `, u.Command)
 		}
-		require.Equal(t, map[bool]int{true: 1, false: 0}[s.Unsafe > 0], code, stderr)
+		require.Equal(t, map[bool]int{true: 1, false: 0}[s.Unsafe > 0 || s.Agree < s.Runs], code, stderr)
 	})
 }
