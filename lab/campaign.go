@@ -393,7 +393,7 @@ type StrategyResult struct {
 	// Unsafe counts runs with a harm the strategy's label excludes in that
 	// run (Strategy.Excludes): a run that refutes the label.
 	Unsafe int `json:"unsafe"`
-	Agree    int `json:"agree"`
+	Agree  int `json:"agree"`
 	// Guarantee is what the label claims.
 	Guarantee string `json:"guarantee"`
 	// Harms counts the runs that showed each harm.
