@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -196,7 +197,7 @@ func (r *Run) buildReport() (*Report, error) {
 		}
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused))
 	}
-	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(mapValues(sections)))
+	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
 	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
 		excluded := s.Excludes(r.cfg)
 		for _, h := range rep.Harms {
@@ -342,16 +343,6 @@ func readCounts[N int | int64](ctx context.Context, db *sql.DB, query, run strin
 		out[job] = n
 	}
 	return out, rows.Err()
-}
-
-func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
 }
 
 // tickTable is the per-tick table: for each job's tick, what each node's

@@ -35,7 +35,12 @@ func TestSchedulersRace(t *testing.T) {
 		start := make(chan struct{})
 		for j := range errs {
 			wg.Go(func() {
-				<-start
+				select {
+				case <-start:
+				case <-time.After(30 * time.Second):
+					errs[j] = errors.New("the start barrier never opened")
+					return
+				}
 				_, errs[j] = e.Claim(ctx, period)
 			})
 		}
