@@ -58,6 +58,9 @@ func (c Config) Ticks() int {
 	return int(c.Duration / c.Tick)
 }
 
+// Jobs is the run's catalog as it starts: Catalog, or the default one.
+func (c Config) Jobs() []JobSpec { return c.jobs() }
+
 // jobs is the run's catalog.
 func (c Config) jobs() []JobSpec {
 	if c.Catalog != nil {

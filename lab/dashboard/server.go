@@ -171,6 +171,41 @@ type strategyView struct {
 	NotGuaranteed string `json:"not_guaranteed"`
 	Fenceable     bool   `json:"fenceable"`
 	Token         string `json:"token"`
+	// Holds is what a node's grant is, for the timeline's line under a
+	// run: "lease" (it expires unless renewed), "run row" (run keys: the
+	// tick's row, reaped when it expires), "queue job" (leader mode),
+	// "claim" (optimistic: a version, never released) or "" (none: no
+	// exclusion at all).
+	Holds string `json:"holds"`
+	// Servers are the servers its nodes use ("postgres", "redis", …), for
+	// the faults the page offers.
+	Servers []string `json:"servers"`
+	// Redis is how it uses Redis: "primary", "quorum" or "".
+	Redis string `json:"redis,omitempty"`
+}
+
+func viewStrategy(st lab.Strategy) strategyView {
+	v := strategyView{Name: st.Name, Summary: st.Summary, NotGuaranteed: st.NotGuaranteed, Fenceable: st.Fenceable(), Token: string(st.Token),
+		Holds: holds(st), Servers: []string{}, Redis: string(st.Redis)}
+	for _, k := range st.Needs {
+		v.Servers = append(v.Servers, string(k))
+	}
+	return v
+}
+
+// holds names a strategy's grant for the page.
+func holds(st lab.Strategy) string {
+	switch {
+	case st.Name == "none":
+		return ""
+	case st.Mode == lab.RunKey:
+		return "run row"
+	case st.Mode == lab.LeaderMode:
+		return "queue job"
+	case st.Token == lab.VersionToken:
+		return "claim"
+	}
+	return "lease"
 }
 
 // scenarioView is a preset for the page.
@@ -195,7 +230,7 @@ type info struct {
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	in := info{TokenRequired: s.token != "", Defaults: viewConfig(lab.DefaultConfig()), MaxNodes: lab.MaxNodes, MaxActive: s.maxActive}
 	for _, st := range lab.Strategies {
-		in.Strategies = append(in.Strategies, strategyView{Name: st.Name, Summary: st.Summary, NotGuaranteed: st.NotGuaranteed, Fenceable: st.Fenceable(), Token: string(st.Token)})
+		in.Strategies = append(in.Strategies, viewStrategy(st))
 	}
 	for _, name := range lab.ScenarioNames() {
 		sc, _ := lab.LookupScenario(name)
@@ -263,20 +298,34 @@ func (s *Server) handleAvailability(w http.ResponseWriter, r *http.Request) {
 // configView is a run's configuration for the page: durations as Go
 // strings and as seconds.
 type configView struct {
-	Strategy  string   `json:"strategy"`
-	Fence     bool     `json:"fence"`
-	Fenced    bool     `json:"fenced"`
-	Fenceable bool     `json:"fenceable"`
-	Nodes     int      `json:"nodes"`
-	Duration  string   `json:"duration"`
-	Tick      string   `json:"tick"`
-	Work      string   `json:"work"`
-	TTL       string   `json:"ttl"`
-	Ticks     int      `json:"ticks"`
-	TickS     float64  `json:"tick_s"`
-	WindowS   float64  `json:"window_s"`
-	Chaos     []string `json:"chaos"`
-	Summary   string   `json:"summary"`
+	Strategy  string    `json:"strategy"`
+	Fence     bool      `json:"fence"`
+	Fenced    bool      `json:"fenced"`
+	Fenceable bool      `json:"fenceable"`
+	Nodes     int       `json:"nodes"`
+	Duration  string    `json:"duration"`
+	Tick      string    `json:"tick"`
+	Work      string    `json:"work"`
+	TTL       string    `json:"ttl"`
+	Ticks     int       `json:"ticks"`
+	TickS     float64   `json:"tick_s"`
+	WindowS   float64   `json:"window_s"`
+	Chaos     []string  `json:"chaos"`
+	Summary   string    `json:"summary"`
+	Jobs      []jobView `json:"jobs"`
+	Standby   int       `json:"standby"`
+	// Watch is what to watch in the run, from its strategy and faults
+	// (a preset says its own).
+	Watch string `json:"watch"`
+}
+
+// jobView is a schedule of a run's catalog.
+type jobView struct {
+	Name      string  `json:"name"`
+	Every     string  `json:"every"`
+	EveryS    float64 `json:"every_s"`
+	Work      string  `json:"work"`
+	KeepAlive bool    `json:"keep_alive"`
 }
 
 func viewConfig(c lab.Config) configView {
@@ -291,6 +340,13 @@ func viewConfig(c lab.Config) configView {
 	}
 	for _, ch := range c.Chaos {
 		v.Chaos = append(v.Chaos, ch.String())
+	}
+	if c.Strategy != "" {
+		for _, j := range c.Jobs() {
+			v.Jobs = append(v.Jobs, jobView{Name: j.Name, Every: j.Every.String(), EveryS: j.Every.Seconds(), Work: j.Work.String(), KeepAlive: !j.NoKeepAlive})
+		}
+		v.Standby = c.Standby
+		v.Watch = guidance(c)
 	}
 	return v
 }

@@ -1,18 +1,24 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/aegislab/aegis/lab"
 )
 
 // Server-sent events. Two streams:
 //
 //   - /api/stream: "groups", the list of groups and their runs, at once and
-//     at every change (a run starting, ending, a preset moving on);
+//     at every change (a run starting, ending, a preset moving on), and the
+//     events, status and end of the runs named in ?watch= (the page's one
+//     stream: see handleStream);
 //   - /api/runs/{id}/events: "lab", every event of the run, replayed from
 //     the first (or from ?from=N, or after the Last-Event-ID a reconnecting
 //     EventSource sends), each with its index as id; "status", the run's
@@ -137,40 +143,257 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// keepAlive is how often an idle groups stream sends a comment, so that
-// proxies and browsers keep it open.
+// keepAlive is how often an idle stream sends a comment, so that proxies
+// and browsers keep it open.
 const keepAlive = 15 * time.Second
 
-func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
-	out := startSSE(w)
-	ticker := time.NewTicker(keepAlive)
-	defer ticker.Stop()
-	for {
-		s.mu.Lock()
-		v := s.viewGroupsLocked()
-		changed := s.changed
-		s.mu.Unlock()
-		if out.send("groups", -1, v) != nil || out.flush() != nil {
-			return
+// maxWatch bounds the runs one stream follows.
+const maxWatch = 64
+
+// watch is one run a stream follows, from its from-th event.
+type watch struct {
+	id   string
+	from int
+}
+
+// parseWatch reads ?watch=ID:FROM,ID:FROM (FROM may be left out: 0).
+func parseWatch(v string) ([]watch, error) {
+	var out []watch
+	if v == "" {
+		return nil, nil
+	}
+	for part := range strings.SplitSeq(v, ",") {
+		id, from, _ := strings.Cut(part, ":")
+		w := watch{id: id}
+		if from != "" {
+			n, err := strconv.Atoi(from)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("watch %q: want RUN:FROM, FROM an event index, 0 or more", part)
+			}
+			w.from = n
 		}
-	wait:
-		for {
-			select {
-			case <-changed:
-				// Let a burst of changes (a preset's runs starting) settle.
-				if !sleepCtx(r.Context(), 100*time.Millisecond) {
+		if id == "" {
+			return nil, fmt.Errorf("watch %q: want RUN:FROM", part)
+		}
+		out = append(out, w)
+	}
+	if len(out) > maxWatch {
+		return nil, fmt.Errorf("watch: %d runs: want at most %d on one stream", len(out), maxWatch)
+	}
+	return out, nil
+}
+
+// Events of the multiplexed stream, each naming its run.
+type (
+	labBatch struct {
+		Run    string      `json:"run"`
+		From   int         `json:"from"` // the index of the first event
+		Events []lab.Event `json:"events"`
+	}
+	statusEvent struct {
+		Run    string     `json:"run"`
+		Status lab.Status `json:"status"`
+	}
+	runEnd struct {
+		Run string `json:"run"`
+		endEvent
+	}
+)
+
+// follower is one followed run's events, gathered for the stream's loop.
+type follower struct {
+	run     *lab.Run
+	next    int // the index of the first event in pending
+	pending []lab.Event
+	closed  bool    // the run's events ended and its report is ready
+	end     *runEnd // then: its end
+	ended   bool    // its end was sent
+	dirty   bool    // a status is owed
+}
+
+// handleStream is the page's one event stream (a browser keeps at most six
+// connections to a host, so one stream per run would starve the page's
+// requests): "groups" at once and at every change, and for each run named
+// in ?watch=ID:FROM,… its events from the FROM-th in batches ("lab"), its
+// status ("status", as a run's own stream sends it) and its end ("end").
+// The page reopens the stream with new FROMs when what it shows changes.
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	watches, err := parseWatch(r.URL.Query().Get("watch"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var mu sync.Mutex
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var followers []*follower
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	for _, wt := range watches {
+		s.mu.Lock()
+		e := s.runs[wt.id]
+		s.mu.Unlock()
+		if e == nil || e.run == nil {
+			continue // forgotten: the page learns it from the groups
+		}
+		f := &follower{run: e.run, next: wt.from, dirty: true}
+		followers = append(followers, f)
+		events, unsubscribe := e.run.Subscribe(wt.from)
+		wg.Go(func() {
+			defer unsubscribe()
+			for {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						// The report is built after the last event: wait
+						// for it here, not in the stream's loop.
+						end := runEnd{Run: f.run.ID}
+						rep, err := f.run.Wait(ctx)
+						if err != nil {
+							end.Error = err.Error()
+						}
+						end.Report = viewReport(f.run.ID, rep)
+						mu.Lock()
+						f.end, f.closed = &end, true
+						mu.Unlock()
+						poke()
+						return
+					}
+					mu.Lock()
+					f.pending = append(f.pending, ev)
+					mu.Unlock()
+					poke()
+				case <-ctx.Done():
 					return
 				}
-				break wait
-			case <-ticker.C:
+			}
+		})
+	}
+	out := startSSE(w)
+	ticker := time.NewTicker(statusCheck)
+	defer ticker.Stop()
+	var changed chan struct{}
+	sendGroups := func() error {
+		s.mu.Lock()
+		v := s.viewGroupsLocked()
+		changed = s.changed
+		s.mu.Unlock()
+		return out.send("groups", -1, v)
+	}
+	if sendGroups() != nil || out.flush() != nil {
+		return
+	}
+	lastStatus, lastWrite := time.Time{}, time.Now()
+	// flushRuns sends what the followers gathered; with statuses, every
+	// running run's status (owed after events, or due anyway).
+	flushRuns := func(statuses bool) error {
+		mu.Lock()
+		type batch struct {
+			f      *follower
+			from   int
+			events []lab.Event
+			closed bool
+			end    *runEnd
+		}
+		var batches []batch
+		for _, f := range followers {
+			if len(f.pending) > 0 || (f.closed && !f.ended) {
+				batches = append(batches, batch{f, f.next, f.pending, f.closed && !f.ended, f.end})
+				f.next += len(f.pending)
+				f.pending = nil
+				f.dirty = true
+				if f.closed {
+					f.ended = true
+				}
+			}
+		}
+		mu.Unlock()
+		for _, b := range batches {
+			if len(b.events) > 0 {
+				if err := out.send("lab", -1, labBatch{Run: b.f.run.ID, From: b.from, Events: b.events}); err != nil {
+					return err
+				}
+			}
+			if b.closed {
+				if err := out.send("status", -1, statusEvent{Run: b.f.run.ID, Status: b.f.run.Status()}); err != nil {
+					return err
+				}
+				if err := out.send("end", -1, b.end); err != nil {
+					return err
+				}
+			}
+		}
+		if statuses {
+			mu.Lock()
+			var due []*lab.Run
+			for _, f := range followers {
+				if !f.ended {
+					due = append(due, f.run)
+					f.dirty = false
+				}
+			}
+			mu.Unlock()
+			for _, run := range due {
+				if err := out.send("status", -1, statusEvent{Run: run.ID, Status: run.Status()}); err != nil {
+					return err
+				}
+			}
+		}
+		if len(batches) > 0 || statuses {
+			lastWrite = time.Now()
+			return out.flush()
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-wake:
+			// Let a burst of events gather: one batch per run per check.
+			if !sleepCtx(r.Context(), statusCheck/4) {
+				return
+			}
+			if flushRuns(false) != nil {
+				return
+			}
+		case now := <-ticker.C:
+			mu.Lock()
+			owed := false
+			for _, f := range followers {
+				owed = owed || (f.dirty && !f.ended)
+			}
+			mu.Unlock()
+			statuses := owed || now.Sub(lastStatus) >= statusEvery
+			if statuses {
+				lastStatus = now
+			}
+			if flushRuns(statuses) != nil {
+				return
+			}
+			if now.Sub(lastWrite) >= keepAlive {
 				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || out.flush() != nil {
 					return
 				}
-			case <-r.Context().Done():
-				return
-			case <-s.ctx.Done():
+				lastWrite = now
+			}
+		case <-changed:
+			// Let a burst of changes (a preset's runs starting) settle.
+			if !sleepCtx(r.Context(), 100*time.Millisecond) {
 				return
 			}
+			if sendGroups() != nil || out.flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-s.ctx.Done():
+			return
 		}
 	}
 }

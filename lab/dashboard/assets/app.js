@@ -1,6 +1,8 @@
 // The Aegis lab dashboard. Plain JavaScript, no dependencies: it reads
-// /api/info, follows /api/stream (the groups of runs) and each shown run's
-// /api/runs/ID/events (server-sent events), and draws the runs in SVG.
+// /api/info and follows one server-sent event stream, /api/stream, which
+// carries the groups of runs and the events of the runs shown (a browser
+// keeps six connections to a host: one stream per run would starve the
+// page's requests). timeline.js draws a run, compare.js the comparison.
 'use strict';
 
 const $ = (sel, el = document) => el.querySelector(sel);
@@ -16,9 +18,13 @@ const app = {
   current: null, // the group shown
   pinned: false, // the user chose an older group: do not follow new ones
   compared: null, // the group the comparison shows: picked there, or the last started with several runs
-  runs: new Map(), // run id → run state (events, status, end, stream)
+  runs: new Map(), // run id → run state (events, status, end)
   panels: new Map(), // "group:index" → panel element
+  stream: null, // the EventSource
+  watching: new Set(), // the runs the stream follows
 };
+
+function strategyOf(name) { return (app.info && app.info.strategies.find((x) => x.name === name)) || {}; }
 
 // ---- token and API ----------------------------------------------------------
 
@@ -70,7 +76,7 @@ function renderControls() {
     `<div class="preset" data-scenario="${esc(sc.name)}"><div class="name"><b>${esc(sc.name)}</b>` +
     `<button type="button" data-preset="${esc(sc.name)}">Run</button></div>` +
     `<p class="seed">${esc(sc.seed)} · ${sc.runs.length} run${sc.runs.length > 1 ? 's' : ''}${sc.parallel > 1 ? `, ${sc.parallel} at a time` : ''}</p>` +
-    `<p class="watch">${esc(sc.watch)}</p></div>`).join('');
+    `<p class="watch">${esc(sc.watch)}</p><p class="len">${esc(presetLength(sc))}</p></div>`).join('');
   $$('#presets button[data-preset]').forEach((b) => b.addEventListener('click', () => startGroup({ scenario: b.dataset.preset })));
 
   $('#strategytable tbody').innerHTML = app.info.strategies.map((s) =>
@@ -81,7 +87,16 @@ function renderControls() {
   $('#start').addEventListener('click', startFromForm);
   $('#stop').addEventListener('click', stopCurrent);
   $('#runaegis').addEventListener('click', () => startGroup({ scenario: 'aegis' }));
-  $('#comparegroup').addEventListener('change', () => { app.compared = $('#comparegroup').value; renderCompare(); });
+  $('#comparegroup').addEventListener('change', () => { app.compared = $('#comparegroup').value; app.comparePicked = true; renderCompare(); });
+}
+
+// presetLength says how long a preset takes: its runs' own lengths, a
+// wave at a time (never the time since it started).
+function presetLength(sc) {
+  const per = sc.runs.map((r) => r.ticks * r.tick_s);
+  const waves = Math.ceil(sc.runs.length / Math.max(1, sc.parallel));
+  const longest = Math.max(...per);
+  return sc.runs.length === 1 ? `one run of ${per[0].toFixed(0)} s` : `${sc.runs.length} runs of ${Math.min(...per).toFixed(0)}–${longest.toFixed(0)} s, ${waves} wave${waves > 1 ? 's' : ''}`;
 }
 
 function renderAvailability() {
@@ -128,6 +143,7 @@ function formMsg(text, error) {
 async function startFromForm() {
   const runs = formRuns();
   if (runs.length === 0) { formMsg('Pick at least one strategy.', true); return; }
+  if (runs.length > app.info.max_active) { formMsg(`${runs.length} runs: at most ${app.info.max_active} go at once; pick fewer strategies (or fence on or off instead of both).`, true); return; }
   await startGroup({ runs });
 }
 
@@ -138,11 +154,12 @@ async function startGroup(req) {
     const g = await api('POST', '/api/groups', req);
     app.current = g.id;
     app.pinned = false;
-    if (g.runs.length > 1) app.compared = g.id;
+    if (g.runs.length > 1) { app.compared = g.id; app.comparePicked = false; }
     mergeGroup(g);
     formMsg('');
     render();
     window.scrollTo({ top: 0, behavior: 'smooth' });
+    restream();
   } catch (e) {
     formMsg(e.message, true);
   } finally {
@@ -163,52 +180,65 @@ function mergeGroup(g) {
   if (i >= 0) app.groups[i] = g; else app.groups.push(g);
 }
 
-// ---- streams ----------------------------------------------------------------
+// ---- the stream ---------------------------------------------------------------
 
-function followGroups() {
-  const es = new EventSource('/api/stream');
+// restream (re)opens the page's one stream when the runs shown need one it
+// does not follow: each followed run resumes after the events it has.
+function restream(force) {
+  const want = new Set();
+  const g = app.groups.find((x) => x.id === app.current);
+  if (g) for (const rv of g.runs) if (rv.id && !runState(rv.id).end) want.add(rv.id);
+  const missing = [...want].some((id) => !app.watching.has(id));
+  if (app.stream && !force && !missing) return;
+  if (app.stream) app.stream.close();
+  const watch = [...want].map((id) => `${id}:${runState(id).events.length}`).join(',');
+  const es = new EventSource('/api/stream' + (watch ? '?watch=' + encodeURIComponent(watch) : ''));
+  app.stream = es;
+  app.watching = want;
   const conn = $('#conn');
   es.addEventListener('open', () => { conn.textContent = 'live'; conn.className = 'conn live'; });
-  es.addEventListener('error', () => { conn.textContent = 'reconnecting…'; conn.className = 'conn down'; });
+  es.addEventListener('error', () => {
+    if (app.stream !== es) return;
+    // Reopened by hand, so that each run resumes where it is.
+    es.close();
+    app.stream = null;
+    conn.textContent = 'reconnecting…'; conn.className = 'conn down';
+    setTimeout(() => { if (!app.stream) restream(true); }, 1000);
+  });
   es.addEventListener('groups', (ev) => {
     app.groups = JSON.parse(ev.data);
     const latest = app.groups[app.groups.length - 1];
-    if (latest && (!app.pinned || !app.groups.some((g) => g.id === app.current))) app.current = latest.id;
+    if (latest && (!app.pinned || !app.groups.some((x) => x.id === app.current))) app.current = latest.id;
     render();
+  });
+  es.addEventListener('lab', (ev) => {
+    const b = JSON.parse(ev.data);
+    const rs = runState(b.run);
+    const skip = rs.events.length - b.from; // events it has already
+    if (skip < 0) { restream(true); return; }
+    for (const e of b.events.slice(skip)) rs.events.push(e);
+    schedule(rs);
+  });
+  es.addEventListener('status', (ev) => { const b = JSON.parse(ev.data); const rs = runState(b.run); rs.status = b.status; schedule(rs); });
+  es.addEventListener('end', (ev) => {
+    const b = JSON.parse(ev.data);
+    const rs = runState(b.run);
+    rs.end = b;
+    schedule(rs);
+    renderHistory();
+    const cur = app.groups.find((x) => x.id === app.current);
+    if (cur) { $('#grouphead').dataset.state = groupState(cur); const sm = $('#grouphead small'); if (sm) sm.textContent = '· ' + groupState(cur); }
+    renderCompare();
   });
 }
 
 function runState(id) {
   let rs = app.runs.get(id);
   if (!rs) {
-    rs = { id, events: [], status: null, end: null, es: null, queued: false, panel: null, view: null };
+    rs = { id, events: [], status: null, end: null, queued: false, panel: null, view: null, zoom: 'fit' };
     app.runs.set(id, rs);
   }
   return rs;
-}
-
-function openRun(rs) {
-  if (rs.es || rs.end) return;
-  const es = new EventSource(`/api/runs/${rs.id}/events`);
-  rs.es = es;
-  es.addEventListener('lab', (ev) => { rs.events.push(JSON.parse(ev.data)); schedule(rs); });
-  es.addEventListener('status', (ev) => { rs.status = JSON.parse(ev.data); schedule(rs); });
-  es.addEventListener('end', (ev) => {
-    rs.end = JSON.parse(ev.data);
-    es.close();
-    rs.es = null;
-    schedule(rs);
-    renderHistory();
-    const g = app.groups.find((x) => x.id === app.current);
-    if (g) $('#grouphead small').textContent = '· ' + groupState(g);
-    if (g) $('#grouphead').dataset.state = groupState(g);
-  });
-}
-
-function closeRun(rs) {
-  if (rs.es) { rs.es.close(); rs.es = null; }
-  // Its events replay from the start when it is shown again.
-  if (!rs.end) { rs.events = []; rs.status = null; }
 }
 
 function schedule(rs) {
@@ -224,6 +254,7 @@ function render() {
   renderGroup();
   renderCompareChoices();
   renderCompare();
+  restream();
 }
 
 function groupTitle(g) {
@@ -261,15 +292,21 @@ function renderGroup() {
   if (!g) return;
   head.dataset.state = groupState(g);
   head.innerHTML = `<h2>${esc(groupTitle(g))} <small class="muted">· ${esc(groupState(g))}</small></h2>` +
-    (g.seed ? `<p>${esc(g.seed)}</p>` : '') + (g.watch ? `<p class="watch">${esc(g.watch)}</p>` : '');
-  // Panels of this group; streams of runs no longer shown are closed.
+    (g.seed ? `<p>${esc(g.seed)}</p>` : '') + (g.watch ? `<p class="watch"><b>What to watch:</b> ${esc(g.watch)}</p>` : '');
+  // Several runs: the comparison sits right under the group's head, in
+  // view, and follows the group.
+  const compare = $('#compare');
+  if (g.runs.length > 1) {
+    if (compare.previousElementSibling !== head) head.after(compare);
+    if (!app.comparePicked) app.compared = g.id;
+  } else if (compare.parentNode !== $('#comparehome')) $('#comparehome').appendChild(compare);
   const keep = new Set();
   for (const rv of g.runs) {
     const key = `${g.id}:${rv.index}`;
     keep.add(key);
     let panel = app.panels.get(key);
     if (!panel) {
-      panel = makePanel(rv);
+      panel = makePanel(rv, g);
       app.panels.set(key, panel);
     }
     if (panel.parentNode !== runsBox || runsBox.children[rv.index] !== panel) runsBox.appendChild(panel);
@@ -278,7 +315,6 @@ function renderGroup() {
       const rs = runState(rv.id);
       rs.view = rv;
       rs.panel = panel;
-      openRun(rs);
       drawRun(rs);
     } else {
       drawPending(panel, rv);
@@ -289,9 +325,7 @@ function renderGroup() {
     panel.remove();
     app.panels.delete(key);
   }
-  for (const rs of app.runs.values()) {
-    if (rs.view && rs.view.group !== g.id) { closeRun(rs); rs.panel = null; }
-  }
+  for (const rs of app.runs.values()) if (rs.view && rs.view.group !== g.id) rs.panel = null;
 }
 
 function fenceBadge(c) {
@@ -299,37 +333,67 @@ function fenceBadge(c) {
   return c.fenced ? '<span class="fence on">fenced</span>' : '<span class="fence off">unfenced</span>';
 }
 
-function makePanel(rv) {
+// The faults a run's panel offers: [kind, label, title, allowed(strategy)].
+const serverFaults = [
+  ['failover', 'Redis failover', 'the primary dies right after it grants the holder its lease, before replicating it; its replica is promoted and the nodes move to it', (s) => s.redis === 'primary'],
+  ['restart', 'Redis restart', 'the Redis server the nodes use restarts without persistence: keys and token counters gone', (s) => !!s.redis],
+  ['restart-majority', 'Restart a Redlock majority', 'a majority of the Redlock primaries restart at once without persistence', (s) => s.redis === 'quorum'],
+  ['crash', 'Crash PostgreSQL', "SIGKILL the lab's PostgreSQL and its backends; it restarts with crash recovery", (s) => s.name !== 'sqlite'],
+  ['kill-etcd', 'Kill the etcd leader', 'SIGKILL the etcd leader; it comes back after 2 s', (s) => (s.servers || []).includes('etcd')],
+  ['kill-zookeeper', 'Kill a ZooKeeper member', 'SIGKILL the ZooKeeper member most sessions are on; it comes back after 2 s', (s) => (s.servers || []).includes('zookeeper')],
+];
+
+function makePanel(rv, g) {
   const c = rv.config;
-  const s = app.info.strategies.find((x) => x.name === c.strategy) || {};
+  const s = strategyOf(c.strategy);
   const p = document.createElement('section');
   p.className = 'run';
   p.dataset.strategy = c.strategy;
   p.dataset.fenced = String(c.fenced);
-  const targets = ['holder'].concat(Array.from({ length: c.nodes }, (_, i) => `node${i + 1}`));
-  const redis = c.strategy === 'redis' || c.strategy === 'redlock';
+  const targets = ['holder', 'writer'].concat(Array.from({ length: c.nodes }, (_, i) => `node${i + 1}`));
+  const cut = ['all its servers'].concat(s.name === 'sqlite' ? [] : ['postgres']).concat((s.servers || []).filter((k) => k !== 'postgres'));
   p.innerHTML =
     `<header><h3>${esc(c.strategy)}</h3>${fenceBadge(c)}<span class="state"></span><span class="rid"></span>` +
     `<p class="params">${esc(c.summary)}</p></header>` +
     `<div class="row"><div class="holder"></div><dl class="counts"></dl><div class="verdict" data-checker="pending"></div></div>` +
     `<p class="notguaranteed"><b>${esc(c.strategy)}</b> does not guarantee ${esc(s.not_guaranteed || '')}.</p>` +
+    (!g.scenario && c.watch ? `<p class="watch"><b>What to watch:</b> ${esc(c.watch)}</p>` : '') +
     `<div class="chaos"><span class="label">Chaos</span>` +
     `<label>target <select class="chaos-target">${targets.map((t) => `<option>${t}</option>`).join('')}</select></label>` +
     `<label>for <input class="chaos-for" type="text" value="3s" spellcheck="false"></label>` +
-    `<button type="button" data-chaos="pause" title="SIGSTOP the target, SIGCONT after the time given">Pause</button>` +
+    `<button type="button" data-chaos="pause" title="SIGSTOP the target, SIGCONT after the time given (holder: the node inside the critical section; writer: the node inside its write)">Pause</button>` +
     `<button type="button" data-chaos="kill" title="SIGKILL the target; the lab restarts it">Kill</button>` +
-    `<button type="button" data-chaos="partition" title="drop the target's connections to its servers for the time given"${c.strategy === 'sqlite' ? ' disabled' : ''}>Partition</button>` +
-    `<label>skew <input class="chaos-skew" type="text" value="+3s" spellcheck="false"></label>` +
-    `<button type="button" data-chaos="skew" title="step the target's clock by the skew given (holder: the node holding now)">Clock skew</button>` +
-    `<button type="button" data-chaos="failover" title="the primary dies before it replicates a grant; its replica is promoted"${c.strategy === 'redis' ? '' : ' disabled'}>Redis failover</button>` +
-    `<button type="button" data-chaos="restart" title="Redis restarts without persistence: keys and token counters gone"${redis ? '' : ' disabled'}>Redis restart</button>` +
+    `<button type="button" data-chaos="partition" title="drop the target's connections to the servers chosen for the time given"${s.name === 'sqlite' ? ' disabled' : ''}>Partition</button>` +
+    `<label>from <select class="chaos-server">${cut.map((k) => `<option value="${k.startsWith('all') ? '' : k}">${k}</option>`).join('')}</select></label>` +
+    `<label>clock <input class="chaos-skew" type="text" value="+3s" spellcheck="false"></label>` +
+    `<button type="button" data-chaos="skew" title="set the target's clock this far off real time, from now on (holder: the node holding now)">Set clock skew</button></div>` +
+    `<div class="chaos servers"><span class="label">Servers</span>` +
+    serverFaults.map(([kind, label, title, ok]) => `<button type="button" data-chaos="${kind}" title="${esc(title)}"${ok(s) ? '' : ' hidden'}>${esc(label)}</button>`).join('') +
     `<button type="button" class="danger" data-stop>Stop run</button></div>` +
-    `<p class="msg"></p><div class="lanes"></div><div class="extra"></div>`;
+    `<p class="msg" role="status"></p>` +
+    `<details class="catalog" open><summary>Catalog <small>(the schedules every node runs: edit them live)</small></summary><table class="catalogtable"><thead><tr><th>schedule</th><th>every</th><th>work</th><th>keep-alive</th><th>state</th><th>edit</th></tr></thead><tbody></tbody>` +
+    `<tfoot><tr><td><input class="add-name" type="text" placeholder="new-schedule" spellcheck="false"></td><td><input class="add-every" type="text" value="${esc(c.tick)}" spellcheck="false"></td>` +
+    `<td><input class="add-work" type="text" value="${esc(c.work)}" spellcheck="false"></td><td colspan="2"></td><td><button type="button" data-add>Add schedule</button></td></tr></tfoot></table></details>` +
+    `<div class="zoom"><label>zoom <select class="zoomsel"><option value="fit">fit (48 px a tick at least)</option><option value="2x">96 px a tick</option><option value="4x">192 px a tick</option></select></label>` +
+    `<span class="key">marks: <i class="sw exec"></i>#tick, its token below · <i class="sw stale"></i>refused: its token &lt; the store's · <i class="sw lease"></i>${esc(holdsWords[s.holds] || 'no grant drawn')}` +
+    `${s.holds === 'lease' ? ' · <b class="exp">expired</b>: the server let it go · ▲ the successor\'s grant' : ''}</span></div>` +
+    `<div class="lanes"></div><div class="extra"></div>`;
   $$('button[data-chaos]', p).forEach((b) => b.addEventListener('click', () => inject(p, b.dataset.chaos)));
   $('button[data-stop]', p).addEventListener('click', async () => {
     const rv2 = p._view;
     if (!rv2 || !rv2.id) return;
-    try { await api('POST', `/api/runs/${rv2.id}/stop`, {}); } catch (e) { panelMsg(p, e.message, true); }
+    try { await api('POST', `/api/runs/${rv2.id}/stop`, {}); panelMsg(p, 'stopping: the run ends now and its report covers what ran'); } catch (e) { panelMsg(p, e.message, true); }
+  });
+  $('.zoomsel', p).addEventListener('change', (ev) => {
+    const rv2 = p._view;
+    if (rv2 && rv2.id) { const rs = runState(rv2.id); rs.zoom = ev.target.value; drawRun(rs); }
+  });
+  $('button[data-add]', p).addEventListener('click', () => {
+    const name = $('.add-name', p).value.trim();
+    const every = seconds($('.add-every', p).value);
+    const work = seconds($('.add-work', p).value);
+    if (!name) { panelMsg(p, 'Name the new schedule (lower case, digits, - and _).', true); return; }
+    edit(p, name, `${every}/${work}`);
   });
   return p;
 }
@@ -351,13 +415,14 @@ async function inject(p, kind) {
   const rs = app.runs.get(rv.id);
   let target = $('.chaos-target', p).value;
   const dur = seconds($('.chaos-for', p).value);
+  const server = $('.chaos-server', p).value;
   let spec;
   switch (kind) {
     case 'pause': spec = `pause:${target}@0s+${dur}`; break;
-    case 'partition': spec = `partition:${target}@0s+${dur}`; break;
+    case 'partition': spec = `partition:${target}@0s+${dur}${server ? '/' + server : ''}`; break;
     case 'kill': spec = `kill:${target}@0s`; break;
     case 'skew': {
-      if (target === 'holder') {
+      if (target === 'holder' || target === 'writer') {
         const h = rs && rs.status ? rs.status.holder : 0;
         if (!h) { panelMsg(p, 'No node holds right now: pick a node for the clock skew.', true); return; }
         target = `node${h}`;
@@ -369,15 +434,70 @@ async function inject(p, kind) {
     }
     case 'failover': spec = 'failover:redis@0s'; break;
     case 'restart': spec = 'restart:redis@0s'; break;
+    case 'restart-majority': spec = 'restart:redlock@0s'; break;
+    case 'crash': spec = 'crash:postgres@0s'; break;
+    case 'kill-etcd': spec = 'kill:etcd@0s'; break;
+    case 'kill-zookeeper': spec = 'kill:zookeeper@0s'; break;
     default: return;
   }
-  panelMsg(p, target === 'holder' ? `${spec}: waiting for a node inside the critical section…` : `${spec}…`);
+  const waits = kind === 'failover' ? ': waiting for the next holder to be granted its lease…'
+    : target === 'holder' && kind !== 'skew' ? ': waiting for a node inside the critical section…'
+      : target === 'writer' ? ': waiting for a node inside its write…' : '…';
+  await post(p, spec, waits);
+}
+
+// edit sends a catalog edit of the run: a fault like any other, drawn on
+// the job's lanes.
+async function edit(p, job, spec) {
+  await post(p, `edit:${job}@0s=${spec}`, '…');
+}
+
+async function post(p, spec, waits) {
+  const rv = p._view;
+  panelMsg(p, spec + waits);
   try {
     const res = await api('POST', `/api/runs/${rv.id}/chaos`, { spec });
     panelMsg(p, `injected ${res.injected}`);
   } catch (e) {
     panelMsg(p, e.message, true);
   }
+}
+
+// catalogRows is the run's catalog now: its first rows with the edits
+// made since, from the events.
+function catalogRows(rs, d) {
+  const rows = (rs.view.config.jobs || []).map((j) => ({ name: j.name, every: j.every, work: j.work, keep: j.keep_alive, paused: false, added: false }));
+  for (const ed of d.edits) {
+    let r = rows.find((x) => x.name === ed.job);
+    const spec = ed.spec;
+    if (!r) {
+      const [every, work, opt] = spec.split('/');
+      rows.push({ name: ed.job, every, work: work || '', keep: opt !== 'no-keep-alive', paused: false, added: true });
+      continue;
+    }
+    if (spec === 'pause') r.paused = true;
+    else if (spec === 'resume') r.paused = false;
+    else r.every = spec.split('/')[0];
+  }
+  return rows;
+}
+
+function drawCatalog(rs, d, done) {
+  const body = $('.catalogtable tbody', rs.panel);
+  const rows = catalogRows(rs, d);
+  const sig = JSON.stringify([rows, done]);
+  if (body.dataset.sig === sig) return; // do not redraw under the user's typing
+  body.dataset.sig = sig;
+  body.innerHTML = rows.map((r) => `<tr data-job="${esc(r.name)}"><td>${esc(r.name)}${r.added ? ' <small>(added)</small>' : ''}</td><td>${esc(r.every)}</td><td>${esc(r.work)}</td>` +
+    `<td>${r.keep ? 'on' : 'off'}</td><td class="${r.paused ? 'paused' : ''}">${r.paused ? 'paused' : 'active'}</td>` +
+    `<td><input class="every" type="text" value="${esc(r.every)}" spellcheck="false" aria-label="new cadence of ${esc(r.name)}"><button type="button" data-every${done ? ' disabled' : ''}>Set every</button>` +
+    `<button type="button" data-pause${done ? ' disabled' : ''}>${r.paused ? 'Resume' : 'Pause'}</button></td></tr>`).join('');
+  for (const tr of $$('tr', body)) {
+    const job = tr.dataset.job;
+    $('button[data-every]', tr).addEventListener('click', () => edit(rs.panel, job, seconds($('input.every', tr).value)));
+    $('button[data-pause]', tr).addEventListener('click', (ev) => edit(rs.panel, job, ev.target.textContent === 'Pause' ? 'pause' : 'resume'));
+  }
+  $('button[data-add]', rs.panel).disabled = done;
 }
 
 function drawPending(p, rv) {
@@ -392,70 +512,28 @@ function drawPending(p, rv) {
   $('.lanes', p).innerHTML = `<p class="unavailable-note">${esc(text)}</p>`;
 }
 
-// ---- one run's picture --------------------------------------------------------
+// ---- one run's panel ----------------------------------------------------------
 
-// derive turns a run's events into what the picture shows.
-function derive(rs) {
-  // A run's catalog holds several jobs: commits, missed and duplicate
-  // ticks are a job's (key job#tick); a column shows its tick's worst.
-  const jt = (e) => `${e.job || ''}#${e.tick}`;
-  const d = { attempts: [], byId: new Map(), commits: {}, missed: new Set(), missedTicks: new Set(), dupTicks: new Set(), bands: [], marks: [], lines: [], leases: [], lastT: 0, fired: 0, jt };
-  const openBand = {};
-  const openLease = {};
-  for (const e of rs.events) {
-    d.lastT = Math.max(d.lastT, e.t);
-    switch (e.kind) {
-      case 'enter': {
-        const a = { id: e.attempt, node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start: e.t, end: null, outcome: 'open' };
-        d.byId.set(e.attempt, a); d.attempts.push(a);
-        break;
-      }
-      case 'entered': { const a = d.byId.get(e.attempt); if (a) a.read = e.value; break; }
-      case 'executed': {
-        const a = d.byId.get(e.attempt);
-        if (a) { a.end = e.t; a.outcome = 'exec'; a.value = e.value; }
-        d.commits[jt(e)] = (d.commits[jt(e)] || 0) + 1;
-        break;
-      }
-      case 'stale': { const a = d.byId.get(e.attempt); if (a) { a.end = e.t; a.outcome = 'stale'; a.detail = e.detail; } break; }
-      case 'skipped': { const a = d.byId.get(e.attempt); if (a) { a.skipped = true; } break; }
-      case 'abandoned': { const a = d.byId.get(e.attempt); if (a) { a.end = e.t; a.outcome = 'lost'; a.detail = e.detail; } break; }
-      case 'acquired': openLease[e.node] = { node: e.node, token: e.token, start: e.t, end: null }; d.leases.push(openLease[e.node]); break;
-      case 'released': case 'lost':
-        if (openLease[e.node]) { openLease[e.node].end = e.t; openLease[e.node].lost = e.kind === 'lost'; delete openLease[e.node]; }
-        break;
-      case 'exited':
-        for (const a of d.attempts) if (a.node === e.node && a.outcome === 'open') { a.end = e.t; a.outcome = 'lost'; a.detail = 'the process ended: ' + (e.detail || ''); }
-        if (openLease[e.node]) { openLease[e.node].end = e.t; delete openLease[e.node]; }
-        break;
-      case 'tick': d.fired = Math.max(d.fired, e.tick); break;
-      case 'missed': d.missed.add(jt(e)); d.missedTicks.add(e.tick); break;
-      case 'duplicate': d.dupTicks.add(jt(e)); break;
-      case 'chaos': {
-        const kind = (e.detail || '').split(':')[0];
-        if ((kind === 'pause' || kind === 'partition') && e.node) {
-          const b = { kind, node: e.node, start: e.t, end: null, detail: e.detail };
-          openBand[e.node] = b; d.bands.push(b);
-        } else if (kind === 'kill' && e.node) {
-          d.marks.push({ kind: 'kill', node: e.node, t: e.t, detail: e.detail });
-        } else if (kind === 'skew' && e.node) {
-          d.marks.push({ kind: 'skew', node: e.node, t: e.t, detail: e.detail, label: (e.detail.match(/=([+-]?[0-9.a-zµ]+)/) || [])[1] || '' });
-        } else {
-          d.lines.push({ kind, t: e.t, detail: e.detail });
-        }
-        break;
-      }
-      case 'healed':
-        if (openBand[e.node]) { openBand[e.node].end = e.t; delete openBand[e.node]; }
-        break;
-    }
-  }
-  d.attempts = d.attempts.filter((a) => !a.skipped);
-  return d;
+// count is one of the run's counts, with its definition on hover.
+function count(key, label, value, cls, title) {
+  return `<div class="${cls || ''}" data-count="${key}" title="${esc(title)}"><dt>${label}</dt><dd>${value ?? '–'}</dd></div>`;
 }
 
-function count(label, value, cls) {
-  return `<div class="${cls || ''}"><dt>${label}</dt><dd>${value ?? '–'}</dd></div>`;
+// countTitles defines each count, with the run's own numbers.
+function countTitles(src, ticks, final) {
+  const n = (v) => v ?? 0;
+  const plural = (v, one, many) => `${v} ${v === 1 ? one : many}`;
+  const dupOnce = Math.max(0, n(src.duplicate_ticks) - n(src.duplicates_applied));
+  return {
+    ticks: `${ticks} ticks: the jobs' fire times in the run (a job every 2 ticks has half as many)`,
+    executions: `executions ${n(src.executions)} for ${ticks} ticks: entries into a job's critical section` +
+      (n(src.duplicate_ticks) ? `; ${plural(n(src.duplicate_ticks), 'tick', 'ticks')} entered more than once, ${n(src.duplicates_applied)} of them applied more than once${dupOnce ? `, ${dupOnce} applied once (the fence refused the other)` : ''}` : ''),
+    duplicate_ticks: 'ticks more than one node entered: harmless when only one of them commits',
+    duplicates_applied: 'ticks whose effect was committed more than once: the harm a fence prevents',
+    stale_rejected: 'writes (or reads) the fence refused: a token lower than the one the store holds, or an equal one from another holder',
+    missed_ticks: "ticks nobody executed within their window: the liveness a refusal or a dead holder costs",
+    lost_updates: final ? 'committed effects minus the final ledger: an update overwritten by a write that had not read it' : 'counted from the store when the run ends',
+  };
 }
 
 function drawRun(rs) {
@@ -463,37 +541,43 @@ function drawRun(rs) {
   const rv = rs.view;
   const st = rs.status;
   const done = !!rs.end;
+  const c = rv.config;
   const state = done ? 'done' : (rv.state === 'starting' ? 'starting' : 'running');
   p.dataset.state = state;
   p.dataset.run = rs.id;
-  $('.state', p).textContent = done ? 'done' : (st ? `running · ${Math.max(0, st.elapsed_s).toFixed(1)} s` : 'running');
+  // The run's own length: its ticks, from its first tick (a preset's
+  // later runs start later).
+  $('.state', p).textContent = done ? `done · ${c.ticks} ticks of ${c.tick}` : (st ? `running · ${Math.max(0, st.elapsed_s).toFixed(1)} of ${(c.ticks * c.tick_s).toFixed(0)} s` : 'running');
   $('.state', p).className = 'state ' + (done ? 'done' : 'running');
   $('.rid', p).textContent = 'run ' + rs.id;
-  $$('.chaos button', p).forEach((b) => {
+  const s = strategyOf(c.strategy);
+  $$('.chaos button[data-chaos]', p).forEach((b) => {
     const kind = b.dataset.chaos;
-    const allowed = kind === 'failover' ? rv.config.strategy === 'redis'
-      : kind === 'restart' ? (rv.config.strategy === 'redis' || rv.config.strategy === 'redlock')
-        : kind === 'partition' ? rv.config.strategy !== 'sqlite' : true;
+    const sf = serverFaults.find((f) => f[0] === kind);
+    const allowed = sf ? sf[3](s) : kind === 'partition' ? c.strategy !== 'sqlite' : true;
     b.disabled = done || !allowed;
   });
+  $('button[data-stop]', p).disabled = done;
 
   // The holder and its token.
   const h = $('.holder', p);
   if (done) h.innerHTML = 'holder <b>–</b>';
-  else if (st && st.holder) h.innerHTML = `holder <b>node${st.holder}</b>` + (st.token ? ` · token <b>${st.token}</b>` : '');
+  else if (st && st.holder) h.innerHTML = `holder <b>node${st.holder}</b>` + (st.job ? ` · ${esc(st.job)}` : '') + (st.token ? ` · token <b>${st.token}</b>` : '');
   else h.innerHTML = 'holder <b>none</b>';
 
   // The report's counts: so far from the status, final from the report.
   const r = rs.end && rs.end.report;
   const src = r || st || {};
+  const ticks = r ? r.ticks : c.ticks;
+  const tt = countTitles(src, ticks, !!r);
   $('.counts', p).innerHTML =
-    count('ticks', r ? r.ticks : rv.config.ticks) +
-    count('executions', src.executions) +
-    count('duplicate ticks', src.duplicate_ticks, src.duplicate_ticks ? 'warn' : '') +
-    count('duplicates applied', src.duplicates_applied, src.duplicates_applied ? 'bad' : '') +
-    count('stale rejected', src.stale_rejected, src.stale_rejected ? 'warn' : '') +
-    count('missed ticks', src.missed_ticks) +
-    count('lost updates', r ? r.lost_updates : null, r && r.lost_updates ? 'bad' : '');
+    count('ticks', 'ticks', ticks, '', tt.ticks) +
+    count('executions', 'executions', src.executions, '', tt.executions) +
+    count('duplicate_ticks', 'duplicate ticks', src.duplicate_ticks, src.duplicate_ticks ? 'warn' : '', tt.duplicate_ticks) +
+    count('duplicates_applied', 'duplicates applied', src.duplicates_applied, src.duplicates_applied ? 'bad' : '', tt.duplicates_applied) +
+    count('stale_rejected', 'stale rejected', src.stale_rejected, src.stale_rejected ? 'warn' : '', tt.stale_rejected) +
+    count('missed_ticks', 'missed ticks', src.missed_ticks, '', tt.missed_ticks) +
+    count('lost_updates', 'lost updates', r ? r.lost_updates : null, r && r.lost_updates ? 'bad' : '', tt.lost_updates);
 
   const v = $('.verdict', p);
   if (rs.end && rs.end.error) {
@@ -504,206 +588,18 @@ function drawRun(rs) {
     v.textContent = 'checker: when the run ends';
   } else {
     v.dataset.checker = r.checker;
-    const words = { ok: 'checker: ok — the balance\'s history is linearizable', violation: 'checker: violation — two critical sections overlapped', unknown: 'checker: unknown — the check timed out' };
+    const words = { ok: 'checker: ok — every job\'s ledger history is linearizable', violation: 'checker: violation — a tick applied twice, an update lost or a stale token accepted', unknown: 'checker: unknown — the check timed out' };
     v.innerHTML = esc(words[r.checker] || r.checker) + (r.visualisation ? ` <a href="${esc(r.visualisation)}" target="_blank" rel="noopener">visualisation</a>` : '') +
-      ` <a href="/api/runs/${esc(rs.id)}/report" target="_blank" rel="noopener">JSON report</a>`;
+      ` <a href="/api/runs/${esc(rs.id)}/report" target="_blank" rel="noopener">JSON report</a>` +
+      (r.store_agrees ? ' <span class="agree" title="SQL over the audit and ledger tables counts the same duplicates and lost updates">· the store agrees</span>' : ` <span class="disagree">· the store disagrees: ${esc(r.disagreement || '')}</span>`);
   }
   p.classList.toggle('violation', !!(r && r.checker === 'violation'));
   const extra = $('.extra', p);
-  extra.innerHTML = r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '';
+  const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
+  const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
+  extra.innerHTML = harms + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
-}
-
-// drawLanes draws the timeline: a lane per node, a column per tick.
-function drawLanes(rs) {
-  const box = $('.lanes', rs.panel);
-  const c = rs.view.config;
-  const d = derive(rs);
-  const st = rs.status;
-  const nodes = c.nodes;
-  const tickS = c.tick_s;
-  const now = rs.end ? d.lastT : Math.max(d.lastT, st ? st.elapsed_s : 0);
-  const tEnd = Math.max(c.ticks * tickS, now) + tickS * 0.25;
-  const tStart = -0.1 * tickS;
-  const labelW = 118;
-  const width = Math.max(560, box.clientWidth || 900);
-  const plotW = width - labelW - 8;
-  const x = (t) => labelW + ((t - tStart) / (tEnd - tStart)) * plotW;
-  const axisH = 20;
-  const laneH = 34;
-  const lanesH = nodes * laneH;
-  const footH = d.lines.length ? 16 : 4;
-  const height = axisH + lanesH + footH;
-  const laneY = (n) => axisH + (n - 1) * laneH;
-  const out = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
-  out.push('<defs>' +
-    '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#7a5bc7" fill-opacity="0.45"/></pattern>' +
-    '<pattern id="hc" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="3" height="6" fill="#138a8a" fill-opacity="0.45"/></pattern>' +
-    '</defs>');
-  // Columns: one per tick; grey when missed, pink when applied twice.
-  const dupKey = (k) => (d.commits[k] || 0) > 1 || d.dupTicks.has(k);
-  // The jobs' keys at tick t, the most commits first.
-  const keysAt = (t) => Object.keys(d.commits).filter((k) => k.endsWith(`#${t}`)).sort((a, b) => d.commits[b] - d.commits[a]);
-  const dup = (t) => keysAt(t).some(dupKey) || [...d.dupTicks].some((k) => k.endsWith(`#${t}`));
-  const most = (t) => Math.max(2, ...keysAt(t).map((k) => d.commits[k]));
-  for (let t = 1; t <= c.ticks; t++) {
-    const x0 = x((t - 1) * tickS);
-    const x1 = x(t * tickS);
-    const missed = d.missedTicks.has(t);
-    const cls = missed ? 'col missed' : dup(t) ? 'col dupcol' : '';
-    if (cls) out.push(`<rect class="${cls}" data-tick="${t}" x="${x0}" y="${axisH}" width="${x1 - x0}" height="${lanesH}"><title>tick ${t}: ${missed ? 'missed by a job: nobody executed it within its window' : `a job's tick applied ${most(t)} times`}</title></rect>`);
-    out.push(`<line x1="${x0}" y1="${axisH - 4}" x2="${x0}" y2="${axisH + lanesH}" stroke="#e4e7ec"/>`);
-    const label = dup(t) ? `${t} ×${most(t)}` : missed ? `${t} missed` : String(t);
-    const fill = dup(t) ? '#d62f2f' : t <= d.fired ? '#1d2330' : '#98a2b3';
-    if (x1 - x0 > 12 || t % 5 === 1) out.push(`<text x="${(x0 + x1) / 2}" y="${axisH - 7}" text-anchor="middle" font-size="11" fill="${fill}">${esc(label)}</text>`);
-  }
-  out.push(`<line x1="${x(c.ticks * tickS)}" y1="${axisH - 4}" x2="${x(c.ticks * tickS)}" y2="${axisH + lanesH}" stroke="#e4e7ec"/>`);
-  // Lanes.
-  for (let n = 1; n <= nodes; n++) {
-    const y = laneY(n);
-    const ns = st && st.nodes ? st.nodes.find((q) => q.node === n) : null;
-    const holder = !rs.end && st && st.holder === n;
-    if (holder) out.push(`<rect x="0" y="${y}" width="${width}" height="${laneH}" fill="#eef4fd"/>`);
-    out.push(`<line x1="${labelW}" y1="${y + laneH}" x2="${width}" y2="${y + laneH}" stroke="#eef0f3"/>`);
-    const stateText = ns && ns.state !== 'running' ? ns.state : '';
-    out.push(`<text x="6" y="${y + 14}" font-size="12.5" font-weight="${holder ? 700 : 500}" fill="#1d2330">node${n}${holder ? ' ★' : ''}</text>`);
-    const sub = [stateText, holder && st.token ? `token ${st.token}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
-    if (sub) out.push(`<text x="6" y="${y + 27}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
-  }
-  // Leases held: a thin line under the lane.
-  for (const l of d.leases) {
-    const y = laneY(l.node) + 23;
-    const x0 = x(l.start);
-    const x1 = x(l.end ?? now);
-    out.push(`<line class="lease" x1="${x0}" y1="${y}" x2="${Math.max(x0 + 1, x1)}" y2="${y}" stroke="#8fb4ea" stroke-width="2"><title>node${l.node} holds token ${l.token}</title></line>`);
-  }
-  // Critical sections.
-  for (const a of d.attempts) {
-    const y = laneY(a.node) + 4;
-    const x0 = x(a.start);
-    const x1 = Math.max(x0 + 3, x(a.end ?? now));
-    let cls = a.outcome;
-    if (cls === 'exec' && dupKey(d.jt(a))) cls = 'dup';
-    const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: 'refused by the fence (stale token)', open: 'in the critical section', lost: 'ended without a commit' }[cls];
-    const title = `node${a.node}, ${a.job ? a.job + ' ' : ''}tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
-      (a.read !== undefined && a.read !== null ? `; read ${a.read}` : '') + (a.value !== undefined ? `, wrote ${a.value}` : '') + (a.detail ? ` (${a.detail})` : '');
-    out.push(`<rect class="mark ${cls}" data-tick="${a.tick}" data-node="${a.node}" x="${x0}" y="${y}" width="${x1 - x0}" height="16" rx="2"><title>${esc(title)}</title></rect>`);
-    // Marks sit at their time; the label names their tick (a tick caught
-    // up late lands in a later column) and token.
-    const tag = cls === 'stale' ? 'stale ' : '';
-    const long = `${tag}#${a.tick}${a.token ? ' t' + a.token : ''}`;
-    const label = x1 - x0 > long.length * 5.6 + 4 ? long : `${tag}#${a.tick}`;
-    if (x1 - x0 > label.length * 5.6 + 4) out.push(`<text x="${x0 + 3}" y="${y + 12}" font-size="10" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(label)}</text>`);
-  }
-  // Faults on a node, over the marks: bands (pause, partition) and marks
-  // (kill, skew).
-  for (const b of d.bands) {
-    const y = laneY(b.node);
-    const x0 = x(b.start);
-    const x1 = x(b.end ?? now);
-    const secs = b.end !== null ? ` ${(b.end - b.start).toFixed(1)} s` : '';
-    out.push(`<rect class="band ${b.kind}" x="${x0}" y="${y + 1}" width="${Math.max(2, x1 - x0)}" height="${laneH - 2}" fill="url(#${b.kind === 'pause' ? 'hp' : 'hc'})" stroke="${b.kind === 'pause' ? '#7a5bc7' : '#138a8a'}" stroke-width="1"><title>${esc(b.detail)}</title></rect>`);
-    out.push(`<text x="${x0 + 3}" y="${y + laneH - 3}" font-size="9.5" font-weight="600" fill="${b.kind === 'pause' ? '#5b3fa8' : '#0e6a6a'}">${b.kind === 'pause' ? 'paused' : 'cut'}${secs}</text>`);
-  }
-  for (const m of d.marks) {
-    const y = laneY(m.node);
-    const xm = x(m.t);
-    if (m.kind === 'kill') {
-      out.push(`<g class="kill"><title>${esc(m.detail)}</title><line x1="${xm - 6}" y1="${y + 6}" x2="${xm + 6}" y2="${y + laneH - 6}" stroke="#1d2330" stroke-width="2.5"/><line x1="${xm + 6}" y1="${y + 6}" x2="${xm - 6}" y2="${y + laneH - 6}" stroke="#1d2330" stroke-width="2.5"/></g>`);
-    } else {
-      out.push(`<g class="skew"><title>${esc(m.detail)}</title><circle cx="${xm}" cy="${y + laneH / 2}" r="6" fill="#fff" stroke="#b25d00" stroke-width="1.5"/><line x1="${xm}" y1="${y + laneH / 2}" x2="${xm}" y2="${y + laneH / 2 - 4}" stroke="#b25d00" stroke-width="1.5"/><line x1="${xm}" y1="${y + laneH / 2}" x2="${xm + 3}" y2="${y + laneH / 2}" stroke="#b25d00" stroke-width="1.5"/><text x="${xm + 9}" y="${y + laneH / 2 + 4}" font-size="10" fill="#b25d00">${esc(m.label)}</text></g>`);
-    }
-  }
-  // Faults of the whole run (failover, restart, latency): a line across.
-  for (const l of d.lines) {
-    const xl = x(l.t);
-    out.push(`<g class="labline"><title>${esc(l.detail)}</title><line x1="${xl}" y1="${axisH - 2}" x2="${xl}" y2="${axisH + lanesH}" stroke="#c2410c" stroke-width="2" stroke-dasharray="4 3"/>` +
-      `<text x="${xl + 3}" y="${axisH + lanesH + 12}" font-size="10.5" fill="#c2410c">${esc(l.kind)}</text></g>`);
-  }
-  if (!rs.end && now > 0) out.push(`<line x1="${x(now)}" y1="${axisH - 4}" x2="${x(now)}" y2="${axisH + lanesH}" stroke="#3b7dd8" stroke-opacity="0.5"/>`);
-  out.push('</svg>');
-  box.innerHTML = out.join('');
-}
-
-// ---- the comparison -------------------------------------------------------------
-
-function renderCompareChoices() {
-  const sel = $('#comparegroup');
-  const multi = app.groups.filter((g) => g.runs.length > 1);
-  const chosen = app.compared;
-  sel.innerHTML = multi.slice().reverse().map((g) => `<option value="${g.id}">${esc(groupTitle(g))} (${g.id})</option>`).join('');
-  if (multi.some((g) => g.id === chosen)) sel.value = chosen;
-  else {
-    const aegis = multi.filter((g) => g.scenario === 'aegis').pop() || multi[multi.length - 1];
-    if (aegis) sel.value = aegis.id;
-  }
-}
-
-function fencedWord(c) { return !c.fenceable ? 'n/a' : c.fenced ? 'fenced' : 'unfenced'; }
-
-function renderCompare() {
-  const g = app.groups.find((x) => x.id === $('#comparegroup').value);
-  const chart = $('#chart');
-  const table = $('#comparetable');
-  if (!g) {
-    chart.innerHTML = '<p class="unavailable-note">Run the aegis preset (every strategy, fenced and not, under the same pause of the holder; 3 runs at a time, about a minute) or several strategies side by side to compare them here.</p>';
-    table.innerHTML = '';
-    return;
-  }
-  const metrics = [
-    { key: 'duplicates_applied', label: 'duplicates applied', color: '#d62f2f' },
-    { key: 'lost_updates', label: 'lost updates', color: '#7a1f1f' },
-    { key: 'stale_rejected', label: 'stale rejected', color: '#e89a0c' },
-    { key: 'missed_ticks', label: 'missed ticks', color: '#98a2b3' },
-  ];
-  let maxV = 1;
-  for (const r of g.runs) if (r.report) for (const m of metrics) maxV = Math.max(maxV, r.report[m.key]);
-  const labelW = 170;
-  const verdictW = 96;
-  const width = Math.max(560, chart.clientWidth || 900);
-  const barW = width - labelW - verdictW - 40;
-  const barH = 5;
-  const rowH = metrics.length * (barH + 1) + 8;
-  const legendH = 22;
-  const height = legendH + g.runs.length * rowH + 4;
-  const out = [`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`];
-  metrics.forEach((m, i) => {
-    out.push(`<rect x="${labelW + i * 150}" y="5" width="12" height="10" fill="${m.color}"/><text x="${labelW + i * 150 + 16}" y="14" font-size="11.5" fill="#1d2330">${m.label}</text>`);
-  });
-  g.runs.forEach((r, i) => {
-    const y = legendH + i * rowH;
-    if (i % 2 === 0) out.push(`<rect x="0" y="${y}" width="${width}" height="${rowH}" fill="#f7f8fa"/>`);
-    const c = r.config;
-    out.push(`<text x="6" y="${y + rowH / 2 + 4}" font-size="12.5" font-weight="600" fill="#1d2330">${esc(c.strategy)}</text>` +
-      `<text x="96" y="${y + rowH / 2 + 4}" font-size="11.5" fill="${c.fenceable ? (c.fenced ? '#1f6e40' : '#a32020') : '#667085'}">${fencedWord(c)}</text>`);
-    if (!r.report) {
-      const why = r.state === 'unavailable' ? 'unavailable: ' + r.unavailable : r.state === 'failed' ? 'failed: ' + r.error : r.state;
-      out.push(`<text x="${labelW}" y="${y + rowH / 2 + 4}" font-size="11.5" fill="#667085">${esc(why.length > 110 ? why.slice(0, 110) + '…' : why)}<title>${esc(why)}</title></text>`);
-      return;
-    }
-    metrics.forEach((m, j) => {
-      const v = r.report[m.key];
-      const w = (v / maxV) * barW;
-      const yb = y + 4 + j * (barH + 1);
-      if (v > 0) out.push(`<rect class="bar" data-metric="${m.key}" x="${labelW}" y="${yb}" width="${Math.max(2, w)}" height="${barH}" fill="${m.color}"><title>${m.label}: ${v}</title></rect>`);
-      if (v > 0) out.push(`<text x="${labelW + Math.max(2, w) + 4}" y="${yb + barH}" font-size="8.5" fill="#475467">${v}</text>`);
-    });
-    const ck = r.report.checker;
-    out.push(`<rect x="${width - verdictW}" y="${y + rowH / 2 - 9}" width="${verdictW - 8}" height="18" rx="9" fill="${ck === 'ok' ? '#e3f4ea' : ck === 'violation' ? '#fde8e8' : '#eef0f3'}"/>` +
-      `<text x="${width - verdictW / 2 - 4}" y="${y + rowH / 2 + 4}" text-anchor="middle" font-size="11.5" fill="${ck === 'ok' ? '#1f6e40' : ck === 'violation' ? '#a32020' : '#667085'}">${esc(ck)}</text>`);
-  });
-  out.push('</svg>');
-  chart.innerHTML = out.join('');
-
-  const cols = ['ticks', 'executions', 'duplicate_ticks', 'duplicates_applied', 'stale_rejected', 'missed_ticks', 'lost_updates'];
-  table.innerHTML = `<table class="comparetable"><thead><tr><th>strategy</th><th>fenced</th>${cols.map((k) => `<th>${k.replace('_', ' ')}</th>`).join('')}<th>checker</th></tr></thead><tbody>` +
-    g.runs.map((r) => {
-      const c = r.config;
-      if (!r.report) return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td><td colspan="${cols.length + 1}">${esc(r.state === 'unavailable' ? 'unavailable: ' + r.unavailable : r.state)}</td></tr>`;
-      return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td>${cols.map((k) => `<td class="n${(k === 'duplicates_applied' || k === 'lost_updates') && r.report[k] ? ' bad' : ''}">${r.report[k]}</td>`).join('')}` +
-        `<td>${r.report.visualisation ? `<a href="${esc(r.report.visualisation)}" target="_blank" rel="noopener">${esc(r.report.checker)}</a>` : esc(r.report.checker)}</td></tr>`;
-    }).join('') + '</tbody></table>';
+  drawCatalog(rs, rs.derived, done);
 }
 
 // ---- start ----------------------------------------------------------------------
@@ -723,8 +619,9 @@ async function main() {
     $('#tokenbar').hidden = true;
   });
   renderControls();
-  followGroups();
+  restream();
   window.addEventListener('resize', () => { for (const rs of app.runs.values()) if (rs.panel) schedule(rs); renderCompare(); });
+  window.addEventListener('pagehide', () => { if (app.stream) app.stream.close(); });
   try {
     app.avail = await api('GET', '/api/availability');
     renderAvailability();

@@ -1,0 +1,377 @@
+// The Aegis lab dashboard: one run's timeline. derive() turns a run's
+// events into what the picture shows; drawLanes() draws it in SVG: a lane
+// group per catalog job, in it a lane per node and the job's ledger line.
+'use strict';
+
+// What a strategy's grant is called on the timeline (info.strategies[].holds).
+const holdsWords = { lease: 'lease', 'run row': 'run row', 'queue job': 'queue job', claim: 'claim' };
+
+// derive turns a run's events into what the picture shows.
+function derive(rs) {
+  const jt = (job, tick) => `${job || ''}#${tick}`;
+  const d = {
+    attempts: [], byId: new Map(), commits: {}, missed: new Set(), dupTicks: new Set(),
+    bands: [], marks: [], lines: [], grants: [], edits: [], jobs: [], lastT: 0, fired: 0, jt,
+    writes: {}, // job → [{t, value, tick}] committed, in order
+  };
+  const jobs = new Set();
+  const addJob = (j) => { if (j && !jobs.has(j)) { jobs.add(j); d.jobs.push(j); } };
+  for (const j of rs.view.config.jobs || []) addJob(j.name);
+  const openBand = {};
+  const openGrant = {}; // "node|job" → grant
+  const gk = (n, j) => `${n}|${j || ''}`;
+  for (const e of rs.events) {
+    d.lastT = Math.max(d.lastT, e.t);
+    if (e.job && e.node) addJob(e.job);
+    switch (e.kind) {
+      case 'enter': {
+        const a = { id: e.attempt, node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start: e.t, end: null, outcome: 'open' };
+        d.byId.set(e.attempt, a); d.attempts.push(a);
+        break;
+      }
+      case 'entered': { const a = d.byId.get(e.attempt); if (a) a.read = e.value; break; }
+      case 'writing': { const a = d.byId.get(e.attempt); if (a) a.writing = e.t; break; }
+      case 'executed': {
+        const a = d.byId.get(e.attempt);
+        if (a) { a.end = e.t; a.outcome = 'exec'; a.value = e.value; }
+        d.commits[jt(e.job, e.tick)] = (d.commits[jt(e.job, e.tick)] || 0) + 1;
+        (d.writes[e.job || ''] ||= []).push({ t: e.t, value: e.value, tick: e.tick, node: e.node });
+        break;
+      }
+      case 'stale': {
+        const a = d.byId.get(e.attempt);
+        if (a) { a.end = e.t; a.outcome = 'stale'; a.detail = e.detail; a.held = e.held || 0; }
+        break;
+      }
+      case 'skipped': { const a = d.byId.get(e.attempt); if (a) a.skipped = true; break; }
+      case 'abandoned': { const a = d.byId.get(e.attempt); if (a) { a.end = e.t; a.outcome = 'lost'; a.detail = e.detail; } break; }
+      case 'acquired': {
+        const k = gk(e.node, e.job);
+        if (openGrant[k]) openGrant[k].end = e.t;
+        const g = { node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start: e.t, end: null, until: e.until || 0, renewed: 0, successors: [] };
+        // Another node granted the same job while this one still runs:
+        // the successor, drawn on the earlier holder's lane.
+        for (const o of Object.values(openGrant)) {
+          if (o.job === e.job && o.node !== e.node && o.end === null) o.successors.push({ node: e.node, token: e.token || 0, t: e.t, tick: e.tick });
+        }
+        openGrant[k] = g; d.grants.push(g);
+        break;
+      }
+      case 'renewed': {
+        const g = openGrant[gk(e.node, e.job)];
+        if (g) { g.renewed++; if (e.until) g.until = e.until; }
+        break;
+      }
+      case 'released': case 'lost': {
+        const k = gk(e.node, e.job);
+        const g = openGrant[k];
+        if (g) { g.end = e.t; g.lost = e.kind === 'lost'; delete openGrant[k]; }
+        break;
+      }
+      case 'exited':
+        for (const a of d.attempts) if (a.node === e.node && a.outcome === 'open') { a.end = e.t; a.outcome = 'lost'; a.detail = 'the process ended: ' + (e.detail || ''); }
+        for (const [k, g] of Object.entries(openGrant)) if (g.node === e.node) { g.end = e.t; g.exited = true; delete openGrant[k]; }
+        break;
+      case 'tick': d.fired = Math.max(d.fired, e.tick); break;
+      case 'missed': d.missed.add(jt(e.job, e.tick)); break;
+      case 'duplicate': d.dupTicks.add(jt(e.job, e.tick)); break;
+      case 'chaos': {
+        const detail = e.detail || '';
+        const kind = detail.split(':')[0];
+        if (kind === 'edit') {
+          const spec = (detail.match(/^edit:[^@]*@[^=]*=([^:]+):/) || [])[1] || '';
+          d.edits.push({ job: e.job, t: e.t, spec, detail });
+          addJob(e.job);
+        } else if ((kind === 'pause' || kind === 'partition') && e.node) {
+          const b = { kind, node: e.node, start: e.t, end: null, detail };
+          openBand[e.node] = b; d.bands.push(b);
+        } else if (kind === 'kill' && e.node) {
+          d.marks.push({ kind: 'kill', node: e.node, t: e.t, detail });
+        } else if (kind === 'skew' && e.node) {
+          d.marks.push({ kind: 'skew', node: e.node, t: e.t, detail, label: (detail.match(/=([+-]?[0-9.a-zµ]+)/) || [])[1] || '' });
+        } else if (kind === 'failover' && e.node) {
+          // The primary died right after this grant: drawn on the holder.
+          d.marks.push({ kind: 'failover', node: e.node, job: e.job, t: e.t, token: e.token, detail });
+          d.lines.push({ kind: 'primary lost', t: e.t, detail });
+        } else {
+          d.lines.push({ kind: kind === 'failover' ? 'replication cut' : kind, t: e.t, detail });
+        }
+        break;
+      }
+      case 'healed':
+        if (e.node && openBand[e.node]) { openBand[e.node].end = e.t; delete openBand[e.node]; }
+        else if (!e.node) d.lines.push({ kind: 'healed', t: e.t, detail: e.detail || '' });
+        break;
+    }
+  }
+  d.attempts = d.attempts.filter((a) => !a.skipped);
+  for (const a of d.attempts) addJob(a.job);
+  if (d.jobs.length === 0) d.jobs.push('');
+  return d;
+}
+
+// refusal is a stale mark's label: the token refused against the one the
+// store held.
+function refusal(a) {
+  if (!a.token) return 'refused';
+  if (!a.held) return `t${a.token} refused`;
+  if (a.held === a.token) return `t${a.token} = t${a.held}`;
+  return `t${a.token} < t${a.held}`;
+}
+
+// zoomPx is the zoom's pixels per tick (0: fit the width).
+const zoomPx = { fit: 0, '2x': 96, '4x': 192 };
+
+// drawLanes draws the timeline of rs into its panel.
+function drawLanes(rs) {
+  const box = $('.lanes', rs.panel);
+  const c = rs.view.config;
+  const s = strategyOf(c.strategy);
+  const holds = s.holds || '';
+  const d = rs.derived = derive(rs);
+  const st = rs.status;
+  const nodes = c.nodes;
+  const tickS = c.tick_s;
+  const now = rs.end ? d.lastT : Math.max(d.lastT, st ? st.elapsed_s : 0);
+  const tEnd = Math.max(c.ticks * tickS, now) + tickS * 0.25;
+  const tStart = -0.1 * tickS;
+  const labelW = 124;
+  const avail = Math.max(560, (box.clientWidth || 900) - 2);
+  // At least 48 px a tick: past a dozen ticks the labels still read, and
+  // the box scrolls.
+  const perTick = zoomPx[rs.zoom || 'fit'] || Math.max(48, (avail - labelW - 8) / ((tEnd - tStart) / tickS));
+  const plotW = Math.max(avail - labelW - 8, perTick * ((tEnd - tStart) / tickS));
+  const width = labelW + plotW + 8;
+  const x = (t) => labelW + ((t - tStart) / (tEnd - tStart)) * plotW;
+  const axisH = 20;
+  const headH = 32; // a job's header: its counts and edits, then its columns' tags
+  const laneH = 46;
+  const ledgerH = 40;
+  const groupH = headH + nodes * laneH + ledgerH + 6;
+  const jobs = d.jobs;
+  // Run-wide faults (failover, restart, crash, latency): a line across and
+  // a label in the foot, each label in the first row where it fits.
+  const footRows = [];
+  for (const l of d.lines) {
+    const xl = x(l.t);
+    const w = l.kind.length * 6 + 10;
+    let row = footRows.findIndex((end) => end < xl);
+    if (row < 0) { row = footRows.length; footRows.push(0); }
+    footRows[row] = xl + w;
+    l.row = row;
+  }
+  const footH = footRows.length * 13 + 6;
+  const height = axisH + jobs.length * groupH + footH;
+  const out = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  out.push('<defs>' +
+    '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#7a5bc7" fill-opacity="0.45"/></pattern>' +
+    '<pattern id="hc" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="3" height="6" fill="#138a8a" fill-opacity="0.45"/></pattern>' +
+    '</defs>');
+  // The axis: tick numbers.
+  for (let t = 1; t <= c.ticks; t++) {
+    const x0 = x((t - 1) * tickS);
+    const x1 = x(t * tickS);
+    const fill = t <= d.fired ? '#1d2330' : '#98a2b3';
+    out.push(`<text x="${(x0 + x1) / 2}" y="${axisH - 7}" text-anchor="middle" font-size="11" fill="${fill}">${t}</text>`);
+  }
+  const bottom = axisH + jobs.length * groupH;
+  for (let t = 0; t <= c.ticks; t++) out.push(`<line x1="${x(t * tickS)}" y1="${axisH - 4}" x2="${x(t * tickS)}" y2="${bottom}" stroke="#e4e7ec"/>`);
+
+  jobs.forEach((job, gi) => {
+    const gy = axisH + gi * groupH;
+    const spec = (c.jobs || []).find((j) => j.name === job);
+    const laneY = (n) => gy + headH + (n - 1) * laneH;
+    const lanesTop = gy + headH;
+    const lanesH = nodes * laneH;
+    // Columns of this job: grey when missed, pink when applied twice.
+    for (let t = 1; t <= c.ticks; t++) {
+      const k = d.jt(job, t);
+      const n = d.commits[k] || 0;
+      const missed = d.missed.has(k);
+      const dup = n > 1 || d.dupTicks.has(k);
+      if (!missed && !dup) continue;
+      const x0 = x((t - 1) * tickS);
+      const x1 = x(t * tickS);
+      const why = missed ? `${job} tick ${t}: missed, nobody executed it within its window` : `${job} tick ${t}: applied ${Math.max(n, 2)} times`;
+      out.push(`<rect class="col ${missed ? 'missed' : 'dupcol'}" data-job="${esc(job)}" data-tick="${t}" x="${x0}" y="${lanesTop}" width="${x1 - x0}" height="${lanesH}"><title>${esc(why)}</title></rect>`);
+      out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${missed ? 'missed' : '×' + Math.max(n, 2)}</text>`);
+    }
+    // The job's header: its name, its schedule, its edits.
+    const jr = rs.end && rs.end.report && rs.end.report.jobs ? rs.end.report.jobs.find((j) => j.name === job) : null;
+    const head = job ? `${job}${spec ? ` · every ${spec.every} · work ${spec.work}${spec.keep_alive ? '' : ' · no keep-alive'}` : ' · added live'}` : 'the run';
+    out.push(`<rect x="0" y="${gy + 2}" width="${labelW - 4}" height="16" fill="#eef0f3" rx="3"/>`);
+    out.push(`<text class="jobhead" data-job="${esc(job)}" x="6" y="${gy + 13}" font-size="11" font-weight="700" fill="#1d2330">${esc(job || 'run')}<title>${esc(head)}</title></text>`);
+    if (jr) out.push(`<text x="${labelW + 4}" y="${gy + 13}" font-size="10" fill="#475467">${esc(jobCounts(jr))}</text>`);
+    for (const ed of d.edits.filter((e) => e.job === job)) {
+      const xe = x(ed.t);
+      out.push(`<g class="edit" data-job="${esc(job)}"><title>${esc(ed.detail)}</title><line x1="${xe}" y1="${gy + 2}" x2="${xe}" y2="${lanesTop + lanesH}" stroke="#2563eb" stroke-width="2" stroke-dasharray="2 2"/>` +
+        `<rect x="${xe + 2}" y="${gy + 17}" width="${ed.spec.length * 6 + 24}" height="13" rx="3" fill="#dbe7fb"/><text x="${xe + 5}" y="${gy + 27}" font-size="9.5" fill="#1d4ed8">edit ${esc(ed.spec)}</text></g>`);
+    }
+    // Each lane's foot holds short labels (expiry, successor, faults): a
+    // label that would overprint one of higher priority is left to the
+    // tooltip.
+    const feet = [];
+    const foot = (node, xf, text, color, prio) => feet.push({ node, x: xf, text, color, prio });
+    // Lanes.
+    for (let n = 1; n <= nodes; n++) {
+      const y = laneY(n);
+      const ns = st && st.nodes ? st.nodes.find((q) => q.node === n) : null;
+      const holder = !rs.end && st && st.holder === n && (!st.job || st.job === job);
+      if (holder) out.push(`<rect x="0" y="${y}" width="${width}" height="${laneH}" fill="#eef4fd"/>`);
+      out.push(`<line x1="${labelW}" y1="${y + laneH}" x2="${width}" y2="${y + laneH}" stroke="#eef0f3"/>`);
+      const stateText = ns && ns.state !== 'running' ? ns.state : '';
+      const standby = c.standby && n > nodes - c.standby ? 'standby' : '';
+      out.push(`<text x="6" y="${y + 15}" font-size="12.5" font-weight="${holder ? 700 : 500}" fill="#1d2330">node${n}${holder ? ' ★' : ''}</text>`);
+      const sub = [stateText, standby, holder && st.token ? `token ${st.token}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
+      if (sub) out.push(`<text x="6" y="${y + 29}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
+    }
+    // Grants: a line under the marks while the node runs the tick under
+    // it; past its expiry on the server the line is dashed, and the
+    // successor's grant is marked on it.
+    if (holdsWords[holds]) {
+      for (const g of d.grants.filter((q) => q.job === job)) {
+        const y = laneY(g.node) + 21;
+        const x0 = x(g.start);
+        const gEnd = g.end ?? now;
+        const expired = g.until > 0 && g.until < gEnd - 1e-3;
+        const xExp = expired ? x(g.until) : x(gEnd);
+        const what = `node${g.node} holds ${job ? job + "'s " : ''}${holds}${g.token ? ` with token ${g.token}` : ''}`;
+        out.push(`<line class="lease" data-node="${g.node}" x1="${x0}" y1="${y}" x2="${Math.max(x0 + 1, xExp)}" y2="${y}" stroke="#8fb4ea" stroke-width="2"><title>${esc(what)}${g.renewed ? ` (renewed ${g.renewed}×)` : ''}</title></line>`);
+        if (expired) {
+          out.push(`<line class="lease after" x1="${xExp}" y1="${y}" x2="${Math.max(xExp + 1, x(gEnd))}" y2="${y}" stroke="#d97706" stroke-width="1.5" stroke-dasharray="3 2"><title>${esc(`node${g.node} still works, but its ${holds} expired on the server at ${g.until.toFixed(2)} s`)}</title></line>`);
+          out.push(`<g class="expiry" data-node="${g.node}" data-job="${esc(job)}" data-token="${g.token}"><title>${esc(`node${g.node}'s ${holds}${g.token ? ` (token ${g.token})` : ''} expired on the server at ${g.until.toFixed(2)} s: not renewed since (paused, cut off or no keep-alive)`)}</title>` +
+            `<line x1="${xExp}" y1="${y - 5}" x2="${xExp}" y2="${y + 5}" stroke="#d97706" stroke-width="2.5"/></g>`);
+          foot(g.node, xExp, 'expired', '#b45309', 0);
+        }
+        for (const sc of g.successors) {
+          const xs = x(sc.t);
+          out.push(`<g class="successor" data-node="${g.node}" data-to="${sc.node}"><title>${esc(`node${sc.node} was granted ${job || 'the job'}${sc.token ? ` with token ${sc.token}` : ''} at ${sc.t.toFixed(2)} s while node${g.node} still ran its tick`)}</title>` +
+            `<path d="M${xs - 4},${y + 6} L${xs + 4},${y + 6} L${xs},${y - 1} Z" fill="#2563eb"/></g>`);
+          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' t' + sc.token : ''}`, '#1d4ed8', 1);
+        }
+      }
+    }
+    // Critical sections, each labelled with its token below; a refusal
+    // reads "t10 < t11".
+    const labelEnd = {}; // node → the x where its last label ends
+    const attempts = d.attempts.filter((a) => a.job === job).sort((a, b) => a.start - b.start);
+    for (const a of attempts) {
+      const y = laneY(a.node) + 3;
+      const x0 = x(a.start);
+      const x1 = Math.max(x0 + 3, x(a.end ?? now));
+      let cls = a.outcome;
+      if (cls === 'exec' && ((d.commits[d.jt(a.job, a.tick)] || 0) > 1 || d.dupTicks.has(d.jt(a.job, a.tick)))) cls = 'dup';
+      const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: 'refused by the fence: ' + refusal(a), open: 'in the critical section', lost: 'ended without a commit' }[cls];
+      const title = `node${a.node}, ${a.job ? a.job + ' ' : ''}tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
+        (a.read !== undefined && a.read !== null ? `; read ${a.read}` : '') + (a.value !== undefined ? `, wrote ${a.value}` : '') + (a.detail ? ` (${a.detail})` : '');
+      out.push(`<rect class="mark ${cls}" data-job="${esc(a.job || '')}" data-tick="${a.tick}" data-node="${a.node}" data-token="${a.token}" x="${x0}" y="${y}" width="${x1 - x0}" height="15" rx="2"><title>${esc(title)}</title></rect>`);
+      const inside = `#${a.tick}`;
+      if (x1 - x0 > inside.length * 5.6 + 4) out.push(`<text x="${x0 + 3}" y="${y + 11}" font-size="9.5" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(inside)}</text>`);
+      // The token (or the refusal) under the mark, unless it would
+      // overprint the lane's last label; a refusal always shows.
+      const label = cls === 'stale' ? refusal(a) : a.token ? `t${a.token}` : '';
+      if (!label) continue;
+      const w = label.length * 5.4 + 4;
+      if (cls !== 'stale' && (labelEnd[a.node] || 0) > x0) continue;
+      labelEnd[a.node] = x0 + w;
+      const cl = cls === 'stale' ? 'refusal' : 'token';
+      out.push(`<text class="${cl}" data-node="${a.node}" data-tick="${a.tick}" x="${x0}" y="${y + 29}" font-size="9.5" font-weight="${cls === 'stale' ? 700 : 400}" fill="${cls === 'stale' ? '#b45309' : '#475467'}">${esc(label)}</text>`);
+    }
+    // Faults on a node, over the marks: bands (pause, partition) and
+    // marks (kill, skew, the grant a failover lost), in the lane's foot.
+    for (const b of d.bands) {
+      const y = laneY(b.node);
+      const x0 = x(b.start);
+      const x1 = x(b.end ?? now);
+      const secs = b.end !== null ? ` ${(b.end - b.start).toFixed(1)} s` : '';
+      out.push(`<rect class="band ${b.kind}" x="${x0}" y="${y + 1}" width="${Math.max(2, x1 - x0)}" height="${laneH - 2}" fill="url(#${b.kind === 'pause' ? 'hp' : 'hc'})" stroke="${b.kind === 'pause' ? '#7a5bc7' : '#138a8a'}" stroke-width="1"><title>${esc(b.detail)}</title></rect>`);
+      foot(b.node, x0 + 3, `${b.kind === 'pause' ? 'paused' : 'cut'}${secs}`, b.kind === 'pause' ? '#5b3fa8' : '#0e6a6a', 5);
+    }
+    for (const m of d.marks) {
+      if (m.kind === 'failover' && m.job && m.job !== job) continue;
+      const y = laneY(m.node);
+      const xm = x(m.t);
+      const yf = y + 21; // on the lease's row; its label in the lane's foot
+      if (m.kind === 'kill') {
+        out.push(`<g class="kill"><title>${esc(m.detail)}</title><line x1="${xm - 4}" y1="${yf - 4}" x2="${xm + 4}" y2="${yf + 4}" stroke="#1d2330" stroke-width="2"/><line x1="${xm + 4}" y1="${yf - 4}" x2="${xm - 4}" y2="${yf + 4}" stroke="#1d2330" stroke-width="2"/></g>`);
+        foot(m.node, xm + 6, 'killed', '#1d2330', 2);
+      } else if (m.kind === 'skew') {
+        out.push(`<g class="skew"><title>${esc(m.detail)} (its clock is set off real time from here on; not a step of the lab's clock)</title><circle cx="${xm}" cy="${yf}" r="4.5" fill="#fff" stroke="#b25d00" stroke-width="1.3"/><line x1="${xm}" y1="${yf}" x2="${xm}" y2="${yf - 3}" stroke="#b25d00" stroke-width="1.2"/><line x1="${xm}" y1="${yf}" x2="${xm + 2.5}" y2="${yf}" stroke="#b25d00" stroke-width="1.2"/>` +
+          '</g>');
+        foot(m.node, xm + 7, `clock ${m.label}`, '#b25d00', 4);
+      } else if (m.kind === 'failover') {
+        out.push(`<g class="failovermark"><title>${esc(m.detail)}</title><rect x="${xm - 4}" y="${yf - 4}" width="8" height="8" fill="#c2410c" transform="rotate(45 ${xm} ${yf})"/>` +
+          '</g>');
+        foot(m.node, xm + 7, `grant${m.token ? ' t' + m.token : ''} lost`, '#c2410c', 3);
+      }
+    }
+    const placed = {};
+    for (const f of feet.sort((a, b) => a.prio - b.prio)) {
+      const w = f.text.length * 5.2 + 4;
+      const taken = placed[f.node] ||= [];
+      if (taken.some(([a, b]) => f.x < b && f.x + w > a)) continue;
+      taken.push([f.x, f.x + w]);
+      out.push(`<text class="foot" data-node="${f.node}" x="${f.x}" y="${laneY(f.node) + laneH - 3}" font-size="9" font-weight="600" fill="${f.color}">${esc(f.text)}</text>`);
+    }
+    drawLedger(out, d, job, gy + headH + lanesH + 2, ledgerH, x, labelW, now);
+  });
+  // Faults of the whole run (failover, restart, crash, latency).
+  for (const l of d.lines) {
+    const xl = x(l.t);
+    out.push(`<g class="labline"><title>${esc(l.detail)}</title><line x1="${xl}" y1="${axisH - 2}" x2="${xl}" y2="${bottom}" stroke="#c2410c" stroke-width="1.5" stroke-dasharray="4 3"/>` +
+      `<text x="${xl + 3}" y="${bottom + 11 + l.row * 13}" font-size="10" fill="#c2410c">${esc(l.kind)}</text></g>`);
+  }
+  if (!rs.end && now > 0) out.push(`<line x1="${x(now)}" y1="${axisH - 4}" x2="${x(now)}" y2="${bottom}" stroke="#3b7dd8" stroke-opacity="0.5"/>`);
+  out.push('</svg>');
+  const follow = box.scrollLeft + box.clientWidth >= box.scrollWidth - 4;
+  box.innerHTML = out.join('');
+  if (follow && !rs.end) box.scrollLeft = box.scrollWidth;
+}
+
+// drawLedger draws a job's ledger: the value each commit wrote (dots and
+// a step line) against the commits applied so far (the dashed line). A
+// lost update is where the value falls below the commits.
+function drawLedger(out, d, job, y0, h, x, labelW, now) {
+  const writes = (d.writes[job] || []).slice().sort((a, b) => a.t - b.t);
+  const top = y0 + 4;
+  const bot = y0 + h - 6;
+  const maxV = Math.max(1, writes.length, ...writes.map((w) => w.value || 0));
+  const yv = (v) => bot - (v / maxV) * (bot - top);
+  const last = writes.length ? writes[writes.length - 1] : null;
+  const lost = last ? writes.length - Math.max(...writes.map((w) => w.value || 0)) : 0;
+  out.push(`<text x="6" y="${y0 + 14}" font-size="10.5" font-weight="600" fill="#1d2330">ledger</text>`);
+  out.push(`<text class="ledgersum" data-job="${esc(job)}" x="6" y="${y0 + 27}" font-size="9.5" fill="${lost > 0 ? '#a32020' : '#667085'}">${last ? `${Math.max(...writes.map((w) => w.value || 0))} for ${writes.length} commits` : 'no commit yet'}</text>`);
+  out.push(`<line x1="${labelW}" y1="${bot}" x2="${x(now)}" y2="${bot}" stroke="#e4e7ec"/>`);
+  if (!writes.length) return;
+  // Commits so far: a dashed step line.
+  let p = `M${x(writes[0].t)},${yv(0)}`;
+  writes.forEach((w, i) => { p += ` H${x(w.t)} V${yv(i + 1)}`; });
+  p += ` H${x(now)}`;
+  out.push(`<path class="commits" d="${p}" fill="none" stroke="#98a2b3" stroke-width="1.2" stroke-dasharray="3 2"><title>commits applied to ${esc(job)}: ${writes.length}</title></path>`);
+  // The ledger: the value the store holds after each commit.
+  let v = 0;
+  let q = `M${x(writes[0].t)},${yv(0)}`;
+  for (const w of writes) { v = Math.max(v, w.value || 0); q += ` H${x(w.t)} V${yv(w.value || 0)}`; }
+  q += ` H${x(now)}`;
+  out.push(`<path class="ledger" d="${q}" fill="none" stroke="#2563eb" stroke-width="1.6"><title>${esc(job)}'s ledger: the value written by each commit</title></path>`);
+  let seen = new Set();
+  writes.forEach((w, i) => {
+    const again = seen.has(w.value);
+    seen.add(w.value);
+    const lostHere = (w.value || 0) < i + 1;
+    out.push(`<circle class="write${again ? ' lost' : ''}" cx="${x(w.t)}" cy="${yv(w.value || 0)}" r="${again ? 3.5 : 2.2}" fill="${again ? '#a32020' : lostHere ? '#d97706' : '#2563eb'}">` +
+      `<title>${esc(`node${w.node} wrote ${w.value} (tick ${w.tick}), commit ${i + 1}${again ? `: ${w.value} was already written, an update lost` : ''}`)}</title></circle>`);
+  });
+}
+
+// jobCounts is a job's final counts in a few words.
+function jobCounts(j) {
+  const parts = [`${j.ticks} ticks`, `${j.executions} executions`];
+  if (j.duplicates_applied) parts.push(`${j.duplicates_applied} applied twice`);
+  if (j.stale_rejected) parts.push(`${j.stale_rejected} refused`);
+  if (j.missed_ticks) parts.push(`${j.missed_ticks} missed`);
+  if (j.lost_updates) parts.push(`${j.lost_updates} lost updates`);
+  parts.push(`checker ${j.checker}`);
+  return parts.join(' · ');
+}
