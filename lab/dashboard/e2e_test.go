@@ -21,7 +21,7 @@ import (
 	"github.com/aegislab/aegis/lab/dashboard"
 )
 
-var screenshots = flag.Bool("screenshots", false, "write the end-to-end test's screenshots into docs/ (docs/dashboard-none.png, docs/dashboard-pg-lease-fenced.png)")
+var screenshots = flag.Bool("screenshots", false, "write the end-to-end tests' screenshots into docs/ (docs/dashboard-*.png)")
 
 // e2eBudget bounds the whole browser session: the browser is stopped when
 // it ends, and every wait fails then.
@@ -49,8 +49,14 @@ func chromiumPath(t *testing.T) string {
 // JavaScript exceptions the page throws are collected into *errs.
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
+	return browserFor(t, e2eBudget)
+}
+
+// browserFor is browser with a budget of its own.
+func browserFor(t *testing.T, budget time.Duration) (context.Context, func() []string) {
+	t.Helper()
 	exe := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), e2eBudget)
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	dir, err := os.MkdirTemp("", "aegis-chromium-")
 	require.NoError(t, err)
 	opts := []chromedp.ExecAllocatorOption{
@@ -206,7 +212,6 @@ func TestEndToEndInChromium(t *testing.T) {
 	msg, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(pg+` .msg`)))
 	require.NoError(t, err)
 	require.Contains(t, msg, "injected pause:holder@0s+1.5s")
-	shoot("dashboard-pg-lease-fenced.png")
 
 	require.Empty(t, exceptions(), "the page threw no JavaScript exception")
 	require.False(t, strings.Contains(describe(), "Did not start"))

@@ -547,7 +547,10 @@ function drawRun(rs) {
   p.dataset.run = rs.id;
   // The run's own length: its ticks, from its first tick (a preset's
   // later runs start later).
-  $('.state', p).textContent = done ? `done · ${c.ticks} ticks of ${c.tick}` : (st ? `running · ${Math.max(0, st.elapsed_s).toFixed(1)} of ${(c.ticks * c.tick_s).toFixed(0)} s` : 'running');
+  const span = c.ticks * c.tick_s;
+  const el = st ? Math.max(0, st.elapsed_s) : 0;
+  $('.state', p).textContent = done ? `done · ${c.ticks} ticks of ${c.tick}` : !st ? 'running'
+    : el <= span ? `running · ${el.toFixed(1)} of ${span.toFixed(0)} s` : `running · ${el.toFixed(1)} s: the ticks are done, the last windows close`;
   $('.state', p).className = 'state ' + (done ? 'done' : 'running');
   $('.rid', p).textContent = 'run ' + rs.id;
   const s = strategyOf(c.strategy);

@@ -285,7 +285,7 @@ function drawLanes(rs) {
       const x0 = x(b.start);
       const x1 = x(b.end ?? now);
       const secs = b.end !== null ? ` ${(b.end - b.start).toFixed(1)} s` : '';
-      out.push(`<rect class="band ${b.kind}" x="${x0}" y="${y + 1}" width="${Math.max(2, x1 - x0)}" height="${laneH - 2}" fill="url(#${b.kind === 'pause' ? 'hp' : 'hc'})" stroke="${b.kind === 'pause' ? '#7a5bc7' : '#138a8a'}" stroke-width="1"><title>${esc(b.detail)}</title></rect>`);
+      out.push(`<rect class="band ${b.kind}" data-node="${b.node}" x="${x0}" y="${y + 1}" width="${Math.max(2, x1 - x0)}" height="${laneH - 2}" fill="url(#${b.kind === 'pause' ? 'hp' : 'hc'})" stroke="${b.kind === 'pause' ? '#7a5bc7' : '#138a8a'}" stroke-width="1"><title>${esc(b.detail)}</title></rect>`);
       foot(b.node, x0 + 3, `${b.kind === 'pause' ? 'paused' : 'cut'}${secs}`, b.kind === 'pause' ? '#5b3fa8' : '#0e6a6a', 5);
     }
     for (const m of d.marks) {
