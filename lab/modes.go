@@ -309,3 +309,76 @@ func (n *node) leaderScheduler(ctx context.Context, cfg *schedule.Config) (*sche
 	}
 	return s, qc.Start, stop, nil
 }
+
+// timedLocker wraps a lease-mode Locker to report each lease's lifetime
+// on its store: a grant, and each renewal, expires its call's start plus
+// the TTL asked for, unless renewed again (the store counts from when it
+// received the call, a little later: this is the earliest it can expire).
+// It emits a renewed event for each keep-alive renewal of a lease a tick
+// of this node runs under; the renewal after the run (LockAtLeastFor) is
+// not one.
+type timedLocker struct {
+	aegis.Locker
+	n  *node
+	mu sync.Mutex
+	// grants is the expiry (Unix ns) of each lease granted and not yet
+	// released; running the ticks running under one.
+	grants  map[grantKey]int64
+	running map[grantKey]section
+}
+
+type grantKey struct {
+	key   string
+	token aegis.Token
+}
+
+func (t *timedLocker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	start := time.Now()
+	l, err := t.Locker.TryAcquire(ctx, key, ttl)
+	if err == nil {
+		t.mu.Lock()
+		t.grants[grantKey{l.Key, l.Token}] = start.Add(ttl).UnixNano()
+		t.mu.Unlock()
+	}
+	return l, err
+}
+
+func (t *timedLocker) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
+	start := time.Now()
+	if err := t.Locker.Renew(ctx, l, ttl); err != nil {
+		return err
+	}
+	k, until := grantKey{l.Key, l.Token}, start.Add(ttl).UnixNano()
+	t.mu.Lock()
+	t.grants[k] = until
+	s, ok := t.running[k]
+	t.mu.Unlock()
+	if ok {
+		t.n.emit(nodeEvent{Kind: evRenewed, Job: s.job, Tick: s.tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Until: until})
+	}
+	return nil
+}
+
+func (t *timedLocker) Release(ctx context.Context, l *aegis.Lease) error {
+	t.mu.Lock()
+	delete(t.grants, grantKey{l.Key, l.Token})
+	t.mu.Unlock()
+	return t.Locker.Release(ctx, l)
+}
+
+// begin registers s as running under its lease and returns when the
+// lease expires (Unix ns; 0 when this node did not see its grant).
+func (t *timedLocker) begin(s section) int64 {
+	k := grantKey{s.lease.Key, s.lease.Token}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.running[k] = s
+	return t.grants[k]
+}
+
+// end forgets s: its run is over.
+func (t *timedLocker) end(s section) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.running, grantKey{s.lease.Key, s.lease.Token})
+}

@@ -132,6 +132,9 @@ type node struct {
 	// fatal receives an error the node cannot go on after (a TTL its
 	// backend refuses): retrying each tick would only repeat it.
 	fatal chan error
+	// timed reports the lease's lifetime (lease mode, when the lease
+	// expires on its store); nil otherwise.
+	timed *timedLocker
 	// start is when the run's first tick fires (Unix ns; 0 until the lab
 	// says): the handler runs only the ticks fired in [start, end).
 	start atomic.Int64
@@ -248,6 +251,11 @@ func (n *node) scheduler(ctx context.Context) (*schedule.Scheduler, func(context
 		l, c, err := n.openLocker(ctx)
 		if err != nil {
 			return nil, nil, nil, err
+		}
+		if n.strat.Backend != "lab-everyone" && n.strat.Backend != "lab-advisory" {
+			// Their grants do not expire on a store: no lifetime to show.
+			n.timed = &timedLocker{Locker: l, n: n, grants: map[grantKey]int64{}, running: map[grantKey]section{}}
+			l = n.timed
 		}
 		cfg.Locker, closeFn = l, c
 	case LeaderMode:
