@@ -74,3 +74,37 @@ func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 		})
 	}
 }
+
+// An edit that names a job not in the catalog adds it while the run goes
+// on: every node's binder picks the row up, its ticks run from the time
+// the row takes effect, and the report lists it, checked and recounted
+// from the store like the others.
+func TestEditAddsASchedule(t *testing.T) {
+	t.Parallel()
+	c := short("pg-lease", true, "edit:nightly@400ms=800ms/100ms")
+	c.Duration = 10 * c.Tick
+	rep, st := run(t, session(t), c)
+	requireLabelKept(t, rep, st)
+	added := chaosEvent(t, rep.Events, lab.EventChaos, "nightly added to the catalog")
+	require.Equal(t, "nightly", added.Job)
+
+	var jr *lab.JobReport
+	for i := range rep.Jobs {
+		if rep.Jobs[i].Name == "nightly" {
+			jr = &rep.Jobs[i]
+		}
+	}
+	require.NotNil(t, jr, "the report lists the added job: %+v", rep.Jobs)
+	require.Positive(t, jr.Ticks, "nightly fired after it was added")
+	require.Positive(t, jr.Executions, "and ran")
+	require.Equal(t, lab.CheckOK, jr.Checker)
+	require.Zero(t, jr.MissedTicks)
+	require.Equal(t, int64(jr.Ticks), jr.Ledger, "its ledger counts each of its ticks")
+	require.True(t, rep.StoreAgrees, "the checker agrees with SQL over the audit table")
+	require.Len(t, rep.Jobs, 4, "the catalog's three jobs and the added one")
+	for _, e := range rep.Events {
+		if e.Job == "nightly" && e.Kind == lab.EventEntered {
+			require.Greater(t, e.T, added.T, "nightly runs only after it was added")
+		}
+	}
+}
