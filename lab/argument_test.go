@@ -12,13 +12,13 @@ import (
 // The safety argument the dashboard draws comes from the events: a
 // refusal names the token the store held (read from the store, so it is
 // a token another section of the job registered before), for each token
-// kind; a lease's acquired and renewed events say when it expires on the
-// store. One job every tick, its holder paused for twice the TTL: a
-// successor is granted the job and reads with a greater token before the
-// holder resumes and writes.
+// kind; a lease's or run row's acquired and renewed events say when it
+// expires on the store. One job every tick, its holder paused for twice the TTL: a
+// successor is granted the job (or a reaper retries the tick) and reads
+// with a greater token before the holder resumes and writes.
 func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 	t.Parallel()
-	for _, strategy := range []string{"pg-lease", "queue", "optimistic"} {
+	for _, strategy := range []string{"pg-lease", "pg-unique", "queue", "optimistic"} {
 		t.Run(strategy, func(t *testing.T) {
 			t.Parallel()
 			c := short(strategy, true, "pause:holder@500ms+1200ms")
@@ -46,7 +46,7 @@ func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 			require.Positive(t, stale, "the paused holder's write was refused")
 
 			if strategy == "queue" {
-				return // a queue job's lease is the queue's, not the node's Locker's
+				return // a queue job's lease is the queue's: the scheduler does not see it
 			}
 			ttl := c.TTL.Seconds()
 			acquired, renewed := 0, 0

@@ -32,6 +32,7 @@ type section struct {
 // section for the tick the scheduler runs.
 func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	run, _ := schedule.RunFrom(ctx)
+	until := n.until(run)
 	tick := n.tickOf(run.Fire)
 	if tick == 0 {
 		return nil // before the run's first tick, or after its last
@@ -51,12 +52,7 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	if !n.strat.Fenceable() {
 		s.token = 0 // a lab Locker's token means nothing
 	}
-	acquired := nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner)}
-	if n.timed != nil {
-		acquired.Until = n.timed.begin(s)
-		defer n.timed.end(s)
-	}
-	n.emit(acquired)
+	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Until: until})
 	n.critical(ctx, s)
 	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token)})
 	return nil

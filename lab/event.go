@@ -30,11 +30,12 @@ type Event struct {
 	// transaction: greater than Token, or equal to it from another owner.
 	// 0 when unknown.
 	Held int64 `json:"held,omitempty"`
-	// Until is, on acquired and renewed events, when the lease or claim
-	// expires on the store unless renewed again, in seconds on the same
-	// clock as T (the grant's or renewal's call start plus the TTL it
-	// asked for). 0 for strategies whose grants do not expire (none,
-	// pg-advisory) or are not leases the node holds (pg-unique, queue).
+	// Until is, on acquired and renewed events, when the lease (lease
+	// mode) or run row (pg-unique) expires on the store unless renewed
+	// again, in seconds on the same clock as T: the grant's, claim's or
+	// renewal's call start plus the TTL it asked for (schedule.Event's
+	// Until). 0 where nothing expires on a store (none, pg-advisory) and
+	// for queue, whose job lease is the queue's.
 	Until float64 `json:"until,omitempty"`
 	// Detail says more, in words: an error, what a fault did.
 	Detail string `json:"detail,omitempty"`

@@ -14,7 +14,7 @@ import (
 const (
 	evReady    = "ready"    // connected; waiting for the start time on stdin
 	evAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
-	evRenewed  = "renewed"  // the keep-alive renewed the lease of a running tick (until: its new expiry)
+	evRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
 	evEnter    = "enter"    // about to read the job's ledger: the read's invocation
 	evEntered  = "entered"  // read the ledger (value): in the critical section
 	evWriting  = "writing"  // the work is done; the write begins
