@@ -9,7 +9,8 @@
 //     resource in the aegis_fence table, with a hash of the lease's owner. A
 //     write with a lower token, or with the same token from another owner
 //     (two holders granted one token: a Redis failover that sent the
-//     counter back), gets ErrStale and the caller rolls back. The same
+//     counter back), gets ErrStale and the caller rolls back; the error is
+//     a *StaleError that says which token the table held. The same
 //     holder may write many times with one lease. Check / CheckSQL do the
 //     same for a bare token that comes without a lease (a scheduled run's,
 //     a queue job's), which names no owner.
@@ -127,7 +128,7 @@ const MaxResource = 1024
 
 // Check records token for resource inside tx. When a greater token was
 // already accepted it writes nothing and returns aegis.ErrStale; the caller
-// rolls back.
+// rolls back. The error is a *StaleError naming the token the table held.
 //
 // Check is for tokens that come without a lease: a scheduled run's token
 // (schedule.TokenFrom), a queue job's. The same token lands any number of

@@ -43,13 +43,27 @@ func TestCheck(t *testing.T) {
 	err := checkPG(ctx, pool, "r", 4)
 	require.ErrorIs(t, err, aegis.ErrStale)
 	require.ErrorContains(t, err, `resource "r" already accepted a token greater than 4`)
+	requireHeld(t, err, "r", 4, 5)
 	require.NoError(t, checkPG(ctx, pool, "other", 1), "resources are independent")
 	require.NoError(t, checkPG(ctx, pool, "r", 9))
-	require.ErrorIs(t, checkPG(ctx, pool, "r", 8), aegis.ErrStale)
+	err = checkPG(ctx, pool, "r", 8)
+	require.ErrorIs(t, err, aegis.ErrStale)
+	requireHeld(t, err, "r", 8, 9)
 
 	var token int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM aegis_fence WHERE resource = 'r'").Scan(&token))
 	require.EqualValues(t, 9, token)
+}
+
+// requireHeld asserts err is a *fence.StaleError that names the resource,
+// the token refused and the token the fence table held.
+func requireHeld(t *testing.T, err error, resource string, token, held aegis.Token) {
+	t.Helper()
+	var se *fence.StaleError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, resource, se.Resource)
+	require.Equal(t, token, se.Token, "the token refused")
+	require.Equal(t, held, se.Held, "the token the fence held")
 }
 
 // TestCheckRace races writers with different tokens on one resource, many

@@ -128,6 +128,27 @@ func check(ctx context.Context, t querier, resource string, token aegis.Token, h
 	return refused(ctx, t, resource, token, hash)
 }
 
+// StaleError is the error of a check the fence refused: it wraps
+// aegis.ErrStale (errors.Is works as for the bare sentinel) and says which
+// token the fence table held for the resource when it refused, for a
+// caller that shows why (errors.As). It never carries an owner or its hash.
+type StaleError struct {
+	Resource string
+	// Token is the token refused.
+	Token aegis.Token
+	// Held is the token the fence table recorded for Resource when it
+	// refused Token, read in the same transaction: greater than Token, or
+	// equal to it and recorded by another owner (or bare, by Check). 0 when
+	// it could not be read.
+	Held   aegis.Token
+	reason string
+}
+
+func (e *StaleError) Error() string { return aegis.ErrStale.Error() + ": " + e.reason }
+
+// Unwrap returns aegis.ErrStale.
+func (e *StaleError) Unwrap() error { return aegis.ErrStale }
+
 // refused is the ErrStale of a check that wrote nothing, saying which rule
 // refused it: the user who mixes Check and CheckLease on one resource reads
 // that, not a puzzling "greater token". It names tokens, never an owner or
@@ -135,22 +156,26 @@ func check(ctx context.Context, t querier, resource string, token aegis.Token, h
 func refused(ctx context.Context, t querier, resource string, token aegis.Token, hash string) error {
 	var recorded int64
 	var recordedHash sql.NullString
+	e := &StaleError{Resource: resource, Token: token}
 	if err := t.queryRow(ctx, recordedSQL, resource).Scan(&recorded, &recordedHash); err != nil {
-		return fmt.Errorf("%w: resource %q refused token %d (reading why: %v)", aegis.ErrStale, resource, token, err)
+		e.reason = fmt.Sprintf("resource %q refused token %d (reading why: %v)", resource, token, err)
+		return e
 	}
+	e.Held = aegis.Token(recorded)
 	switch {
 	case recorded > int64(token):
-		return fmt.Errorf("%w: resource %q already accepted a token greater than %d", aegis.ErrStale, resource, token)
+		e.reason = fmt.Sprintf("resource %q already accepted a token greater than %d", resource, token)
 	case recorded < int64(token):
 		// Not seen in practice: the refusing upsert locked the row
 		// (PostgreSQL) or holds the write lock (SQLite) until the end of
 		// the transaction, so it takes a row deleted and re-created by hand.
-		return fmt.Errorf("%w: resource %q refused token %d", aegis.ErrStale, resource, token)
+		e.reason = fmt.Sprintf("resource %q refused token %d", resource, token)
 	case hash == "":
-		return fmt.Errorf("%w: resource %q accepted token %d through fence.CheckLease: a bare fence.Check cannot show it comes from that lease's owner (pass the lease to CheckLease)", aegis.ErrStale, resource, token)
+		e.reason = fmt.Sprintf("resource %q accepted token %d through fence.CheckLease: a bare fence.Check cannot show it comes from that lease's owner (pass the lease to CheckLease)", resource, token)
 	case !recordedHash.Valid:
-		return fmt.Errorf("%w: resource %q accepted token %d through fence.Check, which records no owner: CheckLease cannot show it is the same holder (fence each resource through one of them)", aegis.ErrStale, resource, token)
+		e.reason = fmt.Sprintf("resource %q accepted token %d through fence.Check, which records no owner: CheckLease cannot show it is the same holder (fence each resource through one of them)", resource, token)
 	default:
-		return fmt.Errorf("%w: resource %q already accepted token %d from another owner", aegis.ErrStale, resource, token)
+		e.reason = fmt.Sprintf("resource %q already accepted token %d from another owner", resource, token)
 	}
+	return e
 }

@@ -190,6 +190,7 @@ func TestCheckLease(t *testing.T) {
 
 			err := tg.checkLease(ctx, "r", b5, "b")
 			requireStale(t, err, `resource "r" already accepted token 5 from another owner`)
+			requireHeld(t, err, "r", 5, 5)
 			requireRow(t, tg, "r", 5, ownerA)
 			n, err := tg.rows(ctx, "r", "b")
 			require.NoError(t, err)
@@ -197,13 +198,16 @@ func TestCheckLease(t *testing.T) {
 
 			err = tg.checkLease(ctx, "r", aegis.Lease{Key: "k", Token: 4, Owner: ownerB}, "b")
 			requireStale(t, err, `resource "r" already accepted a token greater than 4`)
+			requireHeld(t, err, "r", 4, 5)
 			err = tg.checkLease(ctx, "r", aegis.Lease{Key: "k", Token: 4, Owner: ownerA}, "a")
 			requireStale(t, err, `resource "r" already accepted a token greater than 4`)
 			requireRow(t, tg, "r", 5, ownerA)
 
 			require.NoError(t, tg.checkLease(ctx, "r", aegis.Lease{Key: "k", Token: 9, Owner: ownerB}, "b"), "a greater token lands, from any owner")
 			requireRow(t, tg, "r", 9, ownerB)
-			requireStale(t, tg.checkLease(ctx, "r", a5, "a"), "a token greater than 5")
+			err = tg.checkLease(ctx, "r", a5, "a")
+			requireStale(t, err, "a token greater than 5")
+			requireHeld(t, err, "r", 5, 9)
 			require.NoError(t, tg.checkLease(ctx, "other", b5, ""), "resources are independent")
 			requireRow(t, tg, "other", 5, ownerB)
 

@@ -67,9 +67,24 @@ type Chaos struct {
 	// Server is the one server kind a partition cuts the node from
 	// (postgres, redis, etcd, zookeeper); "" cuts it from every server.
 	Server string
-	// Spec is an edit's: "pause", "resume", or the job's new cadence (a
-	// duration, in Offset too).
+	// Spec is an edit's: "pause", "resume", the job's new cadence (a
+	// duration, in Offset too), or for a job not in the catalog the
+	// schedule to add, EVERY/WORK[/no-keep-alive] (a --catalog row after
+	// its "=").
 	Spec string
+}
+
+// added returns the schedule an edit adds to the run's catalog: its Spec
+// is a --catalog row's EVERY/WORK.
+func (c Chaos) added() (JobSpec, bool) {
+	if c.Kind != Edit || !strings.Contains(c.Spec, "/") {
+		return JobSpec{}, false
+	}
+	jobs, err := ParseCatalog(c.Target + "=" + c.Spec)
+	if err != nil || len(jobs) != 1 {
+		return JobSpec{}, false
+	}
+	return jobs[0], true
 }
 
 // Node returns N for a target "nodeN", and 0 for any other target.
@@ -140,7 +155,8 @@ const maxChaosDuration = 24 * time.Hour
 // either comes back 2 s after the kill (at the end of the run if that is
 // sooner). An edit changes the run's catalog row of JOB: SPEC is its new
 // cadence (a duration, taking effect as catalog edits do, a second after
-// the commit), pause or resume. The error quotes the spec, says what is
+// the commit), pause or resume; for a JOB not in the catalog, EVERY/WORK
+// (a --catalog row after its "=") adds that schedule from then on. The error quotes the spec, says what is
 // wrong, and wraps aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
 	bad := func(format string, args ...any) (Chaos, error) {
@@ -251,12 +267,18 @@ func ParseChaos(spec string) (Chaos, error) {
 		if c.At, err = duration("AT", at, false); err != nil {
 			return bad("%v", err)
 		}
-		switch spec {
-		case "pause", "resume":
+		switch {
+		case spec == "pause" || spec == "resume":
+			c.Spec = spec
+		case strings.Contains(spec, "/"):
+			// A schedule to add: a --catalog row's EVERY/WORK.
+			if _, err := ParseCatalog(job + "=" + spec); err != nil {
+				return bad("SPEC %q: a schedule to add is EVERY/WORK[/no-keep-alive], such as 2s/300ms (%v)", spec, err)
+			}
 			c.Spec = spec
 		default:
 			if c.Offset, err = duration("SPEC", spec, true); err != nil {
-				return bad("SPEC %q: want a cadence (a duration such as 2s), pause or resume", spec)
+				return bad("SPEC %q: want a cadence (a duration such as 2s), pause, resume, or EVERY/WORK to add a schedule", spec)
 			}
 			c.Spec = c.Offset.String()
 		}

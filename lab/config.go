@@ -75,11 +75,22 @@ func (c Config) jobs() []JobSpec {
 // It is 2 × TTL + the longest work + tick; a job's tick nobody executed by
 // then is missed.
 func (c Config) Window() time.Duration {
+	return 2*c.TTL + c.longestWork() + c.Tick
+}
+
+// longestWork is the longest work of the run's jobs, those its edits add
+// included.
+func (c Config) longestWork() time.Duration {
 	var work time.Duration
 	for _, j := range c.jobs() {
 		work = max(work, j.Work)
 	}
-	return 2*c.TTL + work + c.Tick
+	for _, ch := range c.Chaos {
+		if j, ok := ch.added(); ok {
+			work = max(work, j.Work)
+		}
+	}
+	return work
 }
 
 // Validate checks the configuration and says what is wrong, naming the
@@ -139,8 +150,28 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 	switch ch.Kind {
 	case Edit:
 		i := slices.IndexFunc(c.jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
-		if i < 0 {
-			return fmt.Errorf("job %q is not in the run's catalog (%s)", ch.Target, FormatCatalog(c.jobs()))
+		add, adding := ch.added()
+		switch {
+		case adding && i >= 0:
+			return fmt.Errorf("job %q is in the run's catalog already: an edit of it is a cadence, pause or resume", ch.Target)
+		case adding:
+			jobs := slices.Clone(c.jobs())
+			for _, other := range c.Chaos {
+				if a, ok := other.added(); ok && other != ch && a.Name != add.Name {
+					jobs = append(jobs, a)
+				}
+			}
+			if err := checkJobs(append(jobs, add), c.Tick); err != nil {
+				return err
+			}
+			if add.Work > c.longestWork() {
+				// The nodes' window (how long a tick's write may go on)
+				// is set when they start.
+				return fmt.Errorf("job %q: WORK %s is longer than the run's longest (%s): schedule the edit with the run (--chaos) to add a longer one", ch.Target, add.Work, c.longestWork())
+			}
+			return nil
+		case i < 0:
+			return fmt.Errorf("job %q is not in the run's catalog (%s): to add it, give its EVERY/WORK", ch.Target, FormatCatalog(c.jobs()))
 		}
 		if ch.Offset != 0 {
 			edited := c.jobs()[i]

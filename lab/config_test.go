@@ -41,6 +41,18 @@ func TestConfigValidate(t *testing.T) {
 		{cfg("none", func(c *lab.Config) {
 			c.Chaos = []lab.Chaos{{Kind: lab.Pause, Target: "node7", At: time.Second, For: time.Second}}
 		}), "--chaos pause:node7@1s+1s: node7 does not exist"},
+		{cfg("pg-lease", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Edit, Target: "nightly", At: time.Second, Spec: "2s/1s"}}
+		}), ""},
+		{cfg("pg-lease", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Edit, Target: "invoice-export", At: time.Second, Spec: "2s/100ms"}}
+		}), `job "invoice-export" is in the run's catalog already`},
+		{cfg("pg-lease", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Edit, Target: "nightly", At: time.Second, Spec: "1500ms/100ms"}}
+		}), "nightly: EVERY 1.5s is not a whole number of ticks"},
+		{cfg("pg-lease", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Edit, Target: "nightly", At: time.Second, Spec: "2s"}}
+		}), `job "nightly" is not in the run's catalog`},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate()

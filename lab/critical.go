@@ -32,6 +32,7 @@ type section struct {
 // section for the tick the scheduler runs.
 func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	run, _ := schedule.RunFrom(ctx)
+	until := n.until(run)
 	tick := n.tickOf(run.Fire)
 	if tick == 0 {
 		return nil // before the run's first tick, or after its last
@@ -51,7 +52,7 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	if !n.strat.Fenceable() {
 		s.token = 0 // a lab Locker's token means nothing
 	}
-	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner)})
+	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Until: until})
 	n.critical(ctx, s)
 	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token)})
 	return nil
@@ -70,9 +71,7 @@ func (n *node) critical(ctx context.Context, s section) {
 	value, err := n.read(ctx, s)
 	switch {
 	case isStale(err):
-		e := s.event(evStale)
-		e.Detail = "read"
-		n.emit(e)
+		n.emit(s.stale("read", err))
 		n.audit(ctx, s, "REFUSED", nil)
 		return
 	case err != nil:
@@ -103,9 +102,7 @@ func (n *node) critical(ctx context.Context, s section) {
 			return
 		}
 		if isStale(err) {
-			e := s.event(evStale)
-			e.Detail = "write"
-			n.emit(e)
+			n.emit(s.stale("write", err))
 			n.audit(ctx, s, "REFUSED", nil)
 			return
 		}
@@ -134,10 +131,59 @@ func (n *node) check(ctx context.Context, tx *sql.Tx, s section) error {
 	case RunToken:
 		return fence.CheckSQL(ctx, tx, resource, s.token)
 	case VersionToken:
-		_, err := fence.ExecSQL(ctx, tx, optimisticCheckSQL, optimisticKey(n.ns, s.job), int64(s.token))
+		key := optimisticKey(n.ns, s.job)
+		_, err := fence.ExecSQL(ctx, tx, optimisticCheckSQL, key, int64(s.token))
+		if isStale(err) {
+			// Which version refused it, read in the refusing transaction:
+			// versions only grow, so it is the refusing one or a later one.
+			var held int64
+			if tx.QueryRowContext(ctx, optimisticVersionSQL, key).Scan(&held) == nil {
+				return &versionStale{held: held}
+			}
+		}
 		return err
 	}
 	return nil
+}
+
+// versionStale is the optimistic strategy's refusal: the claim row's
+// version moved on to held.
+type versionStale struct{ held int64 }
+
+func (e *versionStale) Error() string {
+	return fmt.Sprintf("%v: the claim's version is now %d", aegis.ErrStale, e.held)
+}
+
+func (e *versionStale) Unwrap() error { return aegis.ErrStale }
+
+// heldOf returns the token the store of record held when it refused a
+// section's token (err is a refusal), 0 when it does not say.
+func heldOf(err error) int64 {
+	var fe *fence.StaleError
+	if errors.As(err, &fe) {
+		return int64(fe.Held)
+	}
+	var ve *versionStale
+	if errors.As(err, &ve) {
+		return ve.held
+	}
+	return 0
+}
+
+// stale is the event of s refused by the fence at its read or write
+// (phase), with the token the store held and a reason in words.
+func (s section) stale(phase string, err error) nodeEvent {
+	e := s.event(evStale)
+	e.Held = heldOf(err)
+	switch {
+	case e.Held == 0:
+		e.Detail = fmt.Sprintf("%s: token %d refused", phase, s.token)
+	case e.Held == int64(s.token):
+		e.Detail = fmt.Sprintf("%s: token %d refused, the store holds %d from another holder", phase, s.token, e.Held)
+	default:
+		e.Detail = fmt.Sprintf("%s: token %d refused, the store holds %d", phase, s.token, e.Held)
+	}
+	return e
 }
 
 // read is the critical section's first transaction. Fenced, it presents

@@ -25,6 +25,18 @@ type Event struct {
 	Attempt string `json:"attempt,omitempty"`
 	// Value is the balance read (entered) or written (executed).
 	Value *int64 `json:"value,omitempty"`
+	// Held is, on a stale event, the token the store of record held when
+	// it refused the attempt's token, read from the store in the refusing
+	// transaction: greater than Token, or equal to it from another owner.
+	// 0 when unknown.
+	Held int64 `json:"held,omitempty"`
+	// Until is, on acquired and renewed events, when the lease (lease
+	// mode) or run row (pg-unique) expires on the store unless renewed
+	// again, in seconds on the same clock as T: the grant's, claim's or
+	// renewal's call start plus the TTL it asked for (schedule.Event's
+	// Until). 0 where nothing expires on a store (none, pg-advisory) and
+	// for queue, whose job lease is the queue's.
+	Until float64 `json:"until,omitempty"`
 	// Detail says more, in words: an error, what a fault did.
 	Detail string `json:"detail,omitempty"`
 }
@@ -34,6 +46,7 @@ type Event struct {
 const (
 	EventReady      = evReady
 	EventAcquired   = evAcquired
+	EventRenewed    = evRenewed
 	EventEnter      = evEnter
 	EventEntered    = evEntered
 	EventWriting    = evWriting

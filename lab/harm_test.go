@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"database/sql"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -216,8 +217,10 @@ func requireConsistent(t *testing.T, r *lab.Run, rep *lab.Report) store {
 	var sum lab.Report
 	for _, jr := range rep.Jobs {
 		j := st.job(jr.Name)
-		spec := findJob(t, cfg, jr.Name)
-		fires := grid(r.StartTime(), cfg.Tick, spec.Every, cfg.Ticks())
+		spec, from := findJob(t, cfg, rep, jr.Name)
+		fires := slices.DeleteFunc(grid(r.StartTime(), cfg.Tick, spec.Every, cfg.Ticks()), func(tick int) bool {
+			return float64(tick-1)*cfg.Tick.Seconds() < from-0.0005 // before an edit added it
+		})
 		if !stopped {
 			require.Equal(t, len(fires), jr.Ticks, "%s: ticks: its grid ticks in the run", jr.Name)
 		}
@@ -347,7 +350,10 @@ func requireLabelKept(t *testing.T, rep *lab.Report, st store) {
 	}
 }
 
-func findJob(t *testing.T, cfg lab.Config, name string) lab.JobSpec {
+// findJob returns the schedule of the job called name in a run of cfg,
+// and from when (run seconds) it runs: its start, or when an edit added
+// it (its chaos event says).
+func findJob(t *testing.T, cfg lab.Config, rep *lab.Report, name string) (lab.JobSpec, float64) {
 	t.Helper()
 	jobs := cfg.Catalog
 	if jobs == nil {
@@ -355,12 +361,27 @@ func findJob(t *testing.T, cfg lab.Config, name string) lab.JobSpec {
 	}
 	for _, j := range jobs {
 		if j.Name == name {
-			return j
+			return j, math.Inf(-1)
 		}
 	}
+	for _, ch := range cfg.Chaos {
+		if ch.Kind != lab.Edit || ch.Target != name || !strings.Contains(ch.Spec, "/") {
+			continue
+		}
+		added, err := lab.ParseCatalog(name + "=" + ch.Spec)
+		require.NoError(t, err)
+		e := chaosEvent(t, rep.Events, lab.EventChaos, name+" added to the catalog")
+		m := addedFromRE.FindStringSubmatch(e.Detail)
+		require.NotNil(t, m, "the edit says from when %s runs: %s", name, e.Detail)
+		from, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		return added[0], from
+	}
 	t.Fatalf("job %q is not in the run's catalog %s", name, lab.FormatCatalog(jobs))
-	return lab.JobSpec{}
+	return lab.JobSpec{}, 0
 }
+
+var addedFromRE = regexp.MustCompile(`, from ([+-][0-9.]+)s \(version`)
 
 // section is one critical section as the run's events tell it.
 type section struct {

@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -170,7 +172,8 @@ func CheckJobs(ops []Op, rule FenceRule, timeout time.Duration, htmlDir string) 
 	for _, name := range names {
 		job := jobs[name]
 		ends := m.ends(job)
-		res, info := porcupine.CheckOperationsVerbose(model, m.operations(job, ends), timeout)
+		ops, lanes := m.operations(job, ends)
+		res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 		v := JobVerdict{Job: name, Verdict: CheckUnknown}
 		harm := committedHarm(job)
 		switch {
@@ -185,7 +188,7 @@ func CheckJobs(ops []Op, rule FenceRule, timeout time.Duration, htmlDir string) 
 			}
 			if htmlDir != "" {
 				path := filepath.Join(htmlDir, htmlName(name, files))
-				if err := porcupine.VisualizePath(model, info, path); err != nil {
+				if err := visualize(model, info, lanes, path); err != nil {
 					errs = append(errs, fmt.Errorf("check jobs: job %q: write the visualisation: %w", name, err))
 				} else {
 					v.HTML = path
@@ -392,11 +395,12 @@ func (m ledgerModel) porcupine() porcupine.Model {
 	return nd.ToModel()
 }
 
-// operations is job's history for porcupine, each op ending at ends. Each
-// node's ops go in lanes of their own (ClientId, for the visualisation), a
-// new lane when an op overlaps the lane's last (a killed incarnation's op
-// beside its successor's).
-func (m ledgerModel) operations(job []Op, ends []int64) []porcupine.Operation {
+// operations is job's history for porcupine, each op ending at ends, and
+// the name of each lane. Each node's ops go in lanes of their own
+// (ClientId, for the visualisation), a new lane when an op overlaps the
+// lane's last (a killed incarnation's op beside its successor's): node2,
+// then node2 #2.
+func (m ledgerModel) operations(job []Op, ends []int64) ([]porcupine.Operation, []string) {
 	order := make([]int, len(job))
 	for i := range order {
 		order[i] = i
@@ -406,6 +410,7 @@ func (m ledgerModel) operations(job []Op, ends []int64) []porcupine.Operation {
 	})
 	out := make([]porcupine.Operation, len(job))
 	var lanes []int64 // the end of each lane's last op; the current node's lanes start at first
+	var names []string
 	first, node := 0, 0
 	for k, i := range order {
 		op := job[i]
@@ -419,12 +424,70 @@ func (m ledgerModel) operations(job []Op, ends []int64) []porcupine.Operation {
 		}
 		if lane == len(lanes) {
 			lanes = append(lanes, 0)
+			name := fmt.Sprintf("node%d", op.Node)
+			if lane > first {
+				name += fmt.Sprintf(" #%d", lane-first+1)
+			}
+			names = append(names, name)
 		}
 		lanes[lane] = ret
 		out[i] = porcupine.Operation{ClientId: lane, Input: op, Call: op.Call, Output: op.Result, Return: ret}
 	}
-	return out
+	return out, names
 }
+
+// visualize writes porcupine's visualisation of info to path, its lanes
+// named for the lab's nodes (lanes[i] names ClientId i): porcupine labels
+// them 0, 1, 2. A script after porcupine's (which draws the page as it
+// loads) renames the labels and widens the page to the left for them, so
+// that nothing porcupine laid out moves.
+func visualize(model porcupine.Model, info porcupine.LinearizationInfo, lanes []string, path string) error {
+	var b bytes.Buffer
+	if err := porcupine.Visualize(model, info, &b); err != nil {
+		return err
+	}
+	page := b.String()
+	end := strings.LastIndex(page, "</body>")
+	if end < 0 {
+		return errors.New("porcupine's page has no </body>")
+	}
+	names, err := json.Marshal(lanes)
+	if err != nil {
+		return err
+	}
+	page = page[:end] + fmt.Sprintf(laneScript, names) + page[end:]
+	return os.WriteFile(path, []byte(page), 0o644)
+}
+
+// laneScript names porcupine's lane labels: the texts of its background
+// group that hold a lane number. The names are the lab's ("node2 #2"),
+// never input from elsewhere.
+const laneScript = `<script>
+// Aegis: name the lanes for the lab's nodes.
+(function () {
+  const names = %s
+  const svg = document.querySelector('#canvas svg')
+  if (!svg) return
+  const bg = svg.querySelector('g')
+  let left = 0
+  for (const t of bg.querySelectorAll(':scope > text')) {
+    const i = Number(t.textContent)
+    if (t.textContent === '' || !Number.isInteger(i) || i >= names.length) continue
+    t.textContent = names[i]
+    t.setAttribute('data-lane', String(i))
+    left = Math.min(left, t.getBBox().x - 4)
+  }
+  for (const t of document.querySelectorAll('#legend text')) {
+    if (t.textContent === 'Clients') t.textContent = 'Nodes'
+  }
+  if (left < 0) {
+    const w = Number(svg.getAttribute('width')), h = Number(svg.getAttribute('height'))
+    svg.setAttribute('viewBox', left + ' 0 ' + (w - left) + ' ' + h)
+    svg.setAttribute('width', String(w - left))
+  }
+})()
+</script>
+`
 
 // committedHarm names the first harm two committed writes prove on their
 // own, whatever the order: two writes of one tick (a tick applied twice),

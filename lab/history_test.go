@@ -209,6 +209,9 @@ func TestCheckJobsSeveralJobs(t *testing.T) {
 	b, err := os.ReadFile(v[1].HTML)
 	require.NoError(t, err)
 	require.Contains(t, string(b), "node 2's write 2, tick 1000, token 2")
+	// Its lanes carry the nodes' names (node1, node2), in the order of
+	// porcupine's lanes (ClientId 0, 1).
+	require.Contains(t, string(b), `const names = ["node1","node2"]`)
 }
 
 func TestCheckJobsTimeout(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -364,10 +365,13 @@ func (r *Run) setLatency(ch Chaos) {
 	}
 }
 
-// failover loses the primary before it replicates a grant: the
-// replication link is cut, the next grant lands on the primary only, the
-// primary is killed, the replica promoted, and every node's proxy switched
-// to it.
+// failover loses the primary before it replicates a grant its holder
+// works under: the replication link is cut, then the primary is killed
+// as soon as a node granted the lease after the cut has read the ledger
+// with that grant's token (it is inside the critical section, doing its
+// work), the replica promoted, and every node's proxy switched to it. The
+// promoted replica never saw that grant, so a successor can be granted the
+// key while the holder still works.
 func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	r.s.mu.Lock()
 	primary, replica, link := r.s.redis[0], r.s.replica, r.s.replLink
@@ -375,12 +379,24 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	link.Cut()
 	r.mu.Lock()
 	r.failedOver = true // from here on, the end of the run heals Redis
+	cut := len(r.events)
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: replication from the primary %s to its replica %s cut; waiting for the next grant", ch, primary.Addr(), replica.Addr())})
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: replication from the primary %s to its replica %s cut; waiting for a node granted the lease from now on to enter the critical section", ch, primary.Addr(), replica.Addr())})
 	begin(nil)
-	e, err := r.waitEvent(ctx, func(e Event) bool { return e.Kind == EventAcquired })
+	e, err := r.waitEvent(ctx, func(e Event) bool {
+		// r.mu is held by addLocked: the events since the cut are stable.
+		if e.Kind != EventEntered || e.Token == 0 || r.nodes[e.Node-1].paused {
+			return false
+		}
+		for _, g := range r.events[cut:] {
+			if g.Kind == EventAcquired && g.Node == e.Node && g.Job == e.Job && g.Tick == e.Tick && g.Token == e.Token {
+				return true
+			}
+		}
+		return false
+	})
 	if err != nil {
-		return errors.New("no grant after replication was cut: nothing to lose")
+		return errors.New("no node granted the lease after replication was cut entered the critical section: nothing to lose")
 	}
 	if err := primary.Kill(); err != nil {
 		return err
@@ -399,17 +415,18 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 		}
 	}
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventChaos, Node: e.Node, Tick: e.Tick, Token: e.Token, Detail: fmt.Sprintf(
-		"%s: primary %s killed right after it granted token %d to node%d, which its replica never received; replica %s promoted and the nodes switched to it",
-		ch, primary.Addr(), e.Token, e.Node, replica.Addr())})
+	r.labEvent(Event{Kind: EventChaos, Node: e.Node, Job: e.Job, Tick: e.Tick, Token: e.Token, Detail: fmt.Sprintf(
+		"%s: primary %s killed while node%d, granted token %d for %s tick %d after replication was cut, works inside the critical section; replica %s, which never received that grant, promoted and the nodes switched to it",
+		ch, primary.Addr(), e.Node, e.Token, e.Job, e.Tick, replica.Addr())})
 	return nil
 }
 
 // restartRedis restarts a Redis server of the strategy without
 // persistence: it comes back empty, its token counters gone. For redis it
-// is the single-node one (the first address); for redlock the first
-// Redlock node (the second address: of six or more, the first is the
-// single-node one).
+// is the single-node one the nodes use now: the first address, or after a
+// failover the promoted replica, which comes back a primary; for redlock
+// the first Redlock node (the second address: of six or more, the first is
+// the single-node one), or a majority of them.
 func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
@@ -441,16 +458,54 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 			}
 		}
 	}
+	all := append(slices.Clone(r.s.redis), r.s.replica)
 	r.s.mu.Unlock()
 	var names []string
 	for _, rs := range restart {
+		promoted := false
+		if use := r.redisInUse(rs.Addr()); use != rs.Addr() {
+			// A failover switched the nodes to the replica: that is the
+			// server whose keys they depend on now.
+			i := slices.IndexFunc(all, func(x *servers.Redis) bool { return x.Addr() == use })
+			if i < 0 {
+				return fmt.Errorf("the nodes use Redis %s, which is not the lab's", use)
+			}
+			rs, promoted = all[i], true
+		}
 		if err := rs.Restart(context.WithoutCancel(ctx)); err != nil {
 			return err
+		}
+		if promoted {
+			// It starts as the replica its configuration says; it stays
+			// the primary the failover made it (the end of the run makes it
+			// a replica again).
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := servers.RedisCommand(pctx, rs.Addr(), "REPLICAOF", "NO", "ONE")
+			cancel()
+			if err != nil {
+				return fmt.Errorf("restarted %s, promote it again: %w", rs.Addr(), err)
+			}
 		}
 		names = append(names, rs.Addr())
 	}
 	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: their keys and token counters are gone", ch, strings.Join(names, ", "))})
 	return nil
+}
+
+// redisInUse returns the Redis address the run's nodes reach through
+// their proxy to addr: addr itself, or the server a failover switched them
+// to.
+func (r *Run) redisInUse(addr string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, np := range r.nodes {
+		for _, p := range np.proxies[servers.KindRedis] {
+			if np.origin[p] == addr {
+				return p.Upstream()
+			}
+		}
+	}
+	return addr
 }
 
 // healRedis puts the lab's Redis back as it was after a failover: a fresh
@@ -617,12 +672,14 @@ func busiestMember(ctx context.Context, members []*servers.Proc, leader *servers
 }
 
 // catalogEdit is an edit of the run's catalog: from At on, the job fires
-// every Every (0: unchanged), or not at all while paused.
+// every Every (0: unchanged), or not at all while paused; Added: the job
+// was added to the catalog then, and fires from At on.
 type catalogEdit struct {
 	Job    string
 	At     time.Time
 	Every  time.Duration
 	Paused *bool
+	Added  bool
 }
 
 // edit applies an edit fault to the run's catalog, as an operator would
@@ -633,6 +690,9 @@ func (r *Run) edit(ctx context.Context, ch Chaos) error {
 		err error
 	)
 	rec := catalogEdit{Job: ch.Target}
+	if j, ok := ch.added(); ok {
+		return r.addJob(ctx, ch, j)
+	}
 	switch ch.Spec {
 	case "pause", "resume":
 		paused := ch.Spec == "pause"
@@ -658,5 +718,32 @@ func (r *Run) edit(ctx context.Context, ch Chaos) error {
 	r.mu.Unlock()
 	r.labEvent(Event{Kind: EventChaos, Job: ch.Target, Detail: fmt.Sprintf("%s: the catalog's %s is now %s%s, from %+.1fs (version %d)",
 		ch, ch.Target, e.Spec(), map[bool]string{true: ", paused", false: ""}[e.Paused], r.secs(rec.At.UnixNano()), e.Version)})
+	return nil
+}
+
+// addJob adds j to the run's catalog, as an operator would (aegis
+// schedule put): its ledger row first, then its catalog row, which every
+// node's binder picks up and runs from the row's effective time. From
+// then on the lab expects its ticks, checks it and counts it.
+func (r *Run) addJob(ctx context.Context, ch Chaos, j JobSpec) error {
+	r.mu.Lock()
+	exists := slices.ContainsFunc(r.jobs, func(x JobSpec) bool { return x.Name == j.Name })
+	r.mu.Unlock()
+	if exists {
+		return fmt.Errorf("edit %s: the job is in the catalog already", ch.Target)
+	}
+	if _, err := r.db.ExecContext(ctx, insertLedgerSQL, r.ID, j.Name); err != nil {
+		return fmt.Errorf("edit %s: its ledger: %w", ch.Target, err)
+	}
+	e, err := r.catalog.Put(ctx, j.entry(r.cfg))
+	if err != nil {
+		return fmt.Errorf("edit %s: %w", ch.Target, err)
+	}
+	r.mu.Lock()
+	r.jobs = append(r.jobs, j)
+	r.edits = append(r.edits, catalogEdit{Job: j.Name, At: e.EffectiveAt, Every: j.Every, Added: true})
+	r.mu.Unlock()
+	r.labEvent(Event{Kind: EventChaos, Job: j.Name, Detail: fmt.Sprintf("%s: %s added to the catalog, %s working %s%s, from %+.3fs (version %d)",
+		ch, j.Name, e.Spec(), j.Work, map[bool]string{true: ", without keep-alive", false: ""}[j.NoKeepAlive], r.secs(e.EffectiveAt.UnixNano()), e.Version)})
 	return nil
 }

@@ -175,9 +175,15 @@ func (j JobSpec) fires(start time.Time, tick time.Duration, ticks int, edits []c
 
 // firesAt reports whether j fires at the grid instant at: on an
 // epoch-aligned multiple of its cadence (schedule.Interval), as the run's
-// edits before at (in order) left its cadence, and not paused.
+// edits before at (in order) left its cadence, not paused, and not before
+// an edit added it.
 func (j JobSpec) firesAt(at time.Time, edits []catalogEdit) bool {
 	every, paused := j.Every, false
+	for _, e := range edits {
+		if e.Job == j.Name && e.Added && e.At.After(at) {
+			return false
+		}
+	}
 	for _, e := range edits {
 		if e.Job != j.Name || e.At.After(at) {
 			continue

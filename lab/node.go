@@ -132,6 +132,10 @@ type node struct {
 	// fatal receives an error the node cannot go on after (a TTL its
 	// backend refuses): retrying each tick would only repeat it.
 	fatal chan error
+	// untils is when each run's lease or run row expires on its store
+	// (Unix ns, from the scheduler's EventRun), until its handler starts.
+	untilMu sync.Mutex
+	untils  map[runID]int64
 	// start is when the run's first tick fires (Unix ns; 0 until the lab
 	// says): the handler runs only the ticks fired in [start, end).
 	start atomic.Int64
@@ -146,7 +150,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
 	}
-	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1)}
+	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1), untils: map[runID]int64{}}
 	var err error
 	if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
 		n.db, err = sqlitelease.Open(path)
@@ -292,11 +296,50 @@ func (n *node) onSchedule(e schedule.Event) {
 		n.emit(nodeEvent{Kind: evReclaim, Job: e.Job, Tick: n.tickOf(e.Fire), Token: int64(e.Token), Detail: e.Reason})
 	case schedule.EventElected:
 		n.emit(nodeEvent{Kind: evElected, Token: int64(e.Token)})
+	case schedule.EventRun:
+		if n.expires() && !e.Until.IsZero() {
+			n.untilMu.Lock()
+			n.untils[runID{e.Job, e.Fire.UnixNano(), e.Token}] = e.Until.UnixNano()
+			n.untilMu.Unlock()
+		}
+	case schedule.EventRenewed:
+		if t := n.tickOf(e.Fire); t > 0 && n.expires() {
+			token := e.Token
+			if !n.strat.Fenceable() {
+				token = 0
+			}
+			n.emit(nodeEvent{Kind: evRenewed, Job: e.Job, Tick: t, Token: int64(token), RunAttempt: e.Attempt, Until: e.Until.UnixNano()})
+		}
 	case schedule.EventRefused, schedule.EventMisfired, schedule.EventLost:
 		if t := n.tickOf(e.Fire); t > 0 {
 			n.emit(nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))})
 		}
 	}
+}
+
+// runID names one run of a job on this node.
+type runID struct {
+	job   string
+	fire  int64
+	token aegis.Token
+}
+
+// expires reports whether the strategy's runs hold something that expires
+// on a store unless renewed: a lease or a run row. Not none's grant-all
+// Locker nor pg-advisory's lock, which is held as long as its connection.
+func (n *node) expires() bool {
+	return n.strat.Mode != LeaderMode && n.strat.Backend != "lab-everyone" && n.strat.Backend != "lab-advisory"
+}
+
+// until returns (and forgets) when the run expires on its store unless
+// renewed (Unix ns; 0 when unknown).
+func (n *node) until(run schedule.Run) int64 {
+	k := runID{run.Job, run.Fire.UnixNano(), run.Token}
+	n.untilMu.Lock()
+	defer n.untilMu.Unlock()
+	u := n.untils[k]
+	delete(n.untils, k)
+	return u
 }
 
 func errText(e schedule.Event) string {

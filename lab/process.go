@@ -30,6 +30,9 @@ type nodeProc struct {
 	cfg     nodeConfig
 	env     []string
 	proxies map[servers.Kind][]*tcpproxy.Proxy
+	// origin is the server each proxy was made for (a failover switches
+	// its upstream to another).
+	origin map[*tcpproxy.Proxy]string
 
 	// The current process, guarded by Run.mu.
 	cmd      *exec.Cmd
@@ -58,7 +61,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 		}
 	}
 	for n := 1; n <= r.cfg.Nodes; n++ {
-		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}}
+		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}, origin: map[*tcpproxy.Proxy]string{}}
 		np.cfg = nodeConfig{
 			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
 			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
@@ -131,6 +134,7 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 		}
 		r.mu.Lock()
 		np.proxies[k] = append(np.proxies[k], p)
+		np.origin[p] = upstream
 		r.mu.Unlock()
 		return p.Addr(), nil
 	}

@@ -14,6 +14,7 @@ import (
 const (
 	evReady    = "ready"    // connected; waiting for the start time on stdin
 	evAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
+	evRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
 	evEnter    = "enter"    // about to read the job's ledger: the read's invocation
 	evEntered  = "entered"  // read the ledger (value): in the critical section
 	evWriting  = "writing"  // the work is done; the write begins
@@ -50,7 +51,12 @@ type nodeEvent struct {
 	Attempt string `json:"attempt,omitempty"`
 	Since   int64  `json:"since,omitempty"` // claimed: when the claim's statement began (Unix ns)
 	Value   *int64 `json:"value,omitempty"`
-	Detail  string `json:"detail,omitempty"`
+	// Held: on stale, the token the store of record held when it refused.
+	Held int64 `json:"held,omitempty"`
+	// Until: on acquired and renewed, when the lease or claim expires on
+	// the store unless renewed again (Unix ns, real clock).
+	Until  int64  `json:"until,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // startLine is what the lab writes on a node's standard input: when its

@@ -46,7 +46,10 @@ type claimRecord struct {
 func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Detail: ev.Detail}
+	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Held: ev.Held, Detail: ev.Detail}
+	if ev.Until != 0 {
+		e.Until = r.secs(ev.Until)
+	}
 	jt := jobTick{ev.Job, ev.Tick}
 	sec := r.sections[ev.Attempt]
 	var derived []Event

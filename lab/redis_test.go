@@ -1,7 +1,9 @@
 package lab_test
 
 import (
+	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +83,8 @@ func TestRedisFailoverKeepsTheLedger(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, job, "node%d's grant of token %d at tick %d", lost.Node, lost.Token, lost.Tick)
+	require.Equal(t, job, lost.Job, "the fault names the grant's job")
+	requireCaughtInside(t, rep, lost)
 	secs := sections(rep)
 	var first *section // the lost grant's section
 	for _, s := range secs {
@@ -97,6 +101,87 @@ func TestRedisFailoverKeepsTheLedger(t *testing.T) {
 			require.False(t, st.committed(s.attempt), "%s: section %s (token %d) committed after node%d read with token %d", job, s.attempt, s.token, lost.Node, lost.Token)
 		}
 	}
+}
+
+// requireCaughtInside asserts that the failover's kill (the chaos event
+// lost) caught a holder inside: the grant it names was made after
+// replication was cut, and its node entered the critical section with it
+// (its read done) before the kill.
+func requireCaughtInside(t *testing.T, rep *lab.Report, lost lab.Event) {
+	t.Helper()
+	cut := chaosEvent(t, rep.Events, lab.EventChaos, "replication from the primary").T
+	granted, entered := false, false
+	for _, e := range rep.Events {
+		if e.T > lost.T || e.Node != lost.Node || e.Job != lost.Job || e.Tick != lost.Tick || e.Token != lost.Token {
+			continue
+		}
+		switch {
+		case e.Kind == lab.EventAcquired && e.T >= cut:
+			granted = true
+		case e.Kind == lab.EventEntered && granted:
+			entered = true
+		}
+	}
+	require.True(t, granted, "node%d was granted %s tick %d token %d after the cut (%.3fs), before the kill (%.3fs)", lost.Node, lost.Job, lost.Tick, lost.Token, cut, lost.T)
+	require.True(t, entered, "node%d entered %s tick %d with token %d before the kill (%.3fs)", lost.Node, lost.Job, lost.Tick, lost.Token, lost.T)
+}
+
+var promotedRE = regexp.MustCompile(`replica (\S+), which never received`)
+
+// A restart after a failover restarts the server the nodes use, the
+// promoted replica: its token counters go back to nothing (a job's next
+// grant has token 1). The end of the run puts the session's Redis back,
+// so a next run in the session works.
+func TestRedisRestartAfterFailover(t *testing.T) {
+	t.Parallel()
+	s := ownRedis(t)
+	c := short("redis", true, "failover:redis@0s")
+	c.Duration = 10 * c.Tick
+	c.OutDir = t.TempDir()
+	r, err := s.Start(t.Context(), c)
+	require.NoError(t, err)
+	events, cancel := r.Subscribe(0)
+	defer cancel()
+	kill := nextEvent(t, events, "the failover's kill", func(e lab.Event) bool {
+		return e.Kind == lab.EventChaos && e.Token != 0
+	})
+	m := promotedRE.FindStringSubmatch(kill.Detail)
+	require.NotNil(t, m, "the failover names the promoted replica: %s", kill.Detail)
+	promoted := m[1]
+	// A grant from the promoted replica of token 2 or more: that job's
+	// counter there is past 1.
+	grant := nextEvent(t, events, "a grant after the failover", func(e lab.Event) bool {
+		return e.Kind == lab.EventAcquired && e.T > kill.T && e.Token >= 2
+	})
+	before := r.Status().Elapsed
+	ctx, cancelInject := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancelInject()
+	restart, err := lab.ParseChaos("restart:redis@0s")
+	require.NoError(t, err)
+	require.NoError(t, r.Inject(ctx, restart))
+	drain(t, events, func(lab.Event) {})
+	rep, err := r.Wait(ctx)
+	require.NoError(t, err)
+	rep, st := report(t, s, r, rep)
+	requireLabelKept(t, rep, st)
+
+	restarted := chaosEvent(t, rep.Events, lab.EventChaos, "restarted without persistence")
+	require.Contains(t, restarted.Detail, promoted, "the restart is of the promoted replica, which the nodes use")
+	var after []int64
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventAcquired && e.Job == grant.Job && e.T >= before {
+			after = append(after, e.Token)
+		}
+	}
+	require.Contains(t, after, int64(1), "%s's counter was gone after the restart: a grant of token 1 (it had reached %d; grants after: %v)", grant.Job, grant.Token, after)
+
+	// The next run of the session has its Redis back: a primary the nodes
+	// reach, every tick run.
+	next, st := run(t, s, short("redis", true))
+	requireLabelKept(t, next, st)
+	require.Equal(t, lab.CheckOK, next.Checker)
+	require.Positive(t, next.Executions)
+	require.Zero(t, next.MissedTicks, "every tick of the next run ran")
 }
 
 // A restart without persistence loses the token counters: tokens go back,

@@ -101,6 +101,8 @@ WHERE key = $1 AND version = $2 -- compare-and-set on the version read`
 	// greater one). It writes the row so that it takes its lock, as the
 	// fence's upsert does.
 	optimisticCheckSQL = `UPDATE aegis_lab_optimistic SET version = version WHERE key = $1 AND version = $2`
+	// optimisticVersionSQL reads the version that refused a check.
+	optimisticVersionSQL = `SELECT version FROM aegis_lab_optimistic WHERE key = $1`
 )
 
 // migrateStore creates the lab's tables and the fence table.

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +85,7 @@ const (
 	EventLost     EventKind = "lost"     // a run's lease or run row was lost (reclaimed, replaced, expired)
 	EventError    EventKind = "error"    // a store or lock call failed
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
+	EventRenewed  EventKind = "renewed"  // the keep-alive renewed a running run's lease or run row (Until: its new expiry)
 
 	// The catalog (Config.Catalog).
 	EventBound      EventKind = "bound"       // a catalog schedule was bound or unbound (Token: its version)
@@ -107,6 +109,12 @@ type Event struct {
 	Attempt int
 	Reason  string
 	Err     error
+	// Until is, on EventRun and EventRenewed, when the run's lease or run
+	// row expires on the store unless renewed again, by this process's
+	// real clock: the grant's, claim's or renewal's call start plus the TTL
+	// it asked for (the store counts from when it received the call, a
+	// little later). Zero on other events and in leader mode.
+	Until time.Time
 }
 
 // Scheduler runs jobs on their schedules, once per tick across every
@@ -741,7 +749,7 @@ func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, a
 	st := j.s.cfg.Store
 	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt, Args: c.args, Version: c.version}
-	return j.launch(ctx, run, lease, &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
+	return j.launch(ctx, run, lease, start.Add(j.LockAtMostFor), &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
 		state, text := "succeeded", ""
 		if jobErr != nil {
 			state, text = "failed", jobErr.Error()
@@ -823,7 +831,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		}
 	}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
-	done = j.launch(j.runContext(ctx), run, lease, locker, func(jobErr error, held *aegis.Held) {
+	done = j.launch(j.runContext(ctx), run, lease, start.Add(j.LockAtMostFor), locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -847,21 +855,23 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 }
 
 // launch runs the job in a goroutine under lease (kept alive through
-// keeper unless keep-alive is off), then calls end with the job's error and
-// the keep-alive (nil without), which end must release.
-func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
+// keeper unless keep-alive is off; until is when it expires unless
+// renewed), then calls end with the job's error and the keep-alive (nil
+// without), which end must release.
+func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until time.Time, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
 	rctx, cancel := context.WithCancelCause(ctx)
 	a := &active{fire: run.Fire, cancel: cancel, done: make(chan struct{})}
 	j.mu.Lock()
 	j.running[a] = struct{}{}
 	j.mu.Unlock()
-	j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt})
+	j.s.emit(Event{Kind: EventRun, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Until: until})
 	j.s.metrics.runs.Inc()
 	j.s.wg.Go(func() {
 		defer close(a.done)
 		var (
 			jctx context.Context
 			held *aegis.Held
+			rk   *renewals
 		)
 		if j.DisableKeepAlive {
 			var stop context.CancelFunc
@@ -870,7 +880,9 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 		} else {
 			// The lease outlives a cancelled run until the job returns (a
 			// job may ignore its context): end releases it.
-			held = aegis.Keep(context.WithoutCancel(rctx), keeper, lease)
+			rk = &renewals{Locker: keeper, j: j, run: run}
+			rk.running.Store(true)
+			held = aegis.Keep(context.WithoutCancel(rctx), rk, lease)
 			var jcancel context.CancelCauseFunc
 			jctx, jcancel = context.WithCancelCause(held.Context())
 			defer jcancel(nil)
@@ -881,6 +893,9 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 			jctx = context.WithValue(jctx, leaseKey{}, *lease)
 		}
 		jobErr := j.call(jctx)
+		if rk != nil {
+			rk.running.Store(false) // end's LockAtLeastFor renewal is no keep-alive
+		}
 		if cause := context.Cause(jctx); errors.Is(cause, aegis.ErrLost) || errors.Is(cause, errReplaced) {
 			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: cause})
 		}
@@ -894,6 +909,24 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, keeper ae
 		j.s.emit(Event{Kind: EventDone, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	})
 	return a.done
+}
+
+// renewals reports each keep-alive renewal of a running run as
+// EventRenewed.
+type renewals struct {
+	aegis.Locker
+	j       *job
+	run     Run
+	running atomic.Bool
+}
+
+func (r *renewals) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
+	start := time.Now()
+	err := r.Locker.Renew(ctx, l, ttl)
+	if err == nil && r.running.Load() {
+		r.j.s.emit(Event{Kind: EventRenewed, Job: r.run.Job, Fire: r.run.Fire, Token: r.run.Token, Attempt: r.run.Attempt, Until: start.Add(ttl)})
+	}
+	return err
 }
 
 // call runs the job, turning a panic into an error.
