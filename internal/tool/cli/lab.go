@@ -75,7 +75,8 @@ Chaos (repeatable; AT from the first tick):
 	crash:postgres@AT         SIGKILL the lab's (durable) PostgreSQL, restart it: crash recovery
 	kill:etcd@AT              SIGKILL etcd's leader; it comes back 2s later
 	kill:zookeeper@AT         SIGKILL the ZooKeeper member with most sessions; back 2s later
-	edit:JOB@AT=SPEC          a catalog edit: SPEC is a new cadence (2s), pause or resume
+	edit:JOB@AT=SPEC          a catalog edit: SPEC is a new cadence (2s), pause or resume;
+	                          for a JOB not in the catalog, EVERY/WORK[/no-keep-alive] adds it
 TARGET is holder (the node in the critical section then, or the next to
 enter it), writer (the node inside its write then, or the next to begin
 one) or nodeN; SERVER is postgres, redis, etcd or zookeeper. --standby N

@@ -96,7 +96,9 @@ function presetLength(sc) {
   const per = sc.runs.map((r) => r.ticks * r.tick_s);
   const waves = Math.ceil(sc.runs.length / Math.max(1, sc.parallel));
   const longest = Math.max(...per);
-  return sc.runs.length === 1 ? `one run of ${per[0].toFixed(0)} s` : `${sc.runs.length} runs of ${Math.min(...per).toFixed(0)}–${longest.toFixed(0)} s, ${waves} wave${waves > 1 ? 's' : ''}`;
+  const shortest = Math.min(...per);
+  const each = shortest === longest ? `${longest.toFixed(0)} s` : `${shortest.toFixed(0)}–${longest.toFixed(0)} s`;
+  return sc.runs.length === 1 ? `one run of ${per[0].toFixed(0)} s` : `${sc.runs.length} runs of ${each}, ${waves} wave${waves > 1 ? 's' : ''}`;
 }
 
 function renderAvailability() {
@@ -219,7 +221,7 @@ function restream(force) {
     for (const e of b.events.slice(skip)) rs.events.push(e);
     schedule(rs);
   });
-  es.addEventListener('status', (ev) => { const b = JSON.parse(ev.data); const rs = runState(b.run); rs.status = b.status; schedule(rs); });
+  es.addEventListener('status', (ev) => { const b = JSON.parse(ev.data); const rs = runState(b.run); rs.status = b.status; schedule(rs); scheduleCompare(); });
   es.addEventListener('end', (ev) => {
     const b = JSON.parse(ev.data);
     const rs = runState(b.run);
@@ -264,7 +266,11 @@ function groupTitle(g) {
     const n = r.config.strategy + (r.config.fenceable ? (r.config.fenced ? ' fenced' : ' unfenced') : '');
     if (!names.includes(n)) names.push(n);
   }
-  return names.join(', ');
+  if (names.length <= 4) return names.join(', ');
+  // Many runs: the strategies once each.
+  const strategies = [...new Set(g.runs.map((r) => r.config.strategy))];
+  const both = g.runs.some((r) => r.config.fenced) && g.runs.some((r) => r.config.fenceable && !r.config.fenced);
+  return `${g.runs.length} runs: ${strategies.join(', ')}${both ? ', fenced and not' : ''}`;
 }
 
 function groupState(g) {
@@ -351,13 +357,16 @@ function makePanel(rv, g) {
   p.dataset.strategy = c.strategy;
   p.dataset.fenced = String(c.fenced);
   const targets = ['holder', 'writer'].concat(Array.from({ length: c.nodes }, (_, i) => `node${i + 1}`));
+  // Side by side with others, a run's panel starts compact: its catalog
+  // and guidance fold away.
+  const many = g.runs.length > 2;
   const cut = ['all its servers'].concat(s.name === 'sqlite' ? [] : ['postgres']).concat((s.servers || []).filter((k) => k !== 'postgres'));
   p.innerHTML =
     `<header><h3>${esc(c.strategy)}</h3>${fenceBadge(c)}<span class="state"></span><span class="rid"></span>` +
     `<p class="params">${esc(c.summary)}</p></header>` +
     `<div class="row"><div class="holder"></div><dl class="counts"></dl><div class="verdict" data-checker="pending"></div></div>` +
     `<p class="notguaranteed"><b>${esc(c.strategy)}</b> does not guarantee ${esc(s.not_guaranteed || '')}.</p>` +
-    (!g.scenario && c.watch ? `<p class="watch"><b>What to watch:</b> ${esc(c.watch)}</p>` : '') +
+    (!g.scenario && c.watch ? (many ? `<details class="watch"><summary><b>What to watch</b></summary>${esc(c.watch)}</details>` : `<p class="watch"><b>What to watch:</b> ${esc(c.watch)}</p>`) : '') +
     `<div class="chaos"><span class="label">Chaos</span>` +
     `<label>target <select class="chaos-target">${targets.map((t) => `<option>${t}</option>`).join('')}</select></label>` +
     `<label>for <input class="chaos-for" type="text" value="3s" spellcheck="false"></label>` +
@@ -371,10 +380,10 @@ function makePanel(rv, g) {
     serverFaults.map(([kind, label, title, ok]) => `<button type="button" data-chaos="${kind}" title="${esc(title)}"${ok(s) ? '' : ' hidden'}>${esc(label)}</button>`).join('') +
     `<button type="button" class="danger" data-stop>Stop run</button></div>` +
     `<p class="msg" role="status"></p>` +
-    `<details class="catalog" open><summary>Catalog <small>(the schedules every node runs: edit them live)</small></summary><table class="catalogtable"><thead><tr><th>schedule</th><th>every</th><th>work</th><th>keep-alive</th><th>state</th><th>edit</th></tr></thead><tbody></tbody>` +
+    `<details class="catalog"${many ? '' : ' open'}><summary>Catalog <small>(the schedules every node runs: edit them live)</small></summary><table class="catalogtable"><thead><tr><th>schedule</th><th>every</th><th>work</th><th>keep-alive</th><th>state</th><th>edit</th></tr></thead><tbody></tbody>` +
     `<tfoot><tr><td><input class="add-name" type="text" placeholder="new-schedule" spellcheck="false"></td><td><input class="add-every" type="text" value="${esc(c.tick)}" spellcheck="false"></td>` +
     `<td><input class="add-work" type="text" value="${esc(c.work)}" spellcheck="false"></td><td colspan="2"></td><td><button type="button" data-add>Add schedule</button></td></tr></tfoot></table></details>` +
-    `<div class="zoom"><label>zoom <select class="zoomsel"><option value="fit">fit (48 px a tick at least)</option><option value="2x">96 px a tick</option><option value="4x">192 px a tick</option></select></label>` +
+    `<div class="zoom"><label>zoom <select class="zoomsel"><option value="fit">fit (40 px a tick at least)</option><option value="2x">96 px a tick</option><option value="4x">192 px a tick</option></select></label>` +
     `<span class="key">marks: <i class="sw exec"></i>#tick, its token below · <i class="sw stale"></i>refused: its token &lt; the store's · <i class="sw lease"></i>${esc(holdsWords[s.holds] || 'no grant drawn')}` +
     `${s.holds === 'lease' ? ' · <b class="exp">expired</b>: the server let it go · ▲ the successor\'s grant' : ''}</span></div>` +
     `<div class="lanes"></div><div class="extra"></div>`;
@@ -514,6 +523,13 @@ function drawPending(p, rv) {
 
 // ---- one run's panel ----------------------------------------------------------
 
+// jobTicks is how many job ticks the run's catalog has as it starts (the
+// report's ticks: each job's fire times, summed).
+function jobTicks(c) {
+  if (!c.jobs || !c.jobs.length) return c.ticks;
+  return c.jobs.reduce((n, j) => n + Math.floor(c.ticks / Math.max(1, Math.round(j.every_s / c.tick_s))), 0);
+}
+
 // count is one of the run's counts, with its definition on hover.
 function count(key, label, value, cls, title) {
   return `<div class="${cls || ''}" data-count="${key}" title="${esc(title)}"><dt>${label}</dt><dd>${value ?? '–'}</dd></div>`;
@@ -571,7 +587,7 @@ function drawRun(rs) {
   // The report's counts: so far from the status, final from the report.
   const r = rs.end && rs.end.report;
   const src = r || st || {};
-  const ticks = r ? r.ticks : c.ticks;
+  const ticks = r ? r.ticks : jobTicks(c);
   const tt = countTitles(src, ticks, !!r);
   $('.counts', p).innerHTML =
     count('ticks', 'ticks', ticks, '', tt.ticks) +
@@ -600,7 +616,7 @@ function drawRun(rs) {
   const extra = $('.extra', p);
   const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
   const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
-  extra.innerHTML = harms + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
+  extra.innerHTML = harms + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
   drawCatalog(rs, rs.derived, done);
 }

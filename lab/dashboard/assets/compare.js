@@ -17,6 +17,24 @@ function renderCompareChoices() {
   }
 }
 
+// countsOf is a run's counts for the comparison: its report's, or, while
+// it runs, its status's so far (live: true).
+function countsOf(r) {
+  const rs = r.id ? app.runs.get(r.id) : null;
+  const rep = r.report || (rs && rs.end && rs.end.report);
+  if (rep) return { ...rep, live: false };
+  if (rs && rs.status) return { ...rs.status, lost_updates: 0, ticks: r.config.ticks, checker: 'running', live: true };
+  return null;
+}
+
+// scheduleCompare redraws the comparison at most twice a second (statuses
+// come ten times a second per run).
+function scheduleCompare() {
+  if (app.compareQueued) return;
+  app.compareQueued = true;
+  setTimeout(() => { app.compareQueued = false; renderCompare(); }, 500);
+}
+
 function fencedWord(c) { return !c.fenceable ? 'n/a' : c.fenced ? 'fenced' : 'unfenced'; }
 
 function renderCompare() {
@@ -38,7 +56,8 @@ function renderCompare() {
   let maxV = 1;
   for (const r of g.runs) {
     maxV = Math.max(maxV, r.config.ticks * Math.max(1, (r.config.jobs || []).length));
-    if (r.report) for (const m of metrics) maxV = Math.max(maxV, r.report[m.key]);
+    const k = countsOf(r);
+    if (k) for (const m of metrics) maxV = Math.max(maxV, k[m.key] || 0);
   }
   const labelW = 170;
   const verdictW = 96;
@@ -58,19 +77,20 @@ function renderCompare() {
     const c = r.config;
     out.push(`<text x="6" y="${y + rowH / 2 + 4}" font-size="12.5" font-weight="600" fill="#1d2330">${esc(c.strategy)}</text>` +
       `<text x="96" y="${y + rowH / 2 + 4}" font-size="11.5" fill="${c.fenceable ? (c.fenced ? '#1f6e40' : '#a32020') : '#667085'}">${fencedWord(c)}</text>`);
-    if (!r.report) {
+    const k = countsOf(r);
+    if (!k) {
       const why = r.state === 'unavailable' ? 'unavailable: ' + r.unavailable : r.state === 'failed' ? 'failed: ' + r.error : r.state;
       out.push(`<text x="${labelW}" y="${y + rowH / 2 + 4}" font-size="11.5" fill="#667085">${esc(why.length > 110 ? why.slice(0, 110) + '…' : why)}<title>${esc(why)}</title></text>`);
       return;
     }
     metrics.forEach((m, j) => {
-      const v = r.report[m.key];
+      const v = k[m.key] || 0;
       const w = (v / maxV) * barW;
       const yb = y + 4 + j * (barH + 1);
-      if (v > 0) out.push(`<rect class="bar" data-metric="${m.key}" x="${labelW}" y="${yb}" width="${Math.max(2, w)}" height="${barH}" fill="${m.color}"><title>${m.label}: ${v}</title></rect>`);
+      if (v > 0) out.push(`<rect class="bar" data-metric="${m.key}" x="${labelW}" y="${yb}" width="${Math.max(2, w)}" height="${barH}" fill="${m.color}"${k.live ? ' fill-opacity="0.5"' : ''}><title>${m.label}: ${v}${k.live ? ' so far' : ''}</title></rect>`);
       if (v > 0) out.push(`<text x="${labelW + Math.max(2, w) + 4}" y="${yb + barH}" font-size="8.5" fill="#475467">${v}</text>`);
     });
-    const ck = r.report.checker;
+    const ck = k.checker;
     out.push(`<rect x="${width - verdictW}" y="${y + rowH / 2 - 9}" width="${verdictW - 8}" height="18" rx="9" fill="${ck === 'ok' ? '#e3f4ea' : ck === 'violation' ? '#fde8e8' : '#eef0f3'}"/>` +
       `<text x="${width - verdictW / 2 - 4}" y="${y + rowH / 2 + 4}" text-anchor="middle" font-size="11.5" fill="${ck === 'ok' ? '#1f6e40' : ck === 'violation' ? '#a32020' : '#667085'}">${esc(ck)}</text>`);
   });
@@ -82,9 +102,10 @@ function renderCompare() {
   table.innerHTML = `<table class="comparetable"><thead><tr><th>strategy</th><th>fenced</th>${cols.map((k) => `<th>${k.replace('_', ' ')}</th>`).join('')}<th>checker</th></tr></thead><tbody>` +
     g.runs.map((r) => {
       const c = r.config;
-      if (!r.report) return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td><td colspan="${cols.length + 1}">${esc(r.state === 'unavailable' ? 'unavailable: ' + r.unavailable : r.state)}</td></tr>`;
-      return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td>${cols.map((k) => `<td class="n${(k === 'duplicates_applied' || k === 'lost_updates') && r.report[k] ? ' bad' : ''}">${r.report[k]}</td>`).join('')}` +
-        `<td>${r.report.visualisation ? `<a href="${esc(r.report.visualisation)}" target="_blank" rel="noopener">${esc(r.report.checker)}</a>` : esc(r.report.checker)}</td></tr>`;
+      const k = countsOf(r);
+      if (!k) return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td><td colspan="${cols.length + 1}">${esc(r.state === 'unavailable' ? 'unavailable: ' + r.unavailable : r.state)}</td></tr>`;
+      return `<tr><td>${esc(c.strategy)}</td><td>${fencedWord(c)}</td>${cols.map((col) => `<td class="n${(col === 'duplicates_applied' || col === 'lost_updates') && k[col] ? ' bad' : ''}">${k.live && col === 'lost_updates' ? '–' : k[col] ?? 0}</td>`).join('')}` +
+        `<td>${k.visualisation ? `<a href="${esc(k.visualisation)}" target="_blank" rel="noopener">${esc(k.checker)}</a>` : esc(k.checker + (k.live ? ' (so far)' : ''))}</td></tr>`;
     }).join('') + '</tbody></table>';
 }
 

@@ -21,7 +21,9 @@ function derive(rs) {
   const openGrant = {}; // "node|job" → grant
   const gk = (n, j) => `${n}|${j || ''}`;
   for (const e of rs.events) {
-    d.lastT = Math.max(d.lastT, e.t);
+    // The picture ends with the last thing drawn, not with the nodes'
+    // exits after the last window.
+    if (e.kind !== 'finished' && e.kind !== 'exited' && e.kind !== 'started' && e.kind !== 'ready') d.lastT = Math.max(d.lastT, e.t);
     if (e.job && e.node) addJob(e.job);
     switch (e.kind) {
       case 'enter': {
@@ -110,13 +112,21 @@ function derive(rs) {
   return d;
 }
 
+// tok is a token as a label shows it: ZooKeeper's (a zxid) and etcd's
+// (a revision) can be long; a label keeps the last four digits, the
+// tooltip the whole.
+function tok(n) {
+  const t = String(n);
+  return t.length > 6 ? '…' + t.slice(-4) : t;
+}
+
 // refusal is a stale mark's label: the token refused against the one the
 // store held.
 function refusal(a) {
   if (!a.token) return 'refused';
-  if (!a.held) return `t${a.token} refused`;
-  if (a.held === a.token) return `t${a.token} = t${a.held}`;
-  return `t${a.token} < t${a.held}`;
+  if (!a.held) return `t${tok(a.token)} refused`;
+  if (a.held === a.token) return `t${tok(a.token)} = t${tok(a.held)}`;
+  return `t${tok(a.token)} < t${tok(a.held)}`;
 }
 
 // zoomPx is the zoom's pixels per tick (0: fit the width).
@@ -136,10 +146,10 @@ function drawLanes(rs) {
   const tEnd = Math.max(c.ticks * tickS, now) + tickS * 0.25;
   const tStart = -0.1 * tickS;
   const labelW = 124;
-  const avail = Math.max(560, (box.clientWidth || 900) - 2);
-  // At least 48 px a tick: past a dozen ticks the labels still read, and
+  const avail = Math.max(560, (box.clientWidth || 900) - 4);
+  // At least 40 px a tick: past a dozen ticks the labels still read, and
   // the box scrolls.
-  const perTick = zoomPx[rs.zoom || 'fit'] || Math.max(48, (avail - labelW - 8) / ((tEnd - tStart) / tickS));
+  const perTick = zoomPx[rs.zoom || 'fit'] || Math.max(40, (avail - labelW - 8) / ((tEnd - tStart) / tickS));
   const plotW = Math.max(avail - labelW - 8, perTick * ((tEnd - tStart) / tickS));
   const width = labelW + plotW + 8;
   const x = (t) => labelW + ((t - tStart) / (tEnd - tStart)) * plotW;
@@ -153,7 +163,7 @@ function drawLanes(rs) {
   // a label in the foot, each label in the first row where it fits.
   const footRows = [];
   for (const l of d.lines) {
-    const xl = x(l.t);
+    const xl = Math.max(labelW + 1, x(l.t)); // before the first tick: at the plot's start
     const w = l.kind.length * 6 + 10;
     let row = footRows.findIndex((end) => end < xl);
     if (row < 0) { row = footRows.length; footRows.push(0); }
@@ -162,8 +172,11 @@ function drawLanes(rs) {
   }
   const footH = footRows.length * 13 + 6;
   const height = axisH + jobs.length * groupH + footH;
+  // Two pictures side by side: the lanes' names (L) stay put while the
+  // plot (out) scrolls; both share the y axis, the plot its x from labelW.
+  const L = [`<svg class="names" xmlns="http://www.w3.org/2000/svg" width="${labelW}" height="${height}" viewBox="0 0 ${labelW} ${height}">`];
   const out = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  out.push(`<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="${width - labelW}" height="${height}" viewBox="${labelW} 0 ${width - labelW} ${height}">`);
   out.push('<defs>' +
     '<pattern id="hp" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="3" height="6" fill="#7a5bc7" fill-opacity="0.45"/></pattern>' +
     '<pattern id="hc" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="3" height="6" fill="#138a8a" fill-opacity="0.45"/></pattern>' +
@@ -195,16 +208,15 @@ function drawLanes(rs) {
       const x1 = x(t * tickS);
       const why = missed ? `${job} tick ${t}: missed, nobody executed it within its window` : `${job} tick ${t}: applied ${Math.max(n, 2)} times`;
       out.push(`<rect class="col ${missed ? 'missed' : 'dupcol'}" data-job="${esc(job)}" data-tick="${t}" x="${x0}" y="${lanesTop}" width="${x1 - x0}" height="${lanesH}"><title>${esc(why)}</title></rect>`);
-      out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${missed ? 'missed' : '×' + Math.max(n, 2)}</text>`);
+      const tag = missed ? (x1 - x0 >= 40 ? 'missed' : '–') : '×' + Math.max(n, 2);
+      out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${tag}</text>`);
     }
     // The job's header: its name, its schedule, its edits.
-    const jr = rs.end && rs.end.report && rs.end.report.jobs ? rs.end.report.jobs.find((j) => j.name === job) : null;
     const head = job ? `${job}${spec ? ` · every ${spec.every} · work ${spec.work}${spec.keep_alive ? '' : ' · no keep-alive'}` : ' · added live'}` : 'the run';
-    out.push(`<rect x="0" y="${gy + 2}" width="${labelW - 4}" height="16" fill="#eef0f3" rx="3"/>`);
-    out.push(`<text class="jobhead" data-job="${esc(job)}" x="6" y="${gy + 13}" font-size="11" font-weight="700" fill="#1d2330">${esc(job || 'run')}<title>${esc(head)}</title></text>`);
-    if (jr) out.push(`<text x="${labelW + 4}" y="${gy + 13}" font-size="10" fill="#475467">${esc(jobCounts(jr))}</text>`);
+    L.push(`<rect x="0" y="${gy + 2}" width="${labelW - 4}" height="16" fill="#eef0f3" rx="3"/>`);
+    L.push(`<text class="jobhead" data-job="${esc(job)}" x="6" y="${gy + 13}" font-size="11" font-weight="700" fill="#1d2330">${esc(job || 'run')}<title>${esc(head)}</title></text>`);
     for (const ed of d.edits.filter((e) => e.job === job)) {
-      const xe = x(ed.t);
+      const xe = Math.max(labelW + 1, x(ed.t)); // an edit before the first tick at the plot's start
       out.push(`<g class="edit" data-job="${esc(job)}"><title>${esc(ed.detail)}</title><line x1="${xe}" y1="${gy + 2}" x2="${xe}" y2="${lanesTop + lanesH}" stroke="#2563eb" stroke-width="2" stroke-dasharray="2 2"/>` +
         `<rect x="${xe + 2}" y="${gy + 17}" width="${ed.spec.length * 6 + 24}" height="13" rx="3" fill="#dbe7fb"/><text x="${xe + 5}" y="${gy + 27}" font-size="9.5" fill="#1d4ed8">edit ${esc(ed.spec)}</text></g>`);
     }
@@ -218,13 +230,13 @@ function drawLanes(rs) {
       const y = laneY(n);
       const ns = st && st.nodes ? st.nodes.find((q) => q.node === n) : null;
       const holder = !rs.end && st && st.holder === n && (!st.job || st.job === job);
-      if (holder) out.push(`<rect x="0" y="${y}" width="${width}" height="${laneH}" fill="#eef4fd"/>`);
+      if (holder) { out.push(`<rect x="${labelW}" y="${y}" width="${width}" height="${laneH}" fill="#eef4fd"/>`); L.push(`<rect x="0" y="${y}" width="${labelW}" height="${laneH}" fill="#eef4fd"/>`); }
       out.push(`<line x1="${labelW}" y1="${y + laneH}" x2="${width}" y2="${y + laneH}" stroke="#eef0f3"/>`);
       const stateText = ns && ns.state !== 'running' ? ns.state : '';
       const standby = c.standby && n > nodes - c.standby ? 'standby' : '';
-      out.push(`<text x="6" y="${y + 15}" font-size="12.5" font-weight="${holder ? 700 : 500}" fill="#1d2330">node${n}${holder ? ' ★' : ''}</text>`);
-      const sub = [stateText, standby, holder && st.token ? `token ${st.token}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
-      if (sub) out.push(`<text x="6" y="${y + 29}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
+      L.push(`<text x="6" y="${y + 15}" font-size="12.5" font-weight="${holder ? 700 : 500}" fill="#1d2330">node${n}${holder ? ' ★' : ''}</text>`);
+      const sub = [stateText, standby, holder && st.token ? `token ${tok(st.token)}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
+      if (sub) L.push(`<text x="6" y="${y + 29}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
     }
     // Grants: a line under the marks while the node runs the tick under
     // it; past its expiry on the server the line is dashed, and the
@@ -248,7 +260,7 @@ function drawLanes(rs) {
           const xs = x(sc.t);
           out.push(`<g class="successor" data-node="${g.node}" data-to="${sc.node}"><title>${esc(`node${sc.node} was granted ${job || 'the job'}${sc.token ? ` with token ${sc.token}` : ''} at ${sc.t.toFixed(2)} s while node${g.node} still ran its tick`)}</title>` +
             `<path d="M${xs - 4},${y + 6} L${xs + 4},${y + 6} L${xs},${y - 1} Z" fill="#2563eb"/></g>`);
-          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' t' + sc.token : ''}`, '#1d4ed8', 1);
+          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' t' + tok(sc.token) : ''}`, '#1d4ed8', 1);
         }
       }
     }
@@ -270,7 +282,7 @@ function drawLanes(rs) {
       if (x1 - x0 > inside.length * 5.6 + 4) out.push(`<text x="${x0 + 3}" y="${y + 11}" font-size="9.5" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(inside)}</text>`);
       // The token (or the refusal) under the mark, unless it would
       // overprint the lane's last label; a refusal always shows.
-      const label = cls === 'stale' ? refusal(a) : a.token ? `t${a.token}` : '';
+      const label = cls === 'stale' ? refusal(a) : a.token ? `t${tok(a.token)}` : '';
       if (!label) continue;
       const w = label.length * 5.4 + 4;
       if (cls !== 'stale' && (labelEnd[a.node] || 0) > x0) continue;
@@ -303,7 +315,7 @@ function drawLanes(rs) {
       } else if (m.kind === 'failover') {
         out.push(`<g class="failovermark"><title>${esc(m.detail)}</title><rect x="${xm - 4}" y="${yf - 4}" width="8" height="8" fill="#c2410c" transform="rotate(45 ${xm} ${yf})"/>` +
           '</g>');
-        foot(m.node, xm + 7, `grant${m.token ? ' t' + m.token : ''} lost`, '#c2410c', 3);
+        foot(m.node, xm + 7, `grant${m.token ? ' t' + tok(m.token) : ''} lost`, '#c2410c', 3);
       }
     }
     const placed = {};
@@ -314,25 +326,33 @@ function drawLanes(rs) {
       taken.push([f.x, f.x + w]);
       out.push(`<text class="foot" data-node="${f.node}" x="${f.x}" y="${laneY(f.node) + laneH - 3}" font-size="9" font-weight="600" fill="${f.color}">${esc(f.text)}</text>`);
     }
-    drawLedger(out, d, job, gy + headH + lanesH + 2, ledgerH, x, labelW, now);
+    drawLedger(out, L, d, job, gy + headH + lanesH + 2, ledgerH, x, labelW, now);
   });
   // Faults of the whole run (failover, restart, crash, latency).
   for (const l of d.lines) {
-    const xl = x(l.t);
+    const xl = Math.max(labelW + 1, x(l.t)); // before the first tick: at the plot's start
     out.push(`<g class="labline"><title>${esc(l.detail)}</title><line x1="${xl}" y1="${axisH - 2}" x2="${xl}" y2="${bottom}" stroke="#c2410c" stroke-width="1.5" stroke-dasharray="4 3"/>` +
       `<text x="${xl + 3}" y="${bottom + 11 + l.row * 13}" font-size="10" fill="#c2410c">${esc(l.kind)}</text></g>`);
   }
   if (!rs.end && now > 0) out.push(`<line x1="${x(now)}" y1="${axisH - 4}" x2="${x(now)}" y2="${bottom}" stroke="#3b7dd8" stroke-opacity="0.5"/>`);
   out.push('</svg>');
-  const follow = box.scrollLeft + box.clientWidth >= box.scrollWidth - 4;
-  box.innerHTML = out.join('');
-  if (follow && !rs.end) box.scrollLeft = box.scrollWidth;
+  L.push('</svg>');
+  // While the run goes, the plot follows the now line unless the user
+  // scrolled away from it.
+  const old = $('.plotbox', box);
+  const nowX = x(now) - labelW;
+  const left = old ? old.scrollLeft : 0;
+  const follow = !old || (rs.lastNowX !== undefined && rs.lastNowX >= left - 2 && rs.lastNowX <= left + old.clientWidth + 2);
+  box.innerHTML = L.join('') + `<div class="plotbox">${out.join('')}</div>`;
+  const pb = $('.plotbox', box);
+  pb.scrollLeft = follow && !rs.end && nowX > pb.clientWidth - 60 ? nowX - pb.clientWidth + 60 : left;
+  rs.lastNowX = nowX;
 }
 
 // drawLedger draws a job's ledger: the value each commit wrote (dots and
 // a step line) against the commits applied so far (the dashed line). A
 // lost update is where the value falls below the commits.
-function drawLedger(out, d, job, y0, h, x, labelW, now) {
+function drawLedger(out, L, d, job, y0, h, x, labelW, now) {
   const writes = (d.writes[job] || []).slice().sort((a, b) => a.t - b.t);
   const top = y0 + 4;
   const bot = y0 + h - 6;
@@ -340,8 +360,8 @@ function drawLedger(out, d, job, y0, h, x, labelW, now) {
   const yv = (v) => bot - (v / maxV) * (bot - top);
   const last = writes.length ? writes[writes.length - 1] : null;
   const lost = last ? writes.length - Math.max(...writes.map((w) => w.value || 0)) : 0;
-  out.push(`<text x="6" y="${y0 + 14}" font-size="10.5" font-weight="600" fill="#1d2330">ledger</text>`);
-  out.push(`<text class="ledgersum" data-job="${esc(job)}" x="6" y="${y0 + 27}" font-size="9.5" fill="${lost > 0 ? '#a32020' : '#667085'}">${last ? `${Math.max(...writes.map((w) => w.value || 0))} for ${writes.length} commits` : 'no commit yet'}</text>`);
+  L.push(`<text x="6" y="${y0 + 14}" font-size="10.5" font-weight="600" fill="#1d2330">ledger</text>`);
+  L.push(`<text class="ledgersum" data-job="${esc(job)}" x="6" y="${y0 + 27}" font-size="9.5" fill="${lost > 0 ? '#a32020' : '#667085'}">${last ? `${Math.max(...writes.map((w) => w.value || 0))} for ${writes.length} commits` : 'no commit yet'}</text>`);
   out.push(`<line x1="${labelW}" y1="${bot}" x2="${x(now)}" y2="${bot}" stroke="#e4e7ec"/>`);
   if (!writes.length) return;
   // Commits so far: a dashed step line.
@@ -365,13 +385,11 @@ function drawLedger(out, d, job, y0, h, x, labelW, now) {
   });
 }
 
-// jobCounts is a job's final counts in a few words.
-function jobCounts(j) {
-  const parts = [`${j.ticks} ticks`, `${j.executions} executions`];
-  if (j.duplicates_applied) parts.push(`${j.duplicates_applied} applied twice`);
-  if (j.stale_rejected) parts.push(`${j.stale_rejected} refused`);
-  if (j.missed_ticks) parts.push(`${j.missed_ticks} missed`);
-  if (j.lost_updates) parts.push(`${j.lost_updates} lost updates`);
-  parts.push(`checker ${j.checker}`);
-  return parts.join(' · ');
+// jobsTable is the report's counts per job, as a table.
+function jobsTable(r) {
+  if (!r || !r.jobs || !r.jobs.length) return '';
+  const cols = [['ticks', 'ticks'], ['executions', 'executions'], ['duplicates_applied', 'applied twice'], ['stale_rejected', 'refused'], ['missed_ticks', 'missed'], ['lost_updates', 'lost updates']];
+  return `<table class="jobstable"><thead><tr><th>job</th>${cols.map(([, l]) => `<th>${l}</th>`).join('')}<th>checker</th></tr></thead><tbody>` +
+    r.jobs.map((j) => `<tr data-job="${esc(j.name)}"><td>${esc(j.name)}</td>${cols.map(([k]) => `<td class="n${(k === 'duplicates_applied' || k === 'lost_updates') && j[k] ? ' bad' : ''}">${j[k] ?? 0}</td>`).join('')}` +
+      `<td class="ck ${esc(j.checker)}">${esc(j.checker)}</td></tr>`).join('') + '</tbody></table>';
 }
