@@ -275,8 +275,9 @@ func TestEndToEndFencedPauseArgument(t *testing.T) {
 func TestEndToEndCatalogEdit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	p := openPage(t, h, 90*time.Second)
-	p.form([]string{"pg-lease"}, "on", "2", "400ms", "800ms", "100ms", "8s")
+	p := openPage(t, h, 150*time.Second)
+	// Long enough for a loaded machine; stopped once the added job ran.
+	p.form([]string{"pg-lease"}, "on", "2", "400ms", "800ms", "100ms", "40s")
 	run := `.run[data-strategy="pg-lease"]`
 	p.do("start pg-lease", p.click(`#start`))
 	p.until("see the run going with its catalog", `document.querySelector('`+run+`[data-state="running"] .catalogtable tbody tr[data-job="invoice-export"] button[data-pause]:not([disabled])')`, 60*time.Second)
@@ -290,7 +291,8 @@ func TestEndToEndCatalogEdit(t *testing.T) {
 	p.do("add a schedule", chromedp.SetValue(chromedp.CSS(run+` .add-name`), "audit"), chromedp.SetValue(chromedp.CSS(run+` .add-every`), "400ms"),
 		chromedp.SetValue(chromedp.CSS(run+` .add-work`), "50ms"), p.click(run+` button[data-add]`))
 	p.until("see the new schedule in the table", `document.querySelector('`+row("audit")+`')`, 30*time.Second)
-	p.until("see the new schedule's lanes and a commit", `document.querySelector('`+run+` text.jobhead[data-job="audit"]') && document.querySelector('`+run+` rect.mark.exec[data-job="audit"]')`, 30*time.Second)
+	p.until("see the new schedule's lanes and a commit", `document.querySelector('`+run+` text.jobhead[data-job="audit"]') && document.querySelector('`+run+` rect.mark.exec[data-job="audit"]')`, 45*time.Second)
+	p.do("stop the run", p.click(run+` button[data-stop]`))
 	p.until("see the run end", `document.querySelector('`+run+`[data-state="done"] .verdict[data-checker="ok"]')`, 60*time.Second)
 	p.shoot(run, "dashboard-catalog-edit.png")
 

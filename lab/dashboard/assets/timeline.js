@@ -143,7 +143,9 @@ function drawLanes(rs) {
   const nodes = c.nodes;
   const tickS = c.tick_s;
   const now = rs.end ? d.lastT : Math.max(d.lastT, st ? st.elapsed_s : 0);
-  const tEnd = Math.max(c.ticks * tickS, now) + tickS * 0.25;
+  // A run stopped early ends its picture at its last tick fired.
+  const ticks = rs.end && d.fired > 0 ? Math.min(c.ticks, d.fired) : c.ticks;
+  const tEnd = Math.max(ticks * tickS, now) + tickS * 0.25;
   const tStart = -0.1 * tickS;
   const labelW = 124;
   const avail = Math.max(560, (box.clientWidth || 900) - 4);
@@ -182,14 +184,14 @@ function drawLanes(rs) {
     '<pattern id="hc" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="3" height="6" fill="#138a8a" fill-opacity="0.45"/></pattern>' +
     '</defs>');
   // The axis: tick numbers.
-  for (let t = 1; t <= c.ticks; t++) {
+  for (let t = 1; t <= ticks; t++) {
     const x0 = x((t - 1) * tickS);
     const x1 = x(t * tickS);
     const fill = t <= d.fired ? '#1d2330' : '#98a2b3';
     out.push(`<text x="${(x0 + x1) / 2}" y="${axisH - 7}" text-anchor="middle" font-size="11" fill="${fill}">${t}</text>`);
   }
   const bottom = axisH + jobs.length * groupH;
-  for (let t = 0; t <= c.ticks; t++) out.push(`<line x1="${x(t * tickS)}" y1="${axisH - 4}" x2="${x(t * tickS)}" y2="${bottom}" stroke="#e4e7ec"/>`);
+  for (let t = 0; t <= ticks; t++) out.push(`<line x1="${x(t * tickS)}" y1="${axisH - 4}" x2="${x(t * tickS)}" y2="${bottom}" stroke="#e4e7ec"/>`);
 
   jobs.forEach((job, gi) => {
     const gy = axisH + gi * groupH;
@@ -198,7 +200,7 @@ function drawLanes(rs) {
     const lanesTop = gy + headH;
     const lanesH = nodes * laneH;
     // Columns of this job: grey when missed, pink when applied twice.
-    for (let t = 1; t <= c.ticks; t++) {
+    for (let t = 1; t <= ticks; t++) {
       const k = d.jt(job, t);
       const n = d.commits[k] || 0;
       const missed = d.missed.has(k);
