@@ -251,6 +251,7 @@ func (r *Run) spawn(np *nodeProc) error {
 		// it and sleep until its hard timeout).
 		close(exited)
 		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventExited, Node: np.n, Detail: how})
+		r.settleLocked()
 		r.mu.Unlock()
 		if !killed && !finished && !r.ending() {
 			if lastErr != "" {

@@ -118,4 +118,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 	for _, d := range derived {
 		r.addLocked(d)
 	}
+	if len(r.deferred) > 0 {
+		r.settleLocked()
+	}
 }

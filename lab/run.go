@@ -51,6 +51,7 @@ type Run struct {
 	entered    map[jobTick]int
 	stale      int
 	missed     map[jobTick]bool
+	deferred   map[jobTick]bool // window ended while an attempt was still inside: missed if it does not commit
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
@@ -106,6 +107,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		executed: map[jobTick]int{},
 		entered:  map[jobTick]int{},
 		missed:   map[jobTick]bool{},
+		deferred: map[jobTick]bool{},
 	}
 	r.stop = make(chan struct{})
 	// Admitted and registered in one step: no other run of the session

@@ -114,11 +114,42 @@ func (r *Run) tickEvents(ctx context.Context) {
 			continue
 		}
 		for _, j := range r.jobs {
-			if j.firesAt(r.tickTime(m.tick), r.edits) {
-				r.missLocked(jobTick{j.Name, m.tick})
+			if !j.firesAt(r.tickTime(m.tick), r.edits) {
+				continue
+			}
+			// A write begun inside the window may commit just after it
+			// (a loaded machine, a partition healing): the tick is missed
+			// only if the attempts still inside end without a commit.
+			if jt := (jobTick{j.Name, m.tick}); r.insideLocked(jt) {
+				r.deferred[jt] = true
+			} else {
+				r.missLocked(jt)
 			}
 		}
 		r.mu.Unlock()
+	}
+}
+
+// insideLocked reports whether a node is inside a critical section of the
+// job's tick now (entered, no outcome yet, its process alive). Caller
+// holds mu.
+func (r *Run) insideLocked(jt jobTick) bool {
+	for _, np := range r.nodes {
+		if sec := r.sections[np.critical]; np.critical != "" && sec != nil && sec.Job == jt.Job && sec.Tick == jt.Tick {
+			return true
+		}
+	}
+	return false
+}
+
+// settleLocked records as missed the deferred ticks no attempt is inside
+// any more and none committed. Caller holds mu.
+func (r *Run) settleLocked() {
+	for jt := range r.deferred {
+		if !r.insideLocked(jt) {
+			delete(r.deferred, jt)
+			r.missLocked(jt)
+		}
 	}
 }
 

@@ -212,7 +212,7 @@ func TestEndToEndFencedPauseArgument(t *testing.T) {
 	tokens := p.texts(pg + ` text.token`)
 	require.NotEmpty(t, tokens)
 	for _, s := range tokens {
-		require.Regexp(t, `^t(…)?[0-9]+$`, s)
+		require.Regexp(t, `^[tr][0-9]+$`, s)
 	}
 	// The paused node and the attempt it was inside.
 	paused, from, to := 0, 0.0, 0.0

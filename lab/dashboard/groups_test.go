@@ -109,6 +109,37 @@ func TestMaxActive(t *testing.T) {
 	h.start(dashboard.GroupRequest{Runs: []dashboard.RunRequest{short("none", false, 1), short("none", false, 1)}})
 }
 
+// A preset holds as many runs as it runs at once, not all of its runs:
+// beside the aegis preset (20 runs, 3 at a time) under MaxActive 4, one
+// more run starts, a second does not.
+func TestMaxActiveCountsAPresetByItsParallel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, &dashboard.Config{MaxActive: 4})
+	aegis := h.start(dashboard.GroupRequest{Scenario: "aegis"})
+	one := h.start(dashboard.GroupRequest{Runs: []dashboard.RunRequest{short("none", false, 100)}})
+	code, b := h.do(http.MethodPost, "/api/groups", dashboard.GroupRequest{Runs: []dashboard.RunRequest{short("none", false, 1)}})
+	require.Equal(t, http.StatusConflict, code, "%s", b)
+	require.Contains(t, errorOf(t, b), "4 runs are going or starting and this would add 1: at most 4 at once")
+	for _, id := range []string{aegis.ID, one.ID} {
+		code, b = h.do(http.MethodPost, "/api/groups/"+id+"/stop", map[string]any{})
+		require.Equal(t, http.StatusOK, code, "%s", b)
+		h.waitGroup(id, 60*time.Second)
+	}
+}
+
+// A preset whose runs fault a server one after the other (redlock-majority:
+// two runs, one at a time, each restarting a Redlock majority) is admitted:
+// its runs never go side by side. The session starts its own Redis.
+func TestPresetWithAServerFaultPerRun(t *testing.T) {
+	t.Parallel()
+	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
+	g := h.start(dashboard.GroupRequest{Scenario: "redlock-majority"})
+	require.Len(t, g.Runs, 2)
+	code, b := h.do(http.MethodPost, "/api/groups/"+g.ID+"/stop", map[string]any{})
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	h.waitGroup(g.ID, 60*time.Second)
+}
+
 // Close stops the runs going, ends the streams and starts nothing more;
 // the run's node processes are gone.
 func TestCloseStopsRunsAndStreams(t *testing.T) {

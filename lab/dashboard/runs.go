@@ -31,6 +31,7 @@ const maxGroups = 50
 type group struct {
 	id       string
 	scenario lab.Scenario
+	parallel int // runs going at once
 	created  time.Time
 	stop     chan struct{} // closed by a stop of the group
 	stopped  bool
@@ -95,31 +96,39 @@ func (s *Server) startGroup(sc lab.Scenario) (*group, error) {
 	if s.closed {
 		return nil, errors.New("the dashboard is closing")
 	}
+	// What the groups going hold: each its runs going or starting, and
+	// the runs it will start as those end (a preset runs Parallel at a
+	// time), at most Parallel.
 	active := 0
-	for _, e := range s.runs {
-		if e.state == stateStarting || e.state == stateRunning {
-			active++
-		}
-	}
 	for _, g := range s.groups {
-		if !g.done {
-			for _, e := range g.entries {
-				if e.state == statePending || e.state == stateStarting {
-					active++
-				}
+		if g.done {
+			continue
+		}
+		going, left := 0, 0
+		for _, e := range g.entries {
+			switch e.state {
+			case stateStarting, stateRunning:
+				going++
+			case statePending:
+				left++
 			}
 		}
+		active += min(going+left, max(g.parallel, going))
 	}
 	if active+parallel > s.maxActive {
 		return nil, fmt.Errorf("%d runs are going or starting and this would add %d: at most %d at once; stop some first", active, parallel, s.maxActive)
 	}
 	// The session admits faults (one owner, as for the command line): a
-	// fault that kills a server must have it to itself.
-	if err := s.session.Admit(sc.Runs); err != nil {
-		return nil, err
+	// fault that kills a server must have it to itself among the runs
+	// that go at once, which for a preset run Parallel at a time are any
+	// Parallel in a row.
+	for i := 0; i+parallel <= len(sc.Runs); i++ {
+		if err := s.session.Admit(sc.Runs[i : i+parallel]); err != nil {
+			return nil, err
+		}
 	}
 	s.seq++
-	g := &group{id: "g" + strconv.Itoa(s.seq), scenario: sc, created: time.Now(), stop: make(chan struct{}), first: make(chan struct{})}
+	g := &group{id: "g" + strconv.Itoa(s.seq), scenario: sc, parallel: parallel, created: time.Now(), stop: make(chan struct{}), first: make(chan struct{})}
 	for i, c := range sc.Runs {
 		c.OutDir = s.outDir
 		g.entries = append(g.entries, &runEntry{g: g, index: i, cfg: c, state: statePending})

@@ -24,6 +24,15 @@ const app = {
   watching: new Set(), // the runs the stream follows
 };
 
+// parse reads the stream's JSON keeping tokens exact: run tokens (fire
+// time × 1e9 + attempt), etcd revisions and ZooKeeper zxids pass 2^53,
+// which a JavaScript number cannot hold, so a token stays the string the
+// server sent (where the browser gives the source text to the reviver).
+const tokenKeys = new Set(['token', 'held']);
+function parse(text) {
+  return JSON.parse(text, (k, v, ctx) => (tokenKeys.has(k) && typeof v === 'number' && ctx && ctx.source ? ctx.source : v));
+}
+
 function strategyOf(name) { return (app.info && app.info.strategies.find((x) => x.name === name)) || {}; }
 
 // ---- token and API ----------------------------------------------------------
@@ -208,22 +217,22 @@ function restream(force) {
     setTimeout(() => { if (!app.stream) restream(true); }, 1000);
   });
   es.addEventListener('groups', (ev) => {
-    app.groups = JSON.parse(ev.data);
+    app.groups = parse(ev.data);
     const latest = app.groups[app.groups.length - 1];
     if (latest && (!app.pinned || !app.groups.some((x) => x.id === app.current))) app.current = latest.id;
     render();
   });
   es.addEventListener('lab', (ev) => {
-    const b = JSON.parse(ev.data);
+    const b = parse(ev.data);
     const rs = runState(b.run);
     const skip = rs.events.length - b.from; // events it has already
     if (skip < 0) { restream(true); return; }
     for (const e of b.events.slice(skip)) rs.events.push(e);
     schedule(rs);
   });
-  es.addEventListener('status', (ev) => { const b = JSON.parse(ev.data); const rs = runState(b.run); rs.status = b.status; schedule(rs); scheduleCompare(); });
+  es.addEventListener('status', (ev) => { const b = parse(ev.data); const rs = runState(b.run); rs.status = b.status; schedule(rs); scheduleCompare(); });
   es.addEventListener('end', (ev) => {
-    const b = JSON.parse(ev.data);
+    const b = parse(ev.data);
     const rs = runState(b.run);
     rs.end = b;
     schedule(rs);
@@ -385,7 +394,8 @@ function makePanel(rv, g) {
     `<td><input class="add-work" type="text" value="${esc(c.work)}" spellcheck="false"></td><td colspan="2"></td><td><button type="button" data-add>Add schedule</button></td></tr></tfoot></table></details>` +
     `<div class="zoom"><label>zoom <select class="zoomsel"><option value="fit">fit (40 px a tick at least)</option><option value="2x">96 px a tick</option><option value="4x">192 px a tick</option></select></label>` +
     `<span class="key">marks: <i class="sw exec"></i>#tick, its token below · <i class="sw stale"></i>refused: its token &lt; the store's · <i class="sw lease"></i>${esc(holdsWords[s.holds] || 'no grant drawn')}` +
-    `${s.holds === 'lease' ? ' · <b class="exp">expired</b>: the server let it go · ▲ the successor\'s grant' : ''}</span></div>` +
+    `${s.holds === 'lease' ? ' · <b class="exp">expired</b>: the server let it go · ▲ the successor\'s grant' : ''}</span>` +
+    `<span class="ranknote" hidden>tokens here are long (etcd revisions, ZooKeeper zxids, run tokens): r1, r2… are each job's tokens in order, the tooltips have them</span></div>` +
     `<div class="lanes"></div><div class="extra"></div>`;
   $$('button[data-chaos]', p).forEach((b) => b.addEventListener('click', () => inject(p, b.dataset.chaos)));
   $('button[data-stop]', p).addEventListener('click', async () => {
@@ -500,11 +510,11 @@ function drawCatalog(rs, d, done) {
   body.innerHTML = rows.map((r) => `<tr data-job="${esc(r.name)}"><td>${esc(r.name)}${r.added ? ' <small>(added)</small>' : ''}</td><td>${esc(r.every)}</td><td>${esc(r.work)}</td>` +
     `<td>${r.keep ? 'on' : 'off'}</td><td class="${r.paused ? 'paused' : ''}">${r.paused ? 'paused' : 'active'}</td>` +
     `<td><input class="every" type="text" value="${esc(r.every)}" spellcheck="false" aria-label="new cadence of ${esc(r.name)}"><button type="button" data-every${done ? ' disabled' : ''}>Set every</button>` +
-    `<button type="button" data-pause${done ? ' disabled' : ''}>${r.paused ? 'Resume' : 'Pause'}</button></td></tr>`).join('');
+    `<button type="button" data-pause="${r.paused ? 'resume' : 'pause'}"${done ? ' disabled' : ''} title="${r.paused ? 'resume the schedule: it fires again' : 'pause the schedule: no node fires it until it is resumed'}">${r.paused ? 'Resume schedule' : 'Pause schedule'}</button></td></tr>`).join('');
   for (const tr of $$('tr', body)) {
     const job = tr.dataset.job;
     $('button[data-every]', tr).addEventListener('click', () => edit(rs.panel, job, seconds($('input.every', tr).value)));
-    $('button[data-pause]', tr).addEventListener('click', (ev) => edit(rs.panel, job, ev.target.textContent === 'Pause' ? 'pause' : 'resume'));
+    $('button[data-pause]', tr).addEventListener('click', (ev) => edit(rs.panel, job, ev.target.dataset.pause));
   }
   $('button[data-add]', rs.panel).disabled = done;
 }
@@ -527,7 +537,10 @@ function drawPending(p, rv) {
 // report's ticks: each job's fire times, summed).
 function jobTicks(c) {
   if (!c.jobs || !c.jobs.length) return c.ticks;
-  return c.jobs.reduce((n, j) => n + Math.floor(c.ticks / Math.max(1, Math.round(j.every_s / c.tick_s))), 0);
+  // A job every k ticks fires on the clock's multiples of its cadence: k
+  // ticks hold one, so ticks/k, rounded up or down by the phase (and the
+  // catalog edits to come); the report counts them.
+  return c.jobs.reduce((n, j) => n + Math.ceil(c.ticks / Math.max(1, Math.round(j.every_s / c.tick_s))), 0);
 }
 
 // count is one of the run's counts, with its definition on hover.
@@ -541,9 +554,9 @@ function countTitles(src, ticks, final) {
   const plural = (v, one, many) => `${v} ${v === 1 ? one : many}`;
   const dupOnce = Math.max(0, n(src.duplicate_ticks) - n(src.duplicates_applied));
   return {
-    ticks: `${ticks} ticks: the jobs' fire times in the run (a job every 2 ticks has half as many)`,
+    ticks: final ? `${ticks} job ticks: each job's fire times in the run, summed (a job every 2 ticks has half as many)` : `${ticks} job ticks expected: each job's fire times, summed; the report counts them (the clock's phase and catalog edits move it by a few)`,
     executions: `executions ${n(src.executions)} for ${ticks} ticks: entries into a job's critical section` +
-      (n(src.duplicate_ticks) ? `; ${plural(n(src.duplicate_ticks), 'tick', 'ticks')} entered more than once, ${n(src.duplicates_applied)} of them applied more than once${dupOnce ? `, ${dupOnce} applied once (the fence refused the other)` : ''}` : ''),
+      (n(src.duplicate_ticks) ? `; ${plural(n(src.duplicate_ticks), 'tick', 'ticks')} entered more than once, ${n(src.duplicates_applied)} of them applied more than once${dupOnce ? `, ${dupOnce} not (yet) applied twice: the other entry was refused by the fence, ended without a commit${final ? '' : ' or is still going'}` : ''}` : ''),
     duplicate_ticks: 'ticks more than one node entered: harmless when only one of them commits',
     duplicates_applied: 'ticks whose effect was committed more than once: the harm a fence prevents',
     stale_rejected: 'writes (or reads) the fence refused: a token lower than the one the store holds, or an equal one from another holder',
@@ -565,7 +578,9 @@ function drawRun(rs) {
   // later runs start later).
   const span = c.ticks * c.tick_s;
   const el = st ? Math.max(0, st.elapsed_s) : 0;
-  $('.state', p).textContent = done ? `done · ${c.ticks} ticks of ${c.tick}` : !st ? 'running'
+  const fired = rs.derived ? rs.derived.fired : 0;
+  const stopped = done && fired > 0 && fired < c.ticks;
+  $('.state', p).textContent = done ? (stopped ? `stopped · ${fired} of ${c.ticks} ticks of ${c.tick} fired` : `done · ${c.ticks} ticks of ${c.tick}`) : !st ? 'running'
     : el <= span ? `running · ${el.toFixed(1)} of ${span.toFixed(0)} s` : `running · ${el.toFixed(1)} s: the ticks are done, the last windows close`;
   $('.state', p).className = 'state ' + (done ? 'done' : 'running');
   $('.rid', p).textContent = 'run ' + rs.id;
@@ -581,13 +596,13 @@ function drawRun(rs) {
   // The holder and its token.
   const h = $('.holder', p);
   if (done) h.innerHTML = 'holder <b>–</b>';
-  else if (st && st.holder) h.innerHTML = `holder <b>node${st.holder}</b>` + (st.job ? ` · ${esc(st.job)}` : '') + (st.token ? ` · token <b>${st.token}</b>` : '');
-  else h.innerHTML = 'holder <b>none</b>';
+  else if (st && st.holder) h.innerHTML = `holder <b>node${st.holder}</b>` + (st.job ? ` · ${esc(st.job)}` : '') + (st.token && st.token !== '0' ? ` · token <b>${st.token}</b>` : '');
+  else h.innerHTML = 'holder: <b>nobody now</b>';
 
   // The report's counts: so far from the status, final from the report.
   const r = rs.end && rs.end.report;
   const src = r || st || {};
-  const ticks = r ? r.ticks : jobTicks(c);
+  const ticks = r ? r.ticks : '≈' + jobTicks(c);
   const tt = countTitles(src, ticks, !!r);
   $('.counts', p).innerHTML =
     count('ticks', 'ticks', ticks, '', tt.ticks) +
@@ -618,6 +633,7 @@ function drawRun(rs) {
   const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
   extra.innerHTML = harms + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
+  $('.ranknote', p).hidden = !rs.derived.long;
   drawCatalog(rs, rs.derived, done);
 }
 

@@ -23,7 +23,7 @@ function countsOf(r) {
   const rs = r.id ? app.runs.get(r.id) : null;
   const rep = r.report || (rs && rs.end && rs.end.report);
   if (rep) return { ...rep, live: false };
-  if (rs && rs.status) return { ...rs.status, lost_updates: 0, ticks: r.config.ticks, checker: 'running', live: true };
+  if (rs && rs.status) return { ...rs.status, lost_updates: 0, ticks: '≈' + jobTicks(r.config), checker: 'running', live: true };
   return null;
 }
 
@@ -55,7 +55,7 @@ function renderCompare() {
   // The scale: the most ticks of a run of the group (or a count above it).
   let maxV = 1;
   for (const r of g.runs) {
-    maxV = Math.max(maxV, r.config.ticks * Math.max(1, (r.config.jobs || []).length));
+    maxV = Math.max(maxV, jobTicks(r.config));
     const k = countsOf(r);
     if (k) for (const m of metrics) maxV = Math.max(maxV, k[m.key] || 0);
   }
@@ -94,7 +94,7 @@ function renderCompare() {
     out.push(`<rect x="${width - verdictW}" y="${y + rowH / 2 - 9}" width="${verdictW - 8}" height="18" rx="9" fill="${ck === 'ok' ? '#e3f4ea' : ck === 'violation' ? '#fde8e8' : '#eef0f3'}"/>` +
       `<text x="${width - verdictW / 2 - 4}" y="${y + rowH / 2 + 4}" text-anchor="middle" font-size="11.5" fill="${ck === 'ok' ? '#1f6e40' : ck === 'violation' ? '#a32020' : '#667085'}">${esc(ck)}</text>`);
   });
-  out.push(`<text x="${labelW}" y="${height - 4}" font-size="10" fill="#667085">scale: the full width is ${maxV} (a run's ticks over its jobs)</text>`);
+  out.push(`<text x="${labelW}" y="${height - 4}" font-size="10" fill="#667085">scale: the full width is ${maxV}, the most job ticks of a run here (each job's fire times, summed)</text>`);
   out.push('</svg>');
   chart.innerHTML = out.join('');
 

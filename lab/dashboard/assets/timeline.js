@@ -96,20 +96,53 @@ function derive(rs) {
           d.marks.push({ kind: 'failover', node: e.node, job: e.job, t: e.t, token: e.token, detail });
           d.lines.push({ kind: 'primary lost', t: e.t, detail });
         } else {
-          d.lines.push({ kind: kind === 'failover' ? 'replication cut' : kind, t: e.t, detail });
+          d.lines.push({ kind: lineLabel(kind, detail), t: e.t, detail });
         }
         break;
       }
       case 'healed':
         if (e.node && openBand[e.node]) { openBand[e.node].end = e.t; delete openBand[e.node]; }
-        else if (!e.node) d.lines.push({ kind: 'healed', t: e.t, detail: e.detail || '' });
+        else if (!e.node) d.lines.push({ kind: /^postgres/.test(e.detail || '') ? 'postgres back' : /restarted after/.test(e.detail || '') ? 'member back' : 'healed', t: e.t, detail: e.detail || '' });
         break;
     }
   }
   d.attempts = d.attempts.filter((a) => !a.skipped);
   for (const a of d.attempts) addJob(a.job);
+  // Long tokens (etcd revisions, ZooKeeper zxids, run tokens) are
+  // labelled by their rank among the job's tokens: r1 the smallest. The
+  // tooltips keep the tokens.
+  const byJob = {};
+  const add = (job, t) => { if (t && t !== '0') (byJob[job || ''] ||= new Set()).add(String(t)); };
+  for (const a of d.attempts) { add(a.job, a.token); add(a.job, a.held); }
+  for (const g of d.grants) { add(g.job, g.token); for (const sc of g.successors) add(g.job, sc.token); }
+  d.long = Object.values(byJob).some((set) => [...set].some((t) => t.length > 6));
+  d.rank = {};
+  for (const [job, set] of Object.entries(byJob)) {
+    const sorted = [...set].sort((a, b) => cmpTok(a, b));
+    d.rank[job] = new Map(sorted.map((t, i) => [t, i + 1]));
+  }
+  d.tl = (job, t) => {
+    if (!d.long) return `t${t}`;
+    const r = d.rank[job || ''] && d.rank[job || ''].get(String(t));
+    return r ? `r${r}` : `t${tok(t)}`;
+  };
   if (d.jobs.length === 0) d.jobs.push('');
   return d;
+}
+
+// lineLabel names a fault of the whole run on its line.
+function lineLabel(kind, detail) {
+  if (kind === 'failover') return 'replication cut';
+  if (kind === 'restart') return detail.startsWith('restart:redlock') ? 'majority restart: counters lost' : 'restart: counters lost';
+  if (kind === 'kill') {
+    if (/killed with SIGKILL/.test(detail)) return 'member killed';
+    if (/no member leads/.test(detail)) return 'no leader';
+    if (/still leads/.test(detail)) return 'leader kept';
+    if (/leads/.test(detail)) return 'new leader';
+    return 'kill';
+  }
+  if (kind === 'crash') return 'postgres crash';
+  return kind;
 }
 
 // tok is a token as a label shows it: ZooKeeper's (a zxid) and etcd's
@@ -120,13 +153,21 @@ function tok(n) {
   return t.length > 6 ? '…' + t.slice(-4) : t;
 }
 
+// cmpTok compares two tokens (strings or numbers), exactly.
+function cmpTok(a, b) {
+  const x = BigInt(a);
+  const y = BigInt(b);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
 // refusal is a stale mark's label: the token refused against the one the
-// store held.
-function refusal(a) {
-  if (!a.token) return 'refused';
-  if (!a.held) return `t${tok(a.token)} refused`;
-  if (a.held === a.token) return `t${tok(a.token)} = t${tok(a.held)}`;
-  return `t${tok(a.token)} < t${tok(a.held)}`;
+// store held ("t10 < t11"; "t4 = t4" an equal token from another holder).
+function refusal(a, d) {
+  const l = (t) => (d ? d.tl(a.job, t) : `t${tok(t)}`);
+  if (!a.token || a.token === '0') return 'refused';
+  if (!a.held || a.held === '0') return `${l(a.token)} refused`;
+  const c = cmpTok(a.token, a.held);
+  return `${l(a.token)} ${c < 0 ? '<' : c === 0 ? '=' : '>'} ${l(a.held)}`;
 }
 
 // zoomPx is the zoom's pixels per tick (0: fit the width).
@@ -210,8 +251,8 @@ function drawLanes(rs) {
       const x1 = x(t * tickS);
       const why = missed ? `${job} tick ${t}: missed, nobody executed it within its window` : `${job} tick ${t}: applied ${Math.max(n, 2)} times`;
       out.push(`<rect class="col ${missed ? 'missed' : 'dupcol'}" data-job="${esc(job)}" data-tick="${t}" x="${x0}" y="${lanesTop}" width="${x1 - x0}" height="${lanesH}"><title>${esc(why)}</title></rect>`);
-      const tag = missed ? (x1 - x0 >= 40 ? 'missed' : '–') : '×' + Math.max(n, 2);
-      out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${tag}</text>`);
+      const tag = missed ? (x1 - x0 >= 48 ? 'missed' : '') : '×' + Math.max(n, 2);
+      if (tag) out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${tag}</text>`);
     }
     // The job's header: its name, its schedule, its edits.
     const head = job ? `${job}${spec ? ` · every ${spec.every} · work ${spec.work}${spec.keep_alive ? '' : ' · no keep-alive'}` : ' · added live'}` : 'the run';
@@ -237,7 +278,7 @@ function drawLanes(rs) {
       const stateText = ns && ns.state !== 'running' ? ns.state : '';
       const standby = c.standby && n > nodes - c.standby ? 'standby' : '';
       L.push(`<text x="6" y="${y + 15}" font-size="12.5" font-weight="${holder ? 700 : 500}" fill="#1d2330">node${n}${holder ? ' ★' : ''}</text>`);
-      const sub = [stateText, standby, holder && st.token ? `token ${tok(st.token)}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
+      const sub = [stateText, standby, holder && st.token && st.token !== '0' ? `token ${d.tl(job, st.token)}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
       if (sub) L.push(`<text x="6" y="${y + 29}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
     }
     // Grants: a line under the marks while the node runs the tick under
@@ -262,7 +303,7 @@ function drawLanes(rs) {
           const xs = x(sc.t);
           out.push(`<g class="successor" data-node="${g.node}" data-to="${sc.node}"><title>${esc(`node${sc.node} was granted ${job || 'the job'}${sc.token ? ` with token ${sc.token}` : ''} at ${sc.t.toFixed(2)} s while node${g.node} still ran its tick`)}</title>` +
             `<path d="M${xs - 4},${y + 6} L${xs + 4},${y + 6} L${xs},${y - 1} Z" fill="#2563eb"/></g>`);
-          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' t' + tok(sc.token) : ''}`, '#1d4ed8', 1);
+          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' ' + d.tl(job, sc.token) : ''}`, '#1d4ed8', 1);
         }
       }
     }
@@ -276,27 +317,34 @@ function drawLanes(rs) {
       const x1 = Math.max(x0 + 3, x(a.end ?? now));
       let cls = a.outcome;
       if (cls === 'exec' && ((d.commits[d.jt(a.job, a.tick)] || 0) > 1 || d.dupTicks.has(d.jt(a.job, a.tick)))) cls = 'dup';
-      const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: 'refused by the fence: ' + refusal(a), open: 'in the critical section', lost: 'ended without a commit' }[cls];
+      const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: `refused by the fence: token ${a.token} against ${a.held || 'unknown'} held by the store`, open: 'in the critical section', lost: 'ended without a commit' }[cls];
       const title = `node${a.node}, ${a.job ? a.job + ' ' : ''}tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
         (a.read !== undefined && a.read !== null ? `; read ${a.read}` : '') + (a.value !== undefined ? `, wrote ${a.value}` : '') + (a.detail ? ` (${a.detail})` : '');
       out.push(`<rect class="mark ${cls}" data-job="${esc(a.job || '')}" data-tick="${a.tick}" data-node="${a.node}" data-token="${a.token}" x="${x0}" y="${y}" width="${x1 - x0}" height="15" rx="2"><title>${esc(title)}</title></rect>`);
       const inside = `#${a.tick}`;
       if (x1 - x0 > inside.length * 5.6 + 4) out.push(`<text x="${x0 + 3}" y="${y + 11}" font-size="9.5" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(inside)}</text>`);
-      // The token (or the refusal) under the mark, unless it would
-      // overprint the lane's last label; a refusal always shows.
-      const label = cls === 'stale' ? refusal(a) : a.token ? `t${tok(a.token)}` : '';
+      // The token under the mark; a refusal at the mark's end, where the
+      // store refused it, with a line to the commit that holds the token
+      // it lost to. A label that would overprint the lane's last one is
+      // left to the tooltip.
+      const stale = cls === 'stale';
+      const label = stale ? refusal(a, d) : a.token && a.token !== '0' ? d.tl(a.job, a.token) : '';
+      if (stale && a.held) {
+        const won = attempts.filter((b) => b.outcome === 'exec' && String(b.token) === String(a.held) && b.end !== null && b.end <= (a.end ?? now)).pop();
+        if (won) out.push(`<line class="lostto" x1="${x1}" y1="${y + 8}" x2="${x(won.end)}" y2="${laneY(won.node) + 11}" stroke="#d97706" stroke-width="1" stroke-dasharray="2 2"><title>${esc(`refused: node${won.node} had committed token ${won.token} (tick ${won.tick})`)}</title></line>`);
+      }
       if (!label) continue;
       const w = label.length * 5.4 + 4;
-      if (cls !== 'stale' && (labelEnd[a.node] || 0) > x0) continue;
-      labelEnd[a.node] = x0 + w;
-      const cl = cls === 'stale' ? 'refusal' : 'token';
-      out.push(`<text class="${cl}" data-node="${a.node}" data-tick="${a.tick}" x="${x0}" y="${y + 29}" font-size="9.5" font-weight="${cls === 'stale' ? 700 : 400}" fill="${cls === 'stale' ? '#b45309' : '#475467'}">${esc(label)}</text>`);
+      const lx = stale ? x1 + 2 : x0;
+      if ((labelEnd[a.node] || 0) > lx) continue;
+      labelEnd[a.node] = lx + w;
+      out.push(`<text class="${stale ? 'refusal' : 'token'}" data-node="${a.node}" data-tick="${a.tick}" x="${lx}" y="${y + 29}" font-size="9.5" font-weight="${stale ? 700 : 400}" fill="${stale ? '#b45309' : '#475467'}">${esc(label)}</text>`);
     }
     // Faults on a node, over the marks: bands (pause, partition) and
     // marks (kill, skew, the grant a failover lost), in the lane's foot.
     for (const b of d.bands) {
       const y = laneY(b.node);
-      const x0 = x(b.start);
+      const x0 = Math.max(labelW + 1, x(b.start));
       const x1 = x(b.end ?? now);
       const secs = b.end !== null ? ` ${(b.end - b.start).toFixed(1)} s` : '';
       out.push(`<rect class="band ${b.kind}" data-node="${b.node}" x="${x0}" y="${y + 1}" width="${Math.max(2, x1 - x0)}" height="${laneH - 2}" fill="url(#${b.kind === 'pause' ? 'hp' : 'hc'})" stroke="${b.kind === 'pause' ? '#7a5bc7' : '#138a8a'}" stroke-width="1"><title>${esc(b.detail)}</title></rect>`);
@@ -305,8 +353,8 @@ function drawLanes(rs) {
     for (const m of d.marks) {
       if (m.kind === 'failover' && m.job && m.job !== job) continue;
       const y = laneY(m.node);
-      const xm = x(m.t);
-      const yf = y + 21; // on the lease's row; its label in the lane's foot
+      const xm = Math.max(labelW + 6, x(m.t)); // a skew set before the first tick: at the plot's start
+      const yf = y + laneH - 7; // in the lane's foot, beside its label
       if (m.kind === 'kill') {
         out.push(`<g class="kill"><title>${esc(m.detail)}</title><line x1="${xm - 4}" y1="${yf - 4}" x2="${xm + 4}" y2="${yf + 4}" stroke="#1d2330" stroke-width="2"/><line x1="${xm + 4}" y1="${yf - 4}" x2="${xm - 4}" y2="${yf + 4}" stroke="#1d2330" stroke-width="2"/></g>`);
         foot(m.node, xm + 6, 'killed', '#1d2330', 2);
@@ -317,7 +365,7 @@ function drawLanes(rs) {
       } else if (m.kind === 'failover') {
         out.push(`<g class="failovermark"><title>${esc(m.detail)}</title><rect x="${xm - 4}" y="${yf - 4}" width="8" height="8" fill="#c2410c" transform="rotate(45 ${xm} ${yf})"/>` +
           '</g>');
-        foot(m.node, xm + 7, `grant${m.token ? ' t' + tok(m.token) : ''} lost`, '#c2410c', 3);
+        foot(m.node, xm + 7, `grant${m.token ? ' ' + d.tl(m.job, m.token) : ''} lost`, '#c2410c', 3);
       }
     }
     const placed = {};
