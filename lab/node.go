@@ -310,6 +310,16 @@ func (n *node) onSchedule(e schedule.Event) {
 			}
 			n.emit(nodeEvent{Kind: evRenewed, Job: e.Job, Tick: t, Token: int64(token), RunAttempt: e.Attempt, Until: e.Until.UnixNano()})
 		}
+	case schedule.EventSkipped:
+		// A tick this node could not start because its previous run of
+		// the job still goes (overlap forbid, the lab's policy: a run that
+		// overran its tick, on a loaded machine) misfired, as Quartz calls
+		// a fire a DisallowConcurrentExecution job could not take. The
+		// other skips (another node has the tick, the lease is held) are
+		// the coordination working and are not reported.
+		if t := n.tickOf(e.Fire); t > 0 && strings.HasPrefix(e.Reason, "overlap forbid") {
+			n.emit(nodeEvent{Kind: evMisfired, Job: e.Job, Tick: t, Token: int64(e.Token), Detail: e.Reason})
+		}
 	case schedule.EventRefused, schedule.EventMisfired, schedule.EventLost:
 		if t := n.tickOf(e.Fire); t > 0 {
 			n.emit(nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))})

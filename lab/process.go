@@ -251,6 +251,11 @@ func (r *Run) spawn(np *nodeProc) error {
 		// it and sleep until its hard timeout).
 		close(exited)
 		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventExited, Node: np.n, Detail: how})
+		for id, a := range r.open {
+			if a.node == np.n {
+				delete(r.open, id)
+			}
+		}
 		r.settleLocked()
 		r.mu.Unlock()
 		if !killed && !finished && !r.ending() {

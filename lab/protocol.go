@@ -28,7 +28,7 @@ const (
 	evReclaim  = "reclaim"  // this node's reaper took over a crashed run
 	evElected  = "elected"  // this node leads (leader mode)
 	evRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
-	evMisfired = "misfired" // a tick missed its starting deadline
+	evMisfired = "misfired" // a tick missed its starting deadline, or its previous run still went (overlap forbid)
 	evClaimed  = "claimed"  // an optimistic claim moved the job's version to token (Since: when its statement began)
 	// evNotPrimary: the node's store is a hot standby: its scheduler runs
 	// nothing (a second region).

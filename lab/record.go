@@ -67,6 +67,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
 			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: OpUnknown, Read: -1}
 		r.order = append(r.order, ev.Attempt)
+		r.open[ev.Attempt] = openAttempt{node: np.n, jt: jt}
 		np.critical, np.writing = ev.Attempt, false
 	case evEntered:
 		if sec != nil && ev.Value != nil {
@@ -113,6 +114,10 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		np.finished = true
 	case evError:
 		np.lastErr = ev.Detail
+	}
+	switch ev.Kind {
+	case evExecuted, evStale, evAbandon:
+		delete(r.open, ev.Attempt)
 	}
 	r.addLocked(e)
 	for _, d := range derived {

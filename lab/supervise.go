@@ -43,12 +43,14 @@ func (r *Run) supervise() {
 	hard := time.NewTimer(time.Until(lastWindow.Add(longest + 30*time.Second)))
 	defer hard.Stop()
 	for {
-		if r.allFinished() {
-			break
-		}
+		// The change channel first, then the check: a node that exits
+		// between the two closes the channel taken, never a later one.
 		r.mu.Lock()
 		changed := r.changed
 		r.mu.Unlock()
+		if r.allFinished() {
+			break
+		}
 		select {
 		case <-changed:
 			continue
@@ -130,12 +132,18 @@ func (r *Run) tickEvents(ctx context.Context) {
 	}
 }
 
-// insideLocked reports whether a node is inside a critical section of the
-// job's tick now (entered, no outcome yet, its process alive). Caller
-// holds mu.
+// openAttempt is an attempt entered and not ended: no outcome yet, its
+// process alive. A node runs several jobs at once, so several per node.
+type openAttempt struct {
+	node int
+	jt   jobTick
+}
+
+// insideLocked reports whether an attempt of the job's tick is inside its
+// critical section now. Caller holds mu.
 func (r *Run) insideLocked(jt jobTick) bool {
-	for _, np := range r.nodes {
-		if sec := r.sections[np.critical]; np.critical != "" && sec != nil && sec.Job == jt.Job && sec.Tick == jt.Tick {
+	for _, a := range r.open {
+		if a.jt == jt {
 			return true
 		}
 	}
