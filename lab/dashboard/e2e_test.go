@@ -25,7 +25,7 @@ var screenshots = flag.Bool("screenshots", false, "write the end-to-end tests' s
 
 // e2eBudget bounds the whole browser session: the browser is stopped when
 // it ends, and every wait fails then.
-const e2eBudget = 75 * time.Second
+const e2eBudget = 150 * time.Second
 
 // chromiumPath returns Debian's Chromium (or $AEGIS_CHROMIUM). A missing
 // browser fails the test: CI installs it (scripts/services install).

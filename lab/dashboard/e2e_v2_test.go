@@ -148,20 +148,20 @@ func (p *page) shootView(sel, name string) {
 func TestEndToEndMaxRuns(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	p := openPage(t, h, 150*time.Second)
+	p := openPage(t, h, 240*time.Second)
 	offered := p.count(`#strategies input`) // for the message only
 	maxActive := p.str(`String(app.info.max_active)`)
 	require.Equal(t, "12", maxActive, "the default")
 	// Six fenceable strategies, fenced and not: twelve runs.
 	p.form([]string{"sqlite", "pg-lease", "pg-unique", "optimistic", "etcd", "zookeeper"}, "both", "2", "500ms", "1s", "100ms", "90s")
 	p.do("start twelve runs", p.click(`#start`))
-	p.until("see twelve runs going", `document.querySelectorAll('.run[data-state="running"]').length === 12`, 90*time.Second)
+	p.until("see twelve runs going", `document.querySelectorAll('.run[data-state="running"]').length === 12`, 150*time.Second)
 	require.Equal(t, 12, p.count(`.run`), "of %d strategies, the twelve runs picked", offered)
 
 	// With every run drawn live, the page's own requests answer.
 	p.until("fetch /api/info beside twelve live runs", `(window.__info === undefined && (window.__info = fetch('/api/info').then((r) => r.ok ? 'ok' : 'status ' + r.status))), window.__infoDone || (window.__info.then((v) => { window.__infoDone = v; }), false)`, 10*time.Second)
 	require.Equal(t, "ok", p.str(`window.__infoDone`))
-	p.until("every run's events arrive", `Array.from(document.querySelectorAll('.run')).every((r) => r.querySelector('rect.mark'))`, 60*time.Second)
+	p.until("every run's events arrive", `Array.from(document.querySelectorAll('.run')).every((r) => r.querySelector('rect.mark'))`, 90*time.Second)
 
 	// Pause the holder of the last run, a second.
 	last := `.run[data-strategy="zookeeper"][data-fenced="true"]`
@@ -172,7 +172,7 @@ func TestEndToEndMaxRuns(t *testing.T) {
 
 	// Stop the group: every run ends, its report covers what ran.
 	p.do("stop the group", p.click(`#stop`))
-	p.until("see every run end", `document.querySelectorAll('.run[data-state="done"] .verdict[data-checker]:not([data-checker="pending"])').length === 12`, 60*time.Second)
+	p.until("see every run end", `document.querySelectorAll('.run[data-state="done"] .verdict[data-checker]:not([data-checker="pending"])').length === 12`, 120*time.Second)
 	p.until("see the group stopped", `document.querySelector('#grouphead').dataset.state === 'stopped'`, 15*time.Second)
 	for _, id := range strings.Split(p.str(`Array.from(document.querySelectorAll('.run')).map((r) => r.dataset.run).join(',')`), ",") {
 		rep := h.runReport(t, id)
@@ -195,7 +195,7 @@ func TestEndToEndMaxRuns(t *testing.T) {
 func TestEndToEndFencedPauseArgument(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	p := openPage(t, h, 90*time.Second)
+	p := openPage(t, h, 180*time.Second)
 	p.form([]string{"pg-lease"}, "on", "3", "400ms", "500ms", "200ms", "4.8s")
 	pg := `.run[data-strategy="pg-lease"][data-fenced="true"]`
 	p.do("start pg-lease fenced", p.click(`#start`),
@@ -275,7 +275,7 @@ func TestEndToEndFencedPauseArgument(t *testing.T) {
 func TestEndToEndCatalogEdit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil)
-	p := openPage(t, h, 150*time.Second)
+	p := openPage(t, h, 240*time.Second)
 	// Long enough for a loaded machine; stopped once the added job ran.
 	p.form([]string{"pg-lease"}, "on", "2", "400ms", "800ms", "100ms", "40s")
 	run := `.run[data-strategy="pg-lease"]`
@@ -316,7 +316,7 @@ func TestEndToEndCatalogEdit(t *testing.T) {
 func TestEndToEndRedisFailoverThenRestart(t *testing.T) {
 	t.Parallel()
 	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
-	p := openPage(t, h, 120*time.Second)
+	p := openPage(t, h, 200*time.Second)
 	p.form([]string{"redis"}, "on", "3", "500ms", "1500ms", "200ms", "9s")
 	run := `.run[data-strategy="redis"]`
 	p.do("start redis fenced", p.click(`#start`),

@@ -23,7 +23,9 @@ import (
 type PostgresConfig struct {
 	// Port is the TCP port on 127.0.0.1. Default: a free port.
 	Port int
-	// MaxConnections is max_connections. Default: 300.
+	// MaxConnections is max_connections. Default: 1000: two test suites
+	// side by side, each with a dozen lab runs of several node processes
+	// (a few pools each), pass 300.
 	MaxConnections int
 	// Settings are more postgresql.conf settings, written after the
 	// defaults (so they win), each value quoted: {"log_statement": "all"}.
@@ -71,7 +73,7 @@ func StartPostgres(ctx context.Context, dir string, cfg *PostgresConfig) (*Postg
 	if cfg != nil {
 		c = *cfg
 	}
-	c.MaxConnections = cmp.Or(c.MaxConnections, 300)
+	c.MaxConnections = cmp.Or(c.MaxConnections, 1000)
 	if c.MaxConnections < 1 {
 		return nil, fmt.Errorf("servers: PostgresConfig.MaxConnections is %d, want at least 1", c.MaxConnections)
 	}

@@ -98,7 +98,7 @@ func TestPostgres(t *testing.T) {
 	require.Equal(t, "aegis", query("select current_database() || ''"))
 	require.Equal(t, "off", query("show fsync"))
 	require.Equal(t, "off", query("show synchronous_commit"))
-	require.Equal(t, "300", query("show max_connections"))
+	require.Equal(t, "1000", query("show max_connections"))
 	if os.Geteuid() == 0 {
 		require.Equal(t, "postgres", query("select usename || '' from pg_user where usesysid = (select datdba from pg_database where datname = 'postgres')"))
 	}
