@@ -36,9 +36,14 @@ func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 				stale++
 				require.Positive(t, e.Held, "stale %s (token %d): the token the store held", e.Attempt, e.Token)
 				require.GreaterOrEqual(t, e.Held, e.Token, "stale %s: the store refused a token below the one it held", e.Attempt)
+				// Registered by a section's read, or (optimistic) by a claim,
+				// which moves the job's version itself.
 				registered := false
 				for _, s := range secs {
 					registered = registered || (s.attempt != e.Attempt && s.job == e.Job && s.token == e.Held && s.entered >= 0 && s.entered <= e.T)
+				}
+				for _, c := range rep.Events {
+					registered = registered || (c.Kind == lab.EventClaimed && c.Job == e.Job && c.Token == e.Held && c.T <= e.T)
 				}
 				require.True(t, registered, "stale %s at %.3fs: the token the store held, %d, was registered by another section of %s before", e.Attempt, e.T, e.Held, e.Job)
 				require.Contains(t, e.Detail, "refused, the store holds")

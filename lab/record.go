@@ -59,6 +59,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		e.T = 0
 	case evAcquired:
 		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
+		r.open[runKey(np.n, jt)] = openAttempt{node: np.n, jt: jt}
 	case evClaimed:
 		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
 	case evReleased:
@@ -67,7 +68,6 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
 			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: OpUnknown, Read: -1}
 		r.order = append(r.order, ev.Attempt)
-		r.open[ev.Attempt] = openAttempt{node: np.n, jt: jt}
 		np.critical, np.writing = ev.Attempt, false
 	case evEntered:
 		if sec != nil && ev.Value != nil {
@@ -115,9 +115,8 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 	case evError:
 		np.lastErr = ev.Detail
 	}
-	switch ev.Kind {
-	case evExecuted, evStale, evAbandon:
-		delete(r.open, ev.Attempt)
+	if ev.Kind == evReleased {
+		delete(r.open, runKey(np.n, jt))
 	}
 	r.addLocked(e)
 	for _, d := range derived {

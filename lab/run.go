@@ -52,7 +52,7 @@ type Run struct {
 	stale      int
 	missed     map[jobTick]bool
 	deferred   map[jobTick]bool       // window ended while an attempt was still inside: missed if it does not commit
-	open       map[string]openAttempt // attempts entered and not ended, by id
+	open       map[string]openAttempt // runs begun and not ended, by runKey
 	waiters    []*waiter
 	notes      []string
 	failedOver bool

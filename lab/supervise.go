@@ -132,15 +132,19 @@ func (r *Run) tickEvents(ctx context.Context) {
 	}
 }
 
-// openAttempt is an attempt entered and not ended: no outcome yet, its
-// process alive. A node runs several jobs at once, so several per node.
+// openAttempt is a node's run of a job's tick that has begun (acquired:
+// it may still enter the critical section, a paused node late) and not
+// ended (released), its process alive. A node runs several jobs at once.
 type openAttempt struct {
 	node int
 	jt   jobTick
 }
 
-// insideLocked reports whether an attempt of the job's tick is inside its
-// critical section now. Caller holds mu.
+// runKey names a node's run of a job's tick in Run.open.
+func runKey(node int, jt jobTick) string { return fmt.Sprintf("%d|%s|%d", node, jt.Job, jt.Tick) }
+
+// insideLocked reports whether a node's run of the job's tick has begun
+// and not ended. Caller holds mu.
 func (r *Run) insideLocked(jt jobTick) bool {
 	for _, a := range r.open {
 		if a.jt == jt {
