@@ -114,8 +114,10 @@ func (h *Held) Release(ctx context.Context) error {
 
 // ReleaseAfter stops renewing and leaves the lease to expire keep from now
 // instead of releasing it: ShedLock's lockAtLeastFor for a job that ended
-// early. keep <= 0 releases at once. Like Release it is idempotent and
-// returns ErrLost when the lease had been lost.
+// early. A keep too short to renew for (at most its clock-drift margin,
+// [Drift]: it would be gone by the time the store answers) releases at
+// once, as keep <= 0 does. Like Release it is idempotent and returns
+// ErrLost when the lease had been lost.
 func (h *Held) ReleaseAfter(ctx context.Context, keep time.Duration) error {
 	return h.finish(ctx, keep)
 }
@@ -127,7 +129,7 @@ func (h *Held) finish(ctx context.Context, keep time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		lease := h.Lease()
-		if keep > 0 {
+		if CheckTTL(keep, 0) == nil { // else too short to renew for: gone by the time the store answers
 			h.err = h.locker.Renew(ctx, &lease, keep)
 		} else {
 			h.err = h.locker.Release(ctx, &lease)

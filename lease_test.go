@@ -133,6 +133,28 @@ func TestHeldNeverPrintsOwner(t *testing.T) {
 	require.Contains(t, fmt.Sprint(h), `lease "held/printed"`)
 }
 
+// A lockAtLeastFor remainder too short to renew for (at most its drift
+// margin) releases the lease instead of asking the store for a TTL it
+// would refuse: the next holder gets it at once, and nothing fails.
+func TestReleaseAfterTooShortReleases(t *testing.T) {
+	ctx := t.Context()
+	l := memlease.New()
+	for _, keep := range []time.Duration{-time.Second, 0, time.Microsecond, 373 * time.Microsecond, aegis.Drift(2 * time.Millisecond)} {
+		require.Error(t, aegis.CheckTTL(keep, 0), "%s is too short to renew for", keep)
+		h, err := aegis.Hold(ctx, l, "keep/short", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, h.ReleaseAfter(ctx, keep), "keep %s", keep)
+		next, err := l.TryAcquire(ctx, "keep/short", time.Minute)
+		require.NoError(t, err, "keep %s: released at once", keep)
+		require.NoError(t, l.Release(ctx, next))
+	}
+	h, err := aegis.Hold(ctx, l, "keep/long", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, h.ReleaseAfter(ctx, time.Minute))
+	_, err = l.TryAcquire(ctx, "keep/long", time.Minute)
+	require.ErrorIs(t, err, aegis.ErrHeld, "kept for its minute")
+}
+
 func TestHoldLossNamesKeyAndReason(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -54,7 +54,7 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	}
 	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Until: until})
 	n.critical(ctx, s)
-	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token)})
+	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run})
 	return nil
 }
 

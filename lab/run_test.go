@@ -149,6 +149,16 @@ func TestNoneAppliesEveryTickOncePerNode(t *testing.T) {
 	requireLabelKept(t, rep, st) // none excludes nothing
 }
 
+// misfiredTick reports whether a node reported tick misfired.
+func misfiredTick(rep *lab.Report, tick int) bool {
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventMisfired && e.Tick == tick {
+			return true
+		}
+	}
+	return false
+}
+
 // misfires counts the misfired events of a run's nodes.
 func misfires(rep *lab.Report) int {
 	n := 0
@@ -332,7 +342,7 @@ func TestAdvisoryPause(t *testing.T) {
 func TestSkewFiresEarly(t *testing.T) {
 	t.Parallel()
 	c := short("none", false, "skew:node2=+400ms")
-	c.Tick, c.Duration, c.Nodes = 600*time.Millisecond, 4*600*time.Millisecond, 2
+	c.Tick, c.Duration, c.Nodes = 600*time.Millisecond, 8*600*time.Millisecond, 2
 	c.Catalog = catalog(t, "export=600ms/200ms")
 	rep, st := run(t, session(t), c)
 	requireLabelKept(t, rep, st)
@@ -345,14 +355,21 @@ func TestSkewFiresEarly(t *testing.T) {
 	// Not tick 1: node2 fires it 400 ms early, which may be before the lab
 	// sent the start time (200 to 800 ms before tick 1), and a node runs
 	// nothing before it knows the start.
-	for tick := 2; tick <= 4; tick++ {
+	// A tick a node misfired (a loaded machine) is not compared; most are.
+	compared := 0
+	for tick := 2; tick <= 8; tick++ {
 		fire := (time.Duration(tick-1) * c.Tick).Seconds()
 		skewed, ok2 := first[[2]int{tick, 2}]
 		honest, ok1 := first[[2]int{tick, 1}]
-		require.True(t, ok1 && ok2, "tick %d", tick)
+		if !ok1 || !ok2 {
+			require.True(t, misfiredTick(rep, tick), "tick %d: a node did not enter it, and no node reported it misfired", tick)
+			continue
+		}
+		compared++
 		require.GreaterOrEqual(t, honest, fire-0.001, "tick %d: node1 (honest) entered at %.3fs, before the tick fired at %.3fs", tick, honest, fire)
 		require.Less(t, skewed, fire, "tick %d: node2 (clock +400ms) entered at %.3fs, not before the tick fired at %.3fs", tick, skewed, fire)
 	}
+	require.GreaterOrEqual(t, compared, 3, "both nodes entered at least three of ticks 2 to 8")
 }
 
 // Clocks that differ by more than a job's LockAtLeastFor (half its

@@ -140,8 +140,11 @@ type openAttempt struct {
 	jt   jobTick
 }
 
-// runKey names a node's run of a job's tick in Run.open.
-func runKey(node int, jt jobTick) string { return fmt.Sprintf("%d|%s|%d", node, jt.Job, jt.Tick) }
+// runKey names a node's run of a job's tick in Run.open: with its run
+// attempt, since a reaper's retry can run beside the run it retries.
+func runKey(node int, jt jobTick, attempt int) string {
+	return fmt.Sprintf("%d|%s|%d|%d", node, jt.Job, jt.Tick, attempt)
+}
 
 // insideLocked reports whether a node's run of the job's tick has begun
 // and not ended. Caller holds mu.

@@ -839,8 +839,8 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		var err error
 		switch {
 		case held != nil:
-			err = held.ReleaseAfter(fctx, keep) // keep <= 0 releases
-		case keep > 0:
+			err = held.ReleaseAfter(fctx, keep) // a keep too short to renew for releases
+		case aegis.CheckTTL(keep, 0) == nil: // else too short to renew for: release
 			err = locker.Renew(fctx, lease, keep)
 		default:
 			err = locker.Release(fctx, lease)
