@@ -159,6 +159,16 @@ func misfiredTick(rep *lab.Report, tick int) bool {
 	return false
 }
 
+// hasKind reports whether the run has an event of kind.
+func hasKind(rep *lab.Report, kind string) bool {
+	for _, e := range rep.Events {
+		if e.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
 // misfires counts the misfired events of a run's nodes.
 func misfires(rep *lab.Report) int {
 	n := 0
@@ -184,18 +194,23 @@ func TestPGUniqueRunsEachTickOnce(t *testing.T) {
 			// machine: timers past the starting deadline, ticks dropped by
 			// the catch-up policy, a run overrunning its tick): with no
 			// misfire, every tick runs.
-			require.Equal(t, rep.Ticks, rep.Executions+rep.MissedTicks, "each job tick entered once, or missed")
-			if misfires(rep) == 0 {
+			// On a quiet machine (no misfire, no reclaim: a heartbeat late
+			// enough for its row to expire is retried by a reaper, and the
+			// late one refused) each tick is entered once and runs.
+			require.GreaterOrEqual(t, rep.Executions, rep.Ticks-rep.MissedTicks, "each tick run was entered")
+			if misfires(rep) == 0 && !hasKind(rep, lab.EventReclaim) {
+				require.Equal(t, rep.Ticks, rep.Executions, "each job tick entered once")
 				require.Zero(t, rep.MissedTicks, "no node misfired, and a tick was missed")
+				require.Zero(t, rep.DuplicateTicks)
+				require.Zero(t, rep.StaleRejected)
+				require.Zero(t, rep.DuplicatesApplied)
+				require.Zero(t, rep.LostUpdates)
+				require.Equal(t, lab.CheckOK, rep.Checker)
+				for _, jr := range rep.Jobs {
+					require.Equal(t, int64(jr.Ticks), jr.Ledger, "%s: its ledger counts each tick", jr.Name)
+				}
 			}
-			require.Zero(t, rep.DuplicateTicks)
-			require.Zero(t, rep.DuplicatesApplied)
-			require.Zero(t, rep.LostUpdates)
-			require.Zero(t, rep.StaleRejected)
-			require.Equal(t, lab.CheckOK, rep.Checker)
-			for _, jr := range rep.Jobs {
-				require.Equal(t, int64(jr.Ticks-jr.MissedTicks), jr.Ledger, "%s: its ledger counts each tick run", jr.Name)
-			}
+			// A retry's harms (at least once) are the label's business.
 			requireLabelKept(t, rep, st)
 		})
 	}
