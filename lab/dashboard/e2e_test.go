@@ -190,7 +190,7 @@ func TestEndToEndInChromium(t *testing.T) {
 
 	// pg-lease fenced: pause the holder past its TTL; its write turns amber.
 	pg := `.run[data-strategy="pg-lease"][data-fenced="true"]`
-	do("start pg-lease fenced", append(params("4.8s"),
+	do("start pg-lease fenced", append(params("12s"), // long enough for a holder to enter on a loaded machine
 		chromedp.Click(chromedp.CSS(`#strategies input[value="none"]`)),
 		chromedp.Click(chromedp.CSS(`#strategies input[value="pg-lease"]`)),
 		chromedp.Click(chromedp.CSS(`input[name="fence"][value="on"]`)),

@@ -252,11 +252,33 @@ function runState(id) {
   return rs;
 }
 
+// schedule redraws a run's panel: at most four times a second, and only
+// while it is on screen (twelve runs side by side redrawn on each status
+// would keep the browser's main thread busy, and the page's own requests
+// waiting); a panel off screen is redrawn when it scrolls into view.
+const redrawEvery = 250; // ms
 function schedule(rs) {
   if (rs.queued) return;
+  if (rs.panel && !rs.panel._visible && !rs.end) { rs.dirty = true; return; }
   rs.queued = true;
-  requestAnimationFrame(() => { rs.queued = false; if (rs.panel) drawRun(rs); });
+  const wait = Math.max(0, (rs.drawnAt || 0) + redrawEvery - performance.now());
+  setTimeout(() => requestAnimationFrame(() => {
+    rs.queued = false;
+    rs.dirty = false;
+    rs.drawnAt = performance.now();
+    if (rs.panel) drawRun(rs);
+  }), wait);
 }
+
+// The panels on screen (with a margin): observed once each.
+const onScreen = new IntersectionObserver((entries) => {
+  for (const en of entries) {
+    en.target._visible = en.isIntersecting;
+    const rv = en.target._view;
+    const rs = rv && rv.id ? app.runs.get(rv.id) : null;
+    if (en.isIntersecting && rs && rs.dirty) schedule(rs);
+  }
+}, { rootMargin: '300px' });
 
 // ---- the page ---------------------------------------------------------------
 
@@ -322,6 +344,8 @@ function renderGroup() {
     let panel = app.panels.get(key);
     if (!panel) {
       panel = makePanel(rv, g);
+      panel._visible = true; // until the observer says otherwise
+      onScreen.observe(panel);
       app.panels.set(key, panel);
     }
     if (panel.parentNode !== runsBox || runsBox.children[rv.index] !== panel) runsBox.appendChild(panel);
@@ -337,6 +361,7 @@ function renderGroup() {
   }
   for (const [key, panel] of app.panels) {
     if (keep.has(key)) continue;
+    onScreen.unobserve(panel);
     panel.remove();
     app.panels.delete(key);
   }
