@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,6 +404,16 @@ func takenOver(events []lab.Event) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// misfiredCount is how many of a node's job ticks a misfired event
+// stands for: one, or the N of "N ticks dropped by policy skip".
+func misfiredCount(e lab.Event) int {
+	if m := regexp.MustCompile(`^(\d+) ticks dropped by policy`).FindStringSubmatch(e.Detail); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	return 1
 }
 
 func dump(events []lab.Event) string {

@@ -101,10 +101,10 @@ func TestRunStreamShowsDuplicates(t *testing.T) {
 	misfired := 0
 	for _, e := range rs.events {
 		if e.Kind == lab.EventMisfired && e.Node != 0 && e.Tick > 0 {
-			misfired++
+			misfired += misfiredCount(e) // "N ticks dropped by policy skip" stands for N
 		}
 	}
-	require.Equal(t, 12-misfired, rep.Executions, "every node runs every tick it does not report misfired")
+	require.Equal(t, 12-misfired, rep.Executions, "every node runs every tick it does not report misfired:\n%s", dump(rs.events))
 	require.Positive(t, rep.DuplicatesApplied)
 	require.LessOrEqual(t, rep.DuplicatesApplied, 4)
 	// Whether two nodes read the same balance in one tick is a race (the
