@@ -243,6 +243,10 @@ func (r *Run) spawn(np *nodeProc) error {
 		if err != nil {
 			how = err.Error()
 		}
+		// Whether the run was ending is read before the exit is signalled:
+		// the supervisor, woken by the last node's exit, stops the run at
+		// once, and this node's end would then read as expected.
+		ending := r.ending()
 		r.mu.Lock()
 		killed, finished, lastErr := np.killed, np.finished, np.lastErr
 		np.critical, np.holding = "", -1
@@ -258,7 +262,7 @@ func (r *Run) spawn(np *nodeProc) error {
 		}
 		r.settleLocked()
 		r.mu.Unlock()
-		if !killed && !finished && !r.ending() {
+		if !killed && !finished && !ending {
 			if lastErr != "" {
 				how += " after: " + lastErr
 			}
