@@ -59,7 +59,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		e.T = 0
 	case evAcquired:
 		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
-		r.open[runKey(np.n, jt, ev.RunAttempt)] = openAttempt{node: np.n, jt: jt}
+		r.open[runKey(np.n, jt, ev.RunAttempt)] = openRun{node: np.n, jt: jt}
 	case evClaimed:
 		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
 	case evReleased:

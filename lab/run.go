@@ -51,8 +51,8 @@ type Run struct {
 	entered    map[jobTick]int
 	stale      int
 	missed     map[jobTick]bool
-	deferred   map[jobTick]bool       // window ended while an attempt was still inside: missed if it does not commit
-	open       map[string]openAttempt // runs begun and not ended, by runKey
+	deferred   map[jobTick]bool   // window ended while an attempt was still inside: missed if it does not commit
+	open       map[string]openRun // runs begun and not ended, by runKey
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
@@ -109,7 +109,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		entered:  map[jobTick]int{},
 		missed:   map[jobTick]bool{},
 		deferred: map[jobTick]bool{},
-		open:     map[string]openAttempt{},
+		open:     map[string]openRun{},
 	}
 	r.stop = make(chan struct{})
 	// Admitted and registered in one step: no other run of the session

@@ -132,10 +132,10 @@ func (r *Run) tickEvents(ctx context.Context) {
 	}
 }
 
-// openAttempt is a node's run of a job's tick that has begun (acquired:
+// openRun is a node's run of a job's tick that has begun (acquired:
 // it may still enter the critical section, a paused node late) and not
 // ended (released), its process alive. A node runs several jobs at once.
-type openAttempt struct {
+type openRun struct {
 	node int
 	jt   jobTick
 }

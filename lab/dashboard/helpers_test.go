@@ -409,12 +409,14 @@ func takenOver(events []lab.Event) (string, bool) {
 // misfiredCount is how many of a node's job ticks a misfired event
 // stands for: one, or the N of "N ticks dropped by policy skip".
 func misfiredCount(e lab.Event) int {
-	if m := regexp.MustCompile(`^(\d+) ticks dropped by policy`).FindStringSubmatch(e.Detail); m != nil {
+	if m := droppedRE.FindStringSubmatch(e.Detail); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		return n
 	}
 	return 1
 }
+
+var droppedRE = regexp.MustCompile(`^(\d+) ticks dropped by policy`)
 
 func dump(events []lab.Event) string {
 	var b strings.Builder
