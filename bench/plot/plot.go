@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"os"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Series is one subject's curve.
@@ -41,14 +45,14 @@ func Save(c Chart, path string, w, h vg.Length) error {
 	p.Y.Label.Text = c.Y
 	if c.LogX {
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
+	// The x ticks are the loads measured (1, 4, 16, …): a log axis's own
+	// ticks, at powers of ten, would label only 1 and 100.
+	p.X.Tick.Marker = xTicks(c.Series)
 	if c.LogY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	p.Legend.Top = true
-	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	for i, s := range c.Series {
 		if len(s.X) != len(s.Y) {
@@ -79,5 +83,40 @@ func Save(c Chart, path string, w, h vg.Length) error {
 		p.Add(line, points)
 		p.Legend.Add(s.Name, line, points)
 	}
-	return p.Save(w, h, path)
+	// The legend goes right of the plot, where it covers no line.
+	const legendW = 1.7 * vg.Inch
+	img := vgimg.New(w+legendW, h)
+	dc := draw.New(img)
+	leg := p.Legend
+	p.Legend = plot.NewLegend()
+	p.Draw(draw.Crop(dc, 0, -legendW, 0, 0))
+	leg.Top = true
+	leg.Left = true
+	leg.Draw(draw.Crop(dc, w+vg.Points(6), 0, 0, -vg.Points(24)))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("plot %q: %w", c.Title, err)
+	}
+	return f.Close()
+}
+
+// xTicks labels every x a series has.
+type xTicks []Series
+
+func (t xTicks) Ticks(lo, hi float64) []plot.Tick {
+	seen := map[float64]bool{}
+	var out []plot.Tick
+	for _, s := range t {
+		for _, x := range s.X {
+			if !seen[x] && x >= lo && x <= hi {
+				seen[x] = true
+				out = append(out, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
+			}
+		}
+	}
+	return out
 }
