@@ -57,7 +57,8 @@ func stitch(_ context.Context, args []string) error {
 			return err
 		}
 		d.WriteString("\n## Loaded machine\n\n")
-		d.WriteString(l)
+		// Its pictures are not kept (those in docs/ are the quiet pass's).
+		d.WriteString(pictureRE.ReplaceAllString(l, ""))
 	}
 	if err := os.WriteFile(*doc, []byte(d.String()), 0o644); err != nil {
 		return err
@@ -80,6 +81,9 @@ func stitch(_ context.Context, args []string) error {
 	s = s[:i+len(beginMark)] + "\n\nThe loaded pass and more: [docs/performance.md](" + filepath.ToSlash(filepath.Join(rel, filepath.Base(*doc))) + ").\n\n" + body + "\n" + s[j:]
 	return os.WriteFile(*readme, []byte(s), 0o644)
 }
+
+// pictureRE finds a picture's line.
+var pictureRE = regexp.MustCompile(`(?m)^!\[[^\]]*\]\([^)]*\.png\)\n`)
 
 // pngRE finds a picture's file name, relative to docs/.
 var pngRE = regexp.MustCompile(`\]\(([A-Za-z0-9_.-]+\.png)\)`)
