@@ -185,6 +185,17 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 	if err := startMode(ctx); err != nil {
 		return fmt.Errorf("start the %s mode: %w", n.strat.Mode, err)
 	}
+	// Ready means the catalog is bound: a node starved at its start would
+	// otherwise set its timers after the first ticks had fired.
+	select {
+	case <-sched.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-n.fatal:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("the scheduler did not read the catalog within 30s")
+	}
 
 	lines := bufio.NewScanner(stdin)
 	n.emit(nodeEvent{Kind: evReady})

@@ -260,6 +260,7 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 		}
 	}
 	b.s.setBound(slices.Collect(maps.Values(b.jobs)))
+	b.s.readyOnce.Do(func() { close(b.s.ready) })
 }
 
 // report emits EventUnhandled once per schedule version.
@@ -302,9 +303,13 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 	lctx, stop := context.WithCancel(ctx)
 	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}), runCtx: ctx,
 		bound: &bound{version: r.version, handler: r.handler, sched: sw, args: json.RawMessage(r.args), stop: stop, done: make(chan struct{})}}
-	from := time.Time{}
+	// A rebind goes on from the last tick this replica saw; a first bind
+	// from the scheduler's start, as a job of the code does: ticks that
+	// fell between Start and a slow first read of the catalog are due (or
+	// reported misfired), not silently skipped.
+	from := b.s.startedAt
 	if old := b.s.lastTick(r.name); !old.IsZero() {
-		from = old // a rebind goes on from the last tick this replica saw
+		from = old
 	}
 	b.jobs[r.name] = j
 	b.s.emit(Event{Kind: EventBound, Job: r.name, Token: aegis.Token(r.version), Reason: "bound " + e.Spec() + " (version " + fmt.Sprint(r.version) + ")"})

@@ -138,8 +138,13 @@ type Scheduler struct {
 	names   map[string]bool
 	started bool
 	stopped bool
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// startedAt is Start's time on the scheduler's clock; ready is closed
+	// once the catalog has been read (see Ready).
+	startedAt time.Time
+	ready     chan struct{}
+	readyOnce sync.Once
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	leader  *leader                 // leader mode
 	endTerm context.CancelCauseFunc // ends the current term's loops (leader mode)
@@ -164,7 +169,7 @@ func New(cfg *Config) (*Scheduler, error) {
 		return nil, invalid("%w", err)
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool), handlers: make(map[string]Handler),
-		rebind: make(chan struct{}, 1), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace}
+		rebind: make(chan struct{}, 1), ready: make(chan struct{}), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace}
 	set := 0
 	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
 		if ok {
@@ -253,6 +258,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return errors.New("schedule: Start called twice")
 	}
 	s.started = true
+	s.startedAt = s.cfg.Clock.Now()
+	if s.cfg.Catalog == nil || s.mode == modeLeader {
+		s.readyOnce.Do(func() { close(s.ready) })
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	if s.cfg.Catalog != nil {
 		s.wg.Go(func() { s.beat(ctx) })
@@ -272,6 +281,14 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Ready returns a channel that is closed once the scheduler has read its
+// Catalog and bound its schedules (at once for a scheduler without a
+// Catalog, and in leader mode, whose leader reads the catalog when it is
+// elected): a readiness probe, or a test that must not fire a tick before
+// the replica has its timers set. A catalog that cannot be read keeps it
+// open (the binder retries, with EventError).
+func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
 // checkNamespaces sets the scheduler's namespace: its Catalog's, which the
 // Store's (or Leader.Namespace) must equal.
