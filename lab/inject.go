@@ -428,6 +428,21 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 // the first Redlock node (the second address: of six or more, the first is
 // the single-node one), or a majority of them.
 func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
+	// An empty Redis restarted shows nothing: the restart waits until a
+	// node has worked under a lease (and, fenced, registered its token),
+	// so that the counters it loses are ones a later grant repeats.
+	entered := func(e Event) bool { return e.Kind == EventEntered && e.Node > 0 }
+	r.mu.Lock()
+	granted := slices.ContainsFunc(r.events, entered)
+	r.mu.Unlock()
+	waited := ""
+	if !granted {
+		e, err := r.waitEvent(ctx, entered)
+		if err != nil {
+			return errors.New("no node entered the critical section: no counter to lose")
+		}
+		waited = fmt.Sprintf(" at node%d's first entry into the critical section (none before %s)", e.Node, ch.At)
+	}
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
 	if r.strat.Redis == RedisQuorum {
@@ -488,7 +503,7 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 		}
 		names = append(names, rs.Addr())
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence: their keys and token counters are gone", ch, strings.Join(names, ", "))})
+	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence%s: their keys and token counters are gone", ch, strings.Join(names, ", "), waited)})
 	return nil
 }
 

@@ -209,7 +209,7 @@ func TestRedisRestartAfterFailover(t *testing.T) {
 func TestRedisRestartSendsTokensBack(t *testing.T) {
 	t.Parallel()
 	c := short("redis", true, "restart:redis@1s")
-	c.Duration = 8 * c.Tick
+	c.Duration = 10 * c.Tick
 	rep, st := run(t, ownRedis(t), c)
 	requireLabelKept(t, rep, st)
 	restarted := -1.0
