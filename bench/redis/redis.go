@@ -50,6 +50,9 @@ const TTL = time.Minute
 type Servers struct {
 	Single string   // the single-node subjects' server
 	Nodes  []string // the five Redlock nodes
+	// Postgres is the URL of the PostgreSQL of the pglease handoff
+	// contender (AEGIS_POSTGRES_URL); empty leaves pglease out.
+	Postgres string
 }
 
 // ServersFromEnv reads AEGIS_REDIS_ADDRS (default: the shared test set of
@@ -64,11 +67,12 @@ func ServersFromEnv() (Servers, error) {
 	if len(addrs) < 6 {
 		return Servers{}, fmt.Errorf("AEGIS_REDIS_ADDRS lists %d servers; the benchmarks need 6 (one single node, five Redlock nodes)", len(addrs))
 	}
-	return Servers{Single: addrs[0], Nodes: addrs[1:6]}, nil
+	return Servers{Single: addrs[0], Nodes: addrs[1:6], Postgres: os.Getenv("AEGIS_POSTGRES_URL")}, nil
 }
 
 // Env is the clients of one benchmark run. Close closes them.
 type Env struct {
+	servers Servers
 	run     string // a random key prefix of this run
 	single  *redis.Client
 	nodes   []redis.UniversalClient
@@ -78,7 +82,7 @@ type Env struct {
 // NewEnv connects to s. Every subject shares these clients (and their
 // pools), as a service would.
 func NewEnv(s Servers) *Env {
-	e := &Env{run: "aegis-bench:" + randomHex(6) + ":"}
+	e := &Env{servers: s, run: "aegis-bench:" + randomHex(6) + ":"}
 	e.single = redis.NewClient(&redis.Options{Addr: s.Single, PoolSize: 64})
 	e.closers = append(e.closers, func() { e.single.Close() })
 	for _, a := range s.Nodes {

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ func compare() error {
 	rounds := flag.Int("rounds", 5, "rounds of acquire+release")
 	round := flag.Duration("round", time.Second, "time per subject per round")
 	goroutines := flag.String("goroutines", "1,16", "goroutine counts, comma-separated")
+	contend := flag.Int("contend", 8, "goroutines contending for the handoff key")
+	contenders := flag.String("contenders", "", "handoff contenders to run, by id, comma-separated (default: all)")
 	handoffs := flag.Int("handoffs", 300, "handoffs per contender")
 	handoffMax := flag.Duration("handoff-max", 20*time.Second, "longest time per contender")
 	private := flag.Bool("private", false, "start six private Redis servers (no persistence) instead of AEGIS_REDIS_ADDRS")
@@ -61,7 +64,7 @@ func compare() error {
 		}
 		os.Setenv("AEGIS_REDIS_ADDRS", strings.Join(addrs, ","))
 	}
-	return run(ctx, *rounds, *round, *goroutines, *handoffs, *handoffMax, *private)
+	return run(ctx, *rounds, *round, *goroutines, *contenders, *contend, *handoffs, *handoffMax, *private)
 }
 
 type tally struct {
@@ -73,7 +76,7 @@ type tally struct {
 
 func (t *tally) opsPerSec() float64 { return float64(t.ops) / t.elapsed.Seconds() }
 
-func run(ctx context.Context, rounds int, round time.Duration, goroutines string, handoffs int, handoffMax time.Duration, private bool) error {
+func run(ctx context.Context, rounds int, round time.Duration, goroutines, contenders string, contend, handoffs int, handoffMax time.Duration, private bool) error {
 	servers, err := redisbench.ServersFromEnv()
 	if err != nil {
 		return err
@@ -87,7 +90,7 @@ func run(ctx context.Context, rounds int, round time.Duration, goroutines string
 	subjects := env.Subjects()
 	fmt.Println("| lock | nodes | goroutines | acquire+release/s | p50 µs | p99 µs | client CPU µs/op | Redis CPU µs/op | ratio |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-	for _, gs := range strings.Split(goroutines, ",") {
+	for _, gs := range strings.FieldsFunc(goroutines, func(r rune) bool { return r == ',' }) {
 		var n int
 		if _, err := fmt.Sscan(gs, &n); err != nil || n < 1 {
 			return fmt.Errorf("-goroutines: %q is not a positive count", gs)
@@ -147,17 +150,20 @@ func run(ctx context.Context, rounds int, round time.Duration, goroutines string
 		}
 	}
 
-	fmt.Printf("\nHandoff: 8 goroutines contend for one key, each holding it for %s ±50%%; from the start of a release to the next holder's acquire (%d handoffs each, at most %s).\n\n", redisbench.Hold, handoffs, handoffMax)
+	fmt.Printf("\nHandoff: %d goroutines contend for one key, each holding it for %s ±50%%; from the start of a release to the next holder's acquire (%d handoffs each, at most %s).\n\n", contend, redisbench.Hold, handoffs, handoffMax)
 	fmt.Println("| lock | waiting | handoffs | p50 ms | p99 ms |")
 	fmt.Println("|---|---|---:|---:|---:|")
 	for i, c := range env.Contenders() {
+		if contenders != "" && !slices.Contains(strings.Split(contenders, ","), c.ID) {
+			continue
+		}
 		acquire, err := c.New(env.Key(fmt.Sprint("handoff-", i)))
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Name, err)
 		}
 		var rec latency.Recorder
 		hctx, cancel := context.WithTimeout(ctx, handoffMax)
-		n, err := redisbench.Handoff(hctx, acquire, 8, handoffs, redisbench.Hold, &rec)
+		n, err := redisbench.Handoff(hctx, acquire, contend, handoffs, redisbench.Hold, &rec)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("handoff %s: %w", c.Name, err)
