@@ -60,9 +60,6 @@ func (e *Env) Contenders() []Contender {
 			}},
 		{ID: "pglease", Name: "pglease", Waiting: "its own Acquire: a queue row per waiter, woken by the release's NOTIFY (one LISTEN connection per Locker)",
 			New: func(key string) (func(int) Acquire, error) {
-				if e.servers.Postgres == "" {
-					return nil, errors.New("AEGIS_POSTGRES_URL is not set")
-				}
 				cfg, err := pgxpool.ParseConfig(e.servers.Postgres)
 				if err != nil {
 					return nil, errors.New("AEGIS_POSTGRES_URL does not parse") // the URL may hold a password: not quoted

@@ -51,13 +51,14 @@ type Servers struct {
 	Single string   // the single-node subjects' server
 	Nodes  []string // the five Redlock nodes
 	// Postgres is the URL of the PostgreSQL of the pglease handoff
-	// contender (AEGIS_POSTGRES_URL); empty leaves pglease out.
+	// contender.
 	Postgres string
 }
 
 // ServersFromEnv reads AEGIS_REDIS_ADDRS (default: the shared test set of
 // scripts/services): the first address is the single node, the next five
-// the Redlock nodes.
+// the Redlock nodes; and AEGIS_POSTGRES_URL (default: the shared test
+// server).
 func ServersFromEnv() (Servers, error) {
 	v := os.Getenv("AEGIS_REDIS_ADDRS")
 	if v == "" {
@@ -67,7 +68,11 @@ func ServersFromEnv() (Servers, error) {
 	if len(addrs) < 6 {
 		return Servers{}, fmt.Errorf("AEGIS_REDIS_ADDRS lists %d servers; the benchmarks need 6 (one single node, five Redlock nodes)", len(addrs))
 	}
-	return Servers{Single: addrs[0], Nodes: addrs[1:6], Postgres: os.Getenv("AEGIS_POSTGRES_URL")}, nil
+	pg := os.Getenv("AEGIS_POSTGRES_URL")
+	if pg == "" {
+		pg = "postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable"
+	}
+	return Servers{Single: addrs[0], Nodes: addrs[1:6], Postgres: pg}, nil
 }
 
 // Env is the clients of one benchmark run. Close closes them.
