@@ -9,7 +9,9 @@
 //   - handoff: goroutines contend for one key with each library's way of
 //     waiting (its default retry, or its wake-ups); the latency from the
 //     moment a holder starts its release to the moment another goroutine's
-//     acquire returns.
+//     acquire returns. pglease (on AEGIS_POSTGRES_URL) and sqlitelease (on
+//     a file of its own) contend in the same harness, so that the SQL
+//     leases' handoff is measured beside redislease's.
 //
 // The Go benchmarks (go test -bench . ./redis) measure one subject at a
 // time; the compare command (go run ./redis/compare) interleaves subjects
