@@ -141,17 +141,17 @@ func run(ctx context.Context, o options) error {
 	}
 	env := redisbench.NewEnv(srv)
 	defer env.Close()
-	var out strings.Builder
+	var head, out strings.Builder // the sentence and load averages; the tables
 	start := loadavg()
 	host, _ := os.Hostname()
 	where := "the shared servers of AEGIS_REDIS_ADDRS"
 	if o.private {
 		where = "six private Redis servers started by the command (no persistence)"
 	}
-	fmt.Fprintf(&out, "Measured with `%s`: %d rounds of %s per subject, subjects interleaved in a rotating order, on %s (%s single, five Redlock nodes); %d CPUs (%s), %s.\n\n",
+	fmt.Fprintf(&head, "Measured with `%s`: %d rounds of %s per subject, subjects interleaved in a rotating order, on %s (%s single, five Redlock nodes); %d CPUs (%s), %s.\n\n",
 		strings.TrimSpace(o.commandLine), o.rounds, o.round, where, srv.Single, runtime.NumCPU(), host, runtime.Version())
-	fmt.Fprintf(&out, "Load average (/proc/loadavg) at start: `%s`.\n\n", start)
-	fmt.Print(out.String())
+	fmt.Print(head.String())
+	fmt.Printf("Load average (/proc/loadavg) at start: `%s`.\n\n", start)
 	emit := func(format string, args ...any) {
 		s := fmt.Sprintf(format, args...)
 		out.WriteString(s)
@@ -284,12 +284,14 @@ func run(ctx context.Context, o options) error {
 		}
 		targets = append(targets, line+".")
 	}
-	emit("\nLoad average (/proc/loadavg) at end: `%s`.\n", loadavg())
+	end := loadavg()
+	fmt.Printf("\nLoad average (/proc/loadavg) at end: `%s`.\n", end)
 	if len(targets) > 0 {
 		emit("\n%s\n", strings.Join(targets, "\n"))
 	}
 	if o.md != "" {
-		if err := os.WriteFile(o.md, []byte(out.String()), 0o644); err != nil {
+		fmt.Fprintf(&head, "Load average (/proc/loadavg) at start: `%s`; at end: `%s`.\n\n", start, end)
+		if err := os.WriteFile(o.md, []byte(head.String()+out.String()), 0o644); err != nil {
 			return err
 		}
 	}
