@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -11,11 +13,14 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"
+	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
 // Acquire blocks until the contended key is granted (waiting the way the
@@ -51,6 +56,42 @@ func (e *Env) Contenders() []Contender {
 					return nil, err
 				}
 				e.closers = append(e.closers, func() { l.Close() })
+				return func(int) Acquire { return aegisAcquire(l, key) }, nil
+			}},
+		{ID: "pglease", Name: "pglease", Waiting: "its own Acquire: a queue row per waiter, woken by the release's NOTIFY (one LISTEN connection per Locker)",
+			New: func(key string) (func(int) Acquire, error) {
+				cfg, err := pgxpool.ParseConfig(e.servers.Postgres)
+				if err != nil {
+					return nil, errors.New("AEGIS_POSTGRES_URL does not parse") // the URL may hold a password: not quoted
+				}
+				cfg.MaxConns = 16 // 8 waiters, a release and the LISTEN connection, as a service would size it
+				pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+				if err != nil {
+					return nil, err
+				}
+				e.closers = append(e.closers, pool.Close)
+				l, err := pglease.New(pool, &pglease.Config{Table: "aegis_bench_lease"})
+				if err != nil {
+					return nil, err
+				}
+				return func(int) Acquire { return aegisAcquire(l, key) }, nil
+			}},
+		{ID: "sqlitelease", Name: "sqlitelease", Waiting: "its own Acquire: a queue row per waiter, polling every 2-50ms (SQLite has no notifications)",
+			New: func(key string) (func(int) Acquire, error) {
+				dir, err := os.MkdirTemp("", "aegis-bench-sqlite")
+				if err != nil {
+					return nil, err
+				}
+				db, err := sqlitelease.Open(filepath.Join(dir, "leases.db"))
+				if err != nil {
+					os.RemoveAll(dir)
+					return nil, err
+				}
+				e.closers = append(e.closers, func() { db.Close(); os.RemoveAll(dir) })
+				l, err := sqlitelease.New(db, nil)
+				if err != nil {
+					return nil, err
+				}
 				return func(int) Acquire { return aegisAcquire(l, key) }, nil
 			}},
 		{ID: "bsm-linear100ms", Name: "bsm/redislock", Waiting: "no retry by default; its example's LinearBackoff(100ms)",

@@ -9,7 +9,9 @@
 //   - handoff: goroutines contend for one key with each library's way of
 //     waiting (its default retry, or its wake-ups); the latency from the
 //     moment a holder starts its release to the moment another goroutine's
-//     acquire returns.
+//     acquire returns. pglease (on AEGIS_POSTGRES_URL) and sqlitelease (on
+//     a file of its own) contend in the same harness, so that the SQL
+//     leases' handoff is measured beside redislease's.
 //
 // The Go benchmarks (go test -bench . ./redis) measure one subject at a
 // time; the compare command (go run ./redis/compare) interleaves subjects
@@ -50,11 +52,15 @@ const TTL = time.Minute
 type Servers struct {
 	Single string   // the single-node subjects' server
 	Nodes  []string // the five Redlock nodes
+	// Postgres is the URL of the PostgreSQL of the pglease handoff
+	// contender.
+	Postgres string
 }
 
 // ServersFromEnv reads AEGIS_REDIS_ADDRS (default: the shared test set of
 // scripts/services): the first address is the single node, the next five
-// the Redlock nodes.
+// the Redlock nodes; and AEGIS_POSTGRES_URL (default: the shared test
+// server).
 func ServersFromEnv() (Servers, error) {
 	v := os.Getenv("AEGIS_REDIS_ADDRS")
 	if v == "" {
@@ -64,11 +70,16 @@ func ServersFromEnv() (Servers, error) {
 	if len(addrs) < 6 {
 		return Servers{}, fmt.Errorf("AEGIS_REDIS_ADDRS lists %d servers; the benchmarks need 6 (one single node, five Redlock nodes)", len(addrs))
 	}
-	return Servers{Single: addrs[0], Nodes: addrs[1:6]}, nil
+	pg := os.Getenv("AEGIS_POSTGRES_URL")
+	if pg == "" {
+		pg = "postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable"
+	}
+	return Servers{Single: addrs[0], Nodes: addrs[1:6], Postgres: pg}, nil
 }
 
 // Env is the clients of one benchmark run. Close closes them.
 type Env struct {
+	servers Servers
 	run     string // a random key prefix of this run
 	single  *redis.Client
 	nodes   []redis.UniversalClient
@@ -78,7 +89,7 @@ type Env struct {
 // NewEnv connects to s. Every subject shares these clients (and their
 // pools), as a service would.
 func NewEnv(s Servers) *Env {
-	e := &Env{run: "aegis-bench:" + randomHex(6) + ":"}
+	e := &Env{servers: s, run: "aegis-bench:" + randomHex(6) + ":"}
 	e.single = redis.NewClient(&redis.Options{Addr: s.Single, PoolSize: 64})
 	e.closers = append(e.closers, func() { e.single.Close() })
 	for _, a := range s.Nodes {

@@ -17,11 +17,15 @@ var errClosed = errors.New("pglease: notify: no connection for LISTEN")
 // closeTimeout bounds the goodbye to the server of a listening connection.
 const closeTimeout = time.Second
 
-// listener is the LISTEN side of a Locker: one connection, taken out of the
+// listener is the LISTEN side of a Locker: one connection, taken from the
 // pool while at least one waiter of this Locker is subscribed, whose
 // notifications (the payload is the key) are fanned out to the waiters of
 // each key. It lives only while someone waits, so a Locker needs no Close
-// and leaves no goroutine behind.
+// and leaves no goroutine behind. When the last waiter leaves, the
+// connection stops listening (UNLISTEN) and goes back to the pool: a
+// connection closed instead made the pool dial a new one, a few
+// milliseconds of a backend's start, on the path of the next grant or
+// release of a handoff between two callers.
 type listener struct {
 	pool    *pgxpool.Pool
 	channel string // as an identifier, for LISTEN
@@ -36,6 +40,7 @@ type listener struct {
 
 // listening is one connection and its goroutine.
 type listening struct {
+	pc     *pgxpool.Conn
 	conn   *pgx.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -87,15 +92,16 @@ func (n *listener) start(ctx context.Context) (*listening, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errClosed, err)
 	}
-	// Hijacked: the connection leaves the pool for good (it is closed when
-	// the last waiter leaves), so LISTEN never leaks into a pooled query.
-	conn := pc.Hijack()
+	// The connection stays out of the pool until the last waiter leaves;
+	// it goes back only once UNLISTEN succeeded (see stop), so LISTEN never
+	// leaks into a pooled query.
+	conn := pc.Conn()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{n.channel}.Sanitize()); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		discard(pc)
 		return nil, fmt.Errorf("pglease: listen: %w", err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
-	run := &listening{conn: conn, cancel: cancel, done: make(chan struct{})}
+	run := &listening{pc: pc, conn: conn, cancel: cancel, done: make(chan struct{})}
 	n.mu.Lock()
 	n.run, n.count = run, 1
 	n.mu.Unlock()
@@ -108,6 +114,11 @@ func (n *listener) loop(ctx context.Context, run *listening) {
 	defer close(run.done)
 	for {
 		msg, err := run.conn.WaitForNotification(ctx)
+		if err != nil && ctx.Err() != nil && !run.conn.IsClosed() {
+			// The last waiter left (unsubscribe): the connection is sound.
+			stop(run)
+			return
+		}
 		if err != nil {
 			n.mu.Lock()
 			if n.run == run {
@@ -122,9 +133,7 @@ func (n *listener) loop(ctx context.Context, run *listening) {
 				}
 			}
 			n.mu.Unlock()
-			closeCtx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-			_ = run.conn.Close(closeCtx)
-			cancel()
+			discard(run.pc)
 			return
 		}
 		n.mu.Lock()
@@ -163,4 +172,34 @@ func (n *listener) unsubscribe(run *listening, key string, ch chan struct{}) {
 		run.cancel()
 		<-run.done
 	}
+}
+
+// stop ends a sound listening connection: UNLISTEN, drop the notifications
+// it buffered meanwhile, and back to the pool; a connection that fails
+// UNLISTEN is closed instead.
+func stop(run *listening) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if _, err := run.conn.Exec(ctx, "UNLISTEN *"); err != nil {
+		discard(run.pc)
+		return
+	}
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	for {
+		// Buffered ones first; with a done context, nothing is read.
+		if msg, _ := run.conn.WaitForNotification(done); msg == nil {
+			break
+		}
+	}
+	run.pc.Release()
+}
+
+// discard closes a connection taken from the pool and gives the pool back
+// its slot.
+func discard(pc *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	_ = pc.Conn().Close(ctx)
+	pc.Release() // a closed connection is destroyed, not pooled
 }

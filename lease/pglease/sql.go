@@ -55,9 +55,25 @@ RETURNING token`
 // reads), the order every statement here takes, so two of them cannot
 // deadlock. An entry that commits while this runs is not seen by the new
 // queue_until; its waiter's next refresh (every 250ms) raises it again.
+//
+// A release wakes every waiter of the key at once, and all but the first
+// in the queue must fail. The SELECT's WHERE lets them fail on a plain
+// read, before ON CONFLICT locks the lease row (it locks it even when its
+// WHERE then fails): otherwise the first waiter queued behind the others
+// on that lock, one statement each. It reads
+// the statement's snapshot, as the ON CONFLICT's subqueries do, so it
+// refuses no grant that they would accept (but for a lease row that the
+// snapshot shows held and the row lock would show released: that waiter
+// is woken by the release's NOTIFY, or polls); the check under the lock
+// stays the one that decides.
 const grantQueuedSQL = `WITH g AS (
 INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
-VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
+SELECT $1, $2, 1, now() + $3 * interval '1 microsecond', now()
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s h -- held: no lock taken
+                  WHERE h.key = $1 AND h.expires_at > now())
+  AND NOT EXISTS (SELECT 1 FROM %[2]s w -- an earlier live waiter: no lock taken
+                  WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
+                    AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity'))
 ON CONFLICT (key) DO UPDATE
 SET owner = excluded.owner,
     token = l.token + 1,

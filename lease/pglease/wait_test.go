@@ -328,3 +328,55 @@ func TestLostNamesTheKey(t *testing.T) {
 		require.ErrorContains(t, err, "released, expired or granted to another owner", name)
 	}
 }
+
+// TestListeningConnectionGoesBackToThePool: the connection a wait listens
+// on returns to the pool, no longer listening, when the wait ends; the pool
+// does not dial a new backend per wait (it did while the connection was
+// closed instead, which put a backend's start on the next handoff's path).
+func TestListeningConnectionGoesBackToThePool(t *testing.T) {
+	t.Parallel()
+	p := testenv.Postgres(t)
+	cfg := p.Config()
+	cfg.MaxConns = 3
+	bp, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(bp.Close)
+	a, err := pglease.New(p, nil)
+	require.NoError(t, err)
+	b, err := pglease.New(bp, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const rounds = 10
+	for round := range rounds {
+		held, err := a.TryAcquire(ctx, "k", time.Minute)
+		require.NoError(t, err, "round %d", round)
+		got := rowleasetest.QueuedWaiter(t, ctx, b, "k", func() (n int, err error) {
+			err = p.QueryRow(ctx, "SELECT count(*) FROM aegis_lease_waiter WHERE key = 'k'").Scan(&n)
+			return n, err
+		})
+		require.NoError(t, a.Release(ctx, held), "round %d", round)
+		select {
+		case err := <-got:
+			require.NoError(t, err, "round %d", round)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the waiter did not get the key within 10s of the release", round)
+		}
+	}
+	require.LessOrEqual(t, bp.Stat().NewConnsCount(), int64(cfg.MaxConns), "the pool dialed a backend per wait")
+	// Every connection of the pool at once: none still listens.
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range bp.Stat().TotalConns() {
+		c, err := bp.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		var channels int
+		require.NoError(t, c.QueryRow(ctx, "SELECT count(*) FROM pg_listening_channels()").Scan(&channels))
+		require.Zero(t, channels, "a pooled connection still listens")
+	}
+}

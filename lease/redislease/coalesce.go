@@ -13,30 +13,37 @@ import (
 // maxBatch bounds the calls of one pipeline.
 const maxBatch = 128
 
+// senders is how many calls or pipelines of one Locker are on the wire at
+// once. One (the first version) kept a quiet machine's Redis and client
+// waiting on each other: while a pipeline was out, every other call
+// queued, the client idled, and each reply woke an idle CPU. Two keep one
+// pipeline on the server while the next one forms (see docs/redis.md for
+// the figures).
+const senders = 2
+
 // coalescer sends the scripts of concurrent calls together, in one
 // pipeline: one write and one read for the batch instead of one each per
 // call, on the client and on the server. Every call is still one round
 // trip and each script is still atomic; only the system calls are shared.
 //
-// A call runs at once on its own when no other call is in flight (a single
-// caller pays nothing). Otherwise it is queued, and the coalescer's one
-// goroutine sends what is queued as a pipeline as soon as the previous
-// pipeline has returned. A caller whose context ends while its call is
-// queued or in flight returns at once; if its grant lands anyway, the
-// goroutine releases it.
+// A call goes at once, on its caller's goroutine, while fewer than
+// senders are on the wire and none is queued (a single caller pays
+// nothing). Otherwise it is queued; when a sender's reply comes back, the
+// first queued caller is woken to send everything queued by then as the
+// next pipeline (its own call first), so there is no goroutine of its own
+// to hop through, nor to stop. A caller whose context ends while its call
+// is queued returns at once; one whose context ends while its call is in
+// flight returns at once too, and if its grant lands anyway, the sender
+// releases it. A caller woken to send whose context has ended sends the
+// others' calls, not its own, then returns.
 type coalescer struct {
-	client   redis.UniversalClient
-	inflight atomic.Int32
+	client redis.UniversalClient
 
 	undone atomic.Int64 // grants released because their caller gave up
 
-	mu      sync.Mutex
-	queue   []*call
-	started bool
-	closed  bool
-	wake    chan struct{} // a call was queued
-	quit    chan struct{} // Close
-	done    chan struct{} // the goroutine returned
+	mu     sync.Mutex
+	active int // senders on the wire
+	queue  []*call
 }
 
 // call is one queued script call.
@@ -45,24 +52,20 @@ type call struct {
 	// undo is the lock and owner value of an acquire call, whose grant is
 	// released if its caller gave up; empty for renew and release.
 	undo  grant
-	state atomic.Int32 // pending, delivered or abandoned
+	state atomic.Int32 // pending, delivered, abandoned or leading
 	cmd   *redis.Cmd
-	ready chan struct{} // closed once cmd is set (delivered)
+	ready chan struct{} // closed once cmd is set (delivered) or the caller is to send (leading)
 }
 
 const (
 	pending int32 = iota
 	delivered
 	abandoned
+	leading // woken to send the next pipeline
 )
 
 func newCoalescer(client redis.UniversalClient) *coalescer {
-	return &coalescer{
-		client: client,
-		wake:   make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
-	}
+	return &coalescer{client: client}
 }
 
 // grant is a lock and the owner value it may hold.
@@ -78,85 +81,79 @@ func (co *coalescer) do(ctx context.Context, c redisscript.Call, undo grant) (*r
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	n := co.inflight.Add(1)
-	defer co.inflight.Add(-1)
-	if n == 1 {
-		return c.Run(ctx, co.client), nil
+	co.mu.Lock()
+	if co.active < senders && len(co.queue) == 0 {
+		co.active++
+		co.mu.Unlock()
+		cmd := c.Run(ctx, co.client)
+		co.next()
+		return cmd, nil
 	}
 	q := &call{Call: c, undo: undo, ready: make(chan struct{})}
-	if !co.enqueue(q) {
-		return c.Run(ctx, co.client), nil // closed: run alone
-	}
+	co.queue = append(co.queue, q)
+	co.mu.Unlock()
 	select {
 	case <-q.ready:
-		return q.cmd, nil
 	case <-ctx.Done():
 		if q.state.CompareAndSwap(pending, abandoned) {
 			return nil, ctx.Err()
 		}
-		<-q.ready // delivered meanwhile: the call took effect
+		<-q.ready // delivered or leading meanwhile: closed at once
+	}
+	if q.state.Load() != leading {
 		return q.cmd, nil
 	}
+	own := ctx.Err() == nil
+	co.send(q, own)
+	co.next()
+	if !own {
+		return nil, ctx.Err()
+	}
+	return q.cmd, nil
 }
 
-// enqueue queues q and starts the goroutine on first use; false after
-// Close.
-func (co *coalescer) enqueue(q *call) bool {
+// next hands the finished sender's place to the first queued caller that
+// has not given up, or frees it when nobody is queued.
+func (co *coalescer) next() {
 	co.mu.Lock()
-	if co.closed {
-		co.mu.Unlock()
-		return false
-	}
-	co.queue = append(co.queue, q)
-	if !co.started {
-		co.started = true
-		go co.loop()
-	}
-	co.mu.Unlock()
-	select {
-	case co.wake <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-// loop sends the queued calls, batch after batch, until Close; it empties
-// the queue before it returns.
-func (co *coalescer) loop() {
-	defer close(co.done)
-	for {
-		var quit bool
-		select {
-		case <-co.wake:
-		case <-co.quit:
-			quit = true
-		}
-		for co.flush() {
-		}
-		if quit {
+	defer co.mu.Unlock()
+	for len(co.queue) > 0 {
+		q := co.queue[0]
+		co.queue[0] = nil
+		co.queue = co.queue[1:]
+		if q.state.CompareAndSwap(pending, leading) {
+			close(q.ready)
 			return
 		}
+		// Abandoned before it was sent: nothing to do.
 	}
+	co.queue = nil // let the backing array go
+	co.active--
 }
 
-// flush sends one batch of queued calls and delivers the replies; it
-// reports whether there was anything to send.
-func (co *coalescer) flush() bool {
+// send sends leader's call (when own) and the queued calls as one
+// pipeline, and delivers the replies.
+func (co *coalescer) send(leader *call, own bool) {
 	co.mu.Lock()
-	n := min(len(co.queue), maxBatch)
-	batch := make([]*call, 0, n)
-	for _, q := range co.queue[:n] {
+	batch := make([]*call, 0, min(len(co.queue)+1, maxBatch))
+	if own {
+		batch = append(batch, leader)
+	}
+	n := 0
+	for _, q := range co.queue {
+		if len(batch) == maxBatch {
+			break
+		}
+		n++
 		if q.state.Load() == pending { // its caller has not given up
 			batch = append(batch, q)
 		}
 	}
-	co.queue = append(co.queue[:0], co.queue[n:]...)
+	clear(co.queue[:n])
+	co.queue = co.queue[n:]
 	co.mu.Unlock()
-	if n == 0 {
-		return false
-	}
 	if len(batch) == 0 {
-		return true
+		return
 	}
 	calls := make([]redisscript.Call, len(batch))
 	for i, q := range batch {
@@ -164,32 +161,22 @@ func (co *coalescer) flush() bool {
 	}
 	// No caller's context: one caller giving up must not fail the others'
 	// calls. go-redis bounds the round trip with its read timeout.
-	cmds := redisscript.RunAll(context.Background(), co.client, calls)
+	var cmds []*redis.Cmd
+	if len(calls) == 1 {
+		cmds = []*redis.Cmd{calls[0].Run(context.Background(), co.client)}
+	} else {
+		cmds = redisscript.RunAll(context.Background(), co.client, calls)
+	}
 	for i, q := range batch {
 		q.cmd = cmds[i]
+		if q == leader {
+			continue
+		}
 		if q.state.CompareAndSwap(pending, delivered) {
 			close(q.ready)
 		} else if q.undo.value != "" {
 			co.release(q.undo, q.cmd)
 		}
-	}
-	return true
-}
-
-// close stops the goroutine once it has sent what is queued, and waits for
-// it. Later calls run alone.
-func (co *coalescer) close() {
-	co.mu.Lock()
-	if co.closed {
-		co.mu.Unlock()
-		return
-	}
-	co.closed = true
-	started := co.started
-	co.mu.Unlock()
-	close(co.quit)
-	if started {
-		<-co.done
 	}
 }
 

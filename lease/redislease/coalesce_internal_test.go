@@ -131,8 +131,7 @@ func TestAbandonedGrantsAreReleased(t *testing.T) {
 	require.Empty(t, keys, "every abandoned grant was released")
 }
 
-// TestCloseWhileQueued: Close lets the queued calls finish, and later calls
-// run on their own.
+// TestCloseWhileQueued: Close, while calls are queued, fails none of them.
 func TestCloseWhileQueued(t *testing.T) {
 	t.Parallel()
 	l, _, _ := newTestLocker(t)
@@ -156,6 +155,51 @@ func TestCloseWhileQueued(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// TestImpatientSendersStrandNobody: callers whose context ends at random
+// moments, some of them chosen to send the next pipeline, beside patient
+// callers of the same Locker: every patient call completes, and every
+// grant of an impatient caller that landed is released.
+func TestImpatientSendersStrandNobody(t *testing.T) {
+	t.Parallel()
+	l, raw, prefix := newTestLocker(t)
+	ctx := t.Context()
+	var (
+		wg      sync.WaitGroup
+		patient atomic.Int64
+	)
+	const goroutines, rounds = 16, 40
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				key := fmt.Sprintf("k-%d-%d", g, i)
+				cctx, cancel := ctx, context.CancelFunc(func() {})
+				if g%2 == 1 {
+					cctx, cancel = context.WithTimeout(ctx, time.Duration(rand.N(200))*time.Microsecond)
+				}
+				lease, err := l.TryAcquire(cctx, key, time.Minute)
+				cancel()
+				switch {
+				case err == nil:
+					if err := l.Release(ctx, lease); err != nil {
+						t.Error(err)
+					}
+					if g%2 == 0 {
+						patient.Add(1)
+					}
+				case g%2 == 1 && errors.Is(err, context.DeadlineExceeded):
+				default:
+					t.Errorf("goroutine %d: %v", g, err)
+				}
+			}
+		})
+	}
+	testenv.Wait(t, &wg, time.Minute, "the patient and impatient goroutines")
+	require.EqualValues(t, goroutines/2*rounds, patient.Load(), "every patient call was granted and released")
+	keys, err := raw.Keys(ctx, "{"+prefix+"k-*}").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "every grant was released, by its caller or by the sender that saw its caller gone")
 }
 
 // TestRunAllFallsBackToEval: the calls of a pipeline that the server

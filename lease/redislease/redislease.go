@@ -18,11 +18,14 @@
 // a failover). Expiry is the server's PX: no client clock decides it.
 //
 // Calls made at the same time through one Locker travel together: while
-// one is in flight, the others queue and go as one pipeline (one write and
-// one read on each side instead of one per call). Each call is still one
-// round trip and each script atomic; a lone call goes at once. A caller
-// whose context ends while its call is queued or in flight returns at
-// once, and a grant that lands after it left is released. A grant whose
+// two are in flight, the others queue and go as one pipeline (one write
+// and one read on each side instead of one per call), sent by the first of
+// their callers as soon as one of the two returns. Each call is still one
+// round trip and each script atomic; a lone call goes at once, on its
+// caller's goroutine. A caller whose context ends while its call is queued
+// or in flight returns at once (or, if it was the one chosen to send the
+// next pipeline, once that is sent), and a grant that lands after it left
+// is released. A grant whose
 // reply was lost and that go-redis sends again (MaxRetries) returns its
 // own token rather than ErrHeld: the script recognizes its owner value. A
 // lone call whose context ends mid-flight on a client with
@@ -188,8 +191,7 @@ type Config struct {
 }
 
 // Locker is a Redis lease table. It is safe for concurrent use. Close it
-// to stop its goroutines (wake-ups, coalescing); the client stays the
-// caller's.
+// to stop its wake-up goroutine; the client stays the caller's.
 type Locker struct {
 	client       redis.UniversalClient
 	prefix       string
@@ -428,12 +430,10 @@ func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(
 	return ch, stop, nil
 }
 
-// Close closes the Locker's wake-up connection and stops the goroutine that
-// sends concurrent calls together, waiting for both. It does not close the
-// client, and does not release leases. Afterwards leases still work (each
-// call on its own), but Notify fails, and so does aegis.Acquire.
+// Close closes the Locker's wake-up connection, waiting for its goroutine.
+// It does not close the client, and does not release leases. Afterwards
+// leases still work, but Notify fails, and so does aegis.Acquire.
 func (l *Locker) Close() error {
-	l.co.close()
 	return l.hub.Close()
 }
 
