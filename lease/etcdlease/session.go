@@ -189,8 +189,8 @@ func (l *Locker) sessionLost(s *session) {
 }
 
 // cover returns how long s can be trusted, refreshing it first when its
-// known deadline comes before want (a TTL longer than what the loop keeps
-// ahead). A refresh that fails for a reason other than the etcd lease being
+// known deadline comes before want (a Renew for longer than what the loop
+// keeps ahead). A refresh that fails for a reason other than the etcd lease being
 // gone leaves the deadline as it was: the caller's deadline is the earlier.
 func (l *Locker) cover(ctx context.Context, s *session, want time.Time) (time.Time, error) {
 	if d := s.trusted(); !d.Before(want) {
@@ -224,9 +224,13 @@ func (l *Locker) sessionTryAcquire(ctx context.Context, key string, ttl time.Dur
 		own := sessionOwner(s)
 		prefix, path := l.sessionPath(key, own)
 		start := time.Now()
+		// Put, and read the first key of the lock in the same transaction,
+		// as concurrency.Mutex does: a compare on the whole prefix (what
+		// per-grant mode sends, so that a refused attempt writes nothing)
+		// made the grant measurably slower.
 		resp, err := l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()). // no holder, no waiter
-			Then(clientv3.OpPut(path, "", clientv3.WithLease(s.id))).
+			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
+			Then(clientv3.OpPut(path, "", clientv3.WithLease(s.id)), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
 			Commit()
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			l.sessionLost(s) // expired under us (a pause past SessionTTL): start a new one
@@ -236,10 +240,16 @@ func (l *Locker) sessionTryAcquire(ctx context.Context, key string, ttl time.Dur
 			l.discard(ctx, s, path) // a cancelled put may have landed
 			return nil, l.fail("acquire", key, err)
 		}
-		if !resp.Succeeded {
+		// The path is new, so the put ran and both answers are there.
+		rev := resp.Header.Revision
+		if !resp.Succeeded || len(resp.Responses) < 2 {
+			return nil, fmt.Errorf("etcdlease: acquire %q: key %q exists already", key, path)
+		}
+		if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) == 0 || first[0].CreateRevision != rev {
+			l.discard(ctx, s, path) // an earlier key holds or waits
 			return nil, aegis.ErrHeld
 		}
-		return l.record(ctx, key, s, own, path, resp.Header.Revision, start, ttl)
+		return l.record(ctx, key, s, own, path, rev, start, ttl)
 	}
 }
 
@@ -261,12 +271,11 @@ func (l *Locker) record(ctx context.Context, key string, s *session, own, path s
 	l.records[path] = r
 	r.timer = time.AfterFunc(ttl, func() { l.expire(r) })
 	l.mu.Unlock()
-	deadline := aegis.LocalDeadline(start, ttl)
-	sd, err := l.cover(ctx, s, deadline)
-	if err != nil {
-		return nil, l.fail("acquire", key, err)
-	}
-	return &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: own, TTL: ttl, Deadline: earlier(deadline, sd)}, nil
+	// No keep-alive here, so that a grant stays one round trip: the loop
+	// keeps the session's deadline at least 2/3 SessionTTL ahead, and a TTL
+	// longer than that gets the session's deadline until its first Renew.
+	deadline := earlier(aegis.LocalDeadline(start, ttl), s.trusted())
+	return &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: own, TTL: ttl, Deadline: deadline}, nil
 }
 
 func earlier(a, b time.Time) time.Time {
@@ -370,15 +379,15 @@ func (l *Locker) sessionRelease(ctx context.Context, lease *aegis.Lease) error {
 	if err := l.usable(r, "release", lease.Key); err != nil {
 		return err
 	}
-	resp, err := l.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(r.path), "=", r.token)).
-		Then(clientv3.OpDelete(r.path)).
-		Commit()
+	// A plain delete: no other grant ever has this key (its name is the
+	// owner), so deleting it can only end this grant, and nothing deleted
+	// means the grant had already ended.
+	resp, err := l.client.Delete(ctx, r.path)
 	if err != nil {
 		return l.fail("release", lease.Key, err) // the timer deletes the key at its expiry
 	}
 	l.forget(r)
-	if !resp.Succeeded {
+	if resp.Deleted == 0 {
 		return lost("release", lease.Key, reasonGone)
 	}
 	return nil
