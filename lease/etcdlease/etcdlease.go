@@ -54,6 +54,27 @@
 //
 // A client that cannot reach a quorum cannot renew, so it loses its leases
 // at their deadlines; a minority partition cannot grant anything.
+//
+// Session mode (Config.Session) is the other way etcd users lock: the keys
+// of all grants hang on one etcd lease of the Locker, kept alive by the
+// Locker every SessionTTL/3, and each grant's TTL is a timer of the Locker
+// that deletes the grant's key (checked by its create revision) TTL after
+// the grant or its last Renew. Each grant's key is named by its owner, so
+// grants never share one. A grant is one transaction (put, and read the
+// first key of the lock, as concurrency.Mutex does; a TryAcquire that finds
+// the lock held deletes its key again), a release one delete, a Renew one
+// read-only transaction. TTLs need not be whole seconds. Tokens are create
+// revisions, as in per-grant mode. A lease's Deadline is the earlier of
+// TTL − drift from the request and the session's etcd lease's last known
+// expiry (at least 2/3 SessionTTL ahead while keep-alives succeed). What
+// changes: a process that dies, or is paused or cut off past the TTL, keeps
+// its keys until the session's etcd lease expires, SessionTTL after its
+// last keep-alive (its holders' Deadlines still pass at TTL, and on resume
+// the timer deletes the key and every call on the lease is ErrLost); when
+// the session's etcd lease is gone, every grant on it is lost at once and
+// the next grant starts a new session; a lease belongs to the Locker that
+// granted it; and the Locker owns a goroutine and a timer per grant until
+// Close, which revokes the session (freeing its keys).
 package etcdlease
 
 import (

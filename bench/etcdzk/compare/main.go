@@ -2,7 +2,7 @@
 // concurrency.Mutex and zklease against go-zookeeper's zk.Lock in one run,
 // on the shared servers, and prints Markdown tables with the ratios.
 //
-//	cd bench && go run ./etcdzk/compare [-rounds 6] [-round 1s] [-goroutines 1,16] [-md FILE]
+//	cd bench && go run ./etcdzk/compare [-rounds 10] [-round 1s] [-goroutines 1,16] [-md FILE]
 //
 // Each operation is one acquire plus one release of a free key, each
 // goroutine on a key of its own. For each goroutine count the subjects run
@@ -38,7 +38,7 @@ func main() {
 }
 
 func compare() error {
-	rounds := flag.Int("rounds", 6, "rounds per goroutine count")
+	rounds := flag.Int("rounds", 10, "rounds per goroutine count")
 	round := flag.Duration("round", time.Second, "time per subject per round")
 	goroutines := flag.String("goroutines", "1,16", "goroutine counts, comma-separated")
 	md := flag.String("md", "", "also write the Markdown report to this file")
