@@ -79,6 +79,9 @@ func TestTokenIsCzxid(t *testing.T) {
 	first, err := a.TryAcquire(ctx, key, time.Second)
 	require.NoError(t, err)
 	check("lone child", first, aConn)
+	_, dir, err := aConn.Exists("/aegis/lease/" + keypath.Segment(key))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, dir.Version, "the create went in a multi with a setData of the lock node")
 
 	got := make(chan *aegis.Lease, 1)
 	failed := make(chan error, 1)
@@ -105,4 +108,34 @@ func TestTokenIsCzxid(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not granted the key within 10 s of the release")
 	}
+}
+
+// TestNoWriteACLFallsBack: with an ACL that refuses setData on the lock
+// node, the create goes alone (no multi) and the grant still works, with
+// the node's czxid as its token.
+func TestNoWriteACLFallsBack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	root := "/" + testenv.Key(t)
+	l, conn := connect(t, testenv.ZKServers(t), sessionTimeout, func(c *zklease.Config) {
+		c.Root = root
+		c.ACL = zk.WorldACL(zk.PermCreate | zk.PermDelete | zk.PermRead)
+	})
+	key := "k"
+	lease, err := l.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	_, stat, err := conn.Exists(root + "/" + key + "/" + lease.Owner)
+	require.NoError(t, err)
+	require.EqualValues(t, stat.Czxid, lease.Token)
+	_, stat, err = conn.Exists(root + "/" + key)
+	require.NoError(t, err)
+	require.Zero(t, stat.Version, "no setData reached the lock node")
+	_, err = l.TryAcquire(ctx, key, time.Second)
+	require.ErrorIs(t, err, aegis.ErrHeld)
+	require.NoError(t, l.Renew(ctx, lease, time.Second))
+	require.NoError(t, l.Release(ctx, lease))
+	again, err := l.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	require.Greater(t, again.Token, lease.Token)
+	require.NoError(t, l.Release(ctx, again))
 }
