@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -22,9 +23,15 @@ import (
 // the key (checked by its create revision) TTL after the grant or the last
 // Renew. A grant and a release are then one transaction each, like a
 // concurrency.Mutex on a shared session, where a lease per grant costs a
-// grant and a revoke more. Each grant has a key of its own, named by its
-// owner, so two grants of one session never share a key (which is how two
-// Mutexes on one session pass each other).
+// grant and a revoke more. A grant's key is "<session lease id>-<slot>"
+// under the lock's prefix, where the slot is the lowest one no grant or
+// campaign of this Locker on that lock uses: two grants of one session
+// never share a key (which is how two Mutexes on one session pass each
+// other), and one process locking a key again and again reuses one etcd
+// key, as a Mutex on a shared session does. A new key per grant would leave
+// a deleted key per grant in etcd's index until the next compaction, and
+// every grant's read of the lock's first key walks them all: measured, the
+// grant slowed down as the run went on.
 
 var errClosed = errors.New("etcdlease: locker closed")
 
@@ -32,6 +39,8 @@ var errClosed = errors.New("etcdlease: locker closed")
 type session struct {
 	id   clientv3.LeaseID
 	lost chan struct{} // closed when the etcd lease is known to be gone
+	// slots in use, by lock prefix; guarded by the Locker's mu.
+	slots map[string]map[int]bool
 
 	mu       sync.Mutex
 	deadline time.Time // local and conservative: the etcd lease lives at least until then
@@ -66,6 +75,9 @@ func (s *session) isLost() bool {
 // Release and the expiry timer.
 type record struct {
 	mu      sync.Mutex
+	key     string
+	owner   string
+	slot    slot
 	path    string
 	token   int64
 	sess    *session
@@ -103,7 +115,7 @@ func (l *Locker) current(ctx context.Context) (*session, error) {
 		l.revoke(ctx, resp.ID)
 		return nil, fmt.Errorf("%w: Config.SessionTTL %d s is below this etcd cluster's minimum lease TTL of %d s (1.5 × its election timeout, rounded up)", aegis.ErrInvalid, l.sessionSecs, resp.TTL)
 	}
-	s = &session{id: resp.ID, lost: make(chan struct{}), deadline: aegis.LocalDeadline(start, time.Duration(resp.TTL)*time.Second)}
+	s = &session{id: resp.ID, lost: make(chan struct{}), slots: map[string]map[int]bool{}, deadline: aegis.LocalDeadline(start, time.Duration(resp.TTL)*time.Second)}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -178,10 +190,10 @@ func (l *Locker) sessionLost(s *session) {
 	if l.sess == s {
 		l.sess = nil
 	}
-	for path, r := range l.records {
+	for own, r := range l.records {
 		if r.sess == s {
 			r.timer.Stop()
-			delete(l.records, path)
+			delete(l.records, own)
 			// r.gone is set under r.mu by whoever looks at r next
 			// (usable sees the lost session).
 		}
@@ -202,11 +214,44 @@ func (l *Locker) cover(ctx context.Context, s *session, want time.Time) (time.Ti
 	return s.trusted(), nil
 }
 
-// sessionPath is the key of a grant in session mode: the lock's prefix and
-// the owner, so each grant has a key of its own.
-func (l *Locker) sessionPath(key, own string) (prefix, path string) {
-	prefix = l.prefix + keypath.Segment(key) + "/"
-	return prefix, prefix + own
+// slot is a grant's key: a lock's prefix, and a number of the session.
+type slot struct {
+	prefix string
+	n      int
+}
+
+// claim takes the lowest free slot of s under prefix.
+func (l *Locker) claim(s *session, prefix string) slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	used := s.slots[prefix]
+	if used == nil {
+		used = map[int]bool{}
+		s.slots[prefix] = used
+	}
+	n := 0
+	for used[n] {
+		n++
+	}
+	used[n] = true
+	return slot{prefix: prefix, n: n}
+}
+
+// unclaim frees a slot of s.
+func (l *Locker) unclaim(s *session, sl slot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if used := s.slots[sl.prefix]; used != nil {
+		delete(used, sl.n)
+		if len(used) == 0 {
+			delete(s.slots, sl.prefix)
+		}
+	}
+}
+
+// path is the slot's etcd key on session s.
+func (sl slot) path(s *session) string {
+	return sl.prefix + fmt.Sprintf("%016x", uint64(s.id)) + "-" + strconv.Itoa(sl.n)
 }
 
 // sessionOwner names a new grant on s: the etcd lease in hex, then a random
@@ -215,67 +260,86 @@ func sessionOwner(s *session) string {
 	return fmt.Sprintf("%016x", uint64(s.id)) + "." + owner.New()
 }
 
+// putFirst puts sl's key on s and reads the lock's first key, in one
+// transaction, as concurrency.Mutex does. (A compare on the whole prefix,
+// what per-grant mode sends so that a refused attempt writes nothing,
+// measured slower.) A key left in the free slot by an expiry whose delete
+// has not landed yet is stale: it is deleted, and the put sent again.
+func (l *Locker) putFirst(ctx context.Context, s *session, sl slot) (*clientv3.TxnResponse, error) {
+	path := sl.path(s)
+	for again := false; ; again = true {
+		resp, err := l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
+			Then(clientv3.OpPut(path, "", clientv3.WithLease(s.id)), clientv3.OpGet(sl.prefix, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil || resp.Succeeded {
+			if err == nil && len(resp.Responses) < 2 {
+				err = fmt.Errorf("the transaction answered %d results", len(resp.Responses))
+			}
+			return resp, err
+		}
+		if again {
+			return nil, fmt.Errorf("key %q exists already", path)
+		}
+		if _, err := l.client.Delete(ctx, path); err != nil {
+			return nil, err
+		}
+	}
+}
+
 func (l *Locker) sessionTryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
+	prefix := l.prefix + keypath.Segment(key) + "/"
 	for attempt := 0; ; attempt++ {
 		s, err := l.current(ctx)
 		if err != nil {
 			return nil, l.fail("acquire", key, err)
 		}
-		own := sessionOwner(s)
-		prefix, path := l.sessionPath(key, own)
+		sl := l.claim(s, prefix)
 		start := time.Now()
-		// Put, and read the first key of the lock in the same transaction,
-		// as concurrency.Mutex does: a compare on the whole prefix (what
-		// per-grant mode sends, so that a refused attempt writes nothing)
-		// made the grant measurably slower.
-		resp, err := l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(path), "=", 0)).
-			Then(clientv3.OpPut(path, "", clientv3.WithLease(s.id)), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
-			Commit()
+		resp, err := l.putFirst(ctx, s, sl)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			l.sessionLost(s) // expired under us (a pause past SessionTTL): start a new one
 			continue
 		}
 		if err != nil {
-			l.discard(ctx, s, path) // a cancelled put may have landed
+			l.discard(ctx, s, sl) // a cancelled put may have landed
 			return nil, l.fail("acquire", key, err)
 		}
-		// The path is new, so the put ran and both answers are there.
 		rev := resp.Header.Revision
-		if !resp.Succeeded || len(resp.Responses) < 2 {
-			return nil, fmt.Errorf("etcdlease: acquire %q: key %q exists already", key, path)
-		}
 		if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) == 0 || first[0].CreateRevision != rev {
-			l.discard(ctx, s, path) // an earlier key holds or waits
+			l.discard(ctx, s, sl) // an earlier key holds or waits
 			return nil, aegis.ErrHeld
 		}
-		return l.record(ctx, key, s, own, path, rev, start, ttl)
+		lease, err := l.record(key, s, sl, rev, start, ttl)
+		if err != nil {
+			l.discard(ctx, s, sl)
+		}
+		return lease, err
 	}
 }
 
 // record starts the TTL timer of a grant whose key was just put at rev, and
 // returns its lease, whose deadline is the earlier of the TTL's and the
-// session's.
-func (l *Locker) record(ctx context.Context, key string, s *session, own, path string, rev int64, start time.Time, ttl time.Duration) (*aegis.Lease, error) {
-	r := &record{path: path, token: rev, sess: s, expires: time.Now().Add(ttl)}
+// session's. On error the caller discards the key.
+func (l *Locker) record(key string, s *session, sl slot, rev int64, start time.Time, ttl time.Duration) (*aegis.Lease, error) {
+	r := &record{key: key, owner: sessionOwner(s), slot: sl, path: sl.path(s), token: rev, sess: s, expires: time.Now().Add(ttl)}
 	l.mu.Lock()
 	if l.closed || s.isLost() {
 		closed := l.closed
 		l.mu.Unlock()
 		if closed {
-			l.discard(ctx, s, path)
 			return nil, l.fail("acquire", key, errClosed)
 		}
 		return nil, lost("acquire", key, reasonSessionLost)
 	}
-	l.records[path] = r
+	l.records[r.owner] = r
 	r.timer = time.AfterFunc(ttl, func() { l.expire(r) })
 	l.mu.Unlock()
 	// No keep-alive here, so that a grant stays one round trip: the loop
 	// keeps the session's deadline at least 2/3 SessionTTL ahead, and a TTL
 	// longer than that gets the session's deadline until its first Renew.
 	deadline := earlier(aegis.LocalDeadline(start, ttl), s.trusted())
-	return &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: own, TTL: ttl, Deadline: deadline}, nil
+	return &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: r.owner, TTL: ttl, Deadline: deadline}, nil
 }
 
 func earlier(a, b time.Time) time.Time {
@@ -291,11 +355,10 @@ func (l *Locker) lookup(lease *aegis.Lease) *record {
 	if _, ok := l.grantOf(lease); !ok {
 		return nil
 	}
-	_, path := l.sessionPath(lease.Key, lease.Owner)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.records[path]
-	if r == nil || r.token != int64(lease.Token) {
+	r := l.records[lease.Owner]
+	if r == nil || r.key != lease.Key || r.token != int64(lease.Token) {
 		return nil
 	}
 	return r
@@ -316,15 +379,21 @@ func (l *Locker) usable(r *record, op, key string) error {
 	return nil
 }
 
-// forget marks r gone and drops it. r.mu is held.
+// forget marks r gone, drops it and frees its slot: a later grant in the
+// slot puts a key with a new create revision, which r's conditional deletes
+// cannot touch. r.mu is held.
 func (l *Locker) forget(r *record) {
+	if r.gone {
+		return
+	}
 	r.gone = true
 	r.timer.Stop()
 	l.mu.Lock()
-	if l.records[r.path] == r {
-		delete(l.records, r.path)
+	if l.records[r.owner] == r {
+		delete(l.records, r.owner)
 	}
 	l.mu.Unlock()
+	l.unclaim(r.sess, r.slot)
 }
 
 func (l *Locker) sessionRenew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
@@ -379,9 +448,9 @@ func (l *Locker) sessionRelease(ctx context.Context, lease *aegis.Lease) error {
 	if err := l.usable(r, "release", lease.Key); err != nil {
 		return err
 	}
-	// A plain delete: no other grant ever has this key (its name is the
-	// owner), so deleting it can only end this grant, and nothing deleted
-	// means the grant had already ended.
+	// A plain delete: while r holds its slot no other grant puts this key,
+	// so deleting it can only end this grant, and nothing deleted means the
+	// grant had already ended.
 	resp, err := l.client.Delete(ctx, r.path)
 	if err != nil {
 		return l.fail("release", lease.Key, err) // the timer deletes the key at its expiry
@@ -416,19 +485,24 @@ func (l *Locker) expire(r *record) {
 }
 
 // discard deletes the key of a grant that is not going ahead (a put whose
-// answer was lost, a campaign that gave up): at once, and when that fails,
-// in the background until it is gone, its session is lost, or the Locker
-// closes, so that it does not block the lock while the session lives on.
-func (l *Locker) discard(ctx context.Context, s *session, path string) {
+// answer was lost, a campaign that gave up) and frees its slot: at once,
+// and when that fails, in the background until it is gone, its session is
+// lost, or the Locker closes, so that it does not block the lock while the
+// session lives on. The slot stays taken until then: its delete is
+// unconditional, so no other grant may put that key meanwhile.
+func (l *Locker) discard(ctx context.Context, s *session, sl slot) {
+	path := sl.path(s)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	_, err := l.client.Delete(cctx, path)
 	cancel()
 	if err == nil || !l.enter() {
+		l.unclaim(s, sl)
 		return
 	}
 	go func() {
 		defer l.wg.Done()
 		l.deleteKey(s, path, 0)
+		l.unclaim(s, sl)
 	}()
 }
 
@@ -485,9 +559,9 @@ func (l *Locker) Close() error {
 	}
 	l.closed = true
 	s := l.sess
-	for path, r := range l.records {
+	for own, r := range l.records {
 		r.timer.Stop()
-		delete(l.records, path)
+		delete(l.records, own)
 	}
 	l.mu.Unlock()
 	close(l.stop)
@@ -516,34 +590,28 @@ func (l *Locker) sessionCampaign(ctx context.Context, key string, ttl time.Durat
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
 	}
-	own := sessionOwner(s)
-	prefix, path := l.sessionPath(key, own)
+	prefix := l.prefix + keypath.Segment(key) + "/"
+	sl := l.claim(s, prefix)
 	start := time.Now()
-	resp, err := l.client.Txn(ctx).
-		Then(clientv3.OpPut(path, "", clientv3.WithLease(s.id)),
-			clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
-		Commit()
+	resp, err := l.putFirst(ctx, s, sl)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		l.unclaim(s, sl)
 		l.sessionLost(s)
 		return nil, errCampaignLost
 	}
-	if err != nil {
-		l.discard(ctx, s, path)
-		return nil, l.fail("acquire", key, err)
-	}
 	defer func() {
 		if err != nil {
-			l.discard(ctx, s, path) // leave the queue
+			l.discard(ctx, s, sl) // leave the queue; a cancelled put may have landed
 		}
 	}()
-	if len(resp.Responses) < 2 {
-		return nil, fmt.Errorf("etcdlease: acquire %q: the transaction answered %d results", key, len(resp.Responses))
+	if err != nil {
+		return nil, l.fail("acquire", key, err)
 	}
 	rev := resp.Header.Revision // our key's create revision: the token
 	if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) > 0 && first[0].CreateRevision == rev {
-		return l.record(ctx, key, s, own, path, rev, start, ttl)
+		return l.record(key, s, sl, rev, start, ttl)
 	}
-	g := grant{owner: own, prefix: prefix, path: path}
+	g := grant{prefix: prefix, path: sl.path(s)}
 	for {
 		start = time.Now()
 		pred, at, err := l.predecessor(ctx, key, g, rev)
@@ -557,7 +625,7 @@ func (l *Locker) sessionCampaign(ctx context.Context, key string, ttl time.Durat
 			return nil, err
 		}
 	}
-	return l.record(ctx, key, s, own, path, rev, start, ttl)
+	return l.record(key, s, sl, rev, start, ttl)
 }
 
 // waitDeleteSession watches pred, from the revision after at, until it is
