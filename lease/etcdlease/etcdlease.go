@@ -59,8 +59,12 @@
 // of all grants hang on one etcd lease of the Locker, kept alive by the
 // Locker every SessionTTL/3, and each grant's TTL is a timer of the Locker
 // that deletes the grant's key (checked by its create revision) TTL after
-// the grant or its last Renew. Each grant's key is named by its owner, so
-// grants never share one. A grant is one transaction (put, and read the
+// the grant or its last Renew. A grant's key is "<session lease id>-<slot>",
+// the lowest slot no other grant or campaign of the Locker on that lock
+// uses, so grants never share a key and a process locking one key again and
+// again reuses one etcd key (a new key per grant would leave a deleted key
+// per grant in etcd's index until compaction, which every read of the
+// lock's first key walks). A grant is one transaction (put, and read the
 // first key of the lock, as concurrency.Mutex does; a TryAcquire that finds
 // the lock held deletes its key again), a release one delete, a Renew one
 // read-only transaction. TTLs need not be whole seconds. Tokens are create
