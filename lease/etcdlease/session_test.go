@@ -104,3 +104,67 @@ func TestSessionClose(t *testing.T) {
 	require.ErrorIs(t, a.Renew(ctx, held, time.Second), aegis.ErrLost)
 	require.NoError(t, b.Release(ctx, next))
 }
+
+// TestSessionReusesItsKey: a Locker in session mode that locks one key
+// again and again puts one etcd key (a new one per grant would pile up
+// deleted keys in etcd's index until compaction), and a second grant of the
+// same Locker on that lock, waiting in Acquire, has a key of its own.
+func TestSessionReusesItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := bounded(t)
+	c := client(t, testenv.EtcdEndpoints(t))
+	a := sessionLocker(t, nil)
+	key := testenv.Key(t)
+	keys := func() []string {
+		t.Helper()
+		resp, err := c.Get(ctx, "aegis/lease/"+key+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		require.NoError(t, err)
+		var out []string
+		for _, kv := range resp.Kvs {
+			out = append(out, string(kv.Key))
+		}
+		return out
+	}
+	var first []string
+	var last aegis.Token
+	for i := range 3 {
+		lease, err := a.TryAcquire(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		require.Greater(t, lease.Token, last)
+		last = lease.Token
+		got := keys()
+		require.Len(t, got, 1)
+		if i == 0 {
+			first = got
+		}
+		require.Equal(t, first, got, "grant %d reuses the key", i)
+		if i < 2 {
+			require.NoError(t, a.Release(ctx, lease))
+			continue
+		}
+		type result struct {
+			lease *aegis.Lease
+			err   error
+		}
+		waited := make(chan result, 1)
+		go func() {
+			l, err := a.Acquire(ctx, key, 10*time.Second)
+			waited <- result{l, err}
+		}()
+		require.Eventually(t, func() bool { return len(keys()) == 2 }, 10*time.Second, 5*time.Millisecond, "the waiter queues under a key of its own")
+		require.NoError(t, a.Release(ctx, lease))
+		select {
+		case r := <-waited:
+			require.NoError(t, r.err)
+			require.Greater(t, r.lease.Token, lease.Token)
+			require.NotEqual(t, first, keys(), "the waiter's key is another slot")
+			require.NoError(t, a.Release(ctx, r.lease))
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter was not granted the key within 10 s of the release")
+		}
+	}
+	lease, err := a.TryAcquire(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, first, keys(), "the first slot is free again")
+	require.NoError(t, a.Release(ctx, lease))
+}
