@@ -72,6 +72,75 @@ func TestCluster(t *testing.T) {
 
 	// proxied is a Locker whose client reaches every member through a proxy
 	// of its own, and the functions that cut and heal them all.
+	proxied := func(t *testing.T, cfg *etcdlease.Config) (*etcdlease.Locker, func(), func()) {
+		var proxies []*tcpproxy.Proxy
+		var endpoints []string
+		for _, m := range cluster.Members() {
+			p, err := tcpproxy.New(m.Addr())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.Close() })
+			proxies = append(proxies, p)
+			endpoints = append(endpoints, "http://"+p.Addr())
+		}
+		l, err := etcdlease.New(client(t, endpoints), cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		each := func(f func(*tcpproxy.Proxy)) func() {
+			return func() {
+				for _, p := range proxies {
+					f(p)
+				}
+			}
+		}
+		return l, each((*tcpproxy.Proxy).Stall), each((*tcpproxy.Proxy).Heal)
+	}
+
+	t.Run("CutOffHolderStopsBeforeSuccessor", func(t *testing.T) {
+		holder, cut, heal := proxied(t, nil)
+		const ttl = 2 * time.Second
+		losstest.RunCutOff(t, losstest.CutOff{
+			Holder: holder, Successor: direct(t),
+			Cut: cut, Heal: heal,
+			TTL: ttl,
+			// The etcd lease expires TTL after the last renewal; the
+			// leader looks for expired leases every 500 ms.
+			Bound: 3*ttl + 5*time.Second,
+		})
+	})
+
+	t.Run("CampaignThatOutlivesItsLeaseDoesNotWin", func(t *testing.T) {
+		waiter, cut, heal := proxied(t, nil)
+		c := client(t, cluster.Endpoints())
+		losstest.RunCampaign(t, losstest.Campaign{
+			Waiter: waiter, Holder: direct(t), Third: direct(t),
+			Cut: cut, Heal: heal,
+			TTL: time.Second, HoldTTL: time.Minute,
+			Entries: func(ctx context.Context, key string) (int, error) {
+				resp, err := c.Get(ctx, "aegis/lease/"+key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				if err != nil {
+					return 0, err
+				}
+				return int(resp.Count), nil
+			},
+			Bound: 15 * time.Second,
+		})
+	})
+}
+
+// TestClusterSession runs the cut-off scenarios with the cut-off Locker in
+// session mode (a 2 s session) on a private 3-member cluster; the others
+// are in per-grant mode on the same keys.
+func TestClusterSession(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cluster, err := servers.StartEtcd(ctx, t.TempDir(), &servers.EtcdConfig{Members: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	direct := func(t *testing.T) *etcdlease.Locker {
+		l, err := etcdlease.New(client(t, cluster.Endpoints()), nil)
+		require.NoError(t, err)
+		return l
+	}
 	proxied := func(t *testing.T) (*etcdlease.Locker, func(), func()) {
 		var proxies []*tcpproxy.Proxy
 		var endpoints []string
@@ -82,8 +151,9 @@ func TestCluster(t *testing.T) {
 			proxies = append(proxies, p)
 			endpoints = append(endpoints, "http://"+p.Addr())
 		}
-		l, err := etcdlease.New(client(t, endpoints), nil)
+		l, err := etcdlease.New(client(t, endpoints), &etcdlease.Config{Session: true, SessionTTL: 2 * time.Second})
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
 		each := func(f func(*tcpproxy.Proxy)) func() {
 			return func() {
 				for _, p := range proxies {
@@ -101,13 +171,13 @@ func TestCluster(t *testing.T) {
 			Holder: holder, Successor: direct(t),
 			Cut: cut, Heal: heal,
 			TTL: ttl,
-			// The etcd lease expires TTL after the last renewal; the
-			// leader looks for expired leases every 500 ms.
+			// The session's etcd lease expires SessionTTL after the last
+			// keep-alive; the leader looks for expired leases every 500 ms.
 			Bound: 3*ttl + 5*time.Second,
 		})
 	})
 
-	t.Run("CampaignThatOutlivesItsLeaseDoesNotWin", func(t *testing.T) {
+	t.Run("CampaignThatOutlivesItsSessionDoesNotWin", func(t *testing.T) {
 		waiter, cut, heal := proxied(t)
 		c := client(t, cluster.Endpoints())
 		losstest.RunCampaign(t, losstest.Campaign{

@@ -54,6 +54,31 @@
 //
 // A client that cannot reach a quorum cannot renew, so it loses its leases
 // at their deadlines; a minority partition cannot grant anything.
+//
+// Session mode (Config.Session) is the other way etcd users lock: the keys
+// of all grants hang on one etcd lease of the Locker, kept alive by the
+// Locker every SessionTTL/3, and each grant's TTL is a timer of the Locker
+// that deletes the grant's key (checked by its create revision) TTL after
+// the grant or its last Renew. A grant's key is "<session lease id>-<slot>",
+// the lowest slot no other grant or campaign of the Locker on that lock
+// uses, so grants never share a key and a process locking one key again and
+// again reuses one etcd key (a new key per grant would leave a deleted key
+// per grant in etcd's index until compaction, which every read of the
+// lock's first key walks). A grant is one transaction (put, and read the
+// first key of the lock, as concurrency.Mutex does; a TryAcquire that finds
+// the lock held deletes its key again), a release one delete, a Renew one
+// read-only transaction. TTLs need not be whole seconds. Tokens are create
+// revisions, as in per-grant mode. A lease's Deadline is the earlier of
+// TTL − drift from the request and the session's etcd lease's last known
+// expiry (at least 2/3 SessionTTL ahead while keep-alives succeed). What
+// changes: a process that dies, or is paused or cut off past the TTL, keeps
+// its keys until the session's etcd lease expires, SessionTTL after its
+// last keep-alive (its holders' Deadlines still pass at TTL, and on resume
+// the timer deletes the key and every call on the lease is ErrLost); when
+// the session's etcd lease is gone, every grant on it is lost at once and
+// the next grant starts a new session; a lease belongs to the Locker that
+// granted it; and the Locker owns a goroutine and a timer per grant until
+// Close, which revokes the session (freeing its keys).
 package etcdlease
 
 import (
@@ -63,6 +88,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,13 +117,36 @@ const cleanupTimeout = 5 * time.Second
 type Config struct {
 	// Prefix is the etcd key prefix of every lock. Default "aegis/lease/".
 	Prefix string
-	// MaxTTL is the longest TTL accepted. Default aegis.MaxTTL (24 h); at
-	// most etcd's own limit of 9,000,000,000 s.
+	// MaxTTL is the longest TTL accepted. Default aegis.MaxTTL (24 h); in
+	// session mode, SessionTTL. At most etcd's own limit of 9,000,000,000 s.
+	// In session mode a TTL longer than SessionTTL is accepted only when
+	// MaxTTL is set above it: such a lease's Deadline follows the session's
+	// etcd lease too (see Session).
 	MaxTTL time.Duration
+	// Session selects session mode: the keys of every grant hang on one
+	// etcd lease of the Locker (its session), which the Locker keeps alive
+	// every SessionTTL/3, and each grant's TTL is a timer of the Locker that
+	// deletes the grant's key TTL after the grant or its last Renew. A grant
+	// and a release are one transaction each (per-grant mode adds a lease
+	// grant and a revoke), and TTLs need not be whole seconds. What it
+	// costs: a process that dies, or is paused or cut off, keeps its keys
+	// until the session's etcd lease expires, SessionTTL after its last
+	// keep-alive, instead of TTL after its last renewal (its holders'
+	// Deadlines still pass at TTL); a lease belongs to the Locker that
+	// granted it (another Locker gets aegis.ErrLost); and the Locker owns a
+	// goroutine and a timer per grant, so Close it. Default false: an etcd
+	// lease per grant, and no goroutine.
+	Session bool
+	// SessionTTL is the TTL of the session's etcd lease, a whole number of
+	// seconds at least the cluster's minimum lease TTL. Only with Session.
+	// Default 60 s, concurrency.NewSession's default.
+	SessionTTL time.Duration
 }
 
-// Locker is an etcd lock table. It is safe for concurrent use and holds no
-// goroutine or resource of its own: closing the client is the caller's.
+// Locker is an etcd lock table. It is safe for concurrent use. In
+// per-grant mode (the default) it holds no goroutine or resource of its
+// own; in session mode it owns its session's keep-alive goroutine and a
+// timer per grant, which Close stops. Closing the client is the caller's.
 type Locker struct {
 	client *clientv3.Client
 	prefix string
@@ -105,6 +154,17 @@ type Locker struct {
 	// minSecs is the cluster's minimum lease TTL in seconds once a grant
 	// showed it (0 before).
 	minSecs atomic.Int64
+
+	// Session mode only.
+	session     bool
+	sessionSecs int64
+	grantMu     sync.Mutex // one session grant at a time
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	mu          sync.Mutex
+	closed      bool
+	sess        *session           // nil: none yet, or the last one was lost
+	records     map[string]*record // by key path
 }
 
 // New returns a Locker on client. A nil cfg means defaults.
@@ -117,6 +177,12 @@ func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 		c = *cfg
 	}
 	c.Prefix = cmp.Or(c.Prefix, "aegis/lease/")
+	if c.Session {
+		return newSession(client, c)
+	}
+	if c.SessionTTL != 0 {
+		return nil, fmt.Errorf("%w: etcdlease: Config.SessionTTL %s is set but Config.Session is false: set Session to use a session", aegis.ErrInvalid, c.SessionTTL)
+	}
 	c.MaxTTL = cmp.Or(c.MaxTTL, aegis.MaxTTL)
 	switch {
 	case c.MaxTTL < time.Second:
@@ -125,6 +191,30 @@ func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 		return nil, fmt.Errorf("%w: etcdlease: Config.MaxTTL %s is longer than etcd's limit of %d s", aegis.ErrInvalid, c.MaxTTL, int64(maxLeaseTTL/time.Second))
 	}
 	return &Locker{client: client, prefix: c.Prefix, maxTTL: c.MaxTTL}, nil
+}
+
+// newSession is New in session mode; c has its Prefix.
+func newSession(client *clientv3.Client, c Config) (*Locker, error) {
+	c.SessionTTL = cmp.Or(c.SessionTTL, 60*time.Second)
+	switch {
+	case c.SessionTTL < time.Second || c.SessionTTL%time.Second != 0:
+		return nil, fmt.Errorf("%w: etcdlease: Config.SessionTTL %s is not a positive whole number of seconds: etcd leases are whole seconds", aegis.ErrInvalid, c.SessionTTL)
+	case c.SessionTTL > maxLeaseTTL:
+		return nil, fmt.Errorf("%w: etcdlease: Config.SessionTTL %s is longer than etcd's limit of %d s", aegis.ErrInvalid, c.SessionTTL, int64(maxLeaseTTL/time.Second))
+	}
+	c.MaxTTL = cmp.Or(c.MaxTTL, c.SessionTTL)
+	if err := aegis.CheckTTL(c.MaxTTL, maxLeaseTTL); err != nil {
+		return nil, fmt.Errorf("etcdlease: Config.MaxTTL: %w", err)
+	}
+	return &Locker{
+		client:      client,
+		prefix:      c.Prefix,
+		maxTTL:      c.MaxTTL,
+		session:     true,
+		sessionSecs: int64(c.SessionTTL / time.Second),
+		stop:        make(chan struct{}),
+		records:     map[string]*record{},
+	}, nil
 }
 
 // grant is what a lease's Owner names: the lock's prefix and the key of
@@ -201,6 +291,15 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
+	if l.session {
+		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("etcdlease: acquire %q: %w", key, err)
+		}
+		return l.sessionTryAcquire(ctx, key, ttl)
+	}
 	secs, err := l.wholeSeconds(ttl)
 	if err != nil {
 		return nil, err
@@ -257,6 +356,15 @@ func (l *Locker) grantLease(ctx context.Context, key string, ttl time.Duration, 
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
+	}
+	if l.session {
+		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("etcdlease: renew %q: %w", lease.Key, err)
+		}
+		return l.sessionRenew(ctx, lease, ttl)
 	}
 	secs, err := l.seconds(ttl)
 	if err != nil {
@@ -355,6 +463,9 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("etcdlease: release %q: %w", lease.Key, err)
 	}
+	if l.session {
+		return l.sessionRelease(ctx, lease)
+	}
 	g, ok := l.grantOf(lease)
 	if !ok {
 		return lost("release", lease.Key, reasonForged)
@@ -425,6 +536,10 @@ const (
 	reasonGone    = "key deleted or taken (released, expired with its etcd lease, or granted to another owner)"
 	reasonExpired = "etcd lease expired"
 	reasonForged  = "owner names no grant of this package"
+	// Session mode.
+	reasonSessionLost = "the session's etcd lease expired, and every key on it went with it"
+	reasonTTL         = "ttl passed without renewal"
+	reasonUnknown     = "not held through this Locker (released, expired, granted by another Locker, or forged)"
 )
 
 // lost is aegis.ErrLost for op on key, saying why.

@@ -50,6 +50,32 @@ func TestLocktest(t *testing.T) {
 	})
 }
 
+// sessionLocker is a Locker in session mode on a client of its own,
+// closed with the test.
+func sessionLocker(t testing.TB, cfg *etcdlease.Config) *etcdlease.Locker {
+	t.Helper()
+	c := etcdlease.Config{Session: true}
+	if cfg != nil {
+		c = *cfg
+		c.Session = true
+	}
+	l, err := etcdlease.New(client(t, testenv.EtcdEndpoints(t)), &c)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+func TestLocktestSession(t *testing.T) {
+	t.Parallel()
+	locktest.Run(t, locktest.Config{
+		New: func(t *testing.T) aegis.Locker { return sessionLocker(t, nil) },
+		// The Locker's timer enforces the TTL: it need not be whole
+		// seconds.
+		TTL:    time.Second,
+		MaxTTL: time.Minute, // the default SessionTTL
+	})
+}
+
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	c := client(t, testenv.EtcdEndpoints(t))
@@ -62,6 +88,13 @@ func TestNewValidates(t *testing.T) {
 		"negative max": {c, &etcdlease.Config{MaxTTL: -time.Second}, "Config.MaxTTL -1s is shorter than 1s"},
 		"sub-second":   {c, &etcdlease.Config{MaxTTL: 500 * time.Millisecond}, "Config.MaxTTL 500ms is shorter than 1s: etcd leases are whole seconds"},
 		"huge max":     {c, &etcdlease.Config{MaxTTL: math.MaxInt64}, "Config.MaxTTL 2562047h47m16.854775807s is longer than etcd's limit"},
+		"session ttl without session": {c, &etcdlease.Config{SessionTTL: 10 * time.Second},
+			"Config.SessionTTL 10s is set but Config.Session is false"},
+		"sub-second session":   {c, &etcdlease.Config{Session: true, SessionTTL: 500 * time.Millisecond}, "Config.SessionTTL 500ms is not a positive whole number of seconds"},
+		"fractional session":   {c, &etcdlease.Config{Session: true, SessionTTL: 1500 * time.Millisecond}, "Config.SessionTTL 1.5s is not a positive whole number of seconds"},
+		"negative session":     {c, &etcdlease.Config{Session: true, SessionTTL: -time.Second}, "Config.SessionTTL -1s is not a positive whole number of seconds"},
+		"huge session":         {c, &etcdlease.Config{Session: true, SessionTTL: 9_000_000_001 * time.Second}, "is longer than etcd's limit of 9000000000 s"},
+		"negative session max": {c, &etcdlease.Config{Session: true, MaxTTL: -time.Second}, "Config.MaxTTL: aegis: invalid argument: ttl -1s is not positive"},
 	} {
 		_, err := etcdlease.New(tt.client, tt.cfg)
 		require.ErrorIs(t, err, aegis.ErrInvalid, name)
@@ -69,6 +102,9 @@ func TestNewValidates(t *testing.T) {
 	}
 	_, err := etcdlease.New(c, &etcdlease.Config{MaxTTL: 48 * time.Hour})
 	require.NoError(t, err, "a longer MaxTTL is allowed")
+	l, err := etcdlease.New(c, &etcdlease.Config{Session: true, SessionTTL: 5 * time.Second, MaxTTL: 100 * time.Millisecond})
+	require.NoError(t, err, "session mode takes sub-second TTLs")
+	require.NoError(t, l.Close())
 }
 
 // TestGrantTTLIsWholeSeconds: a grant refuses a TTL etcd would round, and

@@ -33,6 +33,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
 	}
+	if l.session {
+		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+			return nil, err
+		}
+		return l.sessionAcquire(ctx, key, ttl)
+	}
 	secs, err := l.wholeSeconds(ttl)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,7 @@ var errCampaignLost = errors.New("zklease: campaign lost its node while waiting"
 
 // campaign is one place in key's queue, from the create to the grant.
 func (l *Locker) campaign(ctx context.Context, key string, ttl, timeout time.Duration) (_ *aegis.Lease, err error) {
+	start := time.Now()
 	n, err := call(l, ctx, func() (node, error) { return l.create(key) }, l.drop)
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
@@ -68,7 +69,10 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl, timeout time.Dur
 			l.drop(n) // leave the queue, even when ctx ended
 		}
 	}()
-	var start time.Time
+	if n.known() {
+		// The lone child, as the leader ordered the create: granted.
+		return l.hold(ctx, key, n, start, ttl, timeout)
+	}
 	for checked := false; !checked; {
 		start = time.Now()
 		err := l.settle(ctx, &n)

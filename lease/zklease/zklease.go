@@ -333,9 +333,10 @@ func deadline(start time.Time, ttl, timeout time.Duration) time.Time {
 }
 
 // TryAcquire grants key for ttl unless another grant holds it or waits for
-// it (ErrHeld). It never waits for the key. Two round trips (the create,
-// then the children and the node's stat at once); a third, deleting the
-// node, when the key is held.
+// it (ErrHeld). It never waits for the key. One round trip when the key is
+// free (the create; see create); when the lock node has other children, a
+// second one (the children and the node's stat at once) and a third,
+// deleting the node, when the key is held.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	if err := aegis.CheckKey(key); err != nil {
 		return nil, err
@@ -355,7 +356,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, l.fail("acquire", key, err)
 	}
-	if err := l.settle(ctx, &n); err != nil || !n.first() {
+	if !n.known() {
+		err = l.settle(ctx, &n)
+	}
+	if err != nil || !n.first() {
 		l.drop(n)
 		if err == nil {
 			err = aegis.ErrHeld
@@ -424,14 +428,34 @@ func (n node) predecessor() string {
 // session is the connection's at the create. When the answer is lost with
 // the connection, the create may still have landed: the node, found by its
 // random name, is discarded so that it does not block the key.
+//
+// The create goes in a multi with an unconditional setData of the lock
+// node: go-zookeeper's Create drops the create's stat, but a multi is one
+// transaction with one zxid, and the setData's answer is the lock node's
+// stat after it, whose mzxid is therefore the new node's czxid (the token)
+// and whose numChildren counts the new node. A lone child is the holder, so
+// an uncontended grant takes this one round trip. When the lock node's ACL
+// refuses the setData, a plain create is sent and look reads the stat.
 func (l *Locker) create(key string) (node, error) {
 	dir := l.dir(key)
 	name := owner.New() + "-"
 	session := l.conn.SessionID()
-	var path string
-	var err error
+	var (
+		path  string
+		stat  *zk.Stat
+		err   error
+		multi = true
+	)
 	for attempt := 0; ; attempt++ {
-		path, err = l.conn.Create(dir+"/"+name, nil, zk.FlagEphemeralSequential, l.acl)
+		if multi {
+			path, stat, err = l.createMulti(dir, name)
+			if errors.Is(err, zk.ErrNoAuth) {
+				multi = false
+				continue
+			}
+		} else {
+			path, err = l.conn.Create(dir+"/"+name, nil, zk.FlagEphemeralSequential, l.acl)
+		}
 		if errors.Is(err, zk.ErrNoNode) && attempt < 3 {
 			// The lock node is missing, or its container was just reaped.
 			if err = l.ensure(dir, zk.FlagContainer); err != nil {
@@ -452,8 +476,36 @@ func (l *Locker) create(key string) (node, error) {
 	}
 	n := node{name: path[len(dir)+1:], path: path, session: session}
 	n.seq, _ = sequence(n.name)
+	// The create ran on the session it was sent on; if the connection's
+	// session is still the one read before it, that is n.session.
+	if stat != nil && l.conn.SessionID() == session {
+		n.stat = &zk.Stat{Czxid: stat.Mzxid, Mzxid: stat.Mzxid, EphemeralOwner: session} // version 0: just created
+		if stat.NumChildren == 1 {
+			n.siblings = []string{n.name}
+		}
+	}
 	return n, nil
 }
+
+// createMulti creates the node and sets the lock node's data in one
+// multi, returning the created path and the lock node's stat after it.
+func (l *Locker) createMulti(dir, name string) (string, *zk.Stat, error) {
+	res, err := l.conn.Multi(
+		&zk.CreateRequest{Path: dir + "/" + name, Acl: l.acl, Flags: zk.FlagEphemeralSequential},
+		&zk.SetDataRequest{Path: dir, Version: -1},
+	)
+	if err = multiErr(res, err); err != nil {
+		return "", nil, err
+	}
+	if len(res) != 2 || res[1].Stat == nil {
+		return "", nil, fmt.Errorf("create under %q: the multi answered %d results", dir, len(res))
+	}
+	return res[0].String, res[1].Stat, nil
+}
+
+// known reports whether the create's answer told all that settle would
+// read: n's stat, and that n is the only child.
+func (n node) known() bool { return n.stat != nil && n.first() }
 
 // settle looks at n (its siblings and stat) until it gets an answer: a
 // dropped connection is waited out, as long as n's session lasts.
