@@ -57,13 +57,14 @@ type Opener func(ctx context.Context, s Servers) (aegis.Locker, func(), error)
 
 // openers is every backend, by the name the command line uses.
 var openers = map[string]Opener{
-	"etcd":      openEtcd,
-	"memory":    openMemory,
-	"postgres":  openPostgres,
-	"redis":     openRedis,
-	"redlock":   openRedlock,
-	"sqlite":    openSQLite,
-	"zookeeper": openZooKeeper,
+	"etcd":         openEtcd,
+	"etcd-session": openEtcdSession,
+	"memory":       openMemory,
+	"postgres":     openPostgres,
+	"redis":        openRedis,
+	"redlock":      openRedlock,
+	"sqlite":       openSQLite,
+	"zookeeper":    openZooKeeper,
 }
 
 // Names lists the backends, sorted.

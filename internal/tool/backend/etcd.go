@@ -13,6 +13,16 @@ import (
 )
 
 func openEtcd(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	return openEtcdMode(ctx, s, nil)
+}
+
+// openEtcdSession is etcdlease in session mode: a Locker's grants share
+// one etcd lease it keeps alive, each grant's TTL its timer.
+func openEtcdSession(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
+	return openEtcdMode(ctx, s, &etcdlease.Config{Session: true})
+}
+
+func openEtcdMode(ctx context.Context, s Servers, cfg *etcdlease.Config) (aegis.Locker, func(), error) {
 	eps := nonEmpty(s.EtcdEndpoints)
 	if len(eps) == 0 {
 		return nil, nil, fmt.Errorf("etcd: %w: no endpoint (AEGIS_ETCD_ENDPOINTS or --etcd-endpoints)", aegis.ErrInvalid)
@@ -29,10 +39,10 @@ func openEtcd(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcd: %w", err)
 	}
-	l, err := etcdlease.New(client, nil)
+	l, err := etcdlease.New(client, cfg)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
-	return l, func() { client.Close() }, nil
+	return l, func() { l.Close(); client.Close() }, nil
 }
