@@ -93,6 +93,7 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		}},
 		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0) }},
 		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond) }},
+		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers) }},
 	}
 	best := map[string]queuebench.Result{}
 	for r := range runs {

@@ -101,7 +101,7 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown time
 		return queuebench.Result{}, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	run, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft)
+	run, perSecond, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft)
 	if err != nil {
 		return queuebench.Result{}, err
 	}
@@ -110,6 +110,7 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown time
 		Workers:      workers,
 		JobsPerSec:   float64(int64(float64(jobs)/run.Seconds()*10+0.5)) / 10,
 		InsertPerSec: float64(int64(float64(jobs)/insert.Seconds()*10+0.5)) / 10,
+		PerSecond:    perSecond,
 	}, nil
 }
 

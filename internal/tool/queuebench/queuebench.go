@@ -75,34 +75,53 @@ type Result struct {
 	Workers      int     `json:"workers"`
 	JobsPerSec   float64 `json:"jobs_per_sec"`
 	InsertPerSec float64 `json:"insert_per_sec"`
+	// PerSecond is the jobs handled in each second of the burn-down (the
+	// last entry a part of a second); not in the JSON of aegis bench.
+	PerSecond []float64 `json:"-"`
 }
 
 // Drain waits until handled reaches jobs (counted in-process, cheaply),
 // then polls the database with left (a query that tells whether jobs are
 // left uncompleted) every millisecond until it says none; it returns the
-// time since start. Peers are measured the same way.
-func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string) (time.Duration, error) {
+// time since start and the jobs handled in each second. Peers are measured
+// the same way.
+func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string) (time.Duration, []float64, error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var perSecond []float64
+	var last int64
+	next := start.Add(time.Second)
+	sample := func(now time.Time) {
+		for !now.Before(next) {
+			h := handled.Load()
+			perSecond = append(perSecond, float64(h-last))
+			last = h
+			next = next.Add(time.Second)
+		}
+	}
 	for handled.Load() < jobs {
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			sample(now)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 	for {
 		var more bool
 		if err := pool.QueryRow(ctx, left).Scan(&more); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if !more {
-			return time.Since(start), nil
+			d := time.Since(start)
+			perSecond = append(perSecond, float64(handled.Load()-last))
+			return d, perSecond, nil
 		}
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			sample(now)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 }
@@ -154,7 +173,7 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		return Result{}, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	run, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`)
+	run, perSecond, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`)
 	if err != nil {
 		return Result{}, err
 	}
@@ -163,6 +182,7 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		Workers:      workers,
 		JobsPerSec:   round1(float64(jobs) / run.Seconds()),
 		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
+		PerSecond:    perSecond,
 	}, nil
 }
 
