@@ -137,8 +137,8 @@ func (c *Client) Start(ctx context.Context) error {
 	c.producers = map[string]*producer{}
 	total := 0
 	for name, q := range c.cfg.Queues {
-		c.producers[name] = newProducer(c, name, q.MaxWorkers)
-		total += q.MaxWorkers
+		c.producers[name] = newProducer(c, name, q)
+		total += q.MaxWorkers + q.ClaimAhead
 	}
 	c.completer = newCompleter(c, 2*total)
 

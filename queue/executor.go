@@ -18,7 +18,18 @@ import (
 func (c *Client) work(p *producer, r *run) {
 	defer c.jobsWG.Done()
 	defer p.release()
+	// A job claimed ahead waits for a handler slot; one whose lease was
+	// lost or handed back meanwhile is not started (record writes nothing
+	// for it).
+	select {
+	case p.slots <- struct{}{}:
+	case <-r.ctx.Done():
+		r.timer.Stop()
+		c.record(r, context.Cause(r.ctx))
+		return
+	}
 	err := c.invoke(r)
+	<-p.slots
 	r.timer.Stop()
 	c.record(r, err)
 }

@@ -16,7 +16,8 @@ import (
 type producer struct {
 	c     *Client
 	queue string
-	max   int
+	max   int           // jobs claimed and not finished: MaxWorkers + ClaimAhead
+	slots chan struct{} // one per handler allowed to run (MaxWorkers)
 
 	mu    sync.Mutex
 	busy  int
@@ -24,8 +25,9 @@ type producer struct {
 	wake  chan struct{} // a notification, or a reconnect of the listener
 }
 
-func newProducer(c *Client, queue string, max int) *producer {
-	return &producer{c: c, queue: queue, max: max, freed: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+func newProducer(c *Client, queue string, q QueueConfig) *producer {
+	return &producer{c: c, queue: queue, max: q.MaxWorkers + q.ClaimAhead, slots: make(chan struct{}, q.MaxWorkers),
+		freed: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 // wakeup asks the producer to claim now.

@@ -34,6 +34,9 @@ async function main() {
   const poolSize = Number(arg("pool"));
   const localQueue = Number(arg("local-queue"));
   const batch = Number(arg("insert-batch"));
+  // --for S > 0: stop after S seconds and report the jobs handled over S
+  // (a backlog too deep to drain in the time), like queuebench.Drain.
+  const limitMs = Number(arg("for")) * 1000;
 
   const preset = {
     worker: {
@@ -82,21 +85,29 @@ async function main() {
   });
   // Like queuebench.Drain: wait for the handlers (cheap, in-process), then
   // for the table to be empty (the completions written), polling every ms.
+  const elapsed = () => Number(process.hrtime.bigint() - start) / 1e9;
+  let limited = false;
   await new Promise((resolve) => {
     const t = setInterval(() => {
-      if (handled >= jobs) {
+      if (limitMs > 0 && elapsed() * 1000 >= limitMs) limited = true;
+      if (handled >= jobs || limited) {
         clearInterval(t);
         resolve();
       }
     }, 1);
   });
-  const left = `SELECT EXISTS (SELECT 1 FROM ${JSON.stringify(schema)}._private_jobs)`;
-  for (;;) {
-    const r = await probe.query(left);
-    if (!r.rows[0].exists) break;
-    await new Promise((resolve) => setTimeout(resolve, 1));
+  let rate;
+  if (limited) {
+    rate = handled / elapsed();
+  } else {
+    const left = `SELECT EXISTS (SELECT 1 FROM ${JSON.stringify(schema)}._private_jobs)`;
+    for (;;) {
+      const r = await probe.query(left);
+      if (!r.rows[0].exists) break;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    rate = jobs / elapsed();
   }
-  const runS = Number(process.hrtime.bigint() - start) / 1e9;
   clearInterval(second);
   perSecond.push(handled - last);
   await runner.stop();
@@ -109,7 +120,7 @@ async function main() {
       version,
       jobs,
       workers: concurrency,
-      jobs_per_sec: jobs / runS,
+      jobs_per_sec: rate,
       insert_per_sec: jobs / insertS,
       per_second: perSecond,
     }) + "\n",

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aegislab/aegis/internal/tool/queuebench"
 )
@@ -72,7 +73,7 @@ var graphileVersion string
 // own on the same server, concurrency = workers, its local queue (batched
 // fetching, size workers+1) and batched completions, the same pool size;
 // jobs inserted first with addJobs, then the time until the table is empty.
-func burnGraphile(ctx context.Context, url string, jobs, workers int) (queuebench.Result, error) {
+func burnGraphile(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
 	runner, err := ensureGraphile(ctx)
 	if err != nil {
 		return queuebench.Result{}, err
@@ -86,7 +87,7 @@ func burnGraphile(ctx context.Context, url string, jobs, workers int) (queuebenc
 	cmd := exec.CommandContext(ctx, "node", runner,
 		"--schema", schema, "--jobs", strconv.Itoa(jobs), "--concurrency", strconv.Itoa(workers),
 		"--pool", strconv.Itoa(queuebench.PoolSize), "--local-queue", strconv.Itoa(workers+1),
-		"--insert-batch", "10000")
+		"--insert-batch", "10000", "--for", strconv.FormatFloat(limit.Seconds(), 'f', 3, 64))
 	// The URL (it may hold a password) goes through the environment, not argv.
 	cmd.Env = append(os.Environ(), "AEGIS_GRAPHILE_URL="+url)
 	var stdout, stderr bytes.Buffer

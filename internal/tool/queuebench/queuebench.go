@@ -82,10 +82,12 @@ type Result struct {
 
 // Drain waits until handled reaches jobs (counted in-process, cheaply),
 // then polls the database with left (a query that tells whether jobs are
-// left uncompleted) every millisecond until it says none; it returns the
-// time since start and the jobs handled in each second. Peers are measured
-// the same way.
-func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string) (time.Duration, []float64, error) {
+// left uncompleted) every millisecond until it says none. It returns the
+// jobs per second since start (jobs over the time to drain) and the jobs
+// handled in each second. When limit is positive and passes first, it
+// stops there and the rate is the jobs handled over limit (a backlog too
+// deep to drain in the time). Peers are measured the same way.
+func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string, limit time.Duration) (float64, []float64, error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	var perSecond []float64
@@ -103,6 +105,9 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *at
 		select {
 		case now := <-tick.C:
 			sample(now)
+			if limit > 0 && now.Sub(start) >= limit {
+				return float64(handled.Load()) / now.Sub(start).Seconds(), perSecond, nil
+			}
 		case <-ctx.Done():
 			return 0, nil, ctx.Err()
 		}
@@ -115,7 +120,7 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *at
 		if !more {
 			d := time.Since(start)
 			perSecond = append(perSecond, float64(handled.Load()-last))
-			return d, perSecond, nil
+			return float64(jobs) / d.Seconds(), perSecond, nil
 		}
 		select {
 		case now := <-tick.C:
@@ -130,6 +135,10 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *at
 type Options struct {
 	// SyncComplete completes each job in its own statement.
 	SyncComplete bool
+	// ClaimAhead is queue.QueueConfig.ClaimAhead.
+	ClaimAhead int
+	// For, when positive, ends the run after this long (see Drain).
+	For time.Duration
 }
 
 // BurnDown inserts jobs no-op jobs with one COPY, then starts a client
@@ -149,7 +158,7 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		return nil
 	}))
 	c, err := queue.New(pool, &queue.Config{
-		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers}},
+		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers, ClaimAhead: o.ClaimAhead}},
 		Workers:      ws,
 		SyncComplete: o.SyncComplete,
 		Logger:       slog.New(slog.DiscardHandler),
@@ -173,14 +182,14 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		return Result{}, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	run, perSecond, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`)
+	rate, perSecond, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`, o.For)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{
 		Jobs:         jobs,
 		Workers:      workers,
-		JobsPerSec:   round1(float64(jobs) / run.Seconds()),
+		JobsPerSec:   round1(rate),
 		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
 		PerSecond:    perSecond,
 	}, nil
