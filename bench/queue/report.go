@@ -50,9 +50,13 @@ func aegisSystem(name string, o queuebench.Options) system {
 }
 
 var (
-	sysAegis      = aegisSystem("aegis", queuebench.Options{})
-	sysRiver      = system{"River, 1 ms cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond, limit) }}
-	sysRiverSlow  = system{"River, default cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, limit) }}
+	sysAegis = aegisSystem("aegis", queuebench.Options{})
+	sysRiver = system{"River, 1 ms cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
+		return burnRiver(ctx, url, jobs, workers, time.Millisecond, limit)
+	}}
+	sysRiverSlow = system{"River, default cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
+		return burnRiver(ctx, url, jobs, workers, 0, limit)
+	}}
 	sysGraphile   = system{"graphile-worker", burnGraphile}
 	reportSystems = []system{sysAegis, sysRiverSlow, sysRiver, sysGraphile}
 )
