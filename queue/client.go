@@ -59,7 +59,8 @@ type Client struct {
 	producers  map[string]*producer
 	completer  *completer
 	fetchWG    sync.WaitGroup // producers
-	jobsWG     sync.WaitGroup // job goroutines
+	jobsWG     sync.WaitGroup // claimed jobs not yet finished
+	workersWG  sync.WaitGroup // the producers' worker goroutines
 	loopsWG    sync.WaitGroup // heartbeat, maintenance, listener
 	compWG     sync.WaitGroup // the completer
 
@@ -158,6 +159,9 @@ func (c *Client) Start(ctx context.Context) error {
 	c.loopsWG.Go(func() { c.heartbeatLoop(loopsCtx) })
 	c.loopsWG.Go(func() { c.maintenanceLoop(loopsCtx) })
 	for _, p := range c.producers {
+		for range p.workers {
+			c.workersWG.Go(p.work)
+		}
 		c.fetchWG.Go(func() { p.run(fetchCtx) })
 	}
 	c.log.Info("queue client started", "queues", slices.Sorted(maps.Keys(c.cfg.Queues)), "lease", c.cfg.Lease)
@@ -187,6 +191,10 @@ func (c *Client) Stop(ctx context.Context) error {
 func (c *Client) shutdown(ctx context.Context) error {
 	c.fetchStop()
 	c.fetchWG.Wait()
+	// No claim comes any more: the workers run what is queued, then exit.
+	for _, p := range c.producers {
+		close(p.runs)
+	}
 
 	jobsDone := make(chan struct{})
 	go func() { c.jobsWG.Wait(); close(jobsDone) }()
@@ -198,7 +206,8 @@ func (c *Client) shutdown(ctx context.Context) error {
 		c.handBack()
 	}
 	// Every job is done or handed back: wait for the outcomes being
-	// written, then for the completer to flush.
+	// written, then for the completer to flush. A handler that ignores
+	// its context keeps its worker goroutine; Stop does not wait for it.
 	c.mu.Lock()
 	for c.writing > 0 {
 		c.writesIdle.Wait()

@@ -18,18 +18,15 @@ import (
 func (c *Client) work(p *producer, r *run) {
 	defer c.jobsWG.Done()
 	defer p.release()
-	// A job claimed ahead waits for a handler slot; one whose lease was
-	// lost or handed back meanwhile is not started (record writes nothing
-	// for it).
-	select {
-	case p.slots <- struct{}{}:
-	case <-r.ctx.Done():
+	// A job that waited for a worker (claimed ahead) and whose lease was
+	// lost, handed back or expired meanwhile is not started; record writes
+	// nothing for a lost one.
+	if r.ctx.Err() != nil {
 		r.timer.Stop()
 		c.record(r, context.Cause(r.ctx))
 		return
 	}
 	err := c.invoke(r)
-	<-p.slots
 	r.timer.Stop()
 	c.record(r, err)
 }
