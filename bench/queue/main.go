@@ -168,7 +168,8 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 					return err
 				}
 			} else {
-				fmt.Printf("round %d  %-32s %9.0f jobs/s  (insert %8.0f jobs/s)\n", r+1, s.name, res.JobsPerSec, res.InsertPerSec)
+				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; load %s\n",
+					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), loadavg())
 			}
 			if res.JobsPerSec > best[s.name].JobsPerSec {
 				best[s.name] = res
@@ -319,6 +320,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 func abs(f float64) float64 {
 	if f < 0 {

@@ -96,6 +96,7 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown, lim
 		return queuebench.Result{}, err
 	}
 	insert := time.Since(start)
+	cpu := queuebench.StartCPU(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return queuebench.Result{}, err
@@ -105,7 +106,10 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown, lim
 	if err != nil {
 		return queuebench.Result{}, err
 	}
+	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return queuebench.Result{
+		ClientCPU:    clientCPU,
+		ServerCPU:    serverCPU,
 		Jobs:         jobs,
 		Workers:      workers,
 		JobsPerSec:   float64(int64(rate*10+0.5)) / 10,

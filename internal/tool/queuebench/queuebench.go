@@ -12,8 +12,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,6 +82,70 @@ type Result struct {
 	// PerSecond is the jobs handled in each second of the burn-down (the
 	// last entry a part of a second); not in the JSON of aegis bench.
 	PerSecond []float64 `json:"-"`
+	// ClientCPU and ServerCPU are the CPU time per job of this process and
+	// of the run's PostgreSQL backends while the jobs were worked (not
+	// inserted): a measure the machine's other load changes less than
+	// jobs/s. Zero when unknown.
+	ClientCPU, ServerCPU time.Duration `json:"-"`
+}
+
+// CPU measures the CPU time of this process and of the PostgreSQL
+// backends of one pool (found by its application_name; the server runs on
+// this machine) between Start and Stop.
+type CPU struct {
+	pool         *pgxpool.Pool
+	self, server time.Duration
+}
+
+// StartCPU begins a measure.
+func StartCPU(ctx context.Context, pool *pgxpool.Pool) *CPU {
+	c := &CPU{pool: pool}
+	c.self, c.server = selfCPU(), backendsCPU(ctx, pool)
+	return c
+}
+
+// Stop returns the CPU time used since StartCPU, per job.
+func (c *CPU) Stop(ctx context.Context, jobs int) (client, server time.Duration) {
+	if jobs <= 0 {
+		return 0, 0
+	}
+	return (selfCPU() - c.self) / time.Duration(jobs), (backendsCPU(ctx, c.pool) - c.server) / time.Duration(jobs)
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendsCPU is the CPU time of the pool's backends, from /proc (0 when
+// the server is not on this machine).
+func backendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
+	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseUint(f[11], 10, 64)
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
 }
 
 // Drain waits until handled reaches jobs (counted in-process, cheaply),
@@ -177,6 +245,7 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 	}
 	insert := time.Since(start)
 
+	cpu := StartCPU(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
@@ -186,7 +255,10 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 	if err != nil {
 		return Result{}, err
 	}
+	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return Result{
+		ClientCPU:    clientCPU,
+		ServerCPU:    serverCPU,
 		Jobs:         jobs,
 		Workers:      workers,
 		JobsPerSec:   round1(rate),
