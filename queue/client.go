@@ -162,7 +162,9 @@ func (c *Client) Start(ctx context.Context) error {
 		for range p.workers {
 			c.workersWG.Go(p.work)
 		}
-		c.fetchWG.Go(func() { p.run(fetchCtx) })
+		for range p.claimers() {
+			c.fetchWG.Go(func() { p.run(fetchCtx) })
+		}
 	}
 	c.log.Info("queue client started", "queues", slices.Sorted(maps.Keys(c.cfg.Queues)), "lease", c.cfg.Lease)
 	return nil

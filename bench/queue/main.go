@@ -140,7 +140,7 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		{"aegis (batched, fenced)", func() (queuebench.Result, error) {
 			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{})
 		}},
-		{"aegis (batched, fenced, claim ahead)", func() (queuebench.Result, error) {
+		{"aegis (batched, fenced, ClaimAhead)", func() (queuebench.Result, error) {
 			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{ClaimAhead: workers})
 		}},
 		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
@@ -177,10 +177,10 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		}
 	}
 	if !asJSON && len(systems) == 6 {
-		a, r1 := best[systems[0].name], best[systems[4].name]
-		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f×, aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
-			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/best[systems[3].name].JobsPerSec,
-			best[systems[2].name].JobsPerSec/r1.JobsPerSec)
+		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best[systems[4].name], best[systems[5].name]
+		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f× (ClaimAhead %.2f×), aegis/graphile-worker = %.2f× (ClaimAhead %.2f×), aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
+			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, ca.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/g.JobsPerSec, ca.JobsPerSec/g.JobsPerSec,
+			a.JobsPerSec/best[systems[3].name].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
 	}
 	return nil
 }

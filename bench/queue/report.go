@@ -50,15 +50,16 @@ func aegisSystem(name string, o queuebench.Options) system {
 }
 
 var (
-	sysAegis = aegisSystem("aegis", queuebench.Options{})
-	sysRiver = system{"River, 1 ms cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
+	sysAegis      = aegisSystem("aegis", queuebench.Options{})
+	sysAegisAhead = aegisSystem("aegis, ClaimAhead = workers", queuebench.Options{ClaimAhead: 1}) // any positive value: ClaimAhead = workers
+	sysRiver      = system{"River, 1 ms cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
 		return burnRiver(ctx, url, jobs, workers, time.Millisecond, limit)
 	}}
 	sysRiverSlow = system{"River, default cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
 		return burnRiver(ctx, url, jobs, workers, 0, limit)
 	}}
 	sysGraphile   = system{"graphile-worker", burnGraphile}
-	reportSystems = []system{sysAegis, sysRiverSlow, sysRiver, sysGraphile}
+	reportSystems = []system{sysAegis, sysAegisAhead, sysRiverSlow, sysRiver, sysGraphile}
 )
 
 // report runs the burn-down rounds, the worker-count curve, the deep
@@ -101,7 +102,7 @@ func report(ctx context.Context, url string, o reportOptions) error {
 
 	// 2. Worker counts, interleaved (River's default cooldown left out: it
 	// is bound by its cooldown, not by the queue).
-	curve := []system{sysAegis, sysRiver, sysGraphile}
+	curve := []system{sysAegis, sysAegisAhead, sysRiver, sysGraphile}
 	scale := map[string][]float64{}
 	for _, w := range o.scale {
 		for _, s := range curve {
@@ -133,7 +134,7 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	endLoad := loadavgFull()
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured by `%s` (PostgreSQL on loopback, every system with %d workers and a pool of %d connections, no-op jobs inserted first in bulk and then timed until drained, %d interleaved rounds; River v0.51.2; graphile-worker %s with its local queue of workers+1 jobs and batched completions). Load average (/proc/loadavg) at start: `%s`; at end: `%s`.\n\n",
+	fmt.Fprintf(&b, "Measured by `%s` (PostgreSQL on loopback, every system with %d workers and a pool of %d connections, no-op jobs inserted first in bulk and then timed until drained, %d interleaved rounds; River v0.51.2; graphile-worker %s with its local queue of workers+1 jobs and batched completions; aegis with its defaults and with `ClaimAhead` = workers, its counterpart of the local queue). Load average (/proc/loadavg) at start: `%s`; at end: `%s`.\n\n",
 		o.command, o.workers, queuebench.PoolSize, o.rounds, cmpOr(graphileVersion, "?"), startLoad, endLoad)
 
 	fmt.Fprintf(&b, "| burn-down of %s jobs, %d workers | ", thousands(o.jobs), o.workers)
@@ -145,8 +146,11 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	b.WriteString("\n")
 	for _, s := range reportSystems {
 		name := s.name
-		if s.name == sysAegis.name {
-			name = "**aegis**, every completion fenced"
+		switch s.name {
+		case sysAegis.name:
+			name = "**aegis**, defaults, every completion fenced"
+		case sysAegisAhead.name:
+			name = "**aegis**, `ClaimAhead` = workers, every completion fenced"
 		}
 		if s.name == sysRiverSlow.name {
 			name = fmt.Sprintf("River, default 100 ms cooldown (%s jobs)", thousands(max(o.jobs/o.riverSlowBy, 1)))
@@ -157,49 +161,57 @@ func report(ctx context.Context, url string, o reportOptions) error {
 		}
 		fmt.Fprintf(&b, "%s |\n", thousands(int(median(burn[s.name])+0.5)))
 	}
-	ratioRow := func(peer string) ([]float64, float64) {
+	ratioRow := func(a, peer string) ([]float64, float64) {
 		var rs []float64
-		for i := range burn[sysAegis.name] {
-			rs = append(rs, burn[sysAegis.name][i]/burn[peer][i])
+		for i := range burn[a] {
+			rs = append(rs, burn[a][i]/burn[peer][i])
 		}
 		return rs, median(rs)
 	}
-	for _, peer := range []string{sysRiver.name, sysGraphile.name, sysRiverSlow.name} {
-		rs, m := ratioRow(peer)
-		fmt.Fprintf(&b, "| aegis / %s | ", peer)
-		for _, r := range rs {
-			fmt.Fprintf(&b, "%.2f× | ", r)
+	for _, a := range []string{sysAegis.name, sysAegisAhead.name} {
+		for _, peer := range []string{sysRiver.name, sysGraphile.name, sysRiverSlow.name} {
+			rs, m := ratioRow(a, peer)
+			fmt.Fprintf(&b, "| %s / %s | ", a, peer)
+			for _, r := range rs {
+				fmt.Fprintf(&b, "%.2f× | ", r)
+			}
+			fmt.Fprintf(&b, "%.2f× |\n", m)
 		}
-		fmt.Fprintf(&b, "%.2f× |\n", m)
 	}
 
 	fmt.Fprintf(&b, "\n| burn-down of %s jobs by workers | ", thousands(o.scaleJobs))
 	for _, s := range curve {
 		fmt.Fprintf(&b, "%s | ", s.name)
 	}
-	fmt.Fprintf(&b, "aegis / River | aegis / graphile-worker |\n|---:|%s\n", strings.Repeat("---:|", len(curve)+2))
+	fmt.Fprintf(&b, "aegis / River | aegis / graphile-worker | ClaimAhead / River | ClaimAhead / graphile-worker |\n|---:|%s\n", strings.Repeat("---:|", len(curve)+4))
 	for i, w := range o.scale {
 		fmt.Fprintf(&b, "| %s | ", thousands(w))
 		for _, s := range curve {
 			fmt.Fprintf(&b, "%s | ", thousands(int(scale[s.name][i]+0.5)))
 		}
-		fmt.Fprintf(&b, "%.2f× | %.2f× |\n", scale[sysAegis.name][i]/scale[sysRiver.name][i], scale[sysAegis.name][i]/scale[sysGraphile.name][i])
+		for _, a := range []string{sysAegis.name, sysAegisAhead.name} {
+			fmt.Fprintf(&b, "%.2f× | %.2f× | ", scale[a][i]/scale[sysRiver.name][i], scale[a][i]/scale[sysGraphile.name][i])
+		}
+		b.WriteString("\n")
 	}
 
-	fmt.Fprintf(&b, "\n| %s jobs queued, %d workers, first %s | jobs/s | insert jobs/s | aegis / it |\n|---|---:|---:|---:|\n", thousands(o.deepJobs), o.workers, o.deepFor)
+	fmt.Fprintf(&b, "\n| %s jobs queued, %d workers, first %s | jobs/s | insert jobs/s | aegis / it | ClaimAhead / it |\n|---|---:|---:|---:|---:|\n", thousands(o.deepJobs), o.workers, o.deepFor)
 	for _, s := range curve {
 		r := deep[s.name]
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", s.name, thousands(int(r.JobsPerSec+0.5)), thousands(int(r.InsertPerSec+0.5)), deep[sysAegis.name].JobsPerSec/r.JobsPerSec)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %.2f× |\n", s.name, thousands(int(r.JobsPerSec+0.5)), thousands(int(r.InsertPerSec+0.5)),
+			deep[sysAegis.name].JobsPerSec/r.JobsPerSec, deep[sysAegisAhead.name].JobsPerSec/r.JobsPerSec)
 	}
 
 	sorted := slices.Sorted(slices.Values(soaked.Windows))
 	fmt.Fprintf(&b, "\nSoak (aegis; 2 goroutines enqueue batches of 100 while %d workers work them, backlog capped at 20,000), %s in %s windows: median %s jobs/s, min %s, max %s, worst window %.1f%% from the median.\n",
 		o.workers, o.soak, o.soakWindow, thousands(int(soaked.Median+0.5)), thousands(int(sorted[0]+0.5)), thousands(int(sorted[len(sorted)-1]+0.5)), soaked.MaxDevPct)
 
-	_, mr := ratioRow(sysRiver.name)
-	_, mg := ratioRow(sysGraphile.name)
-	fmt.Fprintf(&b, "\nTarget aegis ≥ 3× River (1 ms): %s (median %.2f×). Target aegis ≥ 2× graphile-worker: %s (median %.2f×).\n",
-		metOrMissed(mr, 3), mr, metOrMissed(mg, 2), mg)
+	_, mr := ratioRow(sysAegisAhead.name, sysRiver.name)
+	_, mg := ratioRow(sysAegisAhead.name, sysGraphile.name)
+	_, dr := ratioRow(sysAegis.name, sysRiver.name)
+	_, dg := ratioRow(sysAegis.name, sysGraphile.name)
+	fmt.Fprintf(&b, "\nTarget aegis ≥ 3× River (1 ms): with ClaimAhead %s (median %.2f×), with defaults %s (%.2f×). Target aegis ≥ 2× graphile-worker: with ClaimAhead %s (median %.2f×), with defaults %s (%.2f×).\n",
+		metOrMissed(mr, 3), mr, metOrMissed(dr, 3), dr, metOrMissed(mg, 2), mg, metOrMissed(dg, 2), dg)
 	soakVerdict := "met"
 	if soaked.MaxDevPct > 20 {
 		soakVerdict = "missed"
