@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 // TestClaimAhead: a queue with ClaimAhead keeps up to MaxWorkers +
@@ -64,4 +66,46 @@ func TestClaimAhead(t *testing.T) {
 	require.Equal(t, int64(jobs), done.Load())
 	require.LessOrEqual(t, peak.Load(), int64(maxWorkers), "more handlers at once than MaxWorkers")
 	stop(t, c)
+}
+
+// TestClaimAheadStopDeadline: when Stop's deadline passes, the jobs claimed
+// ahead (waiting for a worker) are handed back with the running ones, with
+// a bumped token, and never started by the stopped client.
+func TestClaimAheadStopDeadline(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	const maxWorkers, ahead = 2, 2
+	started := make(chan int64, maxWorkers+ahead)
+	c := client(t, p, &Config{
+		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: maxWorkers, ClaimAhead: ahead}},
+		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
+			started <- job.ID
+			select {
+			case <-ctx.Done():
+			case <-time.After(30 * time.Second): // the test fails first
+			}
+			return nil
+		}),
+	})
+	var ids []int64
+	for range maxWorkers + ahead {
+		ids = append(ids, enqueueOne(t, p, nil))
+	}
+	require.NoError(t, c.Start(ctx))
+	for range maxWorkers {
+		testenv.Recv(t, started, 20*time.Second, "a job to start")
+	}
+	eventually(t, "every job claimed", func() bool {
+		return count(t, p, `SELECT count(*) FROM aegis_job WHERE state = 'running'`) == maxWorkers+ahead
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, c.Stop(stopCtx), context.DeadlineExceeded)
+	for _, id := range ids {
+		j := stored(t, p, id)
+		require.Equal(t, StateAvailable, j.State, "job %d handed back", id)
+		require.EqualValues(t, 2, j.Token, "job %d: the hand-back bumps the token", id)
+	}
+	require.Len(t, started, 0, "a job claimed ahead started after Stop's deadline")
 }

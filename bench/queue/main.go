@@ -236,13 +236,17 @@ type soakResult struct {
 	Enqueuers  int       `json:"enqueuers"`
 	BatchJobs  int       `json:"batch"`
 	BacklogCap int       `json:"backlog_cap"`
+	LoadStart  string    `json:"loadavg_start,omitempty"`
+	LoadEnd    string    `json:"loadavg_end,omitempty"`
 }
 
 func soak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64, asJSON bool) error {
+	startLoad := loadavgFull()
 	out, err := runSoak(ctx, url, workers, duration, window, rate)
 	if err != nil {
 		return err
 	}
+	out.LoadStart, out.LoadEnd = startLoad, loadavgFull()
 	if asJSON {
 		return json.NewEncoder(os.Stdout).Encode(out)
 	}
@@ -252,6 +256,7 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 		workers, duration, len(out.Windows), window, out.Median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
 		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], out.Inserted, out.Worked)
 	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
+	fmt.Printf("load average (/proc/loadavg) at start %s, at end %s\n", out.LoadStart, out.LoadEnd)
 	return nil
 }
 
