@@ -69,6 +69,9 @@ type Client struct {
 	writing    int            // job goroutines writing their outcome
 	writesIdle *sync.Cond     // writing dropped to 0
 	closing    bool           // Stop's deadline passed: write nothing more
+	// The last VACUUM of the maintenance loop (its goroutine only).
+	vacuumEnd  time.Time
+	vacuumTook time.Duration
 	// nextScheduled wakes the maintenance loop when this client schedules
 	// a job sooner than its next wake-up (a short snooze or retry).
 	nextScheduled chan time.Time

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string) error {
 	window := fs.Duration("window", 10*time.Second, "soak: throughput window")
 	rate := fs.Float64("rate", 0, "soak: offered load in jobs/s (0: as fast as the queue works, the backlog capped)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	fs.DurationVar(&compareFor, "for", 0, "compare: stop each burn-down after this long and report the jobs handled over it (a backlog too deep to drain)")
 	only := fs.String("systems", "", "compare: only the systems whose names contain one of these comma-separated words (default all)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
 	fs.StringVar(&graphileScript, "graphile-script", graphileScript, "the script that installs graphile-worker")
@@ -112,8 +113,11 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// systemFilter is -systems.
-var systemFilter string
+// systemFilter is -systems, compareFor -for.
+var (
+	systemFilter string
+	compareFor   time.Duration
+)
 
 func selected(name string) bool {
 	if systemFilter == "" {
@@ -138,17 +142,17 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		run  func() (queuebench.Result, error)
 	}{
 		{"aegis (batched, fenced)", func() (queuebench.Result, error) {
-			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{})
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{For: compareFor})
 		}},
 		{"aegis (batched, fenced, ClaimAhead)", func() (queuebench.Result, error) {
-			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{ClaimAhead: workers})
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{ClaimAhead: workers, For: compareFor})
 		}},
 		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
-			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true})
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true, For: compareFor})
 		}},
-		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, 0) }},
-		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond, 0) }},
-		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers, 0) }},
+		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, compareFor) }},
+		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor) }},
+		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers, compareFor) }},
 	}
 	systems = slices.DeleteFunc(systems, func(s struct {
 		name string

@@ -185,12 +185,12 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	}
 	fmt.Fprintf(&b, "aegis / River | aegis / graphile-worker | ClaimAhead / River | ClaimAhead / graphile-worker |\n|---:|%s\n", strings.Repeat("---:|", len(curve)+4))
 	for i, w := range o.scale {
-		fmt.Fprintf(&b, "| %s | ", thousands(w))
+		fmt.Fprintf(&b, "| %s |", thousands(w))
 		for _, s := range curve {
-			fmt.Fprintf(&b, "%s | ", thousands(int(scale[s.name][i]+0.5)))
+			fmt.Fprintf(&b, " %s |", thousands(int(scale[s.name][i]+0.5)))
 		}
 		for _, a := range []string{sysAegis.name, sysAegisAhead.name} {
-			fmt.Fprintf(&b, "%.2f× | %.2f× | ", scale[a][i]/scale[sysRiver.name][i], scale[a][i]/scale[sysGraphile.name][i])
+			fmt.Fprintf(&b, " %.2f× | %.2f× |", scale[a][i]/scale[sysRiver.name][i], scale[a][i]/scale[sysGraphile.name][i])
 		}
 		b.WriteString("\n")
 	}
