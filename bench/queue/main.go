@@ -151,7 +151,9 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true, For: compareFor})
 		}},
 		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, compareFor) }},
-		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor) }},
+		{"river (cooldown 1ms)", func() (queuebench.Result, error) {
+			return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor)
+		}},
 		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers, compareFor) }},
 	}
 	systems = slices.DeleteFunc(systems, func(s struct {
