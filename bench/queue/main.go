@@ -65,8 +65,8 @@ func run(ctx context.Context, args []string) error {
 	scaleWorkers := fs.String("scale-workers", "10,100,1000", "report: worker counts of the curve")
 	scaleJobs := fs.Int("scale-jobs", 50000, "report: jobs of each point of the curve")
 	deepJobs := fs.Int("deep-jobs", 1000000, "report: jobs queued for the deep-backlog run")
-	deepFor := fs.Duration("deep-for", 10*time.Second, "report: how long the deep backlog is worked")
-	soakFor := fs.Duration("soak", time.Minute, "report: the soak's length")
+	deepFor := fs.Duration("deep-for", 8*time.Second, "report: how long the deep backlog is worked")
+	soakFor := fs.Duration("soak", 30*time.Second, "report: the soak's length")
 	riverSlowBy := fs.Int("river-default-divisor", 10, "report: River with its default cooldown burns -jobs divided by this (its 100 ms cooldown caps it near workers/100ms)")
 	if err := fs.Parse(args); err != nil {
 		return err
