@@ -209,6 +209,9 @@ func latency(ctx context.Context, url string, samples int, asJSON bool) error {
 		{"river (cooldown 1ms)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, time.Millisecond) }},
 	}
 	for _, s := range systems {
+		if !selected(s.name) {
+			continue
+		}
 		d, err := s.run()
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
