@@ -69,13 +69,15 @@ bench-peers: services
 bench-redis: services
 	$(WITH_ENV) cd bench && $(GO) run ./redis/compare -rounds 10 -round 1s -handoffs 300
 
-# The queue against River on the same server, in one run: burn-down of
-# 50,000 no-op jobs (River with its default and a 1 ms fetch cooldown) and
-# insert-to-start latency on an idle queue. Then the queue's steady soak:
-# enqueue and work at once, jobs/s per 10 s window (DURATION=1m for a
-# short check).
+# The queue against River and graphile-worker on the same server, in one
+# run: burn-down of 50,000 no-op jobs (River with its default and a 1 ms
+# fetch cooldown, graphile-worker with its local queue; scripts/graphile-worker
+# installs it outside the repo) and insert-to-start latency on an idle
+# queue. Then the queue's steady soak: enqueue and work at once, jobs/s per
+# 10 s window (DURATION=1m for a short check).
 DURATION ?= 10m
 bench-queue: services
+	scripts/graphile-worker install
 	$(WITH_ENV) cd bench && $(GO) run ./queue -mode compare,latency -runs 3
 
 soak-queue: services

@@ -59,7 +59,8 @@ type Client struct {
 	producers  map[string]*producer
 	completer  *completer
 	fetchWG    sync.WaitGroup // producers
-	jobsWG     sync.WaitGroup // job goroutines
+	jobsWG     sync.WaitGroup // claimed jobs not yet finished
+	workersWG  sync.WaitGroup // the producers' worker goroutines
 	loopsWG    sync.WaitGroup // heartbeat, maintenance, listener
 	compWG     sync.WaitGroup // the completer
 
@@ -68,6 +69,9 @@ type Client struct {
 	writing    int            // job goroutines writing their outcome
 	writesIdle *sync.Cond     // writing dropped to 0
 	closing    bool           // Stop's deadline passed: write nothing more
+	// The last VACUUM of the maintenance loop (its goroutine only).
+	vacuumEnd  time.Time
+	vacuumTook time.Duration
 	// nextScheduled wakes the maintenance loop when this client schedules
 	// a job sooner than its next wake-up (a short snooze or retry).
 	nextScheduled chan time.Time
@@ -137,8 +141,8 @@ func (c *Client) Start(ctx context.Context) error {
 	c.producers = map[string]*producer{}
 	total := 0
 	for name, q := range c.cfg.Queues {
-		c.producers[name] = newProducer(c, name, q.MaxWorkers)
-		total += q.MaxWorkers
+		c.producers[name] = newProducer(c, name, q)
+		total += q.MaxWorkers + q.ClaimAhead
 	}
 	c.completer = newCompleter(c, 2*total)
 
@@ -158,7 +162,12 @@ func (c *Client) Start(ctx context.Context) error {
 	c.loopsWG.Go(func() { c.heartbeatLoop(loopsCtx) })
 	c.loopsWG.Go(func() { c.maintenanceLoop(loopsCtx) })
 	for _, p := range c.producers {
-		c.fetchWG.Go(func() { p.run(fetchCtx) })
+		for range p.workers {
+			c.workersWG.Go(p.work)
+		}
+		for range p.claimers() {
+			c.fetchWG.Go(func() { p.run(fetchCtx) })
+		}
 	}
 	c.log.Info("queue client started", "queues", slices.Sorted(maps.Keys(c.cfg.Queues)), "lease", c.cfg.Lease)
 	return nil
@@ -187,6 +196,10 @@ func (c *Client) Stop(ctx context.Context) error {
 func (c *Client) shutdown(ctx context.Context) error {
 	c.fetchStop()
 	c.fetchWG.Wait()
+	// No claim comes any more: the workers run what is queued, then exit.
+	for _, p := range c.producers {
+		close(p.runs)
+	}
 
 	jobsDone := make(chan struct{})
 	go func() { c.jobsWG.Wait(); close(jobsDone) }()
@@ -198,7 +211,8 @@ func (c *Client) shutdown(ctx context.Context) error {
 		c.handBack()
 	}
 	// Every job is done or handed back: wait for the outcomes being
-	// written, then for the completer to flush.
+	// written, then for the completer to flush. A handler that ignores
+	// its context keeps its worker goroutine; Stop does not wait for it.
 	c.mu.Lock()
 	for c.writing > 0 {
 		c.writesIdle.Wait()

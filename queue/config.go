@@ -120,6 +120,15 @@ type QueueConfig struct {
 	// MaxWorkers is how many of the queue's jobs this client runs at once,
 	// 1 to MaxWorkers. Required.
 	MaxWorkers int
+
+	// ClaimAhead is how many jobs beyond MaxWorkers the client keeps
+	// claimed, so that a handler slot that frees takes its next job
+	// without waiting for a claim's round trip, and claims fetch full
+	// batches (graphile-worker's local queue). A job claimed ahead holds
+	// its lease (heartbeats renew it) while it waits for a slot; a job
+	// enqueued later with a higher priority waits behind them. Default 0;
+	// at most MaxWorkers.
+	ClaimAhead int
 }
 
 // testHooks let tests freeze parts of a client.
@@ -180,6 +189,9 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 		if q.MaxWorkers < 1 || q.MaxWorkers > MaxWorkers {
 			return cfg, invalid("Config.Queues[%q].MaxWorkers %d: must be between 1 and %d", name, q.MaxWorkers, MaxWorkers)
+		}
+		if q.ClaimAhead < 0 || q.ClaimAhead > q.MaxWorkers {
+			return cfg, invalid("Config.Queues[%q].ClaimAhead %d: must be between 0 and MaxWorkers (%d)", name, q.ClaimAhead, q.MaxWorkers)
 		}
 	}
 	return cfg, nil

@@ -63,7 +63,11 @@
 // # Throughput
 //
 // Claims are sized to the free worker slots and run back to back while a
-// queue has a backlog; completions are written in batches (one statement
+// queue has a backlog; handlers run on MaxWorkers long-lived goroutines
+// per queue. QueueConfig.ClaimAhead keeps more jobs claimed than there are
+// workers (held under lease, renewed by heartbeats), with two claims in
+// flight, so that a freed worker never waits for a claim's round trip.
+// Completions are written in batches (one statement
 // for every completion that came in while the previous batch was written,
 // each row fenced by id and token) unless Config.SyncComplete is set.
 // Finished jobs leave the hot table, so the claim index holds only live

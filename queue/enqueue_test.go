@@ -272,6 +272,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Queues: map[string]QueueConfig{"": {MaxWorkers: 1}}, Workers: ws}, "Config.Queues: queue name is empty"},
 		{Config{Queues: map[string]QueueConfig{"q": {}}, Workers: ws}, `Config.Queues["q"].MaxWorkers 0: must be between 1 and 10000`},
 		{Config{Queues: map[string]QueueConfig{"q": {MaxWorkers: 10001}}, Workers: ws}, `MaxWorkers 10001`},
+		{Config{Queues: map[string]QueueConfig{"q": {MaxWorkers: 2, ClaimAhead: -1}}, Workers: ws}, `Config.Queues["q"].ClaimAhead -1: must be between 0 and MaxWorkers (2)`},
+		{Config{Queues: map[string]QueueConfig{"q": {MaxWorkers: 2, ClaimAhead: 3}}, Workers: ws}, `ClaimAhead 3`},
 	}
 	p := pool(t)
 	for _, tt := range tests {

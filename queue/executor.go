@@ -18,6 +18,17 @@ import (
 func (c *Client) work(p *producer, r *run) {
 	defer c.jobsWG.Done()
 	defer p.release()
+	// A job that waited for a worker (claimed ahead) and whose lease was
+	// lost, handed back or expired meanwhile is not started; record writes
+	// nothing for a lost one. The phase is checked, not only the context:
+	// Stop's hand-back marks every claim lost before it cancels any, so a
+	// worker freed by one cancellation never starts a waiting job whose
+	// cancellation is still to come.
+	if r.phase.Load() == phaseLost || r.ctx.Err() != nil {
+		r.timer.Stop()
+		c.record(r, context.Cause(r.ctx))
+		return
+	}
 	err := c.invoke(r)
 	r.timer.Stop()
 	c.record(r, err)

@@ -23,10 +23,10 @@ func BenchmarkBurnDown(b *testing.B) {
 			return queuebench.BurnDown(ctx, url, jobs, 100, queuebench.Options{})
 		}},
 		{"river-default", func(ctx context.Context, jobs int) (queuebench.Result, error) {
-			return burnRiver(ctx, url, jobs, 100, 0)
+			return burnRiver(ctx, url, jobs, 100, 0, 0)
 		}},
 		{"river-1ms", func(ctx context.Context, jobs int) (queuebench.Result, error) {
-			return burnRiver(ctx, url, jobs, 100, time.Millisecond)
+			return burnRiver(ctx, url, jobs, 100, time.Millisecond, 0)
 		}},
 	} {
 		b.Run(s.name, func(b *testing.B) {

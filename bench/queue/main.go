@@ -1,9 +1,11 @@
-// Command queue compares the aegis queue with River (v0.51) on the same
-// PostgreSQL in one run, and runs the aegis queue's steady soak.
+// Command queue compares the aegis queue with River (v0.51) and
+// graphile-worker (npm, installed by scripts/graphile-worker, run with node)
+// on the same PostgreSQL in one run, and runs the aegis queue's steady soak.
 //
 //	go run ./queue -mode compare [-jobs 50000] [-workers 100] [-runs 1]   # burn-down: aegis vs River (default and 1 ms fetch cooldown)
 //	go run ./queue -mode latency [-samples 300]                            # insert-to-start on an idle queue, aegis vs River
 //	go run ./queue -mode soak [-duration 10m] [-window 10s]                # aegis: enqueue and work at once, jobs/s per window
+//	go run ./queue -mode report -md FILE [-png DIR]                         # all of it, short, as a Markdown fragment and PNGs
 //
 // The server is AEGIS_POSTGRES_URL (default: the shared test server of
 // scripts/services). Every run uses a schema of its own, dropped at the
@@ -20,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -43,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
-	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak")
+	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak, report")
 	jobs := fs.Int("jobs", 50000, "burn-down: no-op jobs")
 	workers := fs.Int("workers", 100, "workers of each client")
 	runs := fs.Int("runs", 1, "burn-down: rounds (aegis, River default, River 1ms, interleaved)")
@@ -52,9 +55,34 @@ func run(ctx context.Context, args []string) error {
 	window := fs.Duration("window", 10*time.Second, "soak: throughput window")
 	rate := fs.Float64("rate", 0, "soak: offered load in jobs/s (0: as fast as the queue works, the backlog capped)")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
+	fs.DurationVar(&compareFor, "for", 0, "compare: stop each burn-down after this long and report the jobs handled over it (a backlog too deep to drain)")
+	only := fs.String("systems", "", "compare: only the systems whose names contain one of these comma-separated words (default all)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bench process to this file")
+	fs.StringVar(&graphileScript, "graphile-script", graphileScript, "the script that installs graphile-worker")
+	md := fs.String("md", "", "report: write the Markdown fragment to this file")
+	png := fs.String("png", "", "report: write queue-workers.png, queue-backlog.png and queue-soak.png into this folder")
+	rounds := fs.Int("rounds", 3, "report: interleaved burn-down rounds")
+	scaleWorkers := fs.String("scale-workers", "10,100,1000", "report: worker counts of the curve")
+	scaleJobs := fs.Int("scale-jobs", 50000, "report: jobs of each point of the curve")
+	deepJobs := fs.Int("deep-jobs", 1000000, "report: jobs queued for the deep-backlog run")
+	deepFor := fs.Duration("deep-for", 8*time.Second, "report: how long the deep backlog is worked")
+	soakFor := fs.Duration("soak", 30*time.Second, "report: the soak's length")
+	riverSlowBy := fs.Int("river-default-divisor", 10, "report: River with its default cooldown burns -jobs divided by this (its 100 ms cooldown caps it near workers/100ms)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	systemFilter = *only
 	url := backend.FromEnv().PostgresURL
 	for _, m := range strings.Split(*mode, ",") {
 		var err error
@@ -65,14 +93,42 @@ func run(ctx context.Context, args []string) error {
 			err = latency(ctx, url, *samples, *asJSON)
 		case "soak":
 			err = soak(ctx, url, *workers, *duration, *window, *rate, *asJSON)
+		case "report":
+			var scale []int
+			if scale, err = parseInts(*scaleWorkers); err != nil {
+				return fmt.Errorf("-scale-workers: %w", err)
+			}
+			err = report(ctx, url, reportOptions{
+				md: *md, png: *png, command: "cd bench && go run ./queue " + strings.Join(args, " "),
+				jobs: *jobs, workers: *workers, rounds: *rounds, scale: scale, scaleJobs: *scaleJobs,
+				deepJobs: *deepJobs, deepFor: *deepFor, soak: *soakFor, soakWindow: *window, riverSlowBy: max(*riverSlowBy, 1),
+			})
 		default:
-			err = fmt.Errorf("unknown -mode %q (compare, latency, soak)", m)
+			err = fmt.Errorf("unknown -mode %q (compare, latency, soak, report)", m)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// systemFilter is -systems, compareFor -for.
+var (
+	systemFilter string
+	compareFor   time.Duration
+)
+
+func selected(name string) bool {
+	if systemFilter == "" {
+		return true
+	}
+	for _, w := range strings.Split(systemFilter, ",") {
+		if w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 type burnResult struct {
@@ -86,14 +142,26 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		run  func() (queuebench.Result, error)
 	}{
 		{"aegis (batched, fenced)", func() (queuebench.Result, error) {
-			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{})
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{For: compareFor})
+		}},
+		{"aegis (batched, fenced, ClaimAhead)", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{ClaimAhead: workers, For: compareFor})
 		}},
 		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
-			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true})
+			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true, For: compareFor})
 		}},
-		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0) }},
-		{"river (cooldown 1ms)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, time.Millisecond) }},
+		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, compareFor) }},
+		{"river (cooldown 1ms)", func() (queuebench.Result, error) {
+			return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor)
+		}},
+		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers, compareFor) }},
 	}
+	systems = slices.DeleteFunc(systems, func(s struct {
+		name string
+		run  func() (queuebench.Result, error)
+	}) bool {
+		return !selected(s.name)
+	})
 	best := map[string]queuebench.Result{}
 	for r := range runs {
 		for _, s := range systems {
@@ -106,18 +174,19 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 					return err
 				}
 			} else {
-				fmt.Printf("round %d  %-32s %9.0f jobs/s  (insert %8.0f jobs/s)\n", r+1, s.name, res.JobsPerSec, res.InsertPerSec)
+				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; load %s\n",
+					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), loadavg())
 			}
 			if res.JobsPerSec > best[s.name].JobsPerSec {
 				best[s.name] = res
 			}
 		}
 	}
-	if !asJSON {
-		a, r1 := best[systems[0].name], best[systems[3].name]
-		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f×, aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
-			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/best[systems[2].name].JobsPerSec,
-			best[systems[1].name].JobsPerSec/r1.JobsPerSec)
+	if !asJSON && len(systems) == 6 {
+		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best[systems[4].name], best[systems[5].name]
+		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f× (ClaimAhead %.2f×), aegis/graphile-worker = %.2f× (ClaimAhead %.2f×), aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
+			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, ca.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/g.JobsPerSec, ca.JobsPerSec/g.JobsPerSec,
+			a.JobsPerSec/best[systems[3].name].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
 	}
 	return nil
 }
@@ -140,6 +209,9 @@ func latency(ctx context.Context, url string, samples int, asJSON bool) error {
 		{"river (cooldown 1ms)", func() ([]time.Duration, error) { return latencyRiver(ctx, url, samples, gap, time.Millisecond) }},
 	}
 	for _, s := range systems {
+		if !selected(s.name) {
+			continue
+		}
 		d, err := s.run()
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -173,9 +245,32 @@ type soakResult struct {
 	Enqueuers  int       `json:"enqueuers"`
 	BatchJobs  int       `json:"batch"`
 	BacklogCap int       `json:"backlog_cap"`
+	LoadStart  string    `json:"loadavg_start,omitempty"`
+	LoadEnd    string    `json:"loadavg_end,omitempty"`
 }
 
 func soak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64, asJSON bool) error {
+	startLoad := loadavgFull()
+	out, err := runSoak(ctx, url, workers, duration, window, rate)
+	if err != nil {
+		return err
+	}
+	out.LoadStart, out.LoadEnd = startLoad, loadavgFull()
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(out)
+	}
+	sorted := slices.Sorted(slices.Values(out.Windows))
+	effMedian, effDev := medianDev(out.PerCPU)
+	fmt.Printf("steady run, %d workers, %s, %d windows of %s: median %.0f jobs/s, min %.0f, max %.0f, worst window %.1f%% from the median (target ±20%%: %s); %d inserted, %d worked\n",
+		workers, duration, len(out.Windows), window, out.Median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
+		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], out.Inserted, out.Worked)
+	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
+	fmt.Printf("load average (/proc/loadavg) at start %s, at end %s\n", out.LoadStart, out.LoadEnd)
+	return nil
+}
+
+// runSoak runs the steady soak, printing each window on stderr.
+func runSoak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64) (soakResult, error) {
 	o := queuebench.SteadyOptions{
 		Workers: workers, Duration: duration, Window: window,
 		Enqueuers: 2, Batch: 100, Backlog: 20000, Rate: rate,
@@ -200,27 +295,18 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 	}
 	res, err := queuebench.Steady(ctx, url, o)
 	if err != nil {
-		return err
+		return soakResult{}, err
 	}
 	if len(res.Windows) == 0 {
-		return fmt.Errorf("the run was shorter than one window")
+		return soakResult{}, fmt.Errorf("the run was shorter than one window")
 	}
 	median, dev := medianDev(res.Windows)
-	sorted := slices.Sorted(slices.Values(res.Windows))
-	effMedian, effDev := medianDev(perCPU)
-	out := soakResult{
+	_, effDev := medianDev(perCPU)
+	return soakResult{
 		Workers: workers, Rate: rate, DurationS: duration.Seconds(), WindowS: window.Seconds(), Windows: res.Windows,
 		Median: median, MaxDevPct: float64(int64(dev*10+0.5)) / 10, WithinPct: 20, Pass: dev <= 20,
 		Inserted: res.Inserted, Worked: res.Worked, PerCPU: perCPU, PerCPUDev: float64(int64(effDev*10+0.5)) / 10, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
-	}
-	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(out)
-	}
-	fmt.Printf("steady run, %d workers, %s, %d windows of %s: median %.0f jobs/s, min %.0f, max %.0f, worst window %.1f%% from the median (target ±20%%: %s); %d inserted, %d worked\n",
-		workers, duration, len(res.Windows), window, median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
-		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], res.Inserted, res.Worked)
-	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
-	return nil
+	}, nil
 }
 
 // medianDev returns the median of v and the largest distance of an
@@ -248,6 +334,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 func abs(f float64) float64 {
 	if f < 0 {

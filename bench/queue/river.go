@@ -80,7 +80,7 @@ const riverLeft = `SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN ('avail
 
 // burnRiver is queuebench.BurnDown for River: insert jobs no-op jobs
 // (InsertManyFast), then time until every one is completed.
-func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown time.Duration) (queuebench.Result, error) {
+func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown, limit time.Duration) (queuebench.Result, error) {
 	var handled atomic.Int64
 	pool, c, closeFn, err := openRiver(ctx, url, workers, cooldown, &riverWorker{handled: &handled})
 	if err != nil {
@@ -96,20 +96,25 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown time
 		return queuebench.Result{}, err
 	}
 	insert := time.Since(start)
+	cpu := queuebench.StartCPU(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return queuebench.Result{}, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	run, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft)
+	rate, perSecond, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft, limit)
 	if err != nil {
 		return queuebench.Result{}, err
 	}
+	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return queuebench.Result{
+		ClientCPU:    clientCPU,
+		ServerCPU:    serverCPU,
 		Jobs:         jobs,
 		Workers:      workers,
-		JobsPerSec:   float64(int64(float64(jobs)/run.Seconds()*10+0.5)) / 10,
+		JobsPerSec:   float64(int64(rate*10+0.5)) / 10,
 		InsertPerSec: float64(int64(float64(jobs)/insert.Seconds()*10+0.5)) / 10,
+		PerSecond:    perSecond,
 	}, nil
 }
 

@@ -12,8 +12,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,34 +79,122 @@ type Result struct {
 	Workers      int     `json:"workers"`
 	JobsPerSec   float64 `json:"jobs_per_sec"`
 	InsertPerSec float64 `json:"insert_per_sec"`
+	// PerSecond is the jobs handled in each second of the burn-down (the
+	// last entry a part of a second); not in the JSON of aegis bench.
+	PerSecond []float64 `json:"-"`
+	// ClientCPU and ServerCPU are the CPU time per job of this process and
+	// of the run's PostgreSQL backends while the jobs were worked (not
+	// inserted): a measure the machine's other load changes less than
+	// jobs/s. Zero when unknown.
+	ClientCPU, ServerCPU time.Duration `json:"-"`
+}
+
+// CPU measures the CPU time of this process and of the PostgreSQL
+// backends of one pool (found by its application_name; the server runs on
+// this machine) between Start and Stop.
+type CPU struct {
+	pool         *pgxpool.Pool
+	self, server time.Duration
+}
+
+// StartCPU begins a measure.
+func StartCPU(ctx context.Context, pool *pgxpool.Pool) *CPU {
+	c := &CPU{pool: pool}
+	c.self, c.server = selfCPU(), backendsCPU(ctx, pool)
+	return c
+}
+
+// Stop returns the CPU time used since StartCPU, per job.
+func (c *CPU) Stop(ctx context.Context, jobs int) (client, server time.Duration) {
+	if jobs <= 0 {
+		return 0, 0
+	}
+	return (selfCPU() - c.self) / time.Duration(jobs), (backendsCPU(ctx, c.pool) - c.server) / time.Duration(jobs)
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendsCPU is the CPU time of the pool's backends, from /proc (0 when
+// the server is not on this machine).
+func backendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
+	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseUint(f[11], 10, 64)
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
 }
 
 // Drain waits until handled reaches jobs (counted in-process, cheaply),
 // then polls the database with left (a query that tells whether jobs are
-// left uncompleted) every millisecond until it says none; it returns the
-// time since start. Peers are measured the same way.
-func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string) (time.Duration, error) {
+// left uncompleted) every millisecond until it says none. It returns the
+// jobs per second since start (jobs over the time to drain) and the jobs
+// handled in each second. When limit is positive and passes first, it
+// stops there and the rate is the jobs handled over limit (a backlog too
+// deep to drain in the time). Peers are measured the same way.
+func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string, limit time.Duration) (float64, []float64, error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var perSecond []float64
+	var last int64
+	next := start.Add(time.Second)
+	sample := func(now time.Time) {
+		for !now.Before(next) {
+			h := handled.Load()
+			perSecond = append(perSecond, float64(h-last))
+			last = h
+			next = next.Add(time.Second)
+		}
+	}
 	for handled.Load() < jobs {
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			sample(now)
+			if limit > 0 && now.Sub(start) >= limit {
+				return float64(handled.Load()) / now.Sub(start).Seconds(), perSecond, nil
+			}
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 	for {
 		var more bool
 		if err := pool.QueryRow(ctx, left).Scan(&more); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if !more {
-			return time.Since(start), nil
+			d := time.Since(start)
+			perSecond = append(perSecond, float64(handled.Load()-last))
+			return float64(jobs) / d.Seconds(), perSecond, nil
 		}
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			sample(now)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 }
@@ -111,6 +203,10 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *at
 type Options struct {
 	// SyncComplete completes each job in its own statement.
 	SyncComplete bool
+	// ClaimAhead is queue.QueueConfig.ClaimAhead.
+	ClaimAhead int
+	// For, when positive, ends the run after this long (see Drain).
+	For time.Duration
 }
 
 // BurnDown inserts jobs no-op jobs with one COPY, then starts a client
@@ -130,7 +226,7 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		return nil
 	}))
 	c, err := queue.New(pool, &queue.Config{
-		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers}},
+		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers, ClaimAhead: o.ClaimAhead}},
 		Workers:      ws,
 		SyncComplete: o.SyncComplete,
 		Logger:       slog.New(slog.DiscardHandler),
@@ -149,20 +245,25 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 	}
 	insert := time.Since(start)
 
+	cpu := StartCPU(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
 	}
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	run, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`)
+	rate, perSecond, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`, o.For)
 	if err != nil {
 		return Result{}, err
 	}
+	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return Result{
+		ClientCPU:    clientCPU,
+		ServerCPU:    serverCPU,
 		Jobs:         jobs,
 		Workers:      workers,
-		JobsPerSec:   round1(float64(jobs) / run.Seconds()),
+		JobsPerSec:   round1(rate),
 		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
+		PerSecond:    perSecond,
 	}, nil
 }
 
