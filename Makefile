@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test services services-stop lab lab-table lab-campaign invoice bench bench-peers bench-redis bench-queue soak-queue fmt fmt-check vet staticcheck
+.PHONY: test services services-stop lab lab-table lab-campaign invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 test: services fmt-check vet staticcheck
 	$(WITH_ENV) $(GO) test -race -count=1 -timeout 12m ./...
@@ -67,7 +67,7 @@ bench-peers: services
 
 # The Redis locks' comparison table (docs/redis.md), subjects interleaved.
 bench-redis: services
-	$(WITH_ENV) cd bench && $(GO) run ./redis/compare -rounds 10 -round 1s -handoffs 300
+	$(WITH_ENV) cd bench && $(GO) run ./redis/compare -private -rounds 10 -round 1s -handoffs 300
 
 # The queue against River and graphile-worker on the same server, in one
 # run: burn-down of 50,000 no-op jobs (River with its default and a 1 ms
@@ -82,6 +82,18 @@ bench-queue: services
 
 soak-queue: services
 	$(WITH_ENV) cd bench && $(GO) run ./queue -mode soak -duration $(DURATION)
+
+# The performance report: every bench command in one run (about N
+# minutes), peers beside Aegis on the same servers, rounds interleaved.
+# It waits (up to two minutes) for the load average to fall below 1, then
+# rewrites the README's Benchmarks part, docs/performance.md and the plots
+# in docs/. bench-report-loaded runs the same while every core is kept
+# busy; its figures join docs/performance.md at the next stitch.
+bench-report: services
+	$(WITH_ENV) scripts/bench-report
+
+bench-report-loaded: services
+	$(WITH_ENV) scripts/bench-report --loaded
 
 fmt:
 	gofmt -w .
