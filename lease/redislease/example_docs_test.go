@@ -31,7 +31,7 @@ func holdOnRedis(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer locker.Close() // its goroutines (wake-ups, coalescing); the client stays yours
+	defer locker.Close() // its wake-up goroutine; the client stays yours
 
 	h, err := aegis.Hold(ctx, locker, "invoice-export/2026-10", 30*time.Second)
 	if err != nil {
