@@ -83,9 +83,9 @@ bench-queue: services
 soak-queue: services
 	$(WITH_ENV) cd bench && $(GO) run ./queue -mode soak -duration $(DURATION)
 
-# The performance report: every bench command in one run (about N
+# The performance report: every bench command in one run (about 12
 # minutes), peers beside Aegis on the same servers, rounds interleaved.
-# It waits (up to two minutes) for the load average to fall below 1, then
+# Before each command it waits for idle CPUs (up to three minutes), then
 # rewrites the README's Benchmarks part, docs/performance.md and the plots
 # in docs/. bench-report-loaded runs the same while every core is kept
 # busy; its figures join docs/performance.md at the next stitch.

@@ -26,6 +26,7 @@ import (
 type point struct {
 	rec     measure.Recorder
 	ops     int
+	errs    int // calls that failed (a store's timeout): counted, not fatal
 	elapsed time.Duration
 }
 
@@ -82,6 +83,13 @@ func curves(ctx context.Context, args []string) error {
 	startLoad := loadavg()
 	fmt.Fprintf(os.Stderr, "curves: %d backends × %v goroutines × %d rounds of %s; load %s\n", len(backends), counts, *rounds, *round, startLoad)
 
+	// A warm-up per backend, not counted: servers just started (a JVM, a
+	// fresh etcd) are slow for their first seconds.
+	for _, b := range backends {
+		if err := measureLeases(ctx, lockers[b], 4, *round, fmt.Sprintf("aegis-report/%x/warm/%s/", tag, b), &point{}); err != nil {
+			return fmt.Errorf("%s, warming up: %w", b, err)
+		}
+	}
 	pts := map[string]map[int]*point{}
 	for _, b := range backends {
 		pts[b] = map[int]*point{}
@@ -162,6 +170,17 @@ func curves(ctx context.Context, args []string) error {
 		}
 		b.WriteString("\n")
 	}
+	var failed []string
+	for _, be := range backends {
+		for _, n := range counts {
+			if e := pts[be][n].errs; e > 0 {
+				failed = append(failed, fmt.Sprintf("%s at %d goroutines %d of %d", be, n, e, e+pts[be][n].ops))
+			}
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(&b, "\nCalls that failed (counted out of the figures; a store's timeout): %s.\n", strings.Join(failed, "; "))
+	}
 	if *pngDir != "" {
 		b.WriteString("\n![lease throughput](lease-throughput.png)\n![lease p99](lease-p99.png)\n")
 	}
@@ -183,22 +202,24 @@ func ms(s []plot.Series) []plot.Series {
 }
 
 // measureLeases runs n goroutines of acquire+release for d, adding to p.
+// A failed call is counted and its goroutine goes on with a new key (the
+// old one may still be held); more failures than successes end the
+// measure with the first error.
 func measureLeases(ctx context.Context, l aegis.Locker, n int, d time.Duration, prefix string, p *point) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-		mu    sync.Mutex
-		ops   int
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		ops, errs  int
+		firstError error
 	)
 	start := time.Now()
 	for g := range n {
-		key := prefix + strconv.Itoa(g)
 		wg.Go(func() {
-			done := 0
-			defer func() { mu.Lock(); ops += done; mu.Unlock() }()
+			done, failed, gen := 0, 0, 0
+			key := prefix + strconv.Itoa(g)
+			defer func() { mu.Lock(); ops += done; errs += failed; mu.Unlock() }()
 			for ctx.Err() == nil {
 				err := p.rec.Time(func() error {
 					lease, err := l.TryAcquire(ctx, key, time.Minute)
@@ -207,22 +228,34 @@ func measureLeases(ctx context.Context, l aegis.Locker, n int, d time.Duration, 
 					}
 					return l.Release(ctx, lease)
 				})
-				if err != nil {
-					// The deadline cutting a call short is the end of the
-					// round, not a failure; a lease left by it expires.
-					if ctx.Err() == nil {
-						once.Do(func() { first = err; cancel() })
-					}
+				switch {
+				case err == nil:
+					done++
+				case ctx.Err() != nil:
+					// The deadline cutting a call short is the round's end;
+					// a lease left by it expires.
 					return
+				default:
+					failed++
+					mu.Lock()
+					if firstError == nil {
+						firstError = err
+					}
+					mu.Unlock()
+					gen++
+					key = fmt.Sprintf("%s%d.%d", prefix, g, gen)
 				}
-				done++
 			}
 		})
 	}
 	wg.Wait()
 	p.elapsed += time.Since(start)
 	p.ops += ops
-	return first
+	p.errs += errs
+	if errs > ops {
+		return fmt.Errorf("%d of %d calls failed, the first: %w", errs, ops+errs, firstError)
+	}
+	return nil
 }
 
 func intList(s string) ([]int, error) {

@@ -6,6 +6,7 @@
 //	go run ./report machine -md FILE
 //	go run ./report stitch -in DIR [-loaded DIR] -readme ../README.md -doc ../docs/performance.md
 //	go run ./report hog -for 10m
+//	go run ./report quiet [-idle 0.9] [-max 3m]
 //
 // Curves measure TryAcquire then Release of a free key (a key per
 // goroutine) on each backend of internal/tool/backend, the same operation
@@ -38,15 +39,16 @@ var commands = map[string]func(ctx context.Context, args []string) error{
 	"machine": machine,
 	"stitch":  stitch,
 	"hog":     hog,
+	"quiet":   quiet,
 }
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("missing command: curves, machine, stitch or hog")
+		return errors.New("missing command: curves, machine, stitch, hog or quiet")
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown command %q (known: curves, machine, stitch, hog)", args[0])
+		return fmt.Errorf("unknown command %q (known: curves, machine, stitch, hog, quiet)", args[0])
 	}
 	return cmd(ctx, args[1:])
 }
