@@ -84,7 +84,7 @@ func Save(c Chart, path string, w, h vg.Length) error {
 		p.Legend.Add(s.Name, line, points)
 	}
 	// The legend goes right of the plot, where it covers no line.
-	const legendW = 1.7 * vg.Inch
+	const legendW = 2.6 * vg.Inch
 	img := vgimg.New(w+legendW, h)
 	dc := draw.New(img)
 	leg := p.Legend
