@@ -437,29 +437,8 @@ func (s *serverCPU) sample(app string) float64 {
 	if s.conn == nil {
 		return 0
 	}
-	rows, err := s.conn.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
-	if err != nil {
-		return 0
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return 0
-	}
 	var delta uint64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		_, rest, _ := strings.Cut(string(b), ") ")
-		f := strings.Fields(rest)
-		if len(f) < 13 {
-			continue
-		}
-		var ut, st uint64
-		fmt.Sscan(f[11], &ut)
-		fmt.Sscan(f[12], &st)
-		now := ut + st
+	for pid, now := range queuebench.BackendTicks(context.Background(), s.conn, app) {
 		if prev, ok := s.last[int(pid)]; ok {
 			delta += now - prev
 		} else {

@@ -27,8 +27,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +38,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/tool/latency/measure"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"
 )
@@ -269,32 +268,10 @@ func (e *Env) redsyncOp(keys []string, clients []redis.UniversalClient) Op {
 
 // Measure calls op from the given number of goroutines for d, recording
 // each call's latency in rec, and returns the number of calls and the time
-// they took. Calls are not cut short (a lock acquired is released), and it
-// stops at the first error.
+// they took (measure.For: calls are not cut short; it stops at the first
+// error).
 func Measure(ctx context.Context, op Op, goroutines int, d time.Duration, rec *latency.Recorder) (int, time.Duration, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		ops   atomic.Int64
-		once  sync.Once
-		first error
-	)
-	start := time.Now()
-	end := start.Add(d)
-	for g := range goroutines {
-		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(end) {
-				if err := rec.Time(func() error { return op(ctx, g) }); err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-				ops.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	return int(ops.Load()), time.Since(start), first
+	return measure.For(ctx, goroutines, d, op, &rec.Recorder)
 }
 
 func randomHex(n int) string {

@@ -21,8 +21,6 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -174,33 +172,13 @@ func measureAll(ctx context.Context, subjects []etcdzk.Subject, n, rounds int, r
 
 // measureRound runs op from the given number of goroutines for d and
 // returns the operations done and the time taken; latencies go into rec.
+// A round cut short by ctx (an interrupt) is an error.
 func measureRound(ctx context.Context, op etcdzk.Op, goroutines int, d time.Duration, rec *measure.Recorder) (int, time.Duration, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		ops   atomic.Int64
-		once  sync.Once
-		first error
-	)
-	start := time.Now()
-	end := start.Add(d)
-	for g := range goroutines {
-		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(end) {
-				if err := rec.Time(func() error { return op(ctx, g) }); err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-				ops.Add(1)
-			}
-		})
+	n, took, err := measure.For(ctx, goroutines, d, op, rec)
+	if err == nil {
+		err = ctx.Err()
 	}
-	wg.Wait()
-	if first == nil {
-		first = ctx.Err()
-	}
-	return int(ops.Load()), time.Since(start), first
+	return n, took, err
 }
 
 func processCPU() time.Duration {

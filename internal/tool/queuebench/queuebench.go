@@ -121,16 +121,32 @@ func selfCPU() time.Duration {
 // backendsCPU is the CPU time of the pool's backends, from /proc (0 when
 // the server is not on this machine).
 func backendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
-	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	var ticks uint64
+	for _, t := range BackendTicks(ctx, pool, pool.Config().ConnConfig.RuntimeParams["application_name"]) {
+		ticks += t
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
+}
+
+// Querier is a pgx pool or connection.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// BackendTicks returns the CPU time (user + system, in USER_HZ ticks of
+// 10 ms) of each PostgreSQL backend whose application_name is app, by pid,
+// from /proc: empty when the server is not on this machine or cannot be
+// asked.
+func BackendTicks(ctx context.Context, q Querier, app string) map[int32]uint64 {
+	out := map[int32]uint64{}
+	rows, err := q.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
 	if err != nil {
-		return 0
+		return out
 	}
 	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		return 0
+		return out
 	}
-	var ticks uint64
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -143,9 +159,9 @@ func backendsCPU(ctx context.Context, pool *pgxpool.Pool) time.Duration {
 		}
 		ut, _ := strconv.ParseUint(f[11], 10, 64)
 		st, _ := strconv.ParseUint(f[12], 10, 64)
-		ticks += ut + st
+		out[pid] = ut + st
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
+	return out
 }
 
 // Drain waits until handled reaches jobs (counted in-process, cheaply),

@@ -108,3 +108,37 @@ func Run(ctx context.Context, goroutines int, d time.Duration, op func(g int) er
 		P99:       rec.Percentile(99),
 	}, nil
 }
+
+// For calls op from the given number of goroutines until d has passed,
+// recording each call's latency in rec, and returns the calls made and
+// the time they took. Unlike Run it never cuts a call short (a lock
+// acquired is released), so the bench commands that interleave rounds of
+// several subjects use it. It stops at the first error.
+func For(ctx context.Context, goroutines int, d time.Duration, op func(ctx context.Context, g int) error, rec *Recorder) (int, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		ops   int
+		once  sync.Once
+		first error
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for g := range goroutines {
+		wg.Go(func() {
+			n := 0
+			defer func() { mu.Lock(); ops += n; mu.Unlock() }()
+			for ctx.Err() == nil && time.Now().Before(end) {
+				if err := rec.Time(func() error { return op(ctx, g) }); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+				n++
+			}
+		})
+	}
+	wg.Wait()
+	return ops, time.Since(start), first
+}

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -45,4 +46,26 @@ func TestRun(t *testing.T) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom, "an error from a call that outlasted the run")
+}
+
+// For lets a call that outlasts the duration finish and counts it, and
+// stops at the first error.
+func TestFor(t *testing.T) {
+	var rec Recorder
+	n, took, err := For(t.Context(), 3, time.Millisecond, func(ctx context.Context, g int) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // longer than the duration: not cut short
+			return nil
+		}
+	}, &rec)
+	if err != nil || n != 3 || rec.Count() != 3 || took < 20*time.Millisecond {
+		t.Fatalf("For = %d calls in %s, %v (recorded %d); want each of 3 goroutines' call finished", n, took, err, rec.Count())
+	}
+	boom := errors.New("boom")
+	_, _, err = For(t.Context(), 2, time.Minute, func(context.Context, int) error { return boom }, &rec)
+	if !errors.Is(err, boom) {
+		t.Fatalf("For's error = %v, want the op's", err)
+	}
 }
