@@ -217,13 +217,17 @@ func (n *node) write(ctx context.Context, s section, value int64) error {
 		return err
 	}
 	defer tx.Rollback()
+	// The audit row first: a retry of a commit that landed (its answer lost
+	// to a cut connection) then fails on the attempt's primary key, which
+	// the caller reads as executed, before the fence, which a successor may
+	// have moved on since, can call the landed commit stale.
+	if err := n.auditIn(ctx, tx, s, "EXECUTED", &value); err != nil {
+		return err
+	}
 	if err := n.check(ctx, tx, s); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, writeLedgerSQL, n.c.Run, s.job, value); err != nil {
-		return err
-	}
-	if err := n.auditIn(ctx, tx, s, "EXECUTED", &value); err != nil {
 		return err
 	}
 	return tx.Commit()
