@@ -5,6 +5,7 @@
 //	go run ./queue -mode compare [-jobs 50000] [-workers 100] [-runs 1]   # burn-down: aegis vs River (default and 1 ms fetch cooldown)
 //	go run ./queue -mode latency [-samples 300]                            # insert-to-start on an idle queue, aegis vs River
 //	go run ./queue -mode soak [-duration 10m] [-window 10s]                # aegis: enqueue and work at once, jobs/s per window
+//	go run ./queue -mode probe [-duration 2m] [-window 10s]                # the soak's memory probe alone: how much the machine moves by itself
 //	go run ./queue -mode report -md FILE [-png DIR]                         # all of it, short, as a Markdown fragment and PNGs
 //
 // The server is AEGIS_POSTGRES_URL (default: the shared test server of
@@ -20,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -46,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
-	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak, report")
+	mode := fs.String("mode", "compare,latency", "what to run, comma-separated: compare, latency, soak, probe, report")
 	jobs := fs.Int("jobs", 50000, "burn-down: no-op jobs")
 	workers := fs.Int("workers", 100, "workers of each client")
 	runs := fs.Int("runs", 1, "burn-down: rounds (aegis, River default, River 1ms, interleaved)")
@@ -93,6 +95,8 @@ func run(ctx context.Context, args []string) error {
 			err = latency(ctx, url, *samples, *asJSON)
 		case "soak":
 			err = soak(ctx, url, *workers, *duration, *window, *rate, *asJSON)
+		case "probe":
+			err = probeAlone(ctx, *duration, *window)
 		case "report":
 			var scale []int
 			if scale, err = parseInts(*scaleWorkers); err != nil {
@@ -104,7 +108,7 @@ func run(ctx context.Context, args []string) error {
 				deepJobs: *deepJobs, deepFor: *deepFor, soak: *soakFor, soakWindow: *window, riverSlowBy: max(*riverSlowBy, 1),
 			})
 		default:
-			err = fmt.Errorf("unknown -mode %q (compare, latency, soak, report)", m)
+			err = fmt.Errorf("unknown -mode %q (compare, latency, soak, probe, report)", m)
 		}
 		if err != nil {
 			return err
@@ -229,24 +233,32 @@ func latency(ctx context.Context, url string, samples int, asJSON bool) error {
 }
 
 type soakResult struct {
-	Workers    int       `json:"workers"`
-	Rate       float64   `json:"offered_jobs_per_sec"`
-	DurationS  float64   `json:"duration_s"`
-	WindowS    float64   `json:"window_s"`
-	Windows    []float64 `json:"jobs_per_sec_windows"`
-	Median     float64   `json:"median_jobs_per_sec"`
-	MaxDevPct  float64   `json:"max_deviation_pct"`
-	WithinPct  float64   `json:"target_pct"`
-	Pass       bool      `json:"pass"`
-	Inserted   int64     `json:"inserted"`
-	Worked     int64     `json:"worked"`
-	PerCPU     []float64 `json:"jobs_per_cpu_second_windows"`
-	PerCPUDev  float64   `json:"jobs_per_cpu_second_max_deviation_pct"`
-	Enqueuers  int       `json:"enqueuers"`
-	BatchJobs  int       `json:"batch"`
-	BacklogCap int       `json:"backlog_cap"`
-	LoadStart  string    `json:"loadavg_start,omitempty"`
-	LoadEnd    string    `json:"loadavg_end,omitempty"`
+	Workers   int       `json:"workers"`
+	Rate      float64   `json:"offered_jobs_per_sec"`
+	DurationS float64   `json:"duration_s"`
+	WindowS   float64   `json:"window_s"`
+	Windows   []float64 `json:"jobs_per_sec_windows"`
+	Median    float64   `json:"median_jobs_per_sec"`
+	MaxDevPct float64   `json:"max_deviation_pct"`
+	WithinPct float64   `json:"target_pct"`
+	Pass      bool      `json:"pass"`
+	Inserted  int64     `json:"inserted"`
+	Worked    int64     `json:"worked"`
+	PerCPU    []float64 `json:"jobs_per_cpu_second_windows"`
+	PerCPUDev float64   `json:"jobs_per_cpu_second_max_deviation_pct"`
+	// Probe is the memory probe's speed per window (M loads per
+	// CPU-second of its thread), ProbeDev its worst window from its
+	// median, ProbeR the correlation of jobs/s with it, and PerProbeDev
+	// the worst window of jobs/s divided by the probe's speed.
+	Probe       []float64 `json:"memory_probe_windows"`
+	ProbeDev    float64   `json:"memory_probe_max_deviation_pct"`
+	ProbeR      float64   `json:"jobs_per_sec_memory_probe_correlation"`
+	PerProbeDev float64   `json:"jobs_per_probe_speed_max_deviation_pct"`
+	Enqueuers   int       `json:"enqueuers"`
+	BatchJobs   int       `json:"batch"`
+	BacklogCap  int       `json:"backlog_cap"`
+	LoadStart   string    `json:"loadavg_start,omitempty"`
+	LoadEnd     string    `json:"loadavg_end,omitempty"`
 }
 
 func soak(ctx context.Context, url string, workers int, duration, window time.Duration, rate float64, asJSON bool) error {
@@ -265,6 +277,7 @@ func soak(ctx context.Context, url string, workers int, duration, window time.Du
 		workers, duration, len(out.Windows), window, out.Median, sorted[0], sorted[len(sorted)-1], out.MaxDevPct,
 		map[bool]string{true: "pass", false: "FAIL"}[out.Pass], out.Inserted, out.Worked)
 	fmt.Printf("jobs per CPU-second (bench process + its PostgreSQL backends): median %.0f, worst window %.1f%% from the median\n", effMedian, effDev)
+	fmt.Printf("memory probe (the machine's own speed, see probe.go): worst window %.1f%% from its median; correlation of jobs/s with it r = %.2f; jobs/s over the probe's speed: worst window %.1f%% from the median\n", out.ProbeDev, out.ProbeR, out.PerProbeDev)
 	fmt.Printf("load average (/proc/loadavg) at start %s, at end %s\n", out.LoadStart, out.LoadEnd)
 	return nil
 }
@@ -280,8 +293,12 @@ func runSoak(ctx context.Context, url string, workers int, duration, window time
 	defer server.close()
 	vac := &vacuums{}
 	o.Logger = slog.New(vac)
-	var perCPU []float64
+	var perCPU, probe []float64
+	mem := startProbe(ctx)
+	defer mem.stop()
 	o.Progress = func(n int, jobs float64, backlog int64, app string) {
+		speed := mem.take()
+		probe = append(probe, speed)
 		machine, self := cpu.sample()
 		pg := server.sample(app)
 		count, took := vac.take()
@@ -290,8 +307,8 @@ func runSoak(ctx context.Context, url string, workers int, duration, window time
 			eff = jobs / ((self + pg) / 100)
 		}
 		perCPU = append(perCPU, eff)
-		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%% (%5.0f jobs per CPU-second); load %s; %d vacuums (%s); hot table %s\n",
-			n+1, jobs, backlog, machine, self, pg, eff, loadavg(), count, took.Round(time.Millisecond), server.size(app))
+		fmt.Fprintf(os.Stderr, "window %3d: %8.0f jobs/s  backlog %6d  CPU: machine %3.0f%% busy, bench process %3.0f%% of a core, its PostgreSQL backends %3.0f%% (%5.0f jobs per CPU-second); memory probe %.2f; load %s; %d vacuums (%s); hot table %s\n",
+			n+1, jobs, backlog, machine, self, pg, eff, speed, loadavg(), count, took.Round(time.Millisecond), server.size(app))
 	}
 	res, err := queuebench.Steady(ctx, url, o)
 	if err != nil {
@@ -302,12 +319,25 @@ func runSoak(ctx context.Context, url string, workers int, duration, window time
 	}
 	median, dev := medianDev(res.Windows)
 	_, effDev := medianDev(perCPU)
+	probe = probe[:min(len(probe), len(res.Windows))]
+	_, probeDev := medianDev(probe)
+	perProbe := make([]float64, len(probe))
+	for i, s := range probe {
+		if s > 0 {
+			perProbe[i] = res.Windows[i] / s
+		}
+	}
+	_, perProbeDev := medianDev(perProbe)
 	return soakResult{
 		Workers: workers, Rate: rate, DurationS: duration.Seconds(), WindowS: window.Seconds(), Windows: res.Windows,
-		Median: median, MaxDevPct: float64(int64(dev*10+0.5)) / 10, WithinPct: 20, Pass: dev <= 20,
-		Inserted: res.Inserted, Worked: res.Worked, PerCPU: perCPU, PerCPUDev: float64(int64(effDev*10+0.5)) / 10, Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
+		Median: median, MaxDevPct: round1(dev), WithinPct: 20, Pass: dev <= 20,
+		Inserted: res.Inserted, Worked: res.Worked, PerCPU: perCPU, PerCPUDev: round1(effDev),
+		Probe: probe, ProbeDev: round1(probeDev), ProbeR: math.Round(correlation(res.Windows, probe)*100) / 100, PerProbeDev: round1(perProbeDev),
+		Enqueuers: o.Enqueuers, BatchJobs: o.Batch, BacklogCap: o.Backlog,
 	}, nil
 }
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
 
 // medianDev returns the median of v and the largest distance of an
 // element from it, in % of it.
