@@ -214,11 +214,13 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	_, dg := ratioRow(sysAegis.name, sysGraphile.name)
 	fmt.Fprintf(&b, "\nTarget aegis ≥ 3× River (1 ms): with ClaimAhead %s (median %.2f×), with defaults %s (%.2f×). Target aegis ≥ 2× graphile-worker: with ClaimAhead %s (median %.2f×), with defaults %s (%.2f×).\n",
 		metOrMissed(mr, 3), mr, metOrMissed(dr, 3), dr, metOrMissed(mg, 2), mg, metOrMissed(dg, 2), dg)
-	soakVerdict := "met"
+	within := "yes"
 	if soaked.MaxDevPct > 20 {
-		soakVerdict = "missed"
+		within = "no"
 	}
-	fmt.Fprintf(&b, "Target soak's worst window within ±20%% of its median: %s (%.1f%% raw; %.1f%% over the memory probe's speed).\n", soakVerdict, soaked.MaxDevPct, soaked.PerProbeDev)
+	// A report's soak is a few windows: the ±20% target is judged on the
+	// 10-minute one, which the report does not run.
+	fmt.Fprintf(&b, "This %s soak's worst window within ±20%% of its median: %s (%.1f%%). The target is judged on the 10-minute soak (`make soak-queue`), which this report does not run: docs/queue.md has its runs.\n", o.soak, within, soaked.MaxDevPct)
 	if err := os.WriteFile(o.md, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
