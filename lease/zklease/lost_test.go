@@ -124,7 +124,13 @@ func TestStaleLeaseIsLost(t *testing.T) {
 		lease, err := a.TryAcquire(ctx, key, ttl)
 		require.NoError(t, err)
 		dir := "/aegis/lease/" + keypath.Segment(key)
+		// The watcher's server may be a follower that has not applied the
+		// grant yet, where an empty directory says nothing: each read
+		// follows a sync, which brings that server up to the leader.
 		require.Eventually(t, func() bool {
+			if _, err := watcher.Sync(dir); err != nil {
+				return false
+			}
 			children, _, err := watcher.Children(dir)
 			return err == nil && len(children) == 0
 		}, 10*time.Second, 10*time.Millisecond, "the node is deleted at its TTL")
