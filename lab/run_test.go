@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,23 +74,33 @@ const faultRuns = 3
 // whose nodes were starved after its fault's time (a machine loaded by a
 // second suite: every tick missed its starting deadline, so no node
 // entered and a fault aimed at the holder had nothing to target) says
-// nothing about the fault: it is run again, at most faultRuns times in
-// all, and the last run is checked as any other (a test asking for the
-// fault's outcome fails if the fault never found its target).
+// nothing about the fault: it is run again (see runUntil).
 func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
+	t.Helper()
+	return runUntil(t, s, c, func(rep *lab.Report) string {
+		for _, n := range rep.Notes {
+			if untargeted.MatchString(n) {
+				return n
+			}
+		}
+		return ""
+	})
+}
+
+// runUntil runs c until a run gives the test something to judge: starved
+// says why a run did not (a loaded machine's nodes missed the ticks the
+// test needs), "" when it did. It makes at most faultRuns runs, and the
+// last is checked and returned as any other, so a test whose run never
+// gets there still fails on its own assertions.
+func runUntil(t *testing.T, s *lab.Session, c lab.Config, starved func(*lab.Report) string) (*lab.Report, store) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		rep, r := runOnce(t, s, c)
-		note := ""
-		for _, n := range rep.Notes {
-			if untargeted.MatchString(n) {
-				note = n
-			}
-		}
-		if note == "" || attempt == faultRuns {
+		why := starved(rep)
+		if why == "" || attempt == faultRuns {
 			return checked(t, s, r, rep)
 		}
-		t.Logf("run %s, attempt %d of %d: %s (%d entries in the whole run: a starved machine); running it again", r.ID, attempt, faultRuns, note, rep.Executions)
+		t.Logf("run %s, attempt %d of %d: %s (%d entries in the whole run: a starved machine); running it again", r.ID, attempt, faultRuns, why, rep.Executions)
 	}
 }
 
@@ -411,14 +422,35 @@ func TestSkewFiresEarly(t *testing.T) {
 	c := short("none", false, "skew:node2=+400ms")
 	c.Tick, c.Duration, c.Nodes = 600*time.Millisecond, 8*600*time.Millisecond, 2
 	c.Catalog = catalog(t, "export=600ms/200ms")
-	rep, st := run(t, session(t), c)
-	requireLabelKept(t, rep, st)
-	first := map[[2]int]float64{} // (tick, node) → entered at
-	for _, e := range rep.Events {
-		if _, seen := first[[2]int{e.Tick, e.Node}]; e.Kind == lab.EventEntered && !seen {
-			first[[2]int{e.Tick, e.Node}] = e.T
+	entries := func(rep *lab.Report) map[[2]int]float64 {
+		first := map[[2]int]float64{} // (tick, node) → entered at
+		for _, e := range rep.Events {
+			if _, seen := first[[2]int{e.Tick, e.Node}]; e.Kind == lab.EventEntered && !seen {
+				first[[2]int{e.Tick, e.Node}] = e.T
+			}
 		}
+		return first
 	}
+	// Ticks 2 to 8 entered by both nodes: the ones compared below.
+	both := func(first map[[2]int]float64) int {
+		n := 0
+		for tick := 2; tick <= 8; tick++ {
+			_, ok1 := first[[2]int{tick, 1}]
+			_, ok2 := first[[2]int{tick, 2}]
+			if ok1 && ok2 {
+				n++
+			}
+		}
+		return n
+	}
+	rep, st := runUntil(t, session(t), c, func(rep *lab.Report) string {
+		if n := both(entries(rep)); n < 3 {
+			return fmt.Sprintf("both nodes entered %d of ticks 2 to 8, the rest misfired", n)
+		}
+		return ""
+	})
+	requireLabelKept(t, rep, st)
+	first := entries(rep)
 	// Not tick 1: node2 fires it 400 ms early, which may be before the lab
 	// sent the start time (200 to 800 ms before tick 1), and a node runs
 	// nothing before it knows the start.
@@ -489,7 +521,14 @@ func TestRefusedTTLEndsTheNodes(t *testing.T) {
 	c.OutDir = t.TempDir()
 	s := session(t)
 	r, err := s.Start(t.Context(), c)
-	require.NoError(t, err)
+	if err != nil {
+		// A node that fired a tick before it reported ready (a slow first
+		// read of the catalog) ends before the run starts: the start fails
+		// with its reason.
+		require.ErrorContains(t, err, "exited before it was ready")
+		require.ErrorContains(t, err, "aegis: invalid argument: ttl 2m0s")
+		return
+	}
 	// The run's window is 2 × TTL and more: nodes that kept trying would
 	// last 4 minutes. Bounded, and stopped when it is not over by then.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
