@@ -5,6 +5,7 @@ package cli
 // its command value.
 var commands = []command{
 	benchCommand,
+	consoleCommand,
 	inspectCommand,
 	labCommand,
 	nodeCommand,

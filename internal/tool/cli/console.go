@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/aegislab/aegis/internal/tool/console"
+)
+
+var consoleCommand = command{
+	name:    "console",
+	summary: "the operator's web console over a production database: leases, schedules, runs, the fence",
+	run:     runConsole,
+}
+
+// DefaultConsoleAddr is where `aegis console` listens by default.
+const DefaultConsoleAddr = "127.0.0.1:7080"
+
+const consoleUsage = `
+usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only]
+
+Console serves a web console over the database Aegis keeps its state in:
+every lease key with its token and expiry (database time), the schedule
+catalog with each schedule's next fire and the replicas missing its
+handler, the runs with node, token, attempt and outcome (stuck ones
+first), and the fence's resources with their last accepted token.
+Schedules can be paused and resumed, after a confirmation.
+
+The store is --store (postgres://…, or a SQLite file), else
+$AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH; it is never printed. On a
+loopback address the console needs no credentials; on any other it needs
+--token (generated and printed when neither --token nor --user is given)
+or --user with the password in $AEGIS_CONSOLE_PASSWORD (never a flag,
+which other users of the machine can read). --read-only hides and refuses
+every change.
+`
+
+func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("console", stderr, consoleUsage)
+	addr := fs.String("addr", DefaultConsoleAddr, "`host:port` to serve on; an address other than loopback needs a token or a user")
+	store := fs.String("store", "", "the store: a PostgreSQL `URL` or a SQLite file (default $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH; never printed)")
+	ns := fs.String("namespace", "", "the schedule catalog's `namespace` (default \"default\")")
+	token := fs.String("token", "", "the `token` every request must carry (default: none on loopback, else generated and printed)")
+	user := fs.String("user", "", "basic authentication's `user`; the password is $AEGIS_CONSOLE_PASSWORD")
+	readOnly := fs.Bool("read-only", false, "hide and refuse every change")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		return usagef("--addr %q: want host:port, such as %s", *addr, DefaultConsoleAddr)
+	}
+	password := os.Getenv("AEGIS_CONSOLE_PASSWORD")
+	switch {
+	case *user != "" && password == "":
+		return usagef("--user %s: set the password in $AEGIS_CONSOLE_PASSWORD", *user)
+	case *user == "" && password != "":
+		return usagef("$AEGIS_CONSOLE_PASSWORD is set without --user")
+	}
+	generated := false
+	if *token == "" && *user == "" && !console.Loopback(*addr) {
+		*token, generated = console.NewToken(), true
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "store" {
+			given = true
+		}
+	})
+	db, closeDB, err := openScheduleStore(ctx, *store, given, false)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	srv, err := console.New(ctx, &console.Config{DB: db, Addr: *addr, Namespace: *ns, Token: *token, User: *user, Password: password, ReadOnly: *readOnly,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	url := dashboardURL(ln.Addr().(*net.TCPAddr), *addr)
+	switch {
+	case generated:
+		fmt.Fprintf(stdout, "aegis console: at %s?token=%s\n", url, *token)
+		fmt.Fprintf(stdout, "aegis console: %s is not loopback: every request needs the token %s (the URL above carries it)\n", *addr, *token)
+	case *token != "":
+		fmt.Fprintf(stdout, "aegis console: at %s (open it with ?token=YOUR-TOKEN once)\n", url)
+	case *user != "":
+		fmt.Fprintf(stdout, "aegis console: at %s (user %s)\n", url, *user)
+	default:
+		fmt.Fprintf(stdout, "aegis console: at %s\n", url)
+	}
+	if *readOnly {
+		fmt.Fprintln(stdout, "aegis console: read-only")
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve the console: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("stop the console: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve the console: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,479 @@
+// Package console is `aegis console`: an operator's web console over a
+// production database of Aegis (PostgreSQL, or SQLite for one host). It
+// shows who holds which lease key with which token, the schedule catalog
+// with its runs (stuck ones first), and the fence's resources, and lets an
+// operator pause and resume a schedule after a confirmation.
+//
+// Access: a console on a loopback address serves loopback names only; on
+// any other address it needs a token or a user and password on every
+// request. Changes are POSTs from its own forms, checked against a CSRF
+// field and the request's origin; ReadOnly hides and refuses them. The
+// store's URL, passwords and lease owners never reach a page or a log.
+package console
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// Config configures a Server.
+type Config struct {
+	// DB is the store of record: PostgreSQL through pgx's database/sql
+	// driver, or SQLite (sqlitelease.Open). Required.
+	DB *sql.DB
+	// Addr is where the console listens (host:port): a non-loopback one
+	// needs Token or User.
+	Addr string
+	// Namespace is the schedule catalog's namespace. Default "default".
+	Namespace string
+	// Token, when set, is required on every request (a Bearer header, or
+	// the cookie set by opening the console with ?token=).
+	Token string
+	// User and Password, when set, are HTTP basic authentication.
+	User, Password string
+	// ReadOnly hides every control that changes something, and refuses
+	// the changes.
+	ReadOnly bool
+	// Logger logs refused requests and failed queries (never a secret).
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// Server is the console's HTTP handler.
+type Server struct {
+	cfg  Config
+	st   *store
+	csrf string
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// nav is a link of the header.
+type nav struct{ Name, Path, Label string }
+
+var navs = []nav{{"overview", "/", "Overview"}, {"leases", "/leases", "Leases"}, {"schedules", "/schedules", "Schedules"}, {"fence", "/fence", "Fence"}}
+
+//go:embed assets
+var assets embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"ago":      ago,
+	"left":     left,
+	"instant":  instant,
+	"joinList": func(s []string) string { return strings.Join(s, ", ") },
+	"navs":     func() []nav { return navs },
+}).ParseFS(assets, "assets/*.html"))
+
+// New checks cfg and returns a Server. Its errors wrap aegis.ErrInvalid
+// and name the field.
+func New(ctx context.Context, cfg *Config) (*Server, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: console: Config is nil", aegis.ErrInvalid)
+	}
+	c := *cfg
+	switch {
+	case c.DB == nil:
+		return nil, fmt.Errorf("%w: console: Config.DB is nil", aegis.ErrInvalid)
+	case (c.User == "") != (c.Password == ""):
+		return nil, fmt.Errorf("%w: console: Config.User and Config.Password go together (basic authentication)", aegis.ErrInvalid)
+	case strings.ContainsRune(c.User, ':'):
+		return nil, fmt.Errorf("%w: console: Config.User may not contain ':'", aegis.ErrInvalid)
+	case c.Token == "" && c.User == "" && !Loopback(c.Addr):
+		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
+	}
+	c.Namespace = cmp(c.Namespace, schedule.DefaultNamespace)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	d, err := migrate.Detect(ctx, c.DB)
+	if err != nil {
+		return nil, fmt.Errorf("console: the store: %w", err)
+	}
+	s := &Server{cfg: c, st: &store{db: c.DB, dialect: d, ns: c.Namespace}, csrf: NewToken(), log: c.Logger, mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /{$}", s.overview)
+	s.mux.HandleFunc("GET /leases", s.leases)
+	s.mux.HandleFunc("GET /schedules", s.schedules)
+	s.mux.HandleFunc("GET /schedules/{name}", s.scheduleDetail)
+	s.mux.HandleFunc("GET /schedules/{name}/{op}", s.confirm)
+	s.mux.HandleFunc("POST /schedules/{name}/{op}", s.edit)
+	s.mux.HandleFunc("GET /fence", s.fence)
+	s.mux.HandleFunc("GET /style.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		b, _ := assets.ReadFile("assets/style.css")
+		_, _ = w.Write(b)
+	})
+	return s, nil
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ServeHTTP applies the access rules, then serves the page.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; frame-ancestors 'none'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	if s.cfg.Token != "" {
+		// The first visit's ?token= becomes a cookie, and the address
+		// loses it: it would stay in the history and in Referer headers.
+		if t := r.URL.Query().Get("token"); t != "" && equal(t, s.cfg.Token) && r.Method == http.MethodGet {
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			q := r.URL.Query()
+			q.Del("token")
+			u := *r.URL
+			u.RawQuery = q.Encode()
+			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			return
+		}
+	}
+	if no := s.authenticate(r); no != nil {
+		s.log.Warn("console: request refused", "method", r.Method, "path", r.URL.Path, "status", no.status, "why", no.msg)
+		if no.status == http.StatusUnauthorized && s.cfg.User != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="aegis console", charset="UTF-8"`)
+		}
+		http.Error(w, no.msg, no.status)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// notices are what a page says after a change redirected to it.
+var notices = map[string]string{"paused": "Paused: no replica starts a tick of it from now on", "resumed": "Resumed: the replicas run it from its next tick"}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string
+	ReadOnly bool
+	CSRF     string
+	Now      time.Time
+	Notice   string
+	Data     any
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data any) {
+	p := page{Title: title, Nav: name, ReadOnly: s.cfg.ReadOnly, CSRF: s.csrf, Data: data, Notice: notices[r.URL.Query().Get("done")]}
+	now, err := s.st.now(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	p.Now = now
+	var b strings.Builder
+	if err := pages.ExecuteTemplate(&b, name+".html", p); err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers a failed query. The driver's error can quote a statement,
+// never the URL; it is shown to the operator, who needs it.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	s.log.Error("console: query failed", "err", err)
+	http.Error(w, "the console could not read the store: "+err.Error(), http.StatusInternalServerError)
+}
+
+// section is a table the database may not have.
+type section[T any] struct {
+	Missing string // the table that is missing, when it is
+	Rows    []T
+}
+
+type overviewData struct {
+	Leases, LiveLeases, Schedules, Paused, Unhandled, Stuck, Resources int
+	Missing                                                            []string
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	now, err := s.st.now(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var d overviewData
+	if ok, err := s.st.exists(ctx, "aegis_lease"); err != nil {
+		s.fail(w, err)
+		return
+	} else if ok {
+		ls, err := s.st.leases(ctx, now)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		d.Leases = len(ls)
+		for _, l := range ls {
+			if l.Live {
+				d.LiveLeases++
+			}
+		}
+	} else {
+		d.Missing = append(d.Missing, "aegis_lease")
+	}
+	cat, err := s.st.catalog(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if cat != nil {
+		es, err := cat.List(ctx)
+		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+			s.fail(w, err)
+			return
+		}
+		d.Schedules = len(es)
+		for _, e := range es {
+			if e.Paused {
+				d.Paused++
+			}
+			if len(e.MissingOn) > 0 {
+				d.Unhandled++
+			}
+		}
+	} else {
+		d.Missing = append(d.Missing, "aegis_schedule")
+	}
+	if ok, err := s.st.exists(ctx, "aegis_schedule_run"); err != nil {
+		s.fail(w, err)
+		return
+	} else if ok {
+		runs, err := s.st.runs(ctx, now, "", 500)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		for _, r := range runs {
+			if r.Stuck {
+				d.Stuck++
+			}
+		}
+	}
+	if ok, err := s.st.exists(ctx, "aegis_fence"); err != nil {
+		s.fail(w, err)
+		return
+	} else if ok {
+		fs, err := s.st.fence(ctx)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		d.Resources = len(fs)
+	}
+	s.render(w, r, "overview", "Overview", d)
+}
+
+func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var d section[leaseRow]
+	ok, err := s.st.exists(ctx, "aegis_lease")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !ok {
+		d.Missing = "aegis_lease"
+	} else {
+		now, err := s.st.now(ctx)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if d.Rows, err = s.st.leases(ctx, now); err != nil {
+			s.fail(w, err)
+			return
+		}
+		// Held keys first, the soonest to expire on top.
+		slices.SortStableFunc(d.Rows, func(a, b leaseRow) int {
+			switch {
+			case a.Live != b.Live && a.Live:
+				return -1
+			case a.Live != b.Live:
+				return 1
+			case a.Live:
+				return a.Expires.Compare(b.Expires)
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+	}
+	s.render(w, r, "leases", "Leases", d)
+}
+
+// scheduleRow is an entry of the catalog as the page shows it.
+type scheduleRow struct {
+	schedule.Entry
+	Next time.Time
+}
+
+type schedulesData struct {
+	Missing  string
+	NoRuns   bool
+	Entries  []scheduleRow
+	Stuck    []runRow
+	Runs     []runRow
+	Selected string
+}
+
+func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, error) {
+	var d schedulesData
+	now, err := s.st.now(ctx)
+	if err != nil {
+		return d, err
+	}
+	cat, err := s.st.catalog(ctx)
+	if err != nil {
+		return d, err
+	}
+	if cat == nil {
+		d.Missing = "aegis_schedule"
+	} else {
+		es, err := cat.List(ctx)
+		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+			return d, err
+		}
+		for _, e := range es {
+			if job == "" || e.Name == job {
+				d.Entries = append(d.Entries, scheduleRow{Entry: e, Next: nextFire(e, now)})
+			}
+		}
+	}
+	ok, err := s.st.exists(ctx, "aegis_schedule_run")
+	if err != nil {
+		return d, err
+	}
+	d.NoRuns = !ok
+	if ok {
+		runs, err := s.st.runs(ctx, now, job, 100)
+		if err != nil {
+			return d, err
+		}
+		for _, r := range runs {
+			if r.Stuck {
+				d.Stuck = append(d.Stuck, r)
+			}
+		}
+		d.Runs = runs
+	}
+	d.Selected = job
+	return d, nil
+}
+
+func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
+	d, err := s.schedulesData(r.Context(), "")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, r, "schedules", "Schedules", d)
+}
+
+func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	d, err := s.schedulesData(r.Context(), name)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(d.Entries) == 0 {
+		http.Error(w, fmt.Sprintf("no schedule %q in namespace %q", name, s.cfg.Namespace), http.StatusNotFound)
+		return
+	}
+	s.render(w, r, "schedules", "Schedule "+name, d)
+}
+
+// ops are the schedule edits: what the confirmation asks and what it does.
+var ops = map[string]struct {
+	verb, question string
+	do             func(*schedule.Catalog, context.Context, string) (schedule.Entry, error)
+}{
+	"pause":  {"Pause", "No replica starts a tick of %q from the moment it is paused; runs already going finish.", (*schedule.Catalog).Pause},
+	"resume": {"Resume", "The replicas run %q again from its next tick; ticks missed while paused are not run.", (*schedule.Catalog).Resume},
+}
+
+type confirmData struct {
+	Name, Op, Verb, Question string
+}
+
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	name, op := r.PathValue("name"), r.PathValue("op")
+	o, ok := ops[op]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	if s.cfg.ReadOnly {
+		http.Error(w, "this console is read-only", http.StatusForbidden)
+		return
+	}
+	s.render(w, r, "confirm", o.verb+" "+name+"?", confirmData{Name: name, Op: op, Verb: o.verb, Question: fmt.Sprintf(o.question, name)})
+}
+
+func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
+	if no := s.checkMutation(r); no != nil {
+		s.log.Warn("console: change refused", "path", r.URL.Path, "why", no.msg)
+		http.Error(w, no.msg, no.status)
+		return
+	}
+	name, op := r.PathValue("name"), r.PathValue("op")
+	o, ok := ops[op]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	cat, err := s.st.catalog(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if cat == nil {
+		http.Error(w, "this database has no schedule catalog", http.StatusNotFound)
+		return
+	}
+	e, err := o.do(cat, r.Context(), name)
+	switch {
+	case errors.Is(err, schedule.ErrNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	case err != nil:
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("console: schedule edited", "op", op, "schedule", name, "version", e.Version)
+	http.Redirect(w, r, "/schedules/"+pathEscape(name)+"?done="+op+"d", http.StatusSeeOther)
+}
+
+func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var d section[fenceRow]
+	ok, err := s.st.exists(ctx, "aegis_fence")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !ok {
+		d.Missing = "aegis_fence"
+	} else if d.Rows, err = s.st.fence(ctx); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.render(w, r, "fence", "Fence", d)
+}

@@ -1,0 +1,196 @@
+package console
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// store reads the tables Aegis keeps in one database. It never creates a
+// table: a table that is missing is a part of Aegis the database does not
+// use, and its page says so.
+type store struct {
+	db      *sql.DB
+	dialect migrate.Dialect
+	ns      string // the schedule namespace
+}
+
+// exists reports whether a table is there.
+func (st *store) exists(ctx context.Context, table string) (bool, error) {
+	var n int
+	var err error
+	if st.dialect == migrate.SQLite {
+		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
+	} else {
+		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`, table).Scan(&n)
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for table %s: %w", table, err)
+	}
+	return n > 0, nil
+}
+
+// now is the database's time (PostgreSQL), or this process's (SQLite,
+// whose lease times are its processes' clocks).
+func (st *store) now(ctx context.Context) (time.Time, error) {
+	if st.dialect == migrate.SQLite {
+		return time.Now(), nil
+	}
+	var t time.Time
+	if err := st.db.QueryRowContext(ctx, `SELECT now()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's time: %w", err)
+	}
+	return t, nil
+}
+
+// leaseRow is one key of the lease table. The owner column is the lease's
+// secret (who may release or renew): it is never read.
+type leaseRow struct {
+	Key              string
+	Token            int64
+	Granted, Expires time.Time
+	Live             bool
+	Released         bool          // released (it expires at -infinity), not run out
+	Left             time.Duration // until expiry, when live
+}
+
+func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) {
+	// A released key expires at -infinity, which database/sql cannot scan:
+	// the epoch stands for it (long expired either way).
+	q := `SELECT key, token, greatest(granted_at, 'epoch'), greatest(expires_at, 'epoch') FROM aegis_lease ORDER BY key LIMIT 500`
+	if st.dialect == migrate.SQLite {
+		q = `SELECT key, token, granted_ms, expires_ms FROM aegis_lease ORDER BY key LIMIT 500`
+	}
+	rows, err := st.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read the lease table: %w", err)
+	}
+	defer rows.Close()
+	var out []leaseRow
+	for rows.Next() {
+		var r leaseRow
+		if st.dialect == migrate.SQLite {
+			var g, e int64
+			if err := rows.Scan(&r.Key, &r.Token, &g, &e); err != nil {
+				return nil, err
+			}
+			r.Granted, r.Expires = time.UnixMilli(g), time.UnixMilli(e)
+		} else if err := rows.Scan(&r.Key, &r.Token, &r.Granted, &r.Expires); err != nil {
+			return nil, err
+		}
+		r.Released = !r.Expires.After(time.Unix(0, 0))
+		r.Live = r.Expires.After(now)
+		if r.Live {
+			r.Left = r.Expires.Sub(now)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// fenceRow is a resource of the fence and the greatest token it accepted.
+type fenceRow struct {
+	Resource string
+	Token    int64
+}
+
+func (st *store) fence(ctx context.Context) ([]fenceRow, error) {
+	rows, err := st.db.QueryContext(ctx, `SELECT resource, token FROM aegis_fence ORDER BY resource LIMIT 500`)
+	if err != nil {
+		return nil, fmt.Errorf("read the fence table: %w", err)
+	}
+	defer rows.Close()
+	var out []fenceRow
+	for rows.Next() {
+		var r fenceRow
+		if err := rows.Scan(&r.Resource, &r.Token); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// runRow is one run of the schedule's run table (run-key mode).
+type runRow struct {
+	Job            string
+	Fire           time.Time
+	Token          int64
+	Node           string
+	Attempt        int
+	State          string
+	Started, Ended time.Time
+	Expires        time.Time
+	Error          string
+	Stuck          bool // running past its lease: the reaper's
+}
+
+func (st *store) runs(ctx context.Context, now time.Time, job string, limit int) ([]runRow, error) {
+	q := `SELECT job, fire_at, token, node, attempt, state, started_at, ended_at, expires_at, coalesce(error, '')
+		FROM aegis_schedule_run WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job LIMIT $3`
+	if st.dialect == migrate.SQLite {
+		q = `SELECT job, fire_ms, token, node, attempt, state, started_ms, ended_ms, expires_ms, coalesce(error, '')
+		FROM aegis_schedule_run WHERE namespace = ?1 AND (?2 = '' OR job = ?2) ORDER BY fire_ms DESC, job LIMIT ?3`
+	}
+	rows, err := st.db.QueryContext(ctx, q, st.ns, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the run table: %w", err)
+	}
+	defer rows.Close()
+	var out []runRow
+	for rows.Next() {
+		var r runRow
+		if st.dialect == migrate.SQLite {
+			var fire, started, expires int64
+			var ended sql.NullInt64
+			if err := rows.Scan(&r.Job, &fire, &r.Token, &r.Node, &r.Attempt, &r.State, &started, &ended, &expires, &r.Error); err != nil {
+				return nil, err
+			}
+			r.Fire, r.Started, r.Expires = time.UnixMilli(fire), time.UnixMilli(started), time.UnixMilli(expires)
+			if ended.Valid {
+				r.Ended = time.UnixMilli(ended.Int64)
+			}
+		} else {
+			var ended sql.NullTime
+			if err := rows.Scan(&r.Job, &r.Fire, &r.Token, &r.Node, &r.Attempt, &r.State, &r.Started, &ended, &r.Expires, &r.Error); err != nil {
+				return nil, err
+			}
+			r.Ended = ended.Time
+		}
+		r.Stuck = r.State == "running" && r.Expires.Before(now)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// catalog opens the schedule catalog when its table is there.
+func (st *store) catalog(ctx context.Context) (*schedule.Catalog, error) {
+	ok, err := st.exists(ctx, "aegis_schedule")
+	if err != nil || !ok {
+		return nil, err
+	}
+	return schedule.NewCatalog(ctx, st.db, &schedule.CatalogConfig{Namespace: st.ns})
+}
+
+// nextFire is an entry's next tick after now (zero when paused or none).
+func nextFire(e schedule.Entry, now time.Time) time.Time {
+	if e.Paused {
+		return time.Time{}
+	}
+	if e.Every > 0 {
+		return schedule.Every(e.Every).Next(now)
+	}
+	spec := e.Cron
+	if e.TZ != "" {
+		spec = "TZ=" + e.TZ + " " + spec
+	}
+	s, err := schedule.ParseCron(spec)
+	if err != nil {
+		return time.Time{}
+	}
+	return s.Next(now)
+}
