@@ -91,6 +91,7 @@ WHERE f.token < excluded.token -- fence: a lower token never lands
 var migrations = []migrate.Migration{
 	{Version: 1, SQL: migrateSQL},
 	{Version: 2, SQL: migrateOwnerSQL},
+	{Version: 3, SQL: migrateRefusalSQL},
 }
 
 // Migrate creates the fence table if it is missing (PostgreSQL), and

@@ -12,6 +12,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -94,7 +95,7 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	case c.Token == "" && c.User == "" && !Loopback(c.Addr):
 		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
 	}
-	c.Namespace = cmp(c.Namespace, schedule.DefaultNamespace)
+	c.Namespace = cmp.Or(c.Namespace, schedule.DefaultNamespace)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -116,13 +117,6 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		_, _ = w.Write(b)
 	})
 	return s, nil
-}
-
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ServeHTTP applies the access rules, then serves the page.

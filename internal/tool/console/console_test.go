@@ -71,6 +71,12 @@ func newFixture(t *testing.T) *fixture {
 
 	require.NoError(t, fence.Migrate(ctx, pool))
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, "ledger/2026-10", 41) }))
+	// A stale holder came back with token 40; its refusal was counted.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, "ledger/2026-10", 40) })
+	require.ErrorIs(t, err, aegis.ErrStale)
+	counted, err := fence.CountRefusal(ctx, pool, "", err)
+	require.NoError(t, err)
+	require.True(t, counted)
 	return f
 }
 
@@ -150,7 +156,7 @@ func TestPagesShowTheStore(t *testing.T) {
 
 	code, body = get(t, c, ts.URL+"/fence")
 	require.Equal(t, http.StatusOK, code, body)
-	require.Regexp(t, `(?s)data-resource="ledger/2026-10">.*<td class="num token">41</td>`, body)
+	require.Regexp(t, `data-resource="ledger/2026-10" data-refusals="1"><td><code>ledger/2026-10</code></td><td class="num token">41</td>\n<td class="num warn">1</td><td class="num">40</td><td class="num">41</td>`, body)
 
 	code, _ = get(t, c, ts.URL+"/schedules/nope")
 	require.Equal(t, http.StatusNotFound, code)

@@ -1,11 +1,14 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -92,10 +95,12 @@ func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) 
 	return out, rows.Err()
 }
 
-// fenceRow is a resource of the fence and the greatest token it accepted.
+// fenceRow is a resource of the fence, the greatest token it accepted, and
+// the refusals counted (fence.CountRefusal) when the table is there.
 type fenceRow struct {
 	Resource string
-	Token    int64
+	Token    int64 // 0: a resource with refusals only (a business table's own check)
+	fence.Refusal
 }
 
 func (st *store) fence(ctx context.Context) ([]fenceRow, error) {
@@ -105,14 +110,36 @@ func (st *store) fence(ctx context.Context) ([]fenceRow, error) {
 	}
 	defer rows.Close()
 	var out []fenceRow
+	at := map[string]int{}
 	for rows.Next() {
 		var r fenceRow
 		if err := rows.Scan(&r.Resource, &r.Token); err != nil {
 			return nil, err
 		}
+		at[r.Resource] = len(out)
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	ok, err := st.exists(ctx, "aegis_fence_refusal")
+	if err != nil || !ok {
+		return out, err
+	}
+	refusals, err := fence.Refusals(ctx, st.db, 500)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refusals {
+		if i, ok := at[r.Resource]; ok {
+			out[i].Refusal = r
+		} else {
+			out = append(out, fenceRow{Resource: r.Resource, Refusal: r})
+		}
+	}
+	// The refused first: the resources stale holders came back to.
+	slices.SortStableFunc(out, func(a, b fenceRow) int { return cmp.Compare(b.Refusals, a.Refusals) })
+	return out, nil
 }
 
 // runRow is one run of the schedule's run table (run-key mode).
