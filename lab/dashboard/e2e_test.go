@@ -6,17 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -27,90 +25,11 @@ var screenshots = flag.Bool("screenshots", false, "write the end-to-end tests' s
 // it ends, and every wait fails then.
 const e2eBudget = 150 * time.Second
 
-// chromiumPath returns Debian's Chromium (or $AEGIS_CHROMIUM). A missing
-// browser fails the test: CI installs it (scripts/services install).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	path := os.Getenv("AEGIS_CHROMIUM")
-	if path == "" {
-		path = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(path); err != nil {
-		if p, lerr := exec.LookPath("chromium"); lerr == nil && os.Getenv("AEGIS_CHROMIUM") == "" {
-			return p
-		}
-		t.Fatalf("the dashboard's end-to-end test needs Chromium, and %s is missing (%v): install the Debian package with "+
-			"`scripts/services install` (as root) or `apt-get install chromium`, or point AEGIS_CHROMIUM at a Chromium binary", path, err)
-	}
-	return path
-}
-
-// browser starts headless Chromium for the test and returns its context;
-// JavaScript exceptions the page throws are collected into *errs.
+// browser starts headless Chromium for the test and returns its context
+// and the JavaScript exceptions its pages threw.
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
-	return browserFor(t, e2eBudget)
-}
-
-// browserFor is browser with a budget of its own.
-func browserFor(t *testing.T, budget time.Duration) (context.Context, func() []string) {
-	t.Helper()
-	exe := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
-	dir, err := os.MkdirTemp("", "aegis-chromium-")
-	require.NoError(t, err)
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Headless,
-		chromedp.NoSandbox, // as root
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.UserDataDir(dir),
-		chromedp.WindowSize(1400, 1000),
-	}
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	require.NoError(t, chromedp.Do(bctx), "start Chromium (%s)", exe)
-
-	var mu sync.Mutex
-	var exceptions []string
-	var wg sync.WaitGroup
-	events := chromedp.Events(bctx, runtime.ExceptionThrown)
-	wg.Go(func() {
-		for ev, err := range events {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			exceptions = append(exceptions, (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
-			mu.Unlock()
-		}
-	})
-	t.Cleanup(func() {
-		_ = chromedp.Cancel(bctx) // closes the browser and waits for it
-		bcancel()
-		acancel()
-		cancel()
-		wg.Wait()
-		// Chromium's helpers may still write in its directory for a moment
-		// after it exits.
-		deadline := time.Now().Add(5 * time.Second)
-		for os.RemoveAll(dir) != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
-	return bctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), exceptions...)
-	}
+	return chromium.Start(t, e2eBudget)
 }
 
 // The issue's test: open the page, start none with 3 nodes and see a red

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 )
@@ -31,7 +32,7 @@ type page struct {
 // budget, and waits until the page knows which strategies are available.
 func openPage(t *testing.T, h *harness, budget time.Duration) *page {
 	t.Helper()
-	ctx, exceptions := browserFor(t, budget)
+	ctx, exceptions := chromium.Start(t, budget)
 	p := &page{t: t, h: h, ctx: ctx, exceptions: exceptions, budget: budget}
 	p.do("open the page", chromedp.Navigate(h.url), chromedp.WaitReady(chromedp.CSS(`#strategies input[value="none"]`)),
 		chromedp.WaitReady(chromedp.CSS(`#strategytable td.avail.ok`)))

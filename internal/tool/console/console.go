@@ -124,7 +124,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'none'; frame-ancestors 'none'")
-	w.Header().Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on the console's own form posts, which the origin
+	// check must refuse.
+	w.Header().Set("Referrer-Policy", "same-origin")
 	if s.cfg.Token != "" {
 		// The first visit's ?token= becomes a cookie, and the address
 		// loses it: it would stay in the history and in Referer headers.

@@ -138,7 +138,7 @@ func TestPagesShowTheStore(t *testing.T) {
 	code, body := get(t, c, ts.URL+"/")
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "<b>1</b> held of 2 lease keys")
-	require.Contains(t, body, "<b>1</b> runs stuck")
+	require.Contains(t, body, "<b>1</b> stuck runs")
 	require.Contains(t, body, "<b>1</b> fenced resources")
 
 	code, body = get(t, c, ts.URL+"/leases")
