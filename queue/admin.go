@@ -150,3 +150,33 @@ func (c *Client) Job(ctx context.Context, id int64) (*JobRow, error) {
 	}
 	return j, nil
 }
+
+// discardDeadSQL deletes a dead letter for good (the statement sits here,
+// beside the one function that runs it).
+const discardDeadSQL = `DELETE FROM aegis_job_finished WHERE id = $1 AND state <> 'completed'`
+
+// DiscardDead deletes a dead letter (a cancelled or discarded job) for
+// good: it can no longer be retried. It refuses every other job with an
+// error matching ErrNotFound that says what the job is (a live job is
+// cancelled first, with CancelJob; a completed one is left to
+// Config.CompletedRetention).
+func (c *Client) DiscardDead(ctx context.Context, id int64) error {
+	tag, err := c.pool.Exec(ctx, discardDeadSQL, id)
+	if err != nil {
+		return fmt.Errorf("queue: discard dead job %d: %w", id, translate(err))
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	// Nothing deleted: say why, on this error path only.
+	j, err := c.Job(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: %d is not a dead letter (there is no such job)", ErrNotFound, id)
+	case err != nil:
+		return fmt.Errorf("queue: discard dead job %d: %w", id, err)
+	case j.State == StateCompleted:
+		return fmt.Errorf("%w: %d is completed, not a dead letter", ErrNotFound, id)
+	}
+	return fmt.Errorf("%w: %d is %s, not a dead letter: cancel it first (CancelJob)", ErrNotFound, id, j.State)
+}
