@@ -65,7 +65,7 @@ type Server struct {
 // nav is a link of the header.
 type nav struct{ Name, Path, Label string }
 
-var navs = []nav{{"overview", "/", "Overview"}, {"leases", "/leases", "Leases"}, {"schedules", "/schedules", "Schedules"}, {"fence", "/fence", "Fence"}}
+var navs = []nav{{"overview", "/", "Overview"}, {"leases", "/leases", "Leases"}, {"schedules", "/schedules", "Schedules"}, {"queue", "/queue", "Queue"}, {"fence", "/fence", "Fence"}}
 
 //go:embed assets
 var assets embed.FS
@@ -110,6 +110,11 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	s.mux.HandleFunc("GET /schedules/{name}", s.scheduleDetail)
 	s.mux.HandleFunc("GET /schedules/{name}/{op}", s.confirm)
 	s.mux.HandleFunc("POST /schedules/{name}/{op}", s.edit)
+	s.mux.HandleFunc("GET /queue", s.queuePage)
+	s.mux.HandleFunc("GET /queue/jobs", s.jobs)
+	s.mux.HandleFunc("GET /queue/jobs/{id}", s.job)
+	s.mux.HandleFunc("GET /queue/jobs/{id}/{op}", s.jobConfirm)
+	s.mux.HandleFunc("POST /queue/jobs/{id}/{op}", s.jobEdit)
 	s.mux.HandleFunc("GET /fence", s.fence)
 	s.mux.HandleFunc("GET /style.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
