@@ -252,8 +252,13 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 	return nil
 }
 
-// seconds prints a wait measured in seconds.
-func seconds(v float64) string { return short(time.Duration(v * float64(time.Second))) }
+// seconds prints a wait measured in seconds ("<1ms" rather than "0ms").
+func seconds(v float64) string {
+	if v < 0.001 {
+		return "<1ms"
+	}
+	return short(time.Duration(v * float64(time.Second)))
+}
 
 func (s *Server) eachRow(ctx context.Context, q string, args []any, f func(*sql.Rows) error) error {
 	rows, err := s.st.db.QueryContext(ctx, q, args...)

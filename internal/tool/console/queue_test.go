@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -49,7 +52,7 @@ type queueFixture struct {
 	heal  atomic.Bool // flaky jobs succeed from now on
 }
 
-func newQueueFixture(t *testing.T) *queueFixture {
+func newQueueFixture(t testing.TB) *queueFixture {
 	t.Helper()
 	f := &queueFixture{url: testenv.PostgresURL(t)}
 	var err error
@@ -92,7 +95,7 @@ func (f *queueFixture) worker(t *testing.T, cfg queue.Config) *queue.Client {
 	return c
 }
 
-func (f *queueFixture) enqueue(t *testing.T, args queue.Args, opts *queue.EnqueueOpts) int64 {
+func (f *queueFixture) enqueue(t testing.TB, args queue.Args, opts *queue.EnqueueOpts) int64 {
 	t.Helper()
 	res, err := f.admin.Enqueue(t.Context(), args, opts)
 	require.NoError(t, err)
@@ -428,4 +431,110 @@ func TestQueueNotHere(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, code, p)
 		require.Contains(t, body, "PostgreSQL only", p)
 	}
+}
+
+// BenchmarkQueueConsole measures what the queue's pages cost, in rounds
+// interleaved with the operation they are compared with:
+//
+//   - change: a cancel through the console (a POST: the tables checked, a
+//     pool opened from the handle's configuration, CancelJob, the pool
+//     closed) against CancelJob on a long-lived client;
+//   - page: GET /queue with 100000 live and 100000 dead jobs against GET
+//     /queue on an empty queue, both in the same database server.
+//
+// go test -run '^$' -bench BenchmarkQueueConsole -benchtime 1x ./internal/tool/console/
+func BenchmarkQueueConsole(b *testing.B) {
+	f := newQueueFixture(b)
+	ctx := b.Context()
+	ts := httptestServe(b, f.db)
+	c := &http.Client{Timeout: 60 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	csrf := csrfOf(b, c, ts)
+	const rounds, per = 10, 20
+	var viaConsole, direct time.Duration
+	for range rounds {
+		ids := make([]int64, 2*per)
+		for i := range ids {
+			res, err := f.admin.Enqueue(ctx, mailArgs{To: "x@example.com"}, &queue.EnqueueOpts{Queue: "mail"})
+			require.NoError(b, err)
+			ids[i] = res.Job.ID
+		}
+		start := time.Now()
+		for _, id := range ids[:per] {
+			resp, err := c.PostForm(fmt.Sprintf("%s/queue/jobs/%d/cancel", ts.URL, id), url.Values{"csrf": {csrf}})
+			require.NoError(b, err)
+			resp.Body.Close()
+			require.Equal(b, http.StatusSeeOther, resp.StatusCode)
+		}
+		viaConsole += time.Since(start)
+		start = time.Now()
+		for _, id := range ids[per:] {
+			require.NoError(b, f.admin.CancelJob(ctx, id, ""))
+		}
+		direct += time.Since(start)
+	}
+	n := time.Duration(rounds * per)
+	b.Logf("change: console %v, CancelJob %v per cancel: ratio %.1f; loadavg %s", viaConsole/n, direct/n, float64(viaConsole)/float64(direct), loadavg())
+
+	// Another schema (testenv.Postgres: a fresh one per call), with the
+	// queue's tables and no job.
+	emptyPool := testenv.Postgres(b)
+	require.NoError(b, queue.Migrate(ctx, emptyPool))
+	emptyDB := stdlib.OpenDBFromPool(emptyPool)
+	b.Cleanup(func() { emptyDB.Close() })
+	emptyTS := httptestServe(b, emptyDB)
+	var ps []queue.EnqueueParams
+	for i := range 100000 {
+		ps = append(ps, queue.EnqueueParams{Args: mailArgs{To: fmt.Sprintf("%d@example.com", i)}, Opts: &queue.EnqueueOpts{Queue: fmt.Sprintf("q%d", i%5)}})
+	}
+	_, err := f.admin.EnqueueMany(ctx, ps)
+	require.NoError(b, err)
+	_, err = f.pool.Exec(ctx, `INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt, max_attempts, token, errors, created_at, attempted_at, finalized_at)
+		SELECT id + 10000000, queue, kind, args, priority, run_at - interval '1 minute', 'discarded', 1, 1, 2, '[{"attempt": 1, "token": 1, "at": "2026-01-01T00:00:00Z", "error": "boom"}]', created_at, now() - interval '30 seconds', now() FROM aegis_job`)
+	require.NoError(b, err)
+	_, err = f.pool.Exec(ctx, `ANALYZE aegis_job; ANALYZE aegis_job_finished`)
+	require.NoError(b, err)
+	var full, none time.Duration
+	for r := range rounds {
+		pages := []struct {
+			u string
+			d *time.Duration
+		}{{ts.URL, &full}, {emptyTS.URL, &none}}
+		if r%2 == 1 {
+			pages[0], pages[1] = pages[1], pages[0]
+		}
+		for _, p := range pages {
+			start := time.Now()
+			resp, err := c.Get(p.u + "/queue")
+			require.NoError(b, err)
+			resp.Body.Close()
+			require.Equal(b, http.StatusOK, resp.StatusCode)
+			*p.d += time.Since(start)
+		}
+	}
+	b.Logf("page: /queue with 200000 jobs %v, empty %v: ratio %.1f; loadavg %s", full/rounds, none/rounds, float64(full)/float64(none), loadavg())
+}
+
+func httptestServe(b *testing.B, db *sql.DB) *httptest.Server {
+	s, err := console.New(b.Context(), &console.Config{DB: db, Addr: "127.0.0.1:0"})
+	require.NoError(b, err)
+	ts := httptest.NewServer(s)
+	b.Cleanup(ts.Close)
+	return ts
+}
+
+// csrfOf reads the console's CSRF field from a confirmation.
+func csrfOf(b *testing.B, c *http.Client, ts *httptest.Server) string {
+	resp, err := c.Get(ts.URL + "/schedules/none/pause")
+	require.NoError(b, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b, err)
+	m := csrfRE.FindSubmatch(body)
+	require.NotNil(b, m, "a confirmation page: %s", body)
+	return string(m[1])
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
 }
