@@ -54,8 +54,9 @@ var queueNotices = map[string]string{
 type queueCount struct {
 	Queue  string
 	Paused bool
-	// Jobs by state; Retrying are the scheduled ones waiting for the
-	// backoff of a failed attempt, Stuck the running ones past their lease.
+	// Jobs by state; Retrying are the scheduled ones that have run before
+	// (a retry's backoff, or a snooze after a failed attempt), Stuck the
+	// running ones past their lease.
 	Counts          map[queue.State]int64
 	Retrying, Stuck int64
 	// The last hour, from the finished jobs' finalized_at.
@@ -561,11 +562,15 @@ func (s *Server) jobEdit(w http.ResponseWriter, r *http.Request) {
 	done()
 	if errors.Is(err, queue.ErrNotFound) {
 		// The queue refused the job's state, or there is no job: which?
-		if _, rerr := s.readJob(r.Context(), id); errors.Is(rerr, errNoJob) {
+		j, rerr := s.readJob(r.Context(), id)
+		switch {
+		case errors.Is(rerr, errNoJob):
 			http.Error(w, err.Error(), http.StatusNotFound)
-			return
+		case rerr != nil:
+			s.fail(w, rerr)
+		default:
+			http.Error(w, fmt.Sprintf("job %d is %s: %s", id, j.State, o.refused), http.StatusConflict)
 		}
-		http.Error(w, fmt.Sprintf("%v: %s", err, o.refused), http.StatusConflict)
 		return
 	}
 	// RetryDead has no sentinel for a unique key a live job took since.
@@ -589,8 +594,10 @@ func (s *Server) jobEdit(w http.ResponseWriter, r *http.Request) {
 // change, and the function that closes it. Package queue works on a pgx
 // pool, the console on database/sql: the pool is opened from the
 // configuration of the handle's own connections (pgx's database/sql
-// driver), with one connection, and closed after the change. The client
-// is never started.
+// driver), with one connection, and closed after the change (a few
+// milliseconds for the connection: BenchmarkQueueConsole). A pool's
+// AfterConnect hook, if the handle was opened from one, is not carried
+// over. The client is never started.
 func (s *Server) queueAdmin(ctx context.Context) (*queue.Client, func(), error) {
 	conn, err := s.st.db.Conn(ctx)
 	if err != nil {
