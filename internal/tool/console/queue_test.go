@@ -418,12 +418,21 @@ func TestQueueReadOnlyAndAccess(t *testing.T) {
 // A database without the queue's tables, and a SQLite one, say so.
 func TestQueueNotHere(t *testing.T) {
 	t.Parallel()
-	ts := serve(t, &console.Config{DB: testenv.PostgresSQL(t)})
+	pg := testenv.PostgresSQL(t)
+	ts := serve(t, &console.Config{DB: pg})
 	code, body := get(t, client(t), ts.URL+"/queue")
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "The queue is not used in this database: it has no table <code>aegis_job</code>")
-	code, _ = get(t, client(t), ts.URL+"/queue/jobs/1")
+	for _, p := range []string{"/queue/jobs/1", "/queue/jobs/1/retry", "/queue/jobs?queue=mail&state=available"} {
+		code, body = get(t, client(t), ts.URL+p)
+		require.Equal(t, http.StatusNotFound, code, p)
+		require.Contains(t, body, "the queue is not used in this database", p)
+	}
+	code, _, _ = post(t, client(t), ts.URL+"/queue/jobs/1/cancel", url.Values{"csrf": {csrfOf(t, client(t), ts.URL)}}, nil)
 	require.Equal(t, http.StatusNotFound, code)
+	var n int
+	require.NoError(t, pg.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()`).Scan(&n))
+	require.Zero(t, n, "the console created no table")
 
 	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "aegis.db"))
 	require.NoError(t, err)
@@ -454,7 +463,7 @@ func BenchmarkQueueConsole(b *testing.B) {
 	ctx := b.Context()
 	ts := httptestServe(b, f.db)
 	c := &http.Client{Timeout: 60 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	csrf := csrfOf(b, c, ts)
+	csrf := csrfOf(b, c, ts.URL)
 	const rounds, per = 10, 20
 	var viaConsole, direct time.Duration
 	for range rounds {
@@ -528,15 +537,17 @@ func httptestServe(b *testing.B, db *sql.DB) *httptest.Server {
 	return ts
 }
 
-// csrfOf reads the console's CSRF field from a confirmation.
-func csrfOf(b *testing.B, c *http.Client, ts *httptest.Server) string {
-	resp, err := c.Get(ts.URL + "/schedules/none/pause")
-	require.NoError(b, err)
+// csrfOf reads the console's CSRF field from a confirmation (a
+// schedule's, which any database has).
+func csrfOf(t testing.TB, c *http.Client, base string) string {
+	t.Helper()
+	resp, err := c.Get(base + "/schedules/none/pause")
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	require.NoError(b, err)
+	require.NoError(t, err)
 	m := csrfRE.FindSubmatch(body)
-	require.NotNil(b, m, "a confirmation page: %s", body)
+	require.NotNil(t, m, "a confirmation page: %s", body)
 	return string(m[1])
 }
 
