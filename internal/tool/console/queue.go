@@ -34,7 +34,7 @@ const (
 	deadShown     = 50   // dead letters on /queue
 	stuckShown    = 50   // stuck jobs on /queue
 	jobsShown     = 100  // jobs of a queue and state
-	argsShown     = 8192 // bytes of a job's args
+	argsShown     = 8192 // characters of a job's args (their jsonb text)
 	errorsShown   = 100  // the latest entries of a job's errors
 	errorLenShown = 2000 // characters of one error
 )
