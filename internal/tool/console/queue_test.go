@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -554,4 +555,56 @@ func csrfOf(t testing.TB, c *http.Client, base string) string {
 func loadavg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.TrimSpace(string(b))
+}
+
+// A running job cancelled from the console: its worker's lease is lost
+// (the handler's context is cancelled with aegis.ErrLost at the next
+// heartbeat), and the completion it tries afterwards does not land.
+func TestQueueCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	f := newQueueFixture(t)
+	started := make(chan int64, 1)
+	causes := make(chan error, 1)
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[mailArgs](func(ctx context.Context, job *queue.Job[mailArgs]) error {
+		started <- job.ID
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+		}
+		causes <- context.Cause(ctx)
+		return nil // a completion, which the fence must refuse
+	}))
+	w, err := queue.New(f.pool, &queue.Config{Queues: map[string]queue.QueueConfig{"mail": {MaxWorkers: 1}}, Workers: ws,
+		Lease: time.Second, CompletedRetention: time.Hour, Logger: quietLog()})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	id := f.enqueue(t, mailArgs{To: "i@example.com"}, &queue.EnqueueOpts{Queue: "mail"})
+	require.Equal(t, id, testenv.Recv(t, started, 20*time.Second, "the handler starts"))
+	running, err := f.admin.Job(t.Context(), id)
+	require.NoError(t, err)
+
+	ts := serve(t, &console.Config{DB: f.db})
+	c := client(t)
+	code, body := get(t, c, fmt.Sprintf("%s/queue/jobs/%d", ts.URL, id))
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, fmt.Sprintf(`data-job="%d" data-state="running" data-token="%d"`, id, running.Token))
+	require.Contains(t, body, fmt.Sprintf(`<td class="num">1</td><td class="num token">%d</td>`, running.Token), "the current attempt and its token")
+	code, _, _ = post(t, c, fmt.Sprintf("%s/queue/jobs/%d/cancel", ts.URL, id), url.Values{"csrf": {csrfOf(t, c, ts.URL)}}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+
+	cause := testenv.Recv(t, causes, 20*time.Second, "the handler's context is cancelled")
+	require.ErrorIs(t, cause, aegis.ErrLost)
+	stopCtx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, w.Stop(stopCtx), "the client writes what it can and stops")
+	j, err := f.admin.Job(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateCancelled, j.State, "the old holder's completion did not land")
+	require.Greater(t, j.Token, running.Token)
 }
