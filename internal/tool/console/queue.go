@@ -62,6 +62,8 @@ type queueCount struct {
 	// The last hour, from the finished jobs' finalized_at.
 	Completed, Dead int64
 	PerMinute       string
+	minutes         [60]int64 // completions per minute, the oldest first
+	Bars            []bar     // minutes as a chart, when there are completions
 	// The wait from due (run_at) to start (attempted_at) of the jobs
 	// started in the last hour, and how many were measured.
 	Waits    int64
@@ -162,6 +164,10 @@ FROM (
 	WHERE finalized_at >= now() - interval '1 hour' -- the index: a job started in the hour finished in it
 	  AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at
 ) s GROUP BY queue`
+	// queueMinutesSQL counts the last hour's completions per queue and
+	// minute (0: the current one).
+	queueMinutesSQL = `SELECT queue, least(59, floor(extract(epoch FROM now() - finalized_at) / 60))::int, count(*)
+FROM aegis_job_finished WHERE state = 'completed' AND finalized_at >= now() - interval '1 hour' GROUP BY 1, 2`
 	queueKeepsCompletedSQL = `SELECT EXISTS (SELECT 1 FROM aegis_job_finished WHERE state = 'completed')`
 
 	// jobLineLive and jobLineFinished are the columns of a jobLine.
@@ -234,8 +240,23 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 	}); err != nil {
 		return fmt.Errorf("measure the last hour's waits: %w", err)
 	}
+	if err := s.eachRow(ctx, queueMinutesSQL, nil, func(rows *sql.Rows) error {
+		var q string
+		var m int
+		var n int64
+		if err := rows.Scan(&q, &m, &n); err != nil {
+			return err
+		}
+		if m >= 0 && m < 60 {
+			line(q).minutes[59-m] += n
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("count the last hour's completions per minute: %w", err)
+	}
 	for _, c := range at {
 		c.PerMinute = strconv.FormatFloat(float64(c.Completed)/60, 'f', 2, 64)
+		c.Bars = bars(c.minutes)
 		d.Queues = append(d.Queues, *c)
 	}
 	slices.SortFunc(d.Queues, func(a, b queueCount) int { return strings.Compare(a.Queue, b.Queue) })
@@ -251,6 +272,29 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 		return fmt.Errorf("read the dead letters: %w", err)
 	}
 	return nil
+}
+
+// bar is a minute of the completions chart (an inline SVG: the page's
+// Content-Security-Policy allows no script and no inline style).
+type bar struct {
+	X, Y, H int
+	N       int64
+	Ago     int // minutes
+}
+
+// bars draws the minutes, 2 px a minute and 22 px for the busiest; none
+// when no job completed.
+func bars(minutes [60]int64) []bar {
+	top := slices.Max(minutes[:])
+	if top == 0 {
+		return nil
+	}
+	out := make([]bar, 0, len(minutes))
+	for i, n := range minutes {
+		h := int((n*22 + top - 1) / top) // a minute with completions shows at least 1 px
+		out = append(out, bar{X: 2 * i, Y: 24 - h, H: h, N: n, Ago: 59 - i})
+	}
+	return out
 }
 
 // seconds prints a wait measured in seconds ("<1ms" rather than "0ms").

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -178,8 +179,18 @@ func TestQueuePageCounts(t *testing.T) {
 	require.Contains(t, body, `<tr data-queue="reports" data-paused="true">`)
 	require.Contains(t, body, `data-retrying="1">(1 retrying)`)
 	require.Contains(t, body, `data-stuck="1">(1 stuck)`)
-	require.Regexp(t, `(?s)data-queue="mail".*?data-completed-hour="3">3</td><td class="num">0.05</td><td class="num warn">1</td>\s*<td class="num" data-waits="4">`, body,
+	require.Regexp(t, `(?s)data-queue="mail".*?data-completed-hour="3">3</td><td class="num">0.05</td><td><svg class="spark".*?</svg></td><td class="num warn">1</td>\s*<td class="num" data-waits="4">`, body,
 		"3 completions and a discard in the hour; 4 starts measured")
+	mail := regexp.MustCompile(`(?s)<tr data-queue="mail".*?</tr>`).FindString(body)
+	sum := 0
+	for _, m := range regexp.MustCompile(`data-n="(\d+)"`).FindAllStringSubmatch(mail, -1) {
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		sum += n
+	}
+	require.Equal(t, 3, sum, "the minutes of the chart add up to the hour's completions")
+	require.Equal(t, 60, strings.Count(mail, "<rect x="), "a bar a minute")
+	require.NotContains(t, regexp.MustCompile(`(?s)<tr data-queue="reports".*?</tr>`).FindString(body), "<svg", "no chart without completions")
 	require.Regexp(t, `(?s)data-queue="reports".*?data-waits="1">1m00s</td>`, body, "the stuck job waited a minute after it was due")
 	require.NotContains(t, body, `id="no-completed"`, "completed jobs are kept here")
 	require.Regexp(t, fmt.Sprintf(`(?s)id="stuck".*<tr data-job="%d" data-state="running" data-token="1">.*web-2/4242/ab.*id="dead-letters"`, stuck), body)
