@@ -29,11 +29,15 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/aegislab/aegis/fence"
 )
 
 func main() {
@@ -50,6 +54,13 @@ func main() {
 type result struct {
 	Orders, Ledger, Duplicates int
 	Stale                      bool // the resumed replica's write was rejected
+	// Runner won the tick with RunnerToken and was paused; Reclaimer's
+	// reaper took the run over with ReclaimToken.
+	Runner, Reclaimer         string
+	RunnerToken, ReclaimToken int64
+	// Console is the command that opens aegis console on the demo's
+	// schema, the URL's password masked.
+	Console string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -84,13 +95,23 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-postgres is not a URL: %w", err)
 		}
+		// A runtime parameter of the connection: pgx sends it at startup,
+		// so every connection of the replicas' pools, and of the console
+		// opened on the same URL, works in the schema.
 		q := u.Query()
-		q.Set("options", "-csearch_path="+*schema)
+		q.Set("search_path", *schema)
 		u.RawQuery = q.Encode()
 		replicaURL = u.String()
 	}
 	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
 		return nil, fmt.Errorf("create the orders tables: %w", err)
+	}
+	// The fence's tables, where the replicas count the writes it refused
+	// (aegis_fence_refusal): what aegis console's Fence page reads. Created
+	// once here, before the replicas start, as a deployment's migration
+	// would.
+	if err := migrateFence(ctx, replicaURL); err != nil {
+		return nil, err
 	}
 
 	tl := &timeline{out: out, start: time.Now()}
@@ -186,11 +207,15 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 			}
 			if holder == "" {
 				holder, holderTk = l.Node, l.Token
+				res.Runner, res.RunnerToken = holder, holderTk
 			}
 		case "skipped":
 			tl.say(l.Node, "tick %s: %s", l.Fire, l.Text)
 		case "reclaim":
 			tl.say(l.Node, "reaper: the run of %s expired; reclaimed it in one UPDATE, token %d, attempt %d", l.Fire, l.Token, l.Attempt)
+			if res.Reclaimer == "" {
+				res.Reclaimer, res.ReclaimToken = l.Node, l.Token
+			}
 		case "pending":
 			tl.say(l.Node, "reads pending orders %s (token %d)", l.Text, l.Token)
 		case "applied":
@@ -199,6 +224,8 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		case "stale":
 			tl.say(l.Node, "order %d with token %d: UPDATE … WHERE last_token <= $t hit 0 rows: stale, rolled back, stops", l.Order, l.Token)
 			res.Stale = true
+		case "counted":
+			tl.say(l.Node, "counted the refusal in aegis_fence_refusal: %s", l.Text)
 		case "lost", "done":
 			tl.say(l.Node, "%s %s (token %d) %s", l.Kind, l.Fire, l.Token, l.Text)
 		}
@@ -236,7 +263,66 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 	} else {
 		tl.say("demo", "without the fence, the resumed replica applied an order a second time")
 	}
+	res.Console = consoleCommand(replicaURL)
+	fmt.Fprintf(out, "\nThe tables stay until the next run. To see the runs, their tokens and the refused write in the operator's console:\n\n  %s\n", res.Console)
+	if masked(replicaURL) {
+		fmt.Fprintln(out, "\n(the password is masked: put it in place of xxxxx, or leave it out of the URL and set PGPASSWORD)")
+	}
 	return &res, nil
+}
+
+// migrateFence creates the fence's tables in the demo's schema.
+func migrateFence(ctx context.Context, pgURL string) error {
+	cfg, err := pgx.ParseConfig(pgURL)
+	if err != nil {
+		return fmt.Errorf("-postgres: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := fence.MigrateSQL(ctx, db); err != nil {
+		return fmt.Errorf("create the fence tables: %w", err)
+	}
+	return nil
+}
+
+// consoleCommand is the command that opens aegis console on pgURL's
+// database and schema. The password, in the URL's user information or in
+// its password parameter, is masked: the output of a demo is pasted into
+// chats and tickets. A connection string that is not a URL is not printed
+// at all (it may carry password=…).
+func consoleCommand(pgURL string) string {
+	u, err := url.Parse(pgURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "go run ./cmd/aegis console --store URL   # URL: this database's postgres:// URL, with search_path set to the demo's schema"
+	}
+	u = maskedURL(u)
+	return "go run ./cmd/aegis console --store '" + strings.ReplaceAll(u.String(), "'", `'\''`) + "'"
+}
+
+// maskedURL is u with any password replaced by xxxxx.
+func maskedURL(u *url.URL) *url.URL {
+	c := *u
+	if c.User != nil {
+		if _, ok := c.User.Password(); ok {
+			c.User = url.UserPassword(c.User.Username(), "xxxxx")
+		}
+	}
+	q := c.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		c.RawQuery = q.Encode()
+	}
+	return &c
+}
+
+// masked reports whether consoleCommand masked a password of pgURL.
+func masked(pgURL string) bool {
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		return false
+	}
+	_, inUser := u.User.Password()
+	return inUser || u.Query().Has("password")
 }
 
 // timeline prints events with the time since the demo began.

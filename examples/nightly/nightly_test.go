@@ -55,3 +55,28 @@ func TestRejectsBadFlags(t *testing.T) {
 	require.ErrorContains(t, run(t.Context(), []string{"-work", "0s"}, io.Discard), "must be positive")
 	require.Error(t, run(t.Context(), []string{"-nope"}, io.Discard))
 }
+
+// The command the demo prints never carries a password: in the URL's
+// user information or its password parameter it is masked, and a
+// connection string that is not a URL is not printed.
+func TestConsoleCommandMasksThePassword(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"postgres://aegis@127.0.0.1:15432/aegis?search_path=aegis_nightly_demo&sslmode=disable",
+			"go run ./cmd/aegis console --store 'postgres://aegis@127.0.0.1:15432/aegis?search_path=aegis_nightly_demo&sslmode=disable'"},
+		{"postgres://aegis:s3cret@db:5432/aegis?search_path=aegis_nightly_demo",
+			"go run ./cmd/aegis console --store 'postgres://aegis:xxxxx@db:5432/aegis?search_path=aegis_nightly_demo'"},
+		{"postgresql://aegis@db/aegis?password=s3cret&search_path=s",
+			"go run ./cmd/aegis console --store 'postgresql://aegis@db/aegis?password=xxxxx&search_path=s'"},
+		{"host=db user=aegis password=s3cret dbname=aegis",
+			"go run ./cmd/aegis console --store URL   # URL: this database's postgres:// URL, with search_path set to the demo's schema"},
+		{"postgres://a@db/aegis?application_name=o'neil", `go run ./cmd/aegis console --store 'postgres://a@db/aegis?application_name=o'\''neil'`},
+	} {
+		got := consoleCommand(c.in)
+		require.Equal(t, c.want, got, c.in)
+		require.NotContains(t, got, "s3cret")
+	}
+	require.True(t, masked("postgres://a:b@db/x"))
+	require.True(t, masked("postgres://a@db/x?password=b"))
+	require.False(t, masked("postgres://a@db/x"))
+}

@@ -147,10 +147,12 @@ func reconcile(ctx context.Context, db *sql.DB, node string, work time.Duration,
 	say(line{Node: node, Kind: "pending", Token: int64(token), Text: fmt.Sprint(pending)})
 	for _, id := range pending {
 		time.Sleep(work) // reconciling one order; a paused process stops here
-		if err := apply(db, id, token, node, fenced); err != nil {
-			if errors.Is(err, aegis.ErrStale) {
-				say(line{Node: node, Kind: "stale", Order: id, Token: int64(token)})
-			}
+		held, err := apply(db, id, token, node, fenced)
+		if errors.Is(err, aegis.ErrStale) {
+			say(line{Node: node, Kind: "stale", Order: id, Token: int64(token)})
+			countRefusal(db, node, token, held)
+		}
+		if err != nil {
 			return err
 		}
 		say(line{Node: node, Kind: "applied", Order: id, Token: int64(token)})
@@ -158,27 +160,59 @@ func reconcile(ctx context.Context, db *sql.DB, node string, work time.Duration,
 	return nil
 }
 
+// fenceResource is the name the refusals of reconciliation.last_token are
+// counted under: the console's Fence page shows it.
+const fenceResource = "reconciliation"
+
+// heldSQL reads the token the fence holds, in the refused transaction.
+const heldSQL = `SELECT last_token FROM reconciliation WHERE id = 1`
+
 // apply records one order in the ledger, fenced by token: the write runs
 // whatever the job's context says (a resumed process does not look), and
-// the fence is what rejects it.
-func apply(db *sql.DB, id int, token aegis.Token, node string, fenced bool) error {
+// the fence is what rejects it. When it does (aegis.ErrStale), held is the
+// token the fence held, read in the same transaction before it rolls back.
+func apply(db *sql.DB, id int, token aegis.Token, node string, fenced bool) (held aegis.Token, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	if fenced {
 		if _, err := fence.ExecSQL(ctx, tx, fenceSQL, int64(token)); err != nil {
-			return err
+			if errors.Is(err, aegis.ErrStale) {
+				var h int64
+				if qerr := tx.QueryRowContext(ctx, heldSQL).Scan(&h); qerr == nil {
+					held = aegis.Token(h)
+				}
+			}
+			return held, err
 		}
 	}
 	if _, err := tx.ExecContext(ctx, applySQL, id, int64(token), node); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, markSQL, id); err != nil {
-		return err
+		return 0, err
 	}
-	return tx.Commit()
+	return 0, tx.Commit()
+}
+
+// countRefusal counts a refused write in the fence's refusal table, after
+// its transaction rolled back (a refusal rolls back all it did, so the
+// count is a write of its own). The business table's own check
+// (fence.ExecSQL) refuses with a bare aegis.ErrStale, which names no
+// token: a *fence.StaleError carries the refused token and the one the
+// table held to the count. Like apply, it runs whatever the job's context
+// says.
+func countRefusal(db *sql.DB, node string, token, held aegis.Token) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	refusal := &fence.StaleError{Resource: fenceResource, Token: token, Held: held}
+	if _, err := fence.CountRefusalSQL(ctx, db, fenceResource, refusal); err != nil {
+		say(line{Node: node, Kind: "error", Text: err.Error()})
+		return
+	}
+	say(line{Node: node, Kind: "counted", Token: int64(token), Text: fmt.Sprintf("%s refused token %d, holding %d", fenceResource, token, held)})
 }

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/tool/chromium"
+	"github.com/aegislab/aegis/internal/tool/cli"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+)
+
+var screenshots = flag.Bool("screenshots", false, "write the console's screenshots over the demo into docs/ (docs/console-nightly-*.png)")
+
+// Issue 17's "done when": `aegis console` on the database of the demo,
+// after its story ran, shows the paused replica's run reclaimed by another
+// node with a greater token, and the paused replica's stale write refused
+// by the fence, with both tokens.
+func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
+	t.Parallel()
+	// The demo recreates the schema testenv made for the test (dropped
+	// at its end) and names it in the URL as a runtime parameter,
+	// search_path=…, as it does for its own schema.
+	u, err := url.Parse(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	q := u.Query()
+	schema, ok := strings.CutPrefix(q.Get("options"), "-csearch_path=")
+	require.True(t, ok, "testenv's URL names its schema in options: %s", q.Get("options"))
+	q.Del("options")
+	u.RawQuery = q.Encode()
+	base := u.String()
+
+	var out bytes.Buffer
+	res, err := demo(t.Context(), []string{"-postgres", base, "-schema", schema}, &out)
+	t.Log("\n" + out.String())
+	require.NoError(t, err)
+	require.True(t, res.Stale, "the resumed replica's write was refused")
+	require.NotEmpty(t, res.Runner)
+	require.NotEmpty(t, res.Reclaimer)
+	require.NotEqual(t, res.Runner, res.Reclaimer, "another replica's reaper reclaimed the run")
+	require.Greater(t, res.ReclaimToken, res.RunnerToken)
+	require.Contains(t, res.Console, "search_path="+schema)
+	require.Contains(t, out.String(), res.Console, "the demo prints the command")
+
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	at := startConsole(t, u.String())
+
+	ctx, exceptions := chromium.Start(t, 60*time.Second)
+	text := func() string {
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		return s
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
+	}
+	shoot := func(name string) {
+		t.Helper()
+		if !*screenshots {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile("../../docs/"+name, png, 0o644))
+	}
+	cell := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		require.NoError(t, err, "%s; the page:\n%s", sel, text())
+		return strings.TrimSpace(s)
+	}
+
+	do("open the schedules", chromedp.Navigate(at+"schedules"), chromedp.WaitVisible(chromedp.CSS(`table.runs`)))
+	run := `table.runs tr[data-job="nightly-reconciliation"]`
+	require.Equal(t, fmt.Sprint(res.ReclaimToken), cell(run+` td.token`), "the run carries the reclaiming token")
+	require.Equal(t, res.Reclaimer, cell(run+` td.node`), "the reclaiming replica ran it")
+	require.Equal(t, "2", cell(run+` td.attempt`), "the second attempt: the reaper's")
+	require.Contains(t, cell(run+` td.outcome`), "succeeded after a reclaim")
+	require.Contains(t, text(), "None: no run is running past its lease", "the reaper left no stuck run")
+	shoot("console-nightly-runs.png")
+
+	do("open the fence", chromedp.Click(chromedp.CSS(`nav a[href="/fence"]`)), chromedp.WaitVisible(chromedp.CSS(`#fence`)))
+	refused := `#fence tr[data-resource="reconciliation"]`
+	require.Equal(t, "1", cell(refused+` td.refusals`), "one stale write refused")
+	require.Equal(t, fmt.Sprint(res.RunnerToken), cell(refused+` td.refused`), "the paused replica's token")
+	require.Equal(t, fmt.Sprint(res.ReclaimToken), cell(refused+` td.held`), "the reclaiming token the fence held")
+	shoot("console-nightly-fence.png")
+	require.Empty(t, exceptions())
+}
+
+// startConsole runs `aegis console --store storeURL` on a free loopback
+// port until the test ends, and returns the address it prints.
+func startConsole(t *testing.T, storeURL string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var stderr lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		code := cli.Main(ctx, []string{"console", "--addr", "127.0.0.1:0", "--store", storeURL}, pw, &stderr)
+		_ = pw.Close()
+		exited <- code
+	}()
+	addr := make(chan string, 1)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := regexp.MustCompile(`^aegis console: at (http://\S+/)$`).FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		code := testenv.Recv(t, exited, 20*time.Second, "aegis console to stop")
+		testenv.Recv(t, drained, 5*time.Second, "its output to end")
+		require.Zero(t, code, "aegis console's exit code; stderr:\n%s", stderr.String())
+	})
+	select {
+	case a := <-addr:
+		return a
+	case code := <-exited:
+		exited <- code // for the cleanup
+		t.Fatalf("aegis console exited (%d) before serving; stderr:\n%s", code, stderr.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("aegis console printed no address within 20s; stderr:\n%s", stderr.String())
+	}
+	return ""
+}
+
+// lockedBuffer is a buffer the console writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
