@@ -10,10 +10,19 @@
 // replica's reaper reclaims the run with a greater token and finishes the
 // reconciliation. Then the demo resumes the first (SIGCONT): its next write
 // carries the old token and the update rejects it
-// (UPDATE … WHERE last_token <= $t), so no order is applied twice. With
-// -fence=false the same story applies an order twice.
+// (UPDATE … WHERE last_token <= $t), so no order is applied twice; the
+// replica counts the refusal in the fence's refusal table
+// (fence.CountRefusalSQL). With -fence=false the same story applies an
+// order twice.
 //
-// It works in its own schema, aegis_nightly_demo, recreated on every run.
+// It works in its own schema, aegis_nightly_demo, recreated on every run and
+// left in place at the end, and prints the command that opens the
+// operator's console on it (the URL's password masked):
+//
+//	go run ./cmd/aegis console --store 'postgres://…?search_path=aegis_nightly_demo'
+//
+// whose Schedules page shows the run reclaimed with the greater token and
+// whose Fence page shows the refused write with both tokens.
 package main
 
 import (
