@@ -264,6 +264,11 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		if resumed && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
 			break
 		}
+		if !paused && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
+			// Its run was reclaimed before the pause: its heartbeats did
+			// not reach the database within the 1s lease.
+			return nil, fmt.Errorf("%s lost its run before the demo paused it (%s): the machine is too loaded for the story's 1s lease; run it again", holder, l.Text)
+		}
 	}
 
 	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reconciled), (SELECT count(*) FROM ledger),
