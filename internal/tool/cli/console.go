@@ -17,7 +17,7 @@ import (
 
 var consoleCommand = command{
 	name:    "console",
-	summary: "the operator's web console over a production database: leases, schedules, runs, the fence",
+	summary: "the operator's web console over a production database: leases, schedules, runs, the queue, the fence",
 	run:     runConsole,
 }
 
