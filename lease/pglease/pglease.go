@@ -67,6 +67,20 @@ type Config struct {
 	// "_waiter" appended, so the name (after the schema) is at most 56
 	// characters.
 	Table string
+	// Holder names this process for operators: every grant writes it
+	// beside the grant's owner (the owner id stays a secret the console
+	// never reads). Renew keeps it, and so does Release: a free key's row
+	// says who held it last. Default "host/pid" (os.Hostname and
+	// os.Getpid); at most 255 bytes of UTF-8 without control characters.
+	Holder string
+	// History, when positive, keeps the last History grants of each key
+	// (token, holder, granted at, database time) in the table named Table
+	// with "_grant" appended, created by New or Migrate. Each grant then
+	// inserts a row and deletes the one that falls off, in the grant's own
+	// statement. Default 0: off, because it adds two writes to every grant
+	// (see docs/decisions.md). At most 1000. Lockers of one table may
+	// differ: the history then has gaps where a Locker without it granted.
+	History int
 }
 
 // Locker is a PostgreSQL lease table. It is safe for concurrent use.
@@ -106,8 +120,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		Name: "pglease",
 		Store: statements{
 			pool:        pool,
-			grant:       fmt.Sprintf(grantSQL, t.lease, t.waiter),
-			grantQueued: fmt.Sprintf(grantQueuedSQL, t.lease, t.waiter),
+			holder:      t.holder,
+			grant:       t.grantSQL(),
+			grantQueued: t.grantQueuedSQL(),
 			renew:       fmt.Sprintf(renewSQL, t.lease),
 			release:     fmt.Sprintf(releaseSQL, t.lease, t.waiter, literal),
 			enqueue:     fmt.Sprintf(enqueueSQL, t.lease, t.waiter),
@@ -119,8 +134,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 }
 
 // Migrate creates the lease table of cfg when it is missing, or upgrades it,
-// for teams that run migrations apart from their services. New does the
-// same.
+// and the grant history table when cfg.History is positive, for teams that
+// run migrations apart from their services. New does the same.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	t, err := tables(pool, cfg)
 	if err != nil {
@@ -129,11 +144,28 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	return t.migrate(ctx)
 }
 
-// tableSet is a Locker's tables, checked and quoted.
+// tableSet is a Locker's tables, checked and quoted, and the rest of its
+// checked config.
 type tableSet struct {
-	pool          *pgxpool.Pool
-	name          string // as configured
-	lease, waiter string // quoted for SQL
+	pool                 *pgxpool.Pool
+	name                 string // as configured
+	lease, waiter, grant string // quoted for SQL
+	holder               string
+	history              int
+}
+
+func (t tableSet) grantSQL() string {
+	if t.history == 0 {
+		return fmt.Sprintf(grantSQL, t.lease)
+	}
+	return fmt.Sprintf(grantHistorySQL, t.lease, t.waiter, t.grant, t.history)
+}
+
+func (t tableSet) grantQueuedSQL() string {
+	if t.history == 0 {
+		return fmt.Sprintf(grantQueuedSQL+grantQueuedEnd, t.lease, t.waiter)
+	}
+	return fmt.Sprintf(grantQueuedSQL+recordSQL+grantQueuedEnd, t.lease, t.waiter, t.grant, t.history)
 }
 
 func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
@@ -145,6 +177,13 @@ func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
 		c = *cfg
 	}
 	c.Table = cmp.Or(c.Table, "aegis_lease")
+	c.Holder = cmp.Or(c.Holder, rowlease.DefaultHolder())
+	if err := rowlease.CheckHolder("pglease: Config.Holder", c.Holder); err != nil {
+		return tableSet{}, err
+	}
+	if err := rowlease.CheckHistory("pglease: Config.History", c.History); err != nil {
+		return tableSet{}, err
+	}
 	lease, err := migrate.Table("pglease: Config.Table", c.Table)
 	if err != nil {
 		return tableSet{}, err
@@ -157,14 +196,29 @@ func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
 	if err != nil {
 		return tableSet{}, err
 	}
-	return tableSet{pool: pool, name: c.Table, lease: lease, waiter: waiter}, nil
+	grant, err := migrate.Table("pglease: Config.Table", c.Table+grantSuffix)
+	if err != nil {
+		return tableSet{}, err
+	}
+	return tableSet{pool: pool, name: c.Table, lease: lease, waiter: waiter, grant: grant, holder: c.Holder, history: c.History}, nil
 }
+
+// grantSuffix names the grant history after the lease table; it is shorter
+// than the waiter table's, whose bound on Table covers it.
+const grantSuffix = "_grant"
 
 func (t tableSet) migrate(ctx context.Context) error {
 	ms := migrate.Format(migrations, t.lease, t.waiter)
 	db := stdlib.OpenDBFromPool(t.pool)
 	defer db.Close()
 	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name, ms); err != nil {
+		return fmt.Errorf("pglease: %w", err)
+	}
+	if t.history == 0 {
+		return nil
+	}
+	hs := migrate.Format(historyMigrations, t.grant)
+	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name+grantSuffix, hs); err != nil {
 		return fmt.Errorf("pglease: %w", err)
 	}
 	return nil
@@ -211,6 +265,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 // statements runs the lease table's statements for rowlease.
 type statements struct {
 	pool                                                 *pgxpool.Pool
+	holder                                               string
 	grant, grantQueued, renew, release, enqueue, dequeue string
 }
 
@@ -220,7 +275,7 @@ func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Durat
 		sql = s.grantQueued
 	}
 	var token int64
-	err := s.pool.QueryRow(ctx, sql, key, owner, ttl.Microseconds()).Scan(&token)
+	err := s.pool.QueryRow(ctx, sql, key, owner, ttl.Microseconds(), s.holder).Scan(&token)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, nil

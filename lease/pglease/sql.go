@@ -5,11 +5,15 @@ import "github.com/aegislab/aegis/internal/migrate"
 // Every statement below reads the time from the database (now()), never
 // from the client. The lease statements are one round trip each, resolved
 // by the primary key. %[1]s is the quoted lease table, %[2]s the quoted
-// waiter table, %[3]s the notification channel as a string literal.
+// waiter table; in the release statements %[3]s is the notification channel
+// as a string literal, in the grant statements the quoted grant history
+// table, and %[4]d the history's length. A grant's $4 is its holder name.
 
 // migrations create the lease table and the waiter queue. A key's row is
 // never deleted: its token must survive every release and expiry. Version 2
-// and 3 add fair waiting (see package rowlease) to tables created before.
+// and 3 add fair waiting (see package rowlease) to tables created before;
+// version 4 the holder name (empty on the rows of grants made before it,
+// which the console shows as unknown).
 var migrations = []migrate.Migration{
 	{Version: 1, SQL: `CREATE TABLE IF NOT EXISTS %[1]s (
 	key        text        PRIMARY KEY,
@@ -28,6 +32,20 @@ var migrations = []migrate.Migration{
 	expires_at timestamptz NOT NULL, -- refreshed while it waits
 	PRIMARY KEY (key, waiter)
 )`},
+	{Version: 4, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT ''`},
+}
+
+// historyMigrations create the grant history (Config.History), a component
+// of its own: a database whose Lockers never turn the history on has no such
+// table, which tells the console that it is off. %[1]s is the quoted table.
+var historyMigrations = []migrate.Migration{
+	{Version: 1, SQL: `CREATE TABLE IF NOT EXISTS %[1]s (
+	key        text        NOT NULL,
+	token      bigint      NOT NULL,
+	holder     text        NOT NULL,
+	granted_at timestamptz NOT NULL,
+	PRIMARY KEY (key, token)
+)`},
 }
 
 // grantSQL grants a free or expired key, bumping its token in the same
@@ -36,16 +54,44 @@ var migrations = []migrate.Migration{
 // nothing and returns no row. Concurrent grants of one key serialize on the
 // row lock; the loser's WHERE is re-evaluated against the winner's row and
 // fails. The hot path: it reads nothing but its own row.
-const grantSQL = `INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
-VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond', now())
+const grantSQL = grantInsert + `
+RETURNING token`
+
+const grantInsert = `INSERT INTO %[1]s AS l (key, owner, holder, token, expires_at, granted_at)
+VALUES ($1, $2, $4, 1, now() + $3 * interval '1 microsecond', now())
 ON CONFLICT (key) DO UPDATE
 SET owner = excluded.owner,
+    holder = excluded.holder,
     token = l.token + 1,
     expires_at = excluded.expires_at,
     granted_at = excluded.granted_at
 WHERE l.expires_at <= now()  -- free (released) or expired
-  AND l.queue_until <= now() -- nobody waits
-RETURNING token`
+  AND l.queue_until <= now() -- nobody waits`
+
+// grantHistorySQL is grantSQL that also records the grant in the history
+// (recordSQL), in the same statement.
+const grantHistorySQL = `WITH g AS (
+` + grantInsert + `
+RETURNING token, granted_at
+)` + recordSQL + `
+SELECT token FROM g`
+
+// recordSQL inserts the grant that g returned into the history and deletes
+// the key's grants beyond the last %[4]d. A key's token goes up by exactly
+// one per grant (only the grant statements change it, and the row is never
+// deleted), so its last N grants are the tokens above token-N: the trim is
+// one range of the primary key, whatever the history's length. The DELETE
+// cannot see the row this statement inserts (one snapshot) and need not:
+// the new token is never below the bound. A key whose lease row was deleted
+// by hand starts again at token 1; ON CONFLICT overwrites the old grant of
+// that token instead of failing the grant.
+const recordSQL = `, recorded AS (
+	INSERT INTO %[3]s (key, token, holder, granted_at)
+	SELECT $1, token, $4, granted_at FROM g
+	ON CONFLICT (key, token) DO UPDATE SET holder = excluded.holder, granted_at = excluded.granted_at
+), trimmed AS (
+	DELETE FROM %[3]s WHERE key = $1 AND token <= (SELECT token FROM g) - %[4]d
+)`
 
 // grantQueuedSQL is the grant of waiter $2: it takes the key unless a live
 // waiter that queued before it is still there, removes its entry, and
@@ -67,8 +113,8 @@ RETURNING token`
 // is woken by the release's NOTIFY, or polls); the check under the lock
 // stays the one that decides.
 const grantQueuedSQL = `WITH g AS (
-INSERT INTO %[1]s AS l (key, owner, token, expires_at, granted_at)
-SELECT $1, $2, 1, now() + $3 * interval '1 microsecond', now()
+INSERT INTO %[1]s AS l (key, owner, holder, token, expires_at, granted_at)
+SELECT $1, $2, $4, 1, now() + $3 * interval '1 microsecond', now()
 WHERE NOT EXISTS (SELECT 1 FROM %[1]s h -- held: no lock taken
                   WHERE h.key = $1 AND h.expires_at > now())
   AND NOT EXISTS (SELECT 1 FROM %[2]s w -- an earlier live waiter: no lock taken
@@ -76,6 +122,7 @@ WHERE NOT EXISTS (SELECT 1 FROM %[1]s h -- held: no lock taken
                     AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity'))
 ON CONFLICT (key) DO UPDATE
 SET owner = excluded.owner,
+    holder = excluded.holder,
     token = l.token + 1,
     expires_at = excluded.expires_at,
     granted_at = excluded.granted_at,
@@ -85,10 +132,14 @@ WHERE l.expires_at <= now() -- free (released) or expired
   AND NOT EXISTS (SELECT 1 FROM %[2]s w -- no earlier live waiter
                   WHERE w.key = $1 AND w.waiter <> $2 AND w.expires_at > now()
                     AND w.since < coalesce((SELECT m.since FROM %[2]s m WHERE m.key = $1 AND m.waiter = $2), 'infinity'))
-RETURNING token
+RETURNING token, granted_at
 ), dequeued AS (
 	DELETE FROM %[2]s WHERE key = $1 AND waiter = $2 AND EXISTS (SELECT 1 FROM g)
-)
+)`
+
+// grantQueuedEnd ends grantQueuedSQL, after recordSQL when the history is
+// on.
+const grantQueuedEnd = `
 SELECT token FROM g`
 
 // renewSQL extends a lease that this grant still holds.
@@ -98,7 +149,9 @@ WHERE key = $1 AND owner = $2 AND token = $3 -- compare owner and token
   AND expires_at > now()                     -- an expired lease cannot be revived`
 
 // releaseSQL frees a key that this grant still holds. The row stays, with
-// its token; expires_at = -infinity marks it free. Waiters are notified only
+// its token; expires_at = -infinity marks it free. It keeps the holder: the
+// row then says who had the key last, which is what an operator looking at
+// a free key asks, and the next grant overwrites it anyway. Waiters are notified only
 // when the key has some (queue_until), so a release nobody waits for costs
 // no NOTIFY, whose commit serializes on a cluster-wide lock.
 const releaseSQL = `UPDATE %[1]s
