@@ -63,6 +63,20 @@ type Config struct {
 	// BusyTimeout is how long an operation waits for another process's
 	// write transaction to end. Default 5s.
 	BusyTimeout time.Duration
+	// Holder names this process for operators: every grant writes it
+	// beside the grant's owner (the owner id stays a secret the console
+	// never reads). Renew keeps it, and so does Release: a free key's row
+	// says who held it last. Default "host/pid" (os.Hostname and
+	// os.Getpid); at most 255 bytes of UTF-8 without control characters.
+	Holder string
+	// History, when positive, keeps the last History grants of each key
+	// (token, holder, granted at) in the table named Table with "_grant"
+	// appended, created by New or Migrate. Each grant then inserts a row
+	// and deletes the one that falls off, in the grant's transaction.
+	// Default 0: off, because it adds two statements to every grant (see
+	// docs/decisions.md). At most 1000. Lockers of one table may differ:
+	// the history then has gaps where a Locker without it granted.
+	History int
 }
 
 // Locker is a SQLite lease table. It is safe for concurrent use, and
@@ -153,53 +167,82 @@ func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if db == nil {
 		return fmt.Errorf("sqlitelease: %w: db is nil", aegis.ErrInvalid)
 	}
-	c, lease, waiter, err := config(cfg)
+	c, t, err := config(cfg)
 	if err != nil {
 		return err
 	}
-	ms := migrate.Format(migrations, lease, waiter)
+	ms := migrate.Format(migrations, t.lease, t.waiter)
 	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms); err != nil {
+		return fmt.Errorf("sqlitelease: %w", err)
+	}
+	if c.History == 0 {
+		return nil
+	}
+	hs := migrate.Format(historyMigrations, t.grant)
+	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table+grantSuffix, hs); err != nil {
 		return fmt.Errorf("sqlitelease: %w", err)
 	}
 	return nil
 }
 
+// grantSuffix names the grant history after the lease table; it is shorter
+// than the waiter table's, whose bound on Table covers it.
+const grantSuffix = "_grant"
+
+// tableNames are a Locker's tables, quoted for SQL.
+type tableNames struct{ lease, waiter, grant string }
+
 // config fills the defaults of cfg and checks it; it returns the quoted
-// lease and waiter tables.
-func config(cfg *Config) (c Config, lease, waiter string, err error) {
+// tables.
+func config(cfg *Config) (c Config, t tableNames, err error) {
 	if cfg != nil {
 		c = *cfg
 	}
 	c.Table = cmp.Or(c.Table, "aegis_lease")
 	c.BusyTimeout = cmp.Or(c.BusyTimeout, 5*time.Second)
+	c.Holder = cmp.Or(c.Holder, rowlease.DefaultHolder())
 	if c.BusyTimeout < 0 {
-		return c, "", "", fmt.Errorf("sqlitelease: %w: Config.BusyTimeout %s is negative", aegis.ErrInvalid, c.BusyTimeout)
+		return c, t, fmt.Errorf("sqlitelease: %w: Config.BusyTimeout %s is negative", aegis.ErrInvalid, c.BusyTimeout)
 	}
-	if lease, err = migrate.Table("sqlitelease: Config.Table", c.Table); err != nil {
-		return c, "", "", err
+	if err := rowlease.CheckHolder("sqlitelease: Config.Holder", c.Holder); err != nil {
+		return c, t, err
+	}
+	if err := rowlease.CheckHistory("sqlitelease: Config.History", c.History); err != nil {
+		return c, t, err
+	}
+	if t.lease, err = migrate.Table("sqlitelease: Config.Table", c.Table); err != nil {
+		return c, t, err
 	}
 	const suffix = "_waiter"
 	if base := c.Table[strings.LastIndexByte(c.Table, '.')+1:]; len(base)+len(suffix) > 63 {
-		return c, "", "", fmt.Errorf("sqlitelease: Config.Table: %w: %q is longer than 56 characters (the waiter table appends %q)", aegis.ErrInvalid, c.Table, suffix)
+		return c, t, fmt.Errorf("sqlitelease: Config.Table: %w: %q is longer than 56 characters (the waiter table appends %q)", aegis.ErrInvalid, c.Table, suffix)
 	}
-	if waiter, err = migrate.Table("sqlitelease: Config.Table", c.Table+suffix); err != nil {
-		return c, "", "", err
+	if t.waiter, err = migrate.Table("sqlitelease: Config.Table", c.Table+suffix); err != nil {
+		return c, t, err
 	}
-	return c, lease, waiter, nil
+	if t.grant, err = migrate.Table("sqlitelease: Config.Table", c.Table+grantSuffix); err != nil {
+		return c, t, err
+	}
+	return c, t, nil
 }
 
 func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("sqlitelease: %w: db is nil", aegis.ErrInvalid)
 	}
-	c, lease, waiter, err := config(cfg)
+	c, t, err := config(cfg)
 	if err != nil {
 		return nil, err
 	}
+	lease, waiter := t.lease, t.waiter
 	return &Locker{rows: rowlease.Locker{
 		Name: "sqlitelease",
 		Store: statements{
 			db:      db,
+			holder:  c.Holder,
+			history: int64(c.History),
+			record:  fmt.Sprintf(recordSQL, t.grant),
+			trim:    fmt.Sprintf(trimSQL, t.grant),
 			busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
 			grant:   fmt.Sprintf(grantSQL, lease),
 			queued:  fmt.Sprintf(grantQueuedSQL, lease, waiter),
@@ -252,6 +295,9 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 // operation in a BEGIN IMMEDIATE transaction of its own.
 type statements struct {
 	db                                    *sql.DB
+	holder                                string
+	history                               int64 // grants kept per key; 0: none
+	record, trim                          string
 	busy                                  string // PRAGMA busy_timeout statement
 	grant, queued, renew, release         string
 	hint, unhint, prune, enqueue, dequeue string
@@ -260,13 +306,27 @@ type statements struct {
 func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Duration, queued bool) (int64, bool, error) {
 	var token int64
 	err := s.immediate(ctx, func(conn *sql.Conn) error {
-		if !queued {
-			return conn.QueryRowContext(ctx, s.grant, key, owner, ms(ttl)).Scan(&token)
+		stmt := s.grant
+		if queued {
+			stmt = s.queued
 		}
-		if err := conn.QueryRowContext(ctx, s.queued, key, owner, ms(ttl)).Scan(&token); err != nil {
+		var granted int64
+		if err := conn.QueryRowContext(ctx, stmt, key, owner, ms(ttl), s.holder).Scan(&token, &granted); err != nil {
 			return err
 		}
-		return s.leave(ctx, conn, key, owner)
+		if queued {
+			if err := s.leave(ctx, conn, key, owner); err != nil {
+				return err
+			}
+		}
+		if s.history == 0 {
+			return nil
+		}
+		if _, err := conn.ExecContext(ctx, s.record, key, token, s.holder, granted); err != nil {
+			return err
+		}
+		_, err := conn.ExecContext(ctx, s.trim, key, token-s.history)
+		return err
 	})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -325,8 +325,9 @@ func TestCrashedWaiterBlocksBriefly(t *testing.T) {
 	})
 }
 
-// TestUpgradeFromVersion1: a lease table created before the queue is
-// upgraded by New, and its tokens go on from where they were.
+// TestUpgradeFromVersion1: a lease table created before the queue and the
+// holder names is upgraded by New, and its tokens go on from where they
+// were.
 func TestUpgradeFromVersion1(t *testing.T) {
 	t.Parallel()
 	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
@@ -341,14 +342,16 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		_, err := db.ExecContext(ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
-	l, err := sqlitelease.New(db, nil)
+	l, err := sqlitelease.New(db, &sqlitelease.Config{Holder: "upgraded"})
 	require.NoError(t, err)
+	require.Empty(t, holderOf(t, db, "k"), "a grant made before holder names has none")
 	lease, err := aegis.Acquire(ctx, l, "k", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, aegis.Token(42), lease.Token)
+	require.Equal(t, "upgraded", holderOf(t, db, "k"))
 	var version int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT max(version) FROM aegis_migrations WHERE component = 'sqlitelease:aegis_lease'`).Scan(&version))
-	require.Equal(t, 3, version)
+	require.Equal(t, 4, version)
 }
 
 // TestOpenOddPath: a path with the characters a URI gives a meaning to
