@@ -162,29 +162,3 @@ func TestConfigRefused(t *testing.T) {
 	_, err := pglease.New(p, &pglease.Config{Holder: strings.Repeat("é", 127), History: 1000})
 	require.NoError(t, err, "255 bytes and 1000 grants are allowed")
 }
-
-// A lease table created before holder names gets the column, empty on the
-// rows it has, and its next grant fills it.
-func TestHolderMigration(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	p := testenv.Postgres(t)
-	l, err := pglease.New(p, nil)
-	require.NoError(t, err)
-	old, err := l.TryAcquire(ctx, "old", time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, l.Release(ctx, old))
-	// What version 3 left: no holder column, no record of version 4.
-	_, err = p.Exec(ctx, `ALTER TABLE aegis_lease DROP COLUMN holder`)
-	require.NoError(t, err)
-	_, err = p.Exec(ctx, `DELETE FROM aegis_migrations WHERE component = 'pglease:aegis_lease' AND version = 4`)
-	require.NoError(t, err)
-
-	l, err = pglease.New(p, &pglease.Config{Holder: "upgraded"})
-	require.NoError(t, err)
-	require.Empty(t, holderOf(t, p, "old"))
-	lease, err := l.TryAcquire(ctx, "old", time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, aegis.Token(2), lease.Token)
-	require.Equal(t, "upgraded", holderOf(t, p, "old"))
-}

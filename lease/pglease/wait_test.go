@@ -172,8 +172,9 @@ func TestCrashedWaiterBlocksBriefly(t *testing.T) {
 	})
 }
 
-// TestUpgradeFromVersion1: a lease table created before the queue is
-// upgraded by New, and its tokens go on from where they were.
+// TestUpgradeFromVersion1: a lease table created before the queue and the
+// holder names is upgraded by New, and its tokens go on from where they
+// were.
 func TestUpgradeFromVersion1(t *testing.T) {
 	t.Parallel()
 	p := testenv.Postgres(t)
@@ -188,14 +189,16 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		_, err := p.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
-	l, err := pglease.New(p, nil)
+	l, err := pglease.New(p, &pglease.Config{Holder: "upgraded"})
 	require.NoError(t, err)
+	require.Empty(t, holderOf(t, p, "k"), "a grant made before holder names has none")
 	lease, err := aegis.Acquire(ctx, l, "k", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, aegis.Token(42), lease.Token)
+	require.Equal(t, "upgraded", holderOf(t, p, "k"))
 	var version int
 	require.NoError(t, p.QueryRow(ctx, `SELECT max(version) FROM aegis_migrations WHERE component = 'pglease:aegis_lease'`).Scan(&version))
-	require.Equal(t, 3, version)
+	require.Equal(t, 4, version)
 }
 
 func TestConfigErrors(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -106,6 +105,7 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	s := &Server{cfg: c, st: &store{db: c.DB, dialect: d, ns: c.Namespace}, csrf: NewToken(), log: c.Logger, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /{$}", s.overview)
 	s.mux.HandleFunc("GET /leases", s.leases)
+	s.mux.HandleFunc("GET /leases/{key...}", s.leaseDetail)
 	s.mux.HandleFunc("GET /schedules", s.schedules)
 	s.mux.HandleFunc("GET /schedules/{name}", s.scheduleDetail)
 	s.mux.HandleFunc("GET /schedules/{name}/{op}", s.confirm)
@@ -282,42 +282,6 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		d.Resources = len(fs)
 	}
 	s.render(w, r, "overview", "Overview", d)
-}
-
-func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	var d section[leaseRow]
-	ok, err := s.st.exists(ctx, "aegis_lease")
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if !ok {
-		d.Missing = "aegis_lease"
-	} else {
-		now, err := s.st.now(ctx)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		if d.Rows, err = s.st.leases(ctx, now); err != nil {
-			s.fail(w, err)
-			return
-		}
-		// Held keys first, the soonest to expire on top.
-		slices.SortStableFunc(d.Rows, func(a, b leaseRow) int {
-			switch {
-			case a.Live != b.Live && a.Live:
-				return -1
-			case a.Live != b.Live:
-				return 1
-			case a.Live:
-				return a.Expires.Compare(b.Expires)
-			}
-			return strings.Compare(a.Key, b.Key)
-		})
-	}
-	s.render(w, r, "leases", "Leases", d)
 }
 
 // scheduleRow is an entry of the catalog as the page shows it.

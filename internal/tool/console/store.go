@@ -51,24 +51,42 @@ func (st *store) now(ctx context.Context) (time.Time, error) {
 }
 
 // leaseRow is one key of the lease table. The owner column is the lease's
-// secret (who may release or renew): it is never read.
+// secret (who may release or renew): it is never read. Holder is the name
+// the granting process gave (pglease/sqlitelease Config.Holder): empty for
+// a grant made before holder names, or on a table without the column.
 type leaseRow struct {
-	Key              string
+	Key, Holder      string
 	Token            int64
 	Granted, Expires time.Time
 	Live             bool
 	Released         bool          // released (it expires at -infinity), not run out
 	Left             time.Duration // until expiry, when live
+	Link             string        // the key's page, its path escaped
 }
 
-func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) {
+// leases reads the lease table: every key (at most 500), or the one key.
+func (st *store) leases(ctx context.Context, now time.Time, key ...string) ([]leaseRow, error) {
+	// An older table has no holder column: the page shows none rather
+	// than failing.
+	holder, err := st.column(ctx, "aegis_lease", "holder")
+	if err != nil {
+		return nil, err
+	}
+	h := "''"
+	if holder {
+		h = "holder"
+	}
+	where, args := "", []any{}
+	if len(key) > 0 {
+		where, args = "WHERE key = $1", []any{key[0]}
+	}
 	// A released key expires at -infinity, which database/sql cannot scan:
 	// the epoch stands for it (long expired either way).
-	q := `SELECT key, token, greatest(granted_at, 'epoch'), greatest(expires_at, 'epoch') FROM aegis_lease ORDER BY key LIMIT 500`
+	q := `SELECT key, ` + h + `, token, greatest(granted_at, 'epoch'), greatest(expires_at, 'epoch') FROM aegis_lease ` + where + ` ORDER BY key LIMIT 500`
 	if st.dialect == migrate.SQLite {
-		q = `SELECT key, token, granted_ms, expires_ms FROM aegis_lease ORDER BY key LIMIT 500`
+		q = `SELECT key, ` + h + `, token, granted_ms, expires_ms FROM aegis_lease ` + where + ` ORDER BY key LIMIT 500`
 	}
-	rows, err := st.db.QueryContext(ctx, q)
+	rows, err := st.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the lease table: %w", err)
 	}
@@ -78,11 +96,11 @@ func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) 
 		var r leaseRow
 		if st.dialect == migrate.SQLite {
 			var g, e int64
-			if err := rows.Scan(&r.Key, &r.Token, &g, &e); err != nil {
+			if err := rows.Scan(&r.Key, &r.Holder, &r.Token, &g, &e); err != nil {
 				return nil, err
 			}
 			r.Granted, r.Expires = time.UnixMilli(g), time.UnixMilli(e)
-		} else if err := rows.Scan(&r.Key, &r.Token, &r.Granted, &r.Expires); err != nil {
+		} else if err := rows.Scan(&r.Key, &r.Holder, &r.Token, &r.Granted, &r.Expires); err != nil {
 			return nil, err
 		}
 		r.Released = !r.Expires.After(time.Unix(0, 0))
@@ -90,7 +108,59 @@ func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) 
 		if r.Live {
 			r.Left = r.Expires.Sub(now)
 		}
+		r.Link = "/leases/" + pathEscape(r.Key)
 		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// column reports whether table (which must exist) has a column.
+func (st *store) column(ctx context.Context, table, column string) (bool, error) {
+	var n int
+	var err error
+	if st.dialect == migrate.SQLite {
+		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
+	} else {
+		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped`, table, column).Scan(&n)
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for column %s.%s: %w", table, column, err)
+	}
+	return n > 0, nil
+}
+
+// grantRow is a grant of a key in the grant history (aegis_lease_grant,
+// which a Locker with Config.History writes).
+type grantRow struct {
+	Token   int64
+	Holder  string
+	Granted time.Time
+}
+
+// grants reads key's recorded grants, the newest first.
+func (st *store) grants(ctx context.Context, key string) ([]grantRow, error) {
+	q := `SELECT token, holder, granted_at FROM aegis_lease_grant WHERE key = $1 ORDER BY token DESC LIMIT 1000`
+	if st.dialect == migrate.SQLite {
+		q = `SELECT token, holder, granted_ms FROM aegis_lease_grant WHERE key = $1 ORDER BY token DESC LIMIT 1000`
+	}
+	rows, err := st.db.QueryContext(ctx, q, key)
+	if err != nil {
+		return nil, fmt.Errorf("read the grant history: %w", err)
+	}
+	defer rows.Close()
+	var out []grantRow
+	for rows.Next() {
+		var g grantRow
+		if st.dialect == migrate.SQLite {
+			var ms int64
+			if err := rows.Scan(&g.Token, &g.Holder, &ms); err != nil {
+				return nil, err
+			}
+			g.Granted = time.UnixMilli(ms)
+		} else if err := rows.Scan(&g.Token, &g.Holder, &g.Granted); err != nil {
+			return nil, err
+		}
+		out = append(out, g)
 	}
 	return out, rows.Err()
 }

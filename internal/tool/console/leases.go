@@ -1,0 +1,118 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// leasesData is the leases page: every key, and whether the grant history
+// is there to link to.
+type leasesData struct {
+	Missing string // the lease table, when it is missing
+	Rows    []leaseRow
+	History bool // aegis_lease_grant exists
+}
+
+func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var d leasesData
+	ok, err := s.st.exists(ctx, "aegis_lease")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !ok {
+		d.Missing = "aegis_lease"
+		s.render(w, r, "leases", "Leases", d)
+		return
+	}
+	now, err := s.st.now(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if d.Rows, err = s.st.leases(ctx, now); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if d.History, err = s.st.exists(ctx, "aegis_lease_grant"); err != nil {
+		s.fail(w, err)
+		return
+	}
+	// Held keys first, the soonest to expire on top.
+	slices.SortStableFunc(d.Rows, func(a, b leaseRow) int {
+		switch {
+		case a.Live != b.Live && a.Live:
+			return -1
+		case a.Live != b.Live:
+			return 1
+		case a.Live:
+			return a.Expires.Compare(b.Expires)
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	s.render(w, r, "leases", "Leases", d)
+}
+
+// leaseData is a key's page: its row and its recorded grants.
+type leaseData struct {
+	Lease   leaseRow
+	History bool // aegis_lease_grant exists
+	Grants  []grantRow
+	// Unrecorded is the newest recorded token when the key's token is
+	// greater: the grants after it were made by Lockers without History.
+	Unrecorded int64
+	// Since is the oldest recorded token above 1: the grants before it
+	// were trimmed, or made before the history was on.
+	Since int64
+}
+
+func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	key := r.PathValue("key")
+	ok, err := s.st.exists(ctx, "aegis_lease")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if !ok {
+		s.render(w, r, "leases", "Leases", leasesData{Missing: "aegis_lease"})
+		return
+	}
+	now, err := s.st.now(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	rows, err := s.st.leases(ctx, now, key)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(rows) == 0 {
+		http.Error(w, fmt.Sprintf("no key %q in the lease table", key), http.StatusNotFound)
+		return
+	}
+	d := leaseData{Lease: rows[0]}
+	if d.History, err = s.st.exists(ctx, "aegis_lease_grant"); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if d.History {
+		if d.Grants, err = s.st.grants(ctx, key); err != nil {
+			s.fail(w, err)
+			return
+		}
+		if len(d.Grants) > 0 {
+			if newest := d.Grants[0].Token; newest < d.Lease.Token {
+				d.Unrecorded = newest
+			}
+			if oldest := d.Grants[len(d.Grants)-1].Token; oldest > 1 {
+				d.Since = oldest
+			}
+		}
+	}
+	s.render(w, r, "lease", "Lease "+key, d)
+}
