@@ -206,13 +206,21 @@ func measure(ctx context.Context, title string, o options, subjects []*subject) 
 		fmt.Printf("| %s | %.0f | %s | %s | %s |\n", s.name, float64(pairs)/elapsed.Seconds()*float64(o.goroutines), us(means[s]), us(pct(all, 0.50)), us(pct(all, 0.99)))
 	}
 	base, hist := subjects[0], subjects[1]
-	var ratios []float64
+	var ratios, medians []float64
 	for i := range base.rounds {
 		ratios = append(ratios, float64(mean(hist.rounds[i].lat))/float64(mean(base.rounds[i].lat)))
+		medians = append(medians, float64(median(hist.rounds[i].lat))/float64(median(base.rounds[i].lat)))
 	}
+	fmt.Print("\nThe rounds' ratios of p50s, in order:")
+	for _, m := range medians {
+		fmt.Printf(" %.2f", m)
+	}
+	fmt.Println(".")
 	slices.Sort(ratios)
-	fmt.Printf("\nRatio %s / %s of the mean pair: %.2f (median of the rounds' ratios %.2f, range %.2f–%.2f). Load average now: `%s`.\n\n",
-		hist.name, base.name, float64(means[hist])/float64(means[base]), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], loadavg())
+	slices.Sort(medians)
+	fmt.Printf("Ratio %s / %s of the mean pair: %.2f (median of the rounds' ratios %.2f, range %.2f–%.2f); of the rounds' p50s: median %.2f, range %.2f–%.2f. Load average now: `%s`.\n\n",
+		hist.name, base.name, float64(means[hist])/float64(means[base]), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1],
+		medians[len(medians)/2], medians[0], medians[len(medians)-1], loadavg())
 	return nil
 }
 
@@ -267,6 +275,12 @@ func mean(ds []time.Duration) time.Duration {
 		sum += d
 	}
 	return sum / time.Duration(len(ds))
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return pct(s, 0.5)
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {

@@ -124,13 +124,24 @@ func TestHistoryKeepsTheLastN(t *testing.T) {
 	require.NoError(t, p.QueryRow(ctx, `SELECT granted_at, now() FROM aegis_lease_grant WHERE key = 'k' AND token = 7`).Scan(&at, &now))
 	require.WithinDuration(t, now, at, 10*time.Second, "granted at, in database time")
 
-	// A Locker that lowers N trims to its own N at its next grant.
+	// A Locker with a smaller N deletes the one grant that falls off its
+	// own N, and the rest at the sweep of every 64th token.
 	c, err := pglease.New(p, &pglease.Config{Holder: "c", History: 1})
 	require.NoError(t, err)
 	lease, err := c.TryAcquire(ctx, "k", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, c.Release(ctx, lease))
-	require.Equal(t, []grant{{8, "c"}}, history(t, p, "k"))
+	require.Equal(t, []grant{{5, "a"}, {6, "a"}, {8, "c"}}, history(t, p, "k"))
+	for lease.Token < 63 {
+		lease, err = c.TryAcquire(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, lease))
+	}
+	require.Equal(t, []grant{{5, "a"}, {6, "a"}, {63, "c"}}, history(t, p, "k"))
+	lease, err = c.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, c.Release(ctx, lease))
+	require.Equal(t, []grant{{64, "c"}}, history(t, p, "k"), "token 64 sweeps")
 	require.NoError(t, a.Release(ctx, other))
 }
 

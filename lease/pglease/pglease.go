@@ -35,6 +35,14 @@
 // that expires sends nothing, so waiters also poll, every 100ms at most.
 // TryAcquire refuses a key that waiters are queued for (ErrHeld), which it
 // learns from the key's own row; a release nobody waits for sends no NOTIFY.
+//
+// Operators: each grant writes a holder name (Config.Holder, "host/pid" by
+// default) beside its owner, so that a console can show who holds a key
+// without the owner id, which stays a secret. With Config.History, each
+// grant also records (key, token, holder, time) in a history table and
+// trims the key's grants beyond the last History, in the grant's own
+// statement (a data-modifying CTE), so a grant is still one round trip. It
+// is off by default: it adds two writes to every grant.
 package pglease
 
 import (
@@ -79,7 +87,9 @@ type Config struct {
 	// inserts a row and deletes the one that falls off, in the grant's own
 	// statement. Default 0: off, because it adds two writes to every grant
 	// (see docs/decisions.md). At most 1000. Lockers of one table may
-	// differ: the history then has gaps where a Locker without it granted.
+	// differ: the history then has gaps where a Locker without it granted,
+	// and the grants that one with a smaller History leaves above its own
+	// bound are deleted at every 64th token (see recordSQL).
 	History int
 }
 

@@ -79,18 +79,29 @@ SELECT token FROM g`
 // recordSQL inserts the grant that g returned into the history and deletes
 // the key's grants beyond the last %[4]d. A key's token goes up by exactly
 // one per grant (only the grant statements change it, and the row is never
-// deleted), so its last N grants are the tokens above token-N: the trim is
-// one range of the primary key, whatever the history's length. The DELETE
-// cannot see the row this statement inserts (one snapshot) and need not:
-// the new token is never below the bound. A key whose lease row was deleted
-// by hand starts again at token 1; ON CONFLICT overwrites the old grant of
-// that token instead of failing the grant.
+// deleted), so the grant that falls off is the one of token-N: trimmed
+// deletes that one row by its primary key. A range (token <= token-N)
+// would also catch the grants that an equality misses (a Locker with a
+// smaller History, or without one, granted in between), but a range scan
+// walks from the key's first index entry, over every row deleted since the
+// last vacuum: under a steady stream of grants to one key its cost grew
+// until autovacuum came by (acquire+release 1.35× to 11× the cost without
+// history, against 1.22× for the equality; docs/decisions.md). So the range
+// runs only on every 64th token (swept): what the equality missed stays
+// until then, at most the grants since the last sweep. Neither DELETE sees
+// the row this statement inserts (one snapshot), and neither needs to: the
+// new token is never below the bound. A key whose lease row was deleted by
+// hand starts again at token 1; ON CONFLICT overwrites the old grant of that
+// token instead of failing the grant.
 const recordSQL = `, recorded AS (
 	INSERT INTO %[3]s (key, token, holder, granted_at)
 	SELECT $1, token, $4, granted_at FROM g
 	ON CONFLICT (key, token) DO UPDATE SET holder = excluded.holder, granted_at = excluded.granted_at
 ), trimmed AS (
-	DELETE FROM %[3]s WHERE key = $1 AND token <= (SELECT token FROM g) - %[4]d
+	DELETE FROM %[3]s WHERE key = $1 AND token = (SELECT token FROM g) - %[4]d
+), swept AS (
+	DELETE FROM %[3]s WHERE key = $1 AND token < (SELECT token FROM g) - %[4]d
+	  AND (SELECT token FROM g) %% 64 = 0 -- a one-time filter: no scan on other tokens
 )`
 
 // grantQueuedSQL is the grant of waiter $2: it takes the key unless a live

@@ -27,6 +27,13 @@
 // Open opens a database with the settings this package expects (WAL, a busy
 // timeout, synchronous=FULL so that a token, once granted, survives a power
 // loss).
+//
+// Operators: each grant writes a holder name (Config.Holder, "host/pid" by
+// default) beside its owner, so that a console can show who holds a key
+// without the owner id, which stays a secret. With Config.History, each
+// grant also records (key, token, holder, time) in a history table and
+// trims the key's grants beyond the last History, in the grant's
+// transaction. It is off by default: it adds two writes to every grant.
 package sqlitelease
 
 import (
