@@ -52,19 +52,19 @@ func TestHolder(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
-	web, err := sqlitelease.New(db, &sqlitelease.Config{Holder: "web-1 (billing)"})
+	web, err := sqlitelease.New(db, &sqlitelease.Config{Holder: "web-1 (o'brien's; DROP TABLE x)"})
 	require.NoError(t, err)
 	lease, err := web.TryAcquire(ctx, "invoice", time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, "web-1 (billing)", holderOf(t, db, "invoice"))
+	require.Equal(t, "web-1 (o'brien's; DROP TABLE x)", holderOf(t, db, "invoice"))
 	var owner string
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT owner FROM aegis_lease WHERE key = 'invoice'`).Scan(&owner))
 	require.Equal(t, lease.Owner, owner)
 
 	require.NoError(t, web.Renew(ctx, lease, time.Minute))
-	require.Equal(t, "web-1 (billing)", holderOf(t, db, "invoice"), "renew keeps the holder")
+	require.Equal(t, "web-1 (o'brien's; DROP TABLE x)", holderOf(t, db, "invoice"), "renew keeps the holder")
 	require.NoError(t, web.Release(ctx, lease))
-	require.Equal(t, "web-1 (billing)", holderOf(t, db, "invoice"), "release keeps the last holder")
+	require.Equal(t, "web-1 (o'brien's; DROP TABLE x)", holderOf(t, db, "invoice"), "release keeps the last holder")
 
 	def, err := sqlitelease.New(db, nil)
 	require.NoError(t, err)

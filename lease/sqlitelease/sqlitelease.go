@@ -242,6 +242,10 @@ func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 		return nil, err
 	}
 	lease, waiter := t.lease, t.waiter
+	returning := ""
+	if c.History > 0 {
+		returning = ", granted_ms"
+	}
 	return &Locker{rows: rowlease.Locker{
 		Name: "sqlitelease",
 		Store: statements{
@@ -251,8 +255,8 @@ func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 			record:  fmt.Sprintf(recordSQL, t.grant),
 			trim:    fmt.Sprintf(trimSQL, t.grant),
 			busy:    fmt.Sprintf("PRAGMA busy_timeout = %d", c.BusyTimeout.Milliseconds()),
-			grant:   fmt.Sprintf(grantSQL, lease),
-			queued:  fmt.Sprintf(grantQueuedSQL, lease, waiter),
+			grant:   fmt.Sprintf(grantSQL, lease, waiter, holderLiteral(c.Holder), returning),
+			queued:  fmt.Sprintf(grantQueuedSQL, lease, waiter, holderLiteral(c.Holder), returning),
 			unhint:  fmt.Sprintf(unhintSQL, lease, waiter),
 			renew:   fmt.Sprintf(renewSQL, lease),
 			release: fmt.Sprintf(releaseSQL, lease),
@@ -265,6 +269,13 @@ func newLocker(db *sql.DB, cfg *Config) (*Locker, error) {
 		// queued nobody else takes a freed key.
 		Poll: backoff.Backoff{Min: 2 * time.Millisecond, Max: 50 * time.Millisecond},
 	}}, nil
+}
+
+// holderLiteral quotes a checked holder name (rowlease.CheckHolder: valid
+// UTF-8, no control character) as an SQLite string literal, in which only
+// the quote itself needs escaping.
+func holderLiteral(h string) string {
+	return "'" + strings.ReplaceAll(h, "'", "''") + "'"
 }
 
 // ms converts a TTL to whole milliseconds, rounding up: the store never
@@ -318,7 +329,11 @@ func (s statements) Grant(ctx context.Context, key, owner string, ttl time.Durat
 			stmt = s.queued
 		}
 		var granted int64
-		if err := conn.QueryRowContext(ctx, stmt, key, owner, ms(ttl), s.holder).Scan(&token, &granted); err != nil {
+		dest := []any{&token}
+		if s.history > 0 {
+			dest = append(dest, &granted)
+		}
+		if err := conn.QueryRowContext(ctx, stmt, key, owner, ms(ttl)).Scan(dest...); err != nil {
 			return err
 		}
 		if queued {
