@@ -3,18 +3,22 @@ package console_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"html"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
@@ -201,4 +205,43 @@ func TestLeasesWithoutHolderColumn(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Regexp(t, `data-key="v1" data-live="false"><td><a href="/leases/v1"><code>v1</code></a></td><td class="num token">41</td><td class="holder"><span class="missing"[^>]*>—</span>`, body)
 	require.NotContains(t, body, "secret-owner-v1")
+}
+
+// In Chromium: the leases page links a key to its page, which lists its
+// grants with their holders, newest first.
+func TestLeaseGrantsInChromium(t *testing.T) {
+	t.Parallel()
+	pool, db := pgLeases(t)
+	web1, err := pglease.New(pool, &pglease.Config{Holder: "web-1", History: 10})
+	require.NoError(t, err)
+	web2, err := pglease.New(pool, &pglease.Config{Holder: "web-2", History: 10})
+	require.NoError(t, err)
+	const key = "invoice-export/2026-10"
+	cycle(t, web1, key, 1)
+	held, err := web2.TryAcquire(t.Context(), key, time.Minute)
+	require.NoError(t, err)
+	ts := serve(t, &console.Config{DB: db})
+	ctx, exceptions := chromium.Start(t, 60*time.Second)
+	text := func() string {
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		return s
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
+	}
+	do("open the leases", chromedp.Navigate(ts.URL+"/leases"), chromedp.WaitVisible(chromedp.CSS(`#leases`)))
+	holder, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`tr[data-key="invoice-export/2026-10"] .holder`)))
+	require.NoError(t, err)
+	require.Equal(t, "web-2", holder)
+	do("open the key", chromedp.Click(chromedp.CSS(`tr[data-key="invoice-export/2026-10"] a`)), chromedp.WaitVisible(chromedp.CSS(`#grants`)))
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#grants tbody tr')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)`))
+	require.NoError(t, err)
+	require.Equal(t, []string{fmt.Sprint(held.Token) + " web-2", fmt.Sprint(held.Token-1) + " web-1"}, rows)
+	if *screenshots {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile("../../../docs/console-lease-grants.png", png, 0o644))
+	}
+	require.Empty(t, exceptions())
 }
