@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -20,12 +21,30 @@ const MaxHistory = 1000
 
 // DefaultHolder is "host/pid": which process took a key, enough to find it
 // on a dashboard or in ps. A host whose name cannot be read is "unknown".
+// It always passes CheckHolder: a control character or invalid UTF-8 in
+// the host name becomes '?', and a name too long is cut, so that a Locker
+// with the default config never fails on its host's name.
 func DefaultHolder() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown"
 	}
-	return host + "/" + strconv.Itoa(os.Getpid())
+	return defaultHolder(host, os.Getpid())
+}
+
+func defaultHolder(host string, pid int) string {
+	suffix := "/" + strconv.Itoa(pid)
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(host, "?") {
+		if unicode.IsControl(r) {
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r)+len(suffix) > MaxHolderLen {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String() + suffix
 }
 
 // CheckHolder checks a holder name: at most MaxHolderLen bytes of UTF-8,
