@@ -71,6 +71,7 @@ type binder struct {
 	jobs map[string]*job // bound catalog jobs by name
 
 	reported map[string]int64 // unhandled or unbindable schedules, reported at this version
+	runNow   map[string]int64 // the last run now fired, by schedule (ms)
 	lastGen  int64
 }
 
@@ -81,7 +82,7 @@ const pollEvery = 500 * time.Millisecond
 // bind reconciles this replica's catalog jobs with the catalog until ctx
 // ends, then stops them (their runs end as a Stop ends them).
 func (s *Scheduler) bind(ctx context.Context) {
-	b := &binder{s: s, cat: s.cfg.Catalog, jobs: make(map[string]*job), reported: make(map[string]int64)}
+	b := &binder{s: s, cat: s.cfg.Catalog, jobs: make(map[string]*job), reported: make(map[string]int64), runNow: make(map[string]int64)}
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	if b.cat.dialect == migrate.Postgres {
@@ -260,6 +261,7 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 		}
 	}
 	b.s.setBound(slices.Collect(maps.Values(b.jobs)))
+	b.fireRunsNow(ctx, want)
 	b.s.readyOnce.Do(func() { close(b.s.ready) })
 }
 
@@ -335,7 +337,7 @@ func (b *binder) unbind(name string) {
 // or one transaction (SQLite). refused is true when the catalog refused
 // the tick (paused, deleted, or changed at this fire time); won false when
 // another node has the tick.
-func (s *Scheduler) claimCatalog(ctx context.Context, j *job, f time.Time, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
+func (s *Scheduler) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("schedule: claim %q at %s: %w", j.Name, f.UTC().Format(time.RFC3339Nano), err)
@@ -343,7 +345,7 @@ func (s *Scheduler) claimCatalog(ctx context.Context, j *job, f time.Time, ttl t
 	}()
 	st, cat := s.cfg.Store, s.cfg.Catalog
 	spec, tz := j.bound.sched.specAt(f)
-	check := []any{cat.ns, j.Name, f.UnixMilli(), spec, tz}
+	check := []any{cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff}
 	if st.dialect == migrate.Postgres {
 		var (
 			args         sql.NullString
@@ -399,7 +401,7 @@ func (s *Scheduler) checkCatalog(ctx context.Context, q interface {
 		stmt += " FOR SHARE"
 	}
 	var args string
-	err = q.QueryRowContext(ctx, stmt, cat.ns, j.Name, f.UnixMilli(), spec, tz).Scan(&args, &c.version)
+	err = q.QueryRowContext(ctx, stmt, cat.ns, j.Name, f.UnixMilli(), spec, tz, false).Scan(&args, &c.version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, false, nil
 	}

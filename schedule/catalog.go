@@ -84,6 +84,9 @@ type Entry struct {
 	Resumed     time.Time // the last Resume: no tick before it runs (zero: never paused)
 	Created     time.Time
 	Updated     time.Time
+	// RunNow is the fire time of the latest Catalog.RunNow (zero: none):
+	// the fire time of its run in the run table.
+	RunNow time.Time
 	// Replicas are the live replicas of the namespace that have the
 	// handler; MissingOn the live ones that do not (Get and List fill
 	// them from the replicas' heartbeats).
@@ -317,11 +320,14 @@ type row struct {
 	version              int64
 	createdMS, updatedMS int64
 	keepAlive            bool
+	runNowMS             sql.NullInt64 // the latest RunNow's fire time
+	readMS               int64         // the store's time when the row was read
 }
 
 func (r *row) scan(sc interface{ Scan(...any) error }) error {
 	return sc.Scan(&r.name, &r.spec, &r.tz, &r.prevSpec, &r.prevTZ, &r.effectiveMS, &r.resumedMS, &r.handler, &r.args, &r.enabled,
-		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS, &r.keepAlive)
+		&r.misfire, &r.overlap, &r.deadlineMS, &r.catchUp, &r.attempts, &r.mostMS, &r.leastMS, &r.version, &r.createdMS, &r.updatedMS, &r.keepAlive,
+		&r.runNowMS, &r.readMS)
 }
 
 // entry converts a row. A row this program cannot read (written by a newer
@@ -349,6 +355,9 @@ func (r *row) entry(ns string) (Entry, error) {
 	}
 	if r.resumedMS != 0 {
 		e.Resumed = time.UnixMilli(r.resumedMS).UTC()
+	}
+	if r.runNowMS.Valid {
+		e.RunNow = time.UnixMilli(r.runNowMS.Int64).UTC()
 	}
 	var err error
 	if e.Misfire, err = ParseMisfire(r.misfire); err != nil {

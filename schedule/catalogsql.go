@@ -17,9 +17,15 @@ type catalogSQL struct {
 	replicas, heartbeat, leave         string
 	// check is the catalog half of a claim: the row exists, is enabled,
 	// fire time $3 is not before its last resume, and follows spec $4 in
-	// zone $5 (the new spec from effective_at, the previous one before).
-	// $1 namespace, $2 name. It returns the args and version the run gets.
+	// zone $5 (the new spec from effective_at, the previous one before)
+	// or, when $6 (a run now), is the row's latest RunNow. $1 namespace,
+	// $2 name. It returns the args and version the run gets.
 	check string
+	// runNow records a RunNow at $3 (ms) on an enabled row; take is lease
+	// mode's claim of the run now at $3: the first replica to take it
+	// runs it (the lease alone would let a replica that saw the request
+	// after another's run had ended run it again). $1 namespace, $2 name.
+	runNow, take string
 }
 
 func (q catalogSQL) format(names []any) catalogSQL {
@@ -28,13 +34,15 @@ func (q catalogSQL) format(names []any) catalogSQL {
 		bump: f(q.bump), generation: f(q.generation), known: f(q.known),
 		get: f(q.get), list: f(q.list), put: f(q.put), setEnabled: f(q.setEnabled), delete: f(q.delete),
 		replicas: f(q.replicas), heartbeat: f(q.heartbeat), leave: f(q.leave), check: f(q.check),
+		runNow: f(q.runNow), take: f(q.take),
 	}
 }
 
 const catalogColumnsPG = `name, spec, tz, prev_spec, prev_tz, (extract(epoch FROM effective_at) * 1000)::bigint,
 	(extract(epoch FROM resumed_at) * 1000)::bigint, handler, args::text, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
-	(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint, keep_alive`
+	(extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint, keep_alive,
+	(extract(epoch FROM run_now_at) * 1000)::bigint, (extract(epoch FROM now()) * 1000)::bigint`
 
 var catalogPostgres = catalogSQL{
 	migrations: []migrate.Migration{
@@ -77,6 +85,10 @@ var catalogPostgres = catalogSQL{
 		// ShedLock without KeepAliveLockProvider: a run ends at
 		// LockAtMostFor, whether it finished or not.
 		{Version: 4, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS keep_alive boolean NOT NULL DEFAULT true`},
+		// Catalog.RunNow: the fire time of the latest one-off run (NULL:
+		// none), and whether a lease-mode replica has taken it.
+		{Version: 5, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS run_now_at timestamptz`},
+		{Version: 6, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS run_now_taken boolean NOT NULL DEFAULT false`},
 	},
 	bump: `INSERT INTO %[2]s AS n (namespace, generation, updated_at) VALUES ($1, 1, now())
 ON CONFLICT (namespace) DO UPDATE SET generation = n.generation + 1, updated_at = now()
@@ -112,8 +124,17 @@ ON CONFLICT (namespace, node) DO UPDATE SET handlers = $3, seen_at = now()`,
 	check: `SELECT args::text, version FROM %[1]s
 WHERE namespace = $1 AND name = $2 AND enabled
   AND (timestamptz 'epoch' + $3 * interval '1 millisecond') >= resumed_at -- no tick of a paused time
-  AND CASE WHEN (timestamptz 'epoch' + $3 * interval '1 millisecond') < effective_at
+  AND CASE WHEN $6::boolean -- a run now: the latest request, not one a later RunNow superseded
+      THEN run_now_at = (timestamptz 'epoch' + $3 * interval '1 millisecond')
+      WHEN (timestamptz 'epoch' + $3 * interval '1 millisecond') < effective_at
       THEN prev_spec = $4 AND prev_tz = $5 ELSE spec = $4 AND tz = $5 END`,
+	runNow: `UPDATE %[1]s SET run_now_at = timestamptz 'epoch' + $3 * interval '1 millisecond', run_now_taken = false
+WHERE namespace = $1 AND name = $2 AND enabled`,
+	take: `UPDATE %[1]s SET run_now_taken = true
+WHERE namespace = $1 AND name = $2 AND enabled AND NOT run_now_taken
+  AND run_now_at = timestamptz 'epoch' + $3 * interval '1 millisecond'
+  AND run_now_at >= resumed_at -- a pause after the request cancelled it
+RETURNING args::text, version`,
 }
 
 var catalogSQLite = catalogSQL{
@@ -155,6 +176,8 @@ var catalogSQLite = catalogSQL{
 	PRIMARY KEY (namespace, node)
 ) WITHOUT ROWID`},
 		{Version: 4, SQL: `ALTER TABLE %[1]s ADD COLUMN keep_alive INTEGER NOT NULL DEFAULT 1`},
+		{Version: 5, SQL: `ALTER TABLE %[1]s ADD COLUMN run_now_ms INTEGER`},
+		{Version: 6, SQL: `ALTER TABLE %[1]s ADD COLUMN run_now_taken INTEGER NOT NULL DEFAULT 0`},
 	},
 	bump: `INSERT INTO %[2]s AS n (namespace, generation, updated_ms) VALUES ($1, 1, ` + sqliteNow + `)
 ON CONFLICT (namespace) DO UPDATE SET generation = n.generation + 1, updated_ms = ` + sqliteNow + `
@@ -180,12 +203,17 @@ ON CONFLICT (namespace, node) DO UPDATE SET handlers = $3, seen_ms = ` + sqliteN
 	leave: `DELETE FROM %[3]s WHERE namespace = $1 AND node = $2`,
 	check: `SELECT args, version FROM %[1]s
 WHERE namespace = $1 AND name = $2 AND enabled AND $3 >= resumed_ms
-  AND CASE WHEN $3 < effective_ms THEN prev_spec = $4 AND prev_tz = $5 ELSE spec = $4 AND tz = $5 END`,
+  AND CASE WHEN $6 THEN run_now_ms = $3
+      WHEN $3 < effective_ms THEN prev_spec = $4 AND prev_tz = $5 ELSE spec = $4 AND tz = $5 END`,
+	runNow: `UPDATE %[1]s SET run_now_ms = $3, run_now_taken = 0 WHERE namespace = $1 AND name = $2 AND enabled`,
+	take: `UPDATE %[1]s SET run_now_taken = 1
+WHERE namespace = $1 AND name = $2 AND enabled AND NOT run_now_taken AND run_now_ms = $3 AND run_now_ms >= resumed_ms
+RETURNING args, version`,
 }
 
 const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, resumed_ms, handler, args, enabled,
 	misfire, overlap, starting_deadline_ms, catch_up_max, max_attempts, lock_at_most_for_ms, lock_at_least_for_ms, version,
-	created_ms, updated_ms, keep_alive`
+	created_ms, updated_ms, keep_alive, run_now_ms, ` + sqliteNow
 
 // claimCatalogPG is run-key mode's claim of a catalog schedule's tick, in
 // one round trip: the row is checked (and share-locked until the insert
@@ -194,18 +222,18 @@ const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, 
 // the run row is inserted on the run key. It returns the args and version
 // (NULL when the catalog refused the tick) and the token and state (NULL
 // when another node has the tick). %[1]s is the run table; the check's
-// $1..$5 are namespace, name, fire ms, spec, tz; $6 token, $7 node, $8 ttl
-// ms, $9 forbid overlap.
+// $1..$6 are namespace, name, fire ms, spec, tz, run now; $7 token, $8
+// node, $9 ttl ms, $10 forbid overlap.
 const claimCatalogPG = `WITH c AS (
 	%[2]s
 	FOR SHARE
 ), ins AS (
 	INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
-	SELECT $1, $2, timestamptz 'epoch' + $3 * interval '1 millisecond', $6, $7, 1,
-	       CASE WHEN $9::boolean AND EXISTS (
+	SELECT $1, $2, timestamptz 'epoch' + $3 * interval '1 millisecond', $7, $8, 1,
+	       CASE WHEN $10::boolean AND EXISTS (
 	           SELECT 1 FROM %[1]s WHERE namespace = $1 AND job = $2 AND state = 'running' AND expires_at > now())
 	       THEN 'skipped' ELSE 'running' END,
-	       now(), now() + $8 * interval '1 millisecond'
+	       now(), now() + $9 * interval '1 millisecond'
 	FROM c
 	ON CONFLICT (namespace, job, fire_at) DO NOTHING
 	RETURNING token, state

@@ -193,7 +193,7 @@ var errDeposed = errors.New("schedule: a newer leader's term has enqueued: this 
 // fireLeader enqueues tick f's run, unless it was enqueued before (by this
 // leader or an earlier one). The tick's run row, the job, and the check of
 // the term token against the election's fence commit together.
-func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err error) {
+func (j *job) fireLeader(ctx context.Context, f time.Time, oneOff bool) (retryable bool, err error) {
 	l := j.s.leader
 	term := l.currentTerm()
 	if term == nil || term.Err() != nil {
@@ -232,7 +232,7 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 			spec, tz := j.bound.sched.specAt(f)
 			var args string
 			var version int64
-			err := tx.QueryRow(ctx, cat.q.check+" FOR SHARE", cat.ns, j.Name, f.UnixMilli(), spec, tz).Scan(&args, &version)
+			err := tx.QueryRow(ctx, cat.q.check+" FOR SHARE", cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff).Scan(&args, &version)
 			if errors.Is(err, pgx.ErrNoRows) {
 				refused = true
 				return nil
@@ -271,7 +271,7 @@ func (j *job) fireLeader(ctx context.Context, f time.Time) (retryable bool, err 
 	case err != nil:
 		return true, err
 	case refused:
-		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(oneOff)})
 		j.s.lookBack()
 		return false, nil
 	case !inserted:

@@ -92,6 +92,7 @@ const (
 	EventUnhandled  EventKind = "unhandled"   // a catalog schedule this replica cannot run (no handler); reported once per version
 	EventRefused    EventKind = "refused"     // the catalog refused a tick: paused, deleted, or changed at that fire time
 	EventNotPrimary EventKind = "not-primary" // the store is a hot standby (read-only): this replica is not the primary, and runs nothing
+	EventRunNow     EventKind = "run-now"     // a Catalog.RunNow reached this replica, which fires it (Fire: its fire time)
 
 	// Leader mode.
 	EventElected  EventKind = "elected"  // this node leads: it enqueues the ticks (Token: the term token)
@@ -548,7 +549,7 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 		j.seen = last
 		j.mu.Unlock()
 		for i, f := range ticks {
-			done := j.fire(ctx, f)
+			done := j.fire(ctx, f, false)
 			if done != nil && i < len(ticks)-1 && j.Overlap != OverlapAllow {
 				// Catching up: one tick after the other, not overlapping.
 				select {
@@ -611,9 +612,10 @@ func (j *job) deadline(f time.Time) time.Duration {
 // retry spaces attempts at a store call that failed.
 var retry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 
-// fire runs tick f under the mode's exclusion. It returns a channel that
-// is closed when the run ends, or nil when this node does not run it.
-func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
+// fire runs tick f (a Catalog.RunNow's when oneOff) under the mode's
+// exclusion. It returns a channel that is closed when the run ends, or nil
+// when this node does not run it.
+func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}) {
 	if !j.overlap(f) {
 		return nil
 	}
@@ -622,11 +624,11 @@ func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
 		var retryable bool
 		switch j.s.mode {
 		case modeRunKey:
-			done, retryable, err = j.fireRunKey(ctx, f)
+			done, retryable, err = j.fireRunKey(ctx, f, oneOff)
 		case modeLease:
-			done, retryable, err = j.fireLease(ctx, f)
+			done, retryable, err = j.fireLease(ctx, f, oneOff)
 		case modeLeader:
-			retryable, err = j.fireLeader(ctx, f)
+			retryable, err = j.fireLeader(ctx, f, oneOff)
 		}
 		if err == nil || !retryable || ctx.Err() != nil {
 			break
@@ -642,7 +644,7 @@ func (j *job) fire(ctx context.Context, f time.Time) (done <-chan struct{}) {
 		// The store is unreachable: fail closed, and retry while the tick
 		// is on time.
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
-		if j.s.cfg.Clock.Now().Sub(f) > j.deadline(f) {
+		if j.s.cfg.Clock.Now().Sub(f) > j.startBy(f, oneOff) {
 			j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Reason: "the store did not answer before the starting deadline", Err: err, Attempt: 1})
 			return nil
 		}
@@ -711,7 +713,7 @@ func (j *job) cancelReplaced(f time.Time) {
 }
 
 // fireRunKey claims tick f's run row and runs it if this node won.
-func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
+func (j *job) fireRunKey(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
 	st := j.s.cfg.Store
 	start := time.Now() // before the claim is sent: the local deadline's start
 	cctx, cancel := claimContext(ctx)
@@ -722,7 +724,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 		won, refused bool
 	)
 	if j.bound != nil {
-		c, token, state, won, refused, err = j.s.claimCatalog(cctx, j, f, j.LockAtMostFor, j.Overlap == OverlapForbid)
+		c, token, state, won, refused, err = j.s.claimCatalog(cctx, j, f, oneOff, j.LockAtMostFor, j.Overlap == OverlapForbid)
 	} else {
 		token, state, won, err = st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
 	}
@@ -732,7 +734,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time) (done <-chan struct{}
 	}
 	switch {
 	case refused:
-		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(oneOff)})
 		j.s.lookBack()
 		return nil, false, nil
 	case won && state == "running" && j.runContext(ctx).Err() != nil:
@@ -787,7 +789,7 @@ func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, a
 }
 
 // fireLease runs tick f under the job's lease, if this node acquires it.
-func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{}, retryable bool, err error) {
+func (j *job) fireLease(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
 	locker := j.s.cfg.Locker
 	key := j.key()
 	if j.Overlap == OverlapAllow {
@@ -813,7 +815,7 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 	if err != nil {
 		return nil, !errors.Is(err, aegis.ErrInvalid), err
 	}
-	if late := j.s.cfg.Clock.Now().Sub(f); late > j.deadline(f) {
+	if late := j.s.cfg.Clock.Now().Sub(f); late > j.startBy(f, oneOff) {
 		// A grant that came this late (the lease server was slow, or a
 		// row lock held it up) may follow another replica's whole run of
 		// the tick, its lease released after LockAtLeastFor: running it
@@ -822,16 +824,22 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		defer cancel()
 		_ = locker.Release(rctx, lease)
 		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Token: lease.Token, Attempt: 1,
-			Reason: fmt.Sprintf("the lease was granted %s after the fire time, past the starting deadline %s: another replica may have run the tick", late.Round(time.Millisecond), j.deadline(f))})
+			Reason: fmt.Sprintf("the lease was granted %s after the fire time, past the starting deadline %s: another replica may have run the tick", late.Round(time.Millisecond), j.startBy(f, oneOff))})
 		return nil, false, nil
 	}
 	var c claimed
 	if j.bound != nil {
 		// The catalog half of the claim, once the lease is ours: a pause
-		// or delete that committed before it is seen.
+		// or delete that committed before it is seen. A run now is taken:
+		// the lease alone would not keep a replica that saw the request
+		// after another's run had ended from running it again.
 		var ok bool
 		cctx, cancel := claimContext(ctx)
-		c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+		if oneOff {
+			c, ok, err = j.s.takeRunNow(cctx, j, f)
+		} else {
+			c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+		}
 		cancel()
 		if err != nil || !ok {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -841,8 +849,12 @@ func (j *job) fireLease(ctx context.Context, f time.Time) (done <-chan struct{},
 		if err != nil {
 			return nil, true, err
 		}
+		if !ok && oneOff {
+			j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another replica took the run now, a later RunNow replaced it, or the schedule was paused or deleted"})
+			return nil, false, nil
+		}
 		if !ok {
-			j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: "the catalog refused the tick: the schedule is paused, deleted or changed at this fire time"})
+			j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(false)})
 			j.s.lookBack()
 			return nil, false, nil
 		}
