@@ -2,7 +2,7 @@
 // production database of Aegis (PostgreSQL, or SQLite for one host). It
 // shows who holds which lease key with which token, the schedule catalog
 // with its runs (stuck ones first), and the fence's resources, and lets an
-// operator pause and resume a schedule after a confirmation.
+// operator pause, resume and run now a schedule after a confirmation.
 //
 // Access: a console on a loopback address serves loopback names only; on
 // any other address it needs a token or a user and password on every
@@ -158,7 +158,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // notices are what a page says after a change redirected to it.
-var notices = map[string]string{"paused": "Paused: no replica starts a tick of it from now on", "resumed": "Resumed: the replicas run it from its next tick"}
+var notices = map[string]string{
+	"paused":  "Paused: no replica starts a tick of it from now on",
+	"resumed": "Resumed: the replicas run it from its next tick",
+	"run-now": "Run now requested: one replica runs it within a second or so; its run appears below with its node and token",
+}
 
 // page is what every template gets.
 type page struct {
@@ -366,13 +370,16 @@ func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "schedules", "Schedule "+name, d)
 }
 
-// ops are the schedule edits: what the confirmation asks and what it does.
+// ops are the schedule edits: what the confirmation asks, what it does,
+// and the notice the page shows after it.
 var ops = map[string]struct {
-	verb, question string
-	do             func(*schedule.Catalog, context.Context, string) (schedule.Entry, error)
+	verb, question, done string
+	do                   func(*schedule.Catalog, context.Context, string) (schedule.Entry, error)
 }{
-	"pause":  {"Pause", "No replica starts a tick of %q from the moment it is paused; runs already going finish.", (*schedule.Catalog).Pause},
-	"resume": {"Resume", "The replicas run %q again from its next tick; ticks missed while paused are not run.", (*schedule.Catalog).Resume},
+	"pause":  {"Pause", "No replica starts a tick of %q from the moment it is paused; runs already going finish.", "paused", (*schedule.Catalog).Pause},
+	"resume": {"Resume", "The replicas run %q again from its next tick; ticks missed while paused are not run.", "resumed", (*schedule.Catalog).Resume},
+	"run-now": {"Run now", "One extra run of %q starts as soon as the replicas see the request, on one of them, with its own fencing token, as a tick would (its overlap policy applies); its regular ticks do not move.",
+		"run-now", (*schedule.Catalog).RunNow},
 }
 
 type confirmData struct {
@@ -419,12 +426,15 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, schedule.ErrNotFound):
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
+	case errors.Is(err, schedule.ErrPaused):
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
 	case err != nil:
 		s.fail(w, err)
 		return
 	}
 	s.log.Info("console: schedule edited", "op", op, "schedule", name, "version", e.Version)
-	http.Redirect(w, r, "/schedules/"+pathEscape(name)+"?done="+op+"d", http.StatusSeeOther)
+	http.Redirect(w, r, "/schedules/"+pathEscape(name)+"?done="+o.done, http.StatusSeeOther)
 }
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
