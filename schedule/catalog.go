@@ -240,7 +240,7 @@ type CatalogConfig struct {
 //
 // The runbook reads it:
 //
-//	SELECT namespace, name, spec, tz, handler, enabled, version, effective_at FROM aegis_schedule;
+//	SELECT namespace, name, spec, tz, handler, enabled, version, effective_at, run_now_at FROM aegis_schedule;
 type Catalog struct {
 	db        *sql.DB
 	dialect   migrate.Dialect
