@@ -26,9 +26,10 @@ var ErrPaused = errors.New("schedule: paused")
 // that saw the request late does not run it again). The overlap policy
 // applies as to a tick. The regular ticks do not move.
 //
-// A request no replica fired within the schedule's StartingDeadline
-// (default 1 minute) is dropped (EventMisfired). A RunNow before the
-// previous one was claimed replaces it: requests that no replica has
+// A request is fired only by the replicas that read it within the
+// schedule's StartingDeadline (default 1 minute, on the store's clock): a
+// replica that starts later does not run an older one. A RunNow before
+// the previous one was claimed replaces it: requests that no replica has
 // claimed yet give one run. A pause, or a delete, before the claim
 // cancels the request (it is not run after a resume).
 //

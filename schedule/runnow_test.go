@@ -43,19 +43,45 @@ type ranRow struct {
 
 func ranRows(t *testing.T, db *sql.DB, job string) []ranRow {
 	t.Helper()
-	rows, err := db.Query(`SELECT fire_ms, token, node FROM ran WHERE job = $1 ORDER BY fire_ms`, job)
+	out, err := readRan(db, job)
 	require.NoError(t, err)
+	return out
+}
+
+// readRan reads the runs of job in ran; ranRows fails the test on an
+// error, readRan returns it (for a condition polled on another goroutine).
+func readRan(db *sql.DB, job string) ([]ranRow, error) {
+	rows, err := db.Query(`SELECT fire_ms, token, node FROM ran WHERE job = $1 ORDER BY fire_ms`, job)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	var out []ranRow
 	for rows.Next() {
 		var r ranRow
 		var ms int64
-		require.NoError(t, rows.Scan(&ms, &r.token, &r.node))
+		if err := rows.Scan(&ms, &r.token, &r.node); err != nil {
+			return nil, err
+		}
 		r.fire = time.UnixMilli(ms).UTC()
 		out = append(out, r)
 	}
-	require.NoError(t, rows.Err())
-	return out
+	return out, rows.Err()
+}
+
+// waitRan polls the runs of job in ran until enough says they are
+// enough, for at most 30s; a query error ends the wait with the error.
+func waitRan(t *testing.T, db *sql.DB, job string, enough func([]ranRow) bool, what string) {
+	t.Helper()
+	var err error
+	require.Eventually(t, func() bool {
+		var rs []ranRow
+		if rs, err = readRan(db, job); err != nil {
+			return true
+		}
+		return enough(rs)
+	}, 30*time.Second, 20*time.Millisecond, what)
+	require.NoError(t, err, what)
 }
 
 // events collects the events of every replica.
@@ -117,6 +143,7 @@ func TestRunNowOnceAcrossReplicas(t *testing.T) {
 		{"run-key/postgres", "postgres", "run-key"},
 		{"run-key/sqlite", "sqlite", "run-key"},
 		{"lease/postgres", "postgres", "lease"},
+		{"lease/sqlite", "sqlite", "lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -331,19 +358,19 @@ func TestRunNowKeepsTheTicks(t *testing.T) {
 		require.NoError(t, s.Start(ctx))
 		t.Cleanup(func() { stop(t, s) })
 	}
-	require.Eventually(t, func() bool { return len(ranRows(t, db, "tick")) >= 2 }, 30*time.Second, 20*time.Millisecond, "two ticks run")
+	waitRan(t, db, "tick", func(rs []ranRow) bool { return len(rs) >= 2 }, "two ticks run")
 	e, err := admin.RunNow(ctx, "tick")
 	require.NoError(t, err)
 	f := e.RunNow
-	require.Eventually(t, func() bool {
+	waitRan(t, db, "tick", func(rs []ranRow) bool {
 		after := 0
-		for _, r := range ranRows(t, db, "tick") {
+		for _, r := range rs {
 			if r.fire.After(f.Add(time.Second)) {
 				after++
 			}
 		}
 		return after >= 2
-	}, 30*time.Second, 20*time.Millisecond, "two ticks after the run now run")
+	}, "two ticks after the run now run")
 	seen := map[time.Time]int{}
 	for _, r := range ranRows(t, db, "tick") {
 		seen[r.fire]++
@@ -406,11 +433,10 @@ func TestRunNowRefusedAndReplaced(t *testing.T) {
 			require.NoError(t, err)
 			// Fire times are the store's milliseconds: wait for the next.
 			require.Eventually(t, func() bool {
-				var err error
 				e, err = admin.RunNow(ctx, "report")
-				require.NoError(t, err)
-				return e.RunNow.After(first.RunNow)
+				return err != nil || e.RunNow.After(first.RunNow)
 			}, 10*time.Second, time.Millisecond, "a second RunNow gets a later fire time")
+			require.NoError(t, err)
 			// Cancelled: a pause and a resume after the request.
 			c, err := admin.RunNow(ctx, "cancelled")
 			require.NoError(t, err)

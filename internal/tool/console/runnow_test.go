@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -87,9 +88,15 @@ func requireRunNowRuns(t *testing.T, ts string, db *sql.DB) {
 	row := regexp.MustCompile(`data-job="rebuild" data-state="succeeded" data-token="(\d+)"><td>rebuild</td><td>` + regexp.QuoteMeta(fire) + `</td><td>([^<]+)</td>`)
 	var got []string
 	require.Eventually(t, func() bool {
-		_, body := get(t, c, ts+"/schedules/rebuild")
-		got = row.FindStringSubmatch(body)
-		return got != nil
+		// Not get: its require would end this polling goroutine, not the test.
+		resp, err := c.Get(ts + "/schedules/rebuild")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		got = row.FindStringSubmatch(string(b))
+		return err == nil && got != nil
 	}, 30*time.Second, 20*time.Millisecond, "the run now's run appears on the page, succeeded")
 	st, err := schedule.NewStore(ctx, db, nil)
 	require.NoError(t, err)
