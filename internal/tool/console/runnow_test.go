@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -178,4 +180,54 @@ func TestRunNowReadOnly(t *testing.T) {
 	e, err := cat.Get(t.Context(), "export")
 	require.NoError(t, err)
 	require.True(t, e.RunNow.IsZero(), "a read-only console asked for no run")
+}
+
+// An operator in Chromium asks for a run now through the confirmation
+// (the browser's own form post: its Origin and the CSRF field) and sees
+// the run appear with its node and token.
+func TestRunNowInChromium(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cat, err := schedule.NewCatalog(t.Context(), f.db, nil)
+	require.NoError(t, err)
+	_, err = cat.Put(t.Context(), schedule.Entry{Name: "rebuild", Every: time.Hour, Handler: "rebuild"})
+	require.NoError(t, err)
+	pool, err := pgxpool.New(t.Context(), testenv.PostgresURL(t))
+	require.NoError(t, err)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close(); pool.Close() })
+	replicaOn(t, db, "replica-0")
+	ts := serve(t, &console.Config{DB: f.db})
+
+	ctx, exceptions := chromium.Start(t, 60*time.Second)
+	text := func() string {
+		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		return s
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
+	}
+	do("open the schedule", chromedp.Navigate(ts.URL+"/schedules/rebuild"), chromedp.WaitVisible(chromedp.CSS(`#catalog`)))
+	do("ask to run it now", chromedp.Click(chromedp.CSS(`tr[data-schedule="rebuild"] a[href="/schedules/rebuild/run-now"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
+	require.Contains(t, text(), "One extra run of")
+	do("confirm", chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`#run-now`)))
+	require.Contains(t, text(), "Run now requested")
+	e, err := cat.Get(t.Context(), "rebuild")
+	require.NoError(t, err)
+	require.False(t, e.RunNow.IsZero(), "the page's request is in the catalog")
+
+	const done = `tr[data-job="rebuild"][data-state="succeeded"]`
+	require.Eventually(t, func() bool {
+		if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/schedules/rebuild"), chromedp.WaitVisible(chromedp.CSS(`#catalog`))); err != nil {
+			return false
+		}
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('`+done+`') !== null`))
+		return err == nil && ok
+	}, 30*time.Second, 100*time.Millisecond, "the run appears on the reloaded page")
+	row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(done)))
+	require.NoError(t, err)
+	require.Contains(t, row, "replica-0")
+	require.Contains(t, row, e.RunNow.UTC().Format("2006-01-02 15:04:05.000"))
+	require.Empty(t, exceptions())
 }
