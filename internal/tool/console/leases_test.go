@@ -207,8 +207,10 @@ func TestLeasesWithoutHolderColumn(t *testing.T) {
 	require.NotContains(t, body, "secret-owner-v1")
 }
 
-// In Chromium: the leases page links a key to its page, which lists its
-// grants with their holders, newest first.
+// In Chromium, an operator watches a lease move: web-1 holds the key and
+// stops renewing (a paused or dead process); once its TTL has passed,
+// web-2 is granted it with a greater token, and the reloaded page shows
+// the new holder, and the key's page both grants, newest first.
 func TestLeaseGrantsInChromium(t *testing.T) {
 	t.Parallel()
 	pool, db := pgLeases(t)
@@ -217,8 +219,7 @@ func TestLeaseGrantsInChromium(t *testing.T) {
 	web2, err := pglease.New(pool, &pglease.Config{Holder: "web-2", History: 10})
 	require.NoError(t, err)
 	const key = "invoice-export/2026-10"
-	cycle(t, web1, key, 1)
-	held, err := web2.TryAcquire(t.Context(), key, time.Minute)
+	first, err := web1.TryAcquire(t.Context(), key, time.Second)
 	require.NoError(t, err)
 	ts := serve(t, &console.Config{DB: db})
 	ctx, exceptions := chromium.Start(t, 60*time.Second)
@@ -230,14 +231,35 @@ func TestLeaseGrantsInChromium(t *testing.T) {
 		t.Helper()
 		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
 	}
+	row := `tr[data-key="invoice-export/2026-10"]`
+	cell := func(class string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+` .`+class)))
+		require.NoError(t, err)
+		return v
+	}
 	do("open the leases", chromedp.Navigate(ts.URL+"/leases"), chromedp.WaitVisible(chromedp.CSS(`#leases`)))
-	holder, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`tr[data-key="invoice-export/2026-10"] .holder`)))
-	require.NoError(t, err)
-	require.Equal(t, "web-2", holder)
-	do("open the key", chromedp.Click(chromedp.CSS(`tr[data-key="invoice-export/2026-10"] a`)), chromedp.WaitVisible(chromedp.CSS(`#grants`)))
+	require.Equal(t, "web-1", cell("holder"))
+	require.Equal(t, fmt.Sprint(first.Token), cell("token"))
+
+	// web-1 renews no more; web-2 waits for the key (bounded).
+	wctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	held, err := web2.Acquire(wctx, key, time.Minute)
+	require.NoError(t, err, "web-2 is granted the key once web-1's TTL has passed")
+	require.Greater(t, held.Token, first.Token)
+	do("reload the leases", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#leases`)))
+	require.Equal(t, "web-2", cell("holder"))
+	require.Equal(t, fmt.Sprint(held.Token), cell("token"))
+	if *screenshots {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile("../../../docs/console-lease-moved.png", png, 0o644))
+	}
+	do("open the key", chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.CSS(`#grants`)))
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#grants tbody tr')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)`))
 	require.NoError(t, err)
-	require.Equal(t, []string{fmt.Sprint(held.Token) + " web-2", fmt.Sprint(held.Token-1) + " web-1"}, rows)
+	require.Equal(t, []string{fmt.Sprint(held.Token) + " web-2", fmt.Sprint(first.Token) + " web-1"}, rows)
 	if *screenshots {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
