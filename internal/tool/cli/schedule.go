@@ -27,14 +27,14 @@ import (
 
 var scheduleCommand = command{
 	name:    "schedule",
-	summary: "list, put, pause, resume and remove the catalog's schedules; show their runs",
+	summary: "list, put, pause, resume, run now and remove the catalog's schedules; show their runs",
 	run:     runSchedule,
 }
 
 const scheduleUsage = `
 usage: aegis schedule list   [--namespace NS] [--json]
        aegis schedule put    NAME (--cron SPEC | --every D) [--tz ZONE] --handler H [--args JSON] [--namespace NS]
-       aegis schedule pause|resume|rm NAME [--namespace NS]
+       aegis schedule pause|resume|run-now|rm NAME [--namespace NS]
        aegis schedule runs   NAME [--limit N] [--json]
 
 Schedule edits the catalog of schedules (package schedule's Catalog) and
@@ -54,6 +54,10 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	        A warning says when no live replica has --handler
 	pause   claim no tick of NAME from now on; a run going ends normally
 	resume  run NAME again from its next tick
+	run-now one extra run of NAME as soon as a replica with its handler
+	        reads the request (within a second), on one replica, with its
+	        own fencing token, recorded as a run; its regular ticks stay.
+	        Refused for a paused schedule
 	rm      delete NAME; its runs stay in the run table
 	runs    NAME's latest runs, newest first: fire time, node, fencing
 	        token, attempt, start, end and outcome (also of a deleted
@@ -91,12 +95,13 @@ type scheduleFlags struct {
 // scheduleSubs are the subcommands and the flags each takes beyond --store
 // and --namespace.
 var scheduleSubs = map[string][]string{
-	"list":   {"json"},
-	"put":    {"put"},
-	"pause":  nil,
-	"resume": nil,
-	"rm":     nil,
-	"runs":   {"limit", "json"},
+	"list":    {"json"},
+	"put":     {"put"},
+	"pause":   nil,
+	"resume":  nil,
+	"run-now": nil,
+	"rm":      nil,
+	"runs":    {"limit", "json"},
 }
 
 func (f *scheduleFlags) register(fs *flagSet, groups []string) {
@@ -238,6 +243,15 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
 		}
 		fmt.Fprintf(stdout, "resumed %s at %s, version %d: it runs from its next tick\n", e.Name, stamp(e.Updated), e.Version)
+	case "run-now":
+		e, err := cat.RunNow(ctx, name)
+		if errors.Is(err, schedule.ErrPaused) {
+			return fmt.Errorf("%s is paused: resume it first (a run now would start a run after its pause)", name)
+		}
+		if err != nil {
+			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+		}
+		fmt.Fprintf(stdout, "asked for a run of %s now (fire time %s): one replica with handler %s runs it, with its own token; `aegis schedule runs %s` shows it\n", e.Name, stamp(e.RunNow), e.Handler, e.Name)
 	case "rm":
 		if err := cat.Delete(ctx, name); err != nil {
 			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
@@ -381,7 +395,7 @@ func catalogError(err error, name, ns string) error {
 		return fmt.Errorf("no schedule %q in namespace %q", name, ns)
 	case errors.Is(err, aegis.ErrInvalid):
 		msg := err.Error()
-		for _, op := range []string{"put", "pause", "resume", "delete", "get"} {
+		for _, op := range []string{"put", "pause", "resume", "delete", "get", "run now"} {
 			msg = strings.TrimPrefix(msg, fmt.Sprintf("schedule: %s %q: ", op, name))
 			msg = strings.TrimPrefix(msg, "schedule: "+op+": ")
 		}

@@ -163,6 +163,9 @@ func TestScheduleEdits(t *testing.T) {
 		require.True(t, tk.Paused)
 		require.Equal(t, "paused", tk.State)
 		require.Regexp(t, `\ntick\s+@every 2s\s+echo\s+paused\s+4\s`, s.ok(t, "list"))
+		code, _, stderr := s.sched(t, "run-now", "tick")
+		require.Equal(t, 1, code, "run-now of a paused schedule is refused: %s", stderr)
+		require.Contains(t, stderr, "tick is paused: resume it first")
 		out = s.ok(t, "put", "tick", "--every", "2s", "--handler", "echo")
 		require.Contains(t, out, "(paused: resume runs it)", "a put keeps a paused schedule paused")
 
@@ -171,6 +174,12 @@ func TestScheduleEdits(t *testing.T) {
 		tk = s.list(t)[1]
 		require.False(t, tk.Paused)
 		require.Equal(t, "enabled", tk.State)
+		out = s.ok(t, "run-now", "tick")
+		require.Regexp(t, "^asked for a run of tick now \\(fire time \\S+\\): one replica with handler echo runs it, with its own token; `aegis schedule runs tick` shows it\n$", out)
+		require.EqualValues(t, 6, s.list(t)[1].Version, "a run now changes no version")
+		code, _, stderr = s.sched(t, "run-now", "nope")
+		require.Equal(t, 1, code)
+		require.Contains(t, stderr, `no schedule "nope" in namespace "default"`)
 
 		// Another namespace sees none of them.
 		require.Empty(t, s.list(t, "--namespace", "other"))
