@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
@@ -162,4 +163,42 @@ func exportHeld(pool *pgxpool.Pool, h *aegis.Held) error {
 		}
 		return exportInvoices(h.Context(), tx, "2026-10") // your writes, in the same transaction
 	})
+}
+
+// A refusal rolls its transaction back, so it is counted after, on the
+// pool: the operator's console shows the count.
+func ExampleCountRefusal() {
+	ctx := context.Background()
+	pool, drop, err := docsnippets.Postgres(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+	if err := fence.Migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	res := "ledger/2026-10"
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, res, 41) }); err != nil {
+		fmt.Println(err)
+		return
+	}
+	token := aegis.Token(40) // a holder paused past its lease comes back
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, res, token) })
+	if _, cerr := fence.CountRefusal(ctx, pool, "", err); cerr != nil { // "": the *StaleError names the resource
+		fmt.Println(cerr)
+		return
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	refusals, err := fence.Refusals(ctx, db, 10)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r := refusals[0]
+	fmt.Println(r.Resource, r.Refusals, r.LastToken, r.LastHeld)
+	// Output:
+	// ledger/2026-10 1 40 41
 }

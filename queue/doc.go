@@ -79,7 +79,9 @@
 // Stop stops claiming, waits for running jobs until its context ends, then
 // hands their leases back with a bumped token. Pause and Resume stop and
 // restart claiming of a queue across all clients. DeadJobs and RetryDead
-// inspect and revive cancelled and discarded jobs. Metrics go to
+// inspect and revive cancelled and discarded jobs, CancelJob sends a live
+// job to them, DiscardDead deletes one for good; they work on a client
+// that was never started (aegis console uses them so). Metrics go to
 // Config.Registerer (see the metrics listed in metrics.go), logs to
 // Config.Logger.
 package queue

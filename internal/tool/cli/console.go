@@ -28,11 +28,15 @@ const consoleUsage = `
 usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only]
 
 Console serves a web console over the database Aegis keeps its state in:
-every lease key with its token and expiry (database time), the schedule
-catalog with each schedule's next fire and the replicas missing its
-handler, the runs with node, token, attempt and outcome (stuck ones
-first), and the fence's resources with their last accepted token.
-Schedules can be paused and resumed, after a confirmation.
+every lease key with its token, holder and expiry (database time) and,
+when the Lockers keep it, its last grants; the schedule catalog with each
+schedule's next fire and the replicas missing its handler, the runs with
+node, token, attempt and outcome (stuck ones first); the queue's jobs by
+queue and state, a job's attempts with their tokens and errors, the last
+hour's throughput and waits, dead letters; and the fence's resources with
+their last accepted token and the refusals counted. After a confirmation,
+a schedule can be paused, resumed or run now, and a dead job retried or
+discarded, a live one cancelled.
 
 The store is --store (postgres://…, or a SQLite file), else
 $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH; it is never printed. On a

@@ -1,8 +1,9 @@
 // Package console is `aegis console`: an operator's web console over a
 // production database of Aegis (PostgreSQL, or SQLite for one host). It
 // shows who holds which lease key with which token, the schedule catalog
-// with its runs (stuck ones first), and the fence's resources, and lets an
-// operator pause, resume and run now a schedule after a confirmation.
+// with its runs (stuck ones first), the queue's jobs, and the fence's
+// resources, and lets an operator pause, resume and run now a schedule,
+// and retry, cancel or discard a job, after a confirmation.
 //
 // Access: a console on a loopback address serves loopback names only; on
 // any other address it needs a token or a user and password on every
