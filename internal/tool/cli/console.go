@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/tool/console"
+	"github.com/aegislab/aegis/internal/tool/webaccess"
 )
 
 var consoleCommand = command{
@@ -72,8 +73,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("$AEGIS_CONSOLE_PASSWORD is set without --user")
 	}
 	generated := false
-	if *token == "" && *user == "" && !console.Loopback(*addr) {
-		*token, generated = console.NewToken(), true
+	if *token == "" && *user == "" && !webaccess.Loopback(*addr) {
+		*token, generated = webaccess.NewToken(), true
 	}
 	given := false
 	fs.Visit(func(f *flag.Flag) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aegislab/aegis/internal/tool/webaccess"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -40,8 +41,8 @@ func runLabServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usagef("--addr %q: want host:port, such as %s", *addr, DefaultLabAddr)
 	}
 	generated := false
-	if *token == "" && !dashboard.Loopback(*addr) {
-		*token, generated = dashboard.NewToken(), true
+	if *token == "" && !webaccess.Loopback(*addr) {
+		*token, generated = webaccess.NewToken(), true
 	}
 
 	ln, err := net.Listen("tcp", *addr)

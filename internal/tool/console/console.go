@@ -27,6 +27,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/tool/webaccess"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -92,7 +93,7 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: console: Config.User and Config.Password go together (basic authentication)", aegis.ErrInvalid)
 	case strings.ContainsRune(c.User, ':'):
 		return nil, fmt.Errorf("%w: console: Config.User may not contain ':'", aegis.ErrInvalid)
-	case c.Token == "" && c.User == "" && !Loopback(c.Addr):
+	case c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
 		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
 	}
 	c.Namespace = cmp.Or(c.Namespace, schedule.DefaultNamespace)
@@ -103,7 +104,7 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: the store: %w", err)
 	}
-	s := &Server{cfg: c, st: &store{db: c.DB, dialect: d, ns: c.Namespace}, csrf: NewToken(), log: c.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: c, st: &store{db: c.DB, dialect: d, ns: c.Namespace}, csrf: webaccess.NewToken(), log: c.Logger, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /{$}", s.overview)
 	s.mux.HandleFunc("GET /leases", s.leases)
 	s.mux.HandleFunc("GET /leases/{key...}", s.leaseDetail)
@@ -137,7 +138,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Token != "" {
 		// The first visit's ?token= becomes a cookie, and the address
 		// loses it: it would stay in the history and in Referer headers.
-		if t := r.URL.Query().Get("token"); t != "" && equal(t, s.cfg.Token) && r.Method == http.MethodGet {
+		if t := r.URL.Query().Get("token"); t != "" && webaccess.Equal(t, s.cfg.Token) && r.Method == http.MethodGet {
 			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			q := r.URL.Query()
 			q.Del("token")
