@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -61,23 +60,13 @@ func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
 	u.RawQuery = q.Encode()
 	at := startConsole(t, u.String())
 
-	ctx, exceptions := chromium.Start(t, 60*time.Second)
-	text := func() string {
-		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-		return s
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
-	}
+	page := chromium.Open(t, 60*time.Second)
+	ctx, exceptions, text, do := page.Ctx, page.Exceptions, page.Text, page.Do
 	shoot := func(name string) {
 		t.Helper()
-		if !*screenshots {
-			return
+		if *screenshots {
+			page.Screenshot("../../docs/" + name)
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../docs/"+name, png, 0o644))
 	}
 	cell := func(sel string) string {
 		t.Helper()

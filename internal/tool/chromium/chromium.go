@@ -97,3 +97,41 @@ func Start(t *testing.T, budget time.Duration) (context.Context, func() []string
 		return append([]string(nil), exceptions...)
 	}
 }
+
+// Page is a test's browser with the helpers every end-to-end test of a
+// page uses.
+type Page struct {
+	t   *testing.T
+	Ctx context.Context
+	// Exceptions are the JavaScript exceptions the pages threw so far.
+	Exceptions func() []string
+}
+
+// Open starts Chromium as Start does.
+func Open(t *testing.T, budget time.Duration) *Page {
+	t.Helper()
+	ctx, exceptions := Start(t, budget)
+	return &Page{t: t, Ctx: ctx, Exceptions: exceptions}
+}
+
+// Text is the page's text ("" when it cannot be read), for a failure's
+// message.
+func (p *Page) Text() string {
+	s, _ := chromedp.Run(p.Ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	return s
+}
+
+// Do runs steps, and fails the test with what and the page's text when one
+// fails (or the budget ran out).
+func (p *Page) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	require.NoError(p.t, chromedp.Do(p.Ctx, steps...), "%s; the page:\n%s", what, p.Text())
+}
+
+// Screenshot writes the whole page as a PNG to path.
+func (p *Page) Screenshot(path string) {
+	p.t.Helper()
+	png, err := chromedp.Run(p.Ctx, chromedp.FullScreenshot(100))
+	require.NoError(p.t, err)
+	require.NoError(p.t, os.WriteFile(path, png, 0o644))
+}

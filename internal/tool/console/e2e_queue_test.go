@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -45,23 +44,13 @@ func TestEndToEndQueueInChromium(t *testing.T) {
 	require.NoError(t, f.admin.Pause(ctx, "reports"))
 
 	ts := serve(t, &console.Config{DB: f.db})
-	bctx, exceptions := chromium.Start(t, 60*time.Second)
-	text := func() string {
-		s, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-		return s
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(bctx, steps...), "%s; the page:\n%s", what, text())
-	}
+	page := chromium.Open(t, 60*time.Second)
+	bctx, exceptions, text, do := page.Ctx, page.Exceptions, page.Text, page.Do
 	shoot := func(name string) {
 		t.Helper()
-		if !*screenshots {
-			return
+		if *screenshots {
+			page.Screenshot("../../../docs/" + name)
 		}
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../../docs/"+name, png, 0o644))
 	}
 
 	do("open the queue", chromedp.Navigate(ts.URL+"/"), chromedp.Click(chromedp.CSS(`nav a[href="/queue"]`)), chromedp.WaitVisible(chromedp.CSS(`#queues`)))

@@ -3,7 +3,6 @@ package console_test
 import (
 	"flag"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -24,23 +23,13 @@ func TestEndToEndInChromium(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ts := serve(t, &console.Config{DB: f.db})
-	ctx, exceptions := chromium.Start(t, 60*time.Second)
-	text := func() string {
-		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-		return s
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
-	}
+	page := chromium.Open(t, 60*time.Second)
+	ctx, exceptions, text, do := page.Ctx, page.Exceptions, page.Text, page.Do
 	shoot := func(name string) {
 		t.Helper()
-		if !*screenshots {
-			return
+		if *screenshots {
+			page.Screenshot("../../../docs/" + name)
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../../docs/"+name, png, 0o644))
 	}
 
 	do("open the overview", chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`.cards`)))

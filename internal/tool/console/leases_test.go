@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -222,15 +221,8 @@ func TestLeaseGrantsInChromium(t *testing.T) {
 	first, err := web1.TryAcquire(t.Context(), key, time.Second)
 	require.NoError(t, err)
 	ts := serve(t, &console.Config{DB: db})
-	ctx, exceptions := chromium.Start(t, 60*time.Second)
-	text := func() string {
-		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-		return s
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
-	}
+	page := chromium.Open(t, 60*time.Second)
+	ctx, exceptions, do := page.Ctx, page.Exceptions, page.Do
 	row := `tr[data-key="invoice-export/2026-10"]`
 	cell := func(class string) string {
 		t.Helper()
@@ -252,18 +244,14 @@ func TestLeaseGrantsInChromium(t *testing.T) {
 	require.Equal(t, "web-2", cell("holder"))
 	require.Equal(t, fmt.Sprint(held.Token), cell("token"))
 	if *screenshots {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../../docs/console-lease-moved.png", png, 0o644))
+		page.Screenshot("../../../docs/console-lease-moved.png")
 	}
 	do("open the key", chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.CSS(`#grants`)))
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#grants tbody tr')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)`))
 	require.NoError(t, err)
 	require.Equal(t, []string{fmt.Sprint(held.Token) + " web-2", fmt.Sprint(first.Token) + " web-1"}, rows)
 	if *screenshots {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("../../../docs/console-lease-grants.png", png, 0o644))
+		page.Screenshot("../../../docs/console-lease-grants.png")
 	}
 	require.Empty(t, exceptions())
 }

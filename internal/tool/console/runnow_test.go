@@ -199,15 +199,8 @@ func TestRunNowInChromium(t *testing.T) {
 	replicaOn(t, db, "replica-0")
 	ts := serve(t, &console.Config{DB: f.db})
 
-	ctx, exceptions := chromium.Start(t, 60*time.Second)
-	text := func() string {
-		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-		return s
-	}
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		require.NoError(t, chromedp.Do(ctx, steps...), "%s; the page:\n%s", what, text())
-	}
+	page := chromium.Open(t, 60*time.Second)
+	ctx, exceptions, text, do := page.Ctx, page.Exceptions, page.Text, page.Do
 	do("open the schedule", chromedp.Navigate(ts.URL+"/schedules/rebuild"), chromedp.WaitVisible(chromedp.CSS(`#catalog`)))
 	do("ask to run it now", chromedp.Click(chromedp.CSS(`tr[data-schedule="rebuild"] a[href="/schedules/rebuild/run-now"]`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)))
 	require.Contains(t, text(), "One extra run of")
