@@ -178,7 +178,13 @@ type page struct {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, title string, data any) {
-	p := page{Title: title, Nav: name, ReadOnly: s.cfg.ReadOnly, CSRF: s.csrf, Data: data, Notice: notices[r.URL.Query().Get("done")]}
+	s.renderPage(w, r, name, name, notices, title, data)
+}
+
+// renderPage renders template name under the header's link nav, with the
+// notice of the request's ?done= from notices.
+func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name, nav string, notices map[string]string, title string, data any) {
+	p := page{Title: title, Nav: nav, ReadOnly: s.cfg.ReadOnly, CSRF: s.csrf, Data: data, Notice: notices[r.URL.Query().Get("done")]}
 	now, err := s.st.now(r.Context())
 	if err != nil {
 		s.fail(w, err)

@@ -114,5 +114,5 @@ func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.render(w, r, "lease", "Lease "+key, d)
+	s.renderPage(w, r, "lease", "leases", notices, "Lease "+key, d) // under the Leases link
 }

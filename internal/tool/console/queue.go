@@ -681,18 +681,5 @@ func (s *Server) queueAdmin(ctx context.Context) (*queue.Client, func(), error) 
 // header stays current on each of them, and they have notices of their
 // own.
 func (s *Server) renderQueue(w http.ResponseWriter, r *http.Request, name, title string, data any) {
-	p := page{Title: title, Nav: "queue", ReadOnly: s.cfg.ReadOnly, CSRF: s.csrf, Data: data, Notice: queueNotices[r.URL.Query().Get("done")]}
-	now, err := s.st.now(r.Context())
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	p.Now = now
-	var b strings.Builder
-	if err := pages.ExecuteTemplate(&b, name+".html", p); err != nil {
-		s.fail(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte(b.String()))
+	s.renderPage(w, r, name, "queue", queueNotices, title, data)
 }
