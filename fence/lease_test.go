@@ -409,7 +409,8 @@ const v1SQL = `CREATE TABLE IF NOT EXISTS aegis_fence (
 // TestMigrateFromV1: a fence table created by version 1, with rows, is
 // upgraded in place by Migrate; until then the checks say to run it, and
 // after it the old rows keep fencing. The pgx target's table is made by
-// hand, as DESIGN's first listing did, with no migration recorded.
+// hand, as version 1's table in docs/design.md section 5, with no
+// migration recorded.
 func TestMigrateFromV1(t *testing.T) {
 	t.Parallel()
 	for _, tg := range newTargets(t) {

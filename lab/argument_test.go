@@ -60,7 +60,7 @@ func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 			if strategy == "queue" {
 				return // a queue job's lease is the queue's: the scheduler does not see it
 			}
-			ttl := c.TTL.Seconds()
+			ttl := rep.Config.TTL.Seconds() // the run's: a rerun on a slower clock has its own
 			acquired, renewed := 0, 0
 			until := map[string]float64{} // job/tick/token → the expiry last reported
 			key := func(e lab.Event) string { return fmt.Sprintf("%s/%d/%d", e.Job, e.Tick, e.Token) }
@@ -68,7 +68,7 @@ func TestRefusalsAndLeaseLifetimes(t *testing.T) {
 				switch e.Kind {
 				case lab.EventAcquired:
 					acquired++
-					fired := float64(e.Tick-1) * c.Tick.Seconds()
+					fired := float64(e.Tick-1) * rep.Config.Tick.Seconds()
 					require.GreaterOrEqual(t, e.Until, fired+ttl-0.001, "acquired %s tick %d: the grant began after the tick fired", e.Job, e.Tick)
 					require.LessOrEqual(t, e.Until, e.T+ttl+0.001, "acquired %s tick %d at %.3fs: it expires TTL after the grant began", e.Job, e.Tick, e.T)
 					until[key(e)] = e.Until

@@ -319,7 +319,7 @@ func openNoBump(ctx context.Context, n *node) (aegis.Locker, func(), error) {
 // SAME token. The old holder, when it resumes, and the new one then write
 // with equal tokens, and a fence that compares bare tokens (fence.Check:
 // equal is the same holder writing again) accepts both. pglease, like the
-// seeds' reaper, gives every new grant, a takeover included, a greater
+// invoice export's reaper, gives every new grant, a takeover included, a greater
 // token, so the old holder's late write is refused; fence.CheckLease,
 // which records the owner beside the token, refuses the second owner of
 // an equal token even here. Expiry is database time (now()); Renew and

@@ -102,6 +102,14 @@ func (r *Run) buildReport() (*Report, error) {
 	if rep.Notes == nil {
 		rep.Notes = []string{}
 	}
+	if !r.serverFault {
+		for _, np := range r.nodes {
+			if np.late > 0 && !np.faulted {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s node%d: a tick it could not start was %s past its fire time, and no fault was aimed at it or its servers; its dropped ticks count as missed",
+					MachineLate, np.n, np.late.Round(time.Millisecond)))
+			}
+		}
+	}
 	if r.stopped && r.fired < r.cfg.Ticks() {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, r.cfg.Ticks()))
 	}

@@ -13,7 +13,7 @@ import (
 // ChaosKind names a kind of fault.
 type ChaosKind string
 
-// The kinds of fault, with their spec forms (DESIGN.md section 8).
+// The kinds of fault, with their spec forms (docs/design.md section 8).
 const (
 	Pause     ChaosKind = "pause"     // pause:TARGET@AT+FOR — SIGSTOP, SIGCONT after FOR
 	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart; kill:etcd@AT, kill:zookeeper@AT — a member
@@ -21,7 +21,7 @@ const (
 	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence; restart:redlock@AT — a majority of Redlock's
 	Crash     ChaosKind = "crash"     // crash:postgres@AT — SIGKILL, then a restart with crash recovery
 	Partition ChaosKind = "partition" // partition:TARGET@AT+FOR[/SERVER] — the node's connections (to SERVER) dropped
-	Skew      ChaosKind = "skew"      // skew:TARGET=±D — the node's clock offset
+	Skew      ChaosKind = "skew"      // skew:nodeN=±D — the node's clock offset
 	Latency   ChaosKind = "latency"   // latency:SERVER=D — every round trip to SERVER takes D longer
 	Edit      ChaosKind = "edit"      // edit:JOB@AT=SPEC — a catalog edit: a new cadence, pause or resume
 )

@@ -1,4 +1,4 @@
-// Package lab is the Aegis lab engine: the course's Task Scheduler run with
+// Package lab is the Aegis lab engine: the Task Scheduler run with
 // real node processes against real servers, under real faults, and a check
 // of what reached the store of record.
 //
@@ -38,7 +38,7 @@
 // overlapping, a lost update, a stale token accepted; a correct cascade of
 // refusals is not one), with an HTML visualisation of a violation, and
 // says whether that verdict agrees with SQL over the audit and ledger
-// tables. Presets from the seeds are [Scenarios]; a seeded randomized
+// tables. Presets are [Scenarios]; a seeded randomized
 // series of runs is a [Campaign], which fails when a run shows a harm the
 // strategy's label excludes.
 //

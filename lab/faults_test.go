@@ -50,6 +50,7 @@ func executedAfter(events []lab.Event, at float64) int {
 // kills it) and uses the shared test servers for the others.
 func ownServers(t *testing.T, own servers.Kind) *lab.Session {
 	t.Helper()
+	testenv.Reserve(t, 2, "a lab session's runs and its own "+string(own))
 	given := lab.Servers{
 		PostgresURL:   testenv.PostgresURL(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),

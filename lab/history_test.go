@@ -313,7 +313,7 @@ func TestCheckJobsSimulated(t *testing.T) {
 			}
 		}
 	}
-	// the seeds make both kinds of job, and the harm of a killed write is
+	// the presets make both kinds of job, and the harm of a killed write is
 	// mostly seen
 	require.Greater(t, verdicts["ok harm false"], 20, verdicts)
 	require.Greater(t, verdicts["violation harm true"], 20, verdicts)

@@ -75,6 +75,11 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 	}
 	defer func() { begin(err) }()
+	if _, ok := ch.server(); ok || ch.Kind == Latency {
+		r.mu.Lock()
+		r.serverFault = true
+		r.mu.Unlock()
+	}
 	switch ch.Kind {
 	case Pause:
 		np, detail, err := r.target(ctx, ch)
@@ -165,6 +170,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 	case Skew:
 		np := r.node(ch.Node())
 		r.mu.Lock()
+		np.faulted = true
 		stdin := np.stdin
 		np.cfg.Skew = ch.Offset
 		r.mu.Unlock()
@@ -190,12 +196,6 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 	return fmt.Errorf("unknown fault %q", ch.Kind)
 }
 
-// controlLine is what the lab writes on a node's stdin after the start
-// line: a change of its clock's skew (nanoseconds).
-type controlLine struct {
-	Skew *int64 `json:"skew,omitempty"`
-}
-
 func ptr[T any](v T) *T { return &v }
 
 func (r *Run) node(n int) *nodeProc {
@@ -209,6 +209,16 @@ func (r *Run) node(n int) *nodeProc {
 // begun its write), or else the next one to enter it; for writer the node
 // inside its write now, or else the next one to begin a write.
 func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
+	np, detail, err := r.findTarget(ctx, ch)
+	if np != nil {
+		r.mu.Lock()
+		np.faulted = true
+		r.mu.Unlock()
+	}
+	return np, detail, err
+}
+
+func (r *Run) findTarget(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	switch ch.Target {
 	case Holder:
 		return r.holder(ctx)
@@ -219,6 +229,7 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 }
 
 func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
+	since := time.Now()
 	r.mu.Lock()
 	for _, id := range r.order {
 		a := r.sections[id]
@@ -236,7 +247,7 @@ func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
 		return !r.nodes[e.Node-1].paused // r.mu is held by addLocked
 	})
 	if err != nil {
-		return nil, "", errors.New("no node entered the critical section: nothing to target")
+		return nil, "", fmt.Errorf("no node entered the critical section in the %s it waited, to the run's end: nothing to target", waited(since))
 	}
 	return r.node(e.Node), holderDetail(e.Job, e.Tick, e.Token), nil
 }
@@ -247,6 +258,7 @@ func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
 // node is inside its write from its writing event to the attempt's
 // outcome (executed, stale, abandoned) or the end of its process.
 func (r *Run) writer(ctx context.Context) (*nodeProc, string, error) {
+	since := time.Now()
 	r.mu.Lock()
 	inside := map[int]map[string]int{} // node → attempt → index of its writing event
 	for i, e := range r.events {
@@ -289,10 +301,13 @@ func (r *Run) writer(ctx context.Context) (*nodeProc, string, error) {
 		return !np.paused && !np.killed
 	})
 	if err != nil {
-		return nil, "", errors.New("no node began a write to the store: nothing to target")
+		return nil, "", fmt.Errorf("no node began a write to the store in the %s it waited, to the run's end: nothing to target", waited(since))
 	}
 	return r.node(e.Node), writerDetail(e.Job, e.Tick, e.Token), nil
 }
+
+// waited is the time since a fault began to wait for its target.
+func waited(since time.Time) time.Duration { return time.Since(since).Round(time.Millisecond) }
 
 func writerDetail(job string, tick int, token int64) string {
 	if token == 0 {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The runbook's queries (seed 000, "Troubleshooting"): what an on-call
+// The runbook's queries: what an on-call
 // engineer asks the store of record. Each one reads tables that may not
 // exist (the lab's, pglease's, the queue's); a missing table is skipped.
 

@@ -10,7 +10,7 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
-// JobSpec is one schedule of a run's catalog: the course's Task Scheduler
+// JobSpec is one schedule of a run's catalog: the lab's Task Scheduler
 // runs several, each with its own cadence and run time, and each with its
 // own ledger row (the counter its critical section increments).
 type JobSpec struct {

@@ -84,7 +84,14 @@ type advisory struct {
 	// held are the keys this process holds, by key: its lock connection
 	// and its pending unlock.
 	held map[string]*advisoryLock
+	// idle are connections that hold no lock, kept for the next attempt:
+	// a new connection costs the server tens of milliseconds of CPU, and
+	// each node tries every key at every tick.
+	idle []*pgx.Conn
 }
+
+// advisoryIdle is how many lock-free connections a node keeps.
+const advisoryIdle = 3
 
 type advisoryLock struct {
 	conn  *pgx.Conn
@@ -103,6 +110,10 @@ func openAdvisory(_ context.Context, n *node) (aegis.Locker, func(), error) {
 			_ = h.conn.Close(context.Background())
 			delete(a.held, key)
 		}
+		for _, c := range a.idle {
+			_ = c.Close(context.Background())
+		}
+		a.idle = nil
 	}, nil
 }
 
@@ -118,21 +129,54 @@ func (a *advisory) TryAcquire(ctx context.Context, key string, ttl time.Duration
 	if _, ok := a.held[key]; ok {
 		return nil, aegis.ErrHeld // the session lock is re-entrant: refuse it here
 	}
-	conn, err := pgx.Connect(ctx, a.url)
+	conn, err := a.tryLock(ctx, key)
 	if err != nil {
 		return nil, err
-	}
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryKey(key)).Scan(&got); err != nil || !got {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return nil, aegis.ErrHeld
 	}
 	h := &advisoryLock{conn: conn, token: aegis.Token(advisoryTokens.Add(1))}
 	a.held[key] = h
 	return &aegis.Lease{Key: key, Token: h.token, Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+}
+
+// tryLock takes key's lock on an idle connection, or on a new one when
+// none is left (an idle one cut by a partition fails and is closed); the
+// connection of a refused attempt goes back to the idle ones.
+func (a *advisory) tryLock(ctx context.Context, key string) (*pgx.Conn, error) {
+	for {
+		var conn *pgx.Conn
+		reused := len(a.idle) > 0
+		if reused {
+			conn, a.idle = a.idle[len(a.idle)-1], a.idle[:len(a.idle)-1]
+		} else {
+			var err error
+			if conn, err = pgx.Connect(ctx, a.url); err != nil {
+				return nil, err
+			}
+		}
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", advisoryKey(key)).Scan(&got); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			if reused && ctx.Err() == nil {
+				continue
+			}
+			return nil, err
+		}
+		if !got {
+			a.keepLocked(conn)
+			return nil, aegis.ErrHeld
+		}
+		return conn, nil
+	}
+}
+
+// keepLocked keeps conn, which holds no lock, for a next attempt, or
+// closes it when enough are kept.
+func (a *advisory) keepLocked(conn *pgx.Conn) {
+	if len(a.idle) >= advisoryIdle || conn.IsClosed() {
+		_ = conn.Close(context.Background())
+		return
+	}
+	a.idle = append(a.idle, conn)
 }
 
 // lock returns the held lock of l, nil when it is gone.
@@ -180,15 +224,26 @@ func (a *advisory) Release(ctx context.Context, l *aegis.Lease) error {
 	return nil
 }
 
-// dropLocked unlocks by closing the lock's connection (which ends the
-// session's advisory locks).
+// dropLocked unlocks the session's advisory locks and keeps the
+// connection; when the unlock fails (the connection is gone, or cut),
+// closing the connection ends the session and its locks.
 func (a *advisory) dropLocked(key string, h *advisoryLock) {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	_ = h.conn.Close(context.Background())
 	delete(a.held, key)
+	ctx, cancel := context.WithTimeout(context.Background(), advisoryUnlockWait)
+	defer cancel()
+	if _, err := h.conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		_ = h.conn.Close(context.Background())
+		return
+	}
+	a.keepLocked(h.conn)
 }
+
+// advisoryUnlockWait bounds an unlock's round trip; past it the
+// connection is closed, which unlocks too.
+const advisoryUnlockWait = time.Second
 
 // optimistic is a claim row per key, taken by compare-and-set on its
 // version: the version is the token, and the claim is stealable once its

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 )
 
 // A node of a run is a process of the aegis executable (`aegis node`): a
-// replica of the course's Task Scheduler. Its scheduler (package schedule,
+// replica of the lab's Task Scheduler. Its scheduler (package schedule,
 // in the strategy's mode) binds the run's catalog of schedules, and each
 // tick it runs becomes the job's critical section (critical.go). The node
 // reports every step as a JSON line on its standard output (protocol.go).
@@ -151,6 +152,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
 	}
 	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1), untils: map[runID]int64{}}
+	phases := newPhases()
 	var err error
 	if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
 		n.db, err = sqlitelease.Open(path)
@@ -161,8 +163,13 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return fmt.Errorf("open the store: %w", err)
 	}
 	defer n.db.Close()
+	// As many kept idle as may be open: the default of 2 closed and
+	// reopened connections all run long, at tens of milliseconds of the
+	// server's CPU each.
 	n.db.SetMaxOpenConns(6)
+	n.db.SetMaxIdleConns(6)
 	n.clock.skew.Store(int64(c.Skew))
+	phases.mark("store")
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -171,6 +178,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return err
 	}
 	defer closeMode()
+	phases.mark("scheduler")
 	if err := sched.Handle(labHandler, n.handle); err != nil {
 		return err
 	}
@@ -185,6 +193,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 	if err := startMode(ctx); err != nil {
 		return fmt.Errorf("start the %s mode: %w", n.strat.Mode, err)
 	}
+	phases.mark("started")
 	// Ready means the catalog is bound: a node starved at its start would
 	// otherwise set its timers after the first ticks had fired.
 	select {
@@ -197,16 +206,24 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return errors.New("the scheduler did not read the catalog within 30s")
 	}
 
+	phases.mark("catalog bound")
 	lines := bufio.NewScanner(stdin)
-	n.emit(nodeEvent{Kind: evReady})
-	if !lines.Scan() {
-		return errors.New("no start time on stdin")
+	n.emit(nodeEvent{Kind: evReady, Detail: phases.String()})
+	var start int64
+	for start == 0 {
+		if !lines.Scan() {
+			return errors.New("no start time on stdin")
+		}
+		var cl controlLine
+		if err := json.Unmarshal(lines.Bytes(), &cl); err != nil || cl.Ping == 0 && cl.Start == 0 {
+			return fmt.Errorf("bad control line %q before the start", lines.Text())
+		}
+		if cl.Ping != 0 {
+			n.emit(nodeEvent{Kind: evPong, Ping: cl.Ping})
+		}
+		start = cl.Start
 	}
-	var sl startLine
-	if err := json.Unmarshal(lines.Bytes(), &sl); err != nil || sl.Start == 0 {
-		return fmt.Errorf("bad start line %q", lines.Text())
-	}
-	n.start.Store(sl.Start)
+	n.start.Store(start)
 	go func() {
 		// Later lines change the node's clock; EOF aborts.
 		for lines.Scan() {
@@ -218,7 +235,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		cancel()
 	}()
 	// The last tick's write may go on for a window after it fired.
-	end := time.Unix(0, sl.Start).Add(time.Duration(c.Ticks) * c.Tick)
+	end := time.Unix(0, start).Add(time.Duration(c.Ticks) * c.Tick)
 	wait := time.NewTimer(time.Until(end.Add(c.Window)))
 	defer wait.Stop()
 	done := false
@@ -333,7 +350,13 @@ func (n *node) onSchedule(e schedule.Event) {
 		}
 	case schedule.EventRefused, schedule.EventMisfired, schedule.EventLost:
 		if t := n.tickOf(e.Fire); t > 0 {
-			n.emit(nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))})
+			ev := nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))}
+			if e.Kind == schedule.EventMisfired {
+				// Past its starting deadline: the node (its timer, or the
+				// store's answer) was this late.
+				ev.Late = int64(n.clock.Now().Sub(e.Fire))
+			}
+			n.emit(ev)
 		}
 	}
 }
@@ -392,6 +415,62 @@ func (n *node) tickOf(f time.Time) int {
 		return 0
 	}
 	return t
+}
+
+// phases times a node's start, from its process's start: what the lab
+// reports when nodes are slow to become ready.
+type phases struct {
+	last  time.Time
+	parts []string
+}
+
+// newPhases starts the timing: the first phase is the process's own start
+// (exec, the runtime, package init), read from /proc where there is one.
+func newPhases() *phases {
+	p := &phases{last: time.Now()}
+	if since, ok := processAge(); ok {
+		p.parts = append(p.parts, "exec "+since.Round(time.Millisecond).String())
+	}
+	return p
+}
+
+func (p *phases) mark(name string) {
+	now := time.Now()
+	p.parts = append(p.parts, name+" "+now.Sub(p.last).Round(time.Millisecond).String())
+	p.last = now
+}
+
+func (p *phases) String() string { return strings.Join(p.parts, ", ") }
+
+// processAge is how long ago this process started, from /proc/self/stat
+// (the start in clock ticks since boot, at 100 a second on Linux) and
+// /proc/uptime; false where they cannot be read.
+func processAge() (time.Duration, bool) {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: the start time is the 22nd field, the 20th after ')'.
+	i := strings.LastIndexByte(string(stat), ')')
+	fields := strings.Fields(string(stat[i+1:]))
+	var uptime float64
+	if i < 0 || len(fields) < 20 {
+		return 0, false
+	}
+	startTicks, err := strconv.ParseInt(fields[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	if _, err := fmt.Sscanf(string(up), "%f", &uptime); err != nil {
+		return 0, false
+	}
+	age := time.Duration(uptime*float64(time.Second)) - time.Duration(startTicks)*10*time.Millisecond
+	return max(age, 0), true
 }
 
 // nodeClock is the scheduler's clock: the real one plus the node's skew,

@@ -36,6 +36,7 @@ type nodeProc struct {
 
 	// The current process, guarded by Run.mu.
 	cmd      *exec.Cmd
+	spawned  time.Time // when cmd was started
 	stdin    io.WriteCloser
 	ready    chan struct{}
 	exited   chan struct{}
@@ -48,6 +49,13 @@ type nodeProc struct {
 	tick     int
 	job      string
 	lastErr  string // the detail of its last error event
+	pong     chan int64
+	// faulted: a fault was aimed at the node (paused, killed, cut off,
+	// its clock skewed): its late ticks are the fault's doing.
+	faulted bool
+	// late is the latest a tick of the node's that it could not start
+	// was, after its fire time (misfired events' Late).
+	late time.Duration
 }
 
 // startNodes creates each node's proxies and process, waits until every
@@ -60,8 +68,14 @@ func (r *Run) startNodes(ctx context.Context) error {
 			skews[ch.Node()] = ch.Offset
 		}
 	}
+	for _, ch := range r.cfg.Chaos {
+		if ch.Kind == Latency {
+			r.serverFault = true
+		}
+	}
 	for n := 1; n <= r.cfg.Nodes; n++ {
-		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}, origin: map[*tcpproxy.Proxy]string{}}
+		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}, origin: map[*tcpproxy.Proxy]string{},
+			pong: make(chan int64, 8), faulted: skews[n] != 0}
 		np.cfg = nodeConfig{
 			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
 			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
@@ -86,6 +100,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 			return err
 		}
 	}
+	r.awaitPrompt(ctx)
 	// The first tick fires a moment from now, on the tick grid: every
 	// job's fire times (multiples of its cadence since the epoch) are
 	// ticks of the run.
@@ -222,7 +237,7 @@ func (r *Run) spawn(np *nodeProc) error {
 	}
 	ready, exited := make(chan struct{}), make(chan struct{})
 	r.mu.Lock()
-	np.cmd, np.stdin, np.ready, np.exited = cmd, stdin, ready, exited
+	np.cmd, np.stdin, np.ready, np.exited, np.spawned = cmd, stdin, ready, exited, time.Now()
 	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
 	r.mu.Unlock()
 	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
@@ -300,8 +315,83 @@ func (r *Run) sendStart(np *nodeProc) {
 	r.mu.Lock()
 	stdin, start := np.stdin, r.start
 	r.mu.Unlock()
-	b, _ := json.Marshal(startLine{Start: start.UnixNano()})
+	b, _ := json.Marshal(controlLine{Start: start.UnixNano()})
 	_, _ = stdin.Write(append(b, '\n'))
+}
+
+// How promptly the nodes must answer the lab before the run's clock
+// starts, and for how long the lab waits for that.
+const (
+	promptMin  = 50 * time.Millisecond // the bound for ticks up to 200ms; a quarter of the tick above
+	promptWait = 30 * time.Second
+)
+
+// awaitPrompt pings every ready node until all answer within a quarter
+// of a tick (at least promptMin), so that the run's first tick finds
+// nodes that can act on it: a node ready but starved (a machine busy with
+// other work) would miss its first ticks, and a fault aimed at the holder
+// find nobody to aim at. After promptWait the run starts anyway, with a
+// note of how slow the nodes were: its report then says why its case may
+// not have been reached.
+func (r *Run) awaitPrompt(ctx context.Context) {
+	bound := max(promptMin, r.cfg.Tick/4)
+	began := time.Now()
+	for seq := int64(1); ; seq++ {
+		slowest, who := r.ping(ctx, seq)
+		switch {
+		case slowest <= bound:
+			if waited := time.Since(began); seq > 1 {
+				r.note("the nodes were slow to answer the lab: the run started once every node answered within %s, after %s", bound, waited.Round(time.Millisecond))
+			}
+			return
+		case ctx.Err() != nil:
+			return
+		case time.Since(began) >= promptWait:
+			r.note("the machine is too busy for this run: after %s node%d still took %s (more than %s) to answer the lab; the run started anyway, and its nodes may miss ticks",
+				promptWait, who, slowest.Round(time.Millisecond), bound)
+			return
+		}
+		sleep(ctx, 100*time.Millisecond) // the machine's load is what is waited for: there is no event
+	}
+}
+
+// ping sends ping seq to every node and returns the slowest answer and
+// its node (an answer not within 5s counts as 5s).
+func (r *Run) ping(ctx context.Context, seq int64) (time.Duration, int) {
+	r.mu.Lock()
+	nodes := slices.Clone(r.nodes)
+	r.mu.Unlock()
+	b, _ := json.Marshal(controlLine{Ping: seq})
+	sent := time.Now()
+	for _, np := range nodes {
+		_, _ = np.stdin.Write(append(b, '\n'))
+	}
+	timeout := time.NewTimer(5 * time.Second)
+	defer timeout.Stop()
+	var slowest time.Duration
+	who := 0
+	for _, np := range nodes {
+	wait:
+		for {
+			select {
+			case got := <-np.pong:
+				if got != seq {
+					continue // an earlier ping's late answer
+				}
+				if d := time.Since(sent); d > slowest {
+					slowest, who = d, np.n
+				}
+				break wait
+			case <-timeout.C:
+				return 5 * time.Second, np.n
+			case <-np.exited:
+				return 0, 0 // the start fails on it
+			case <-ctx.Done():
+				return 0, 0
+			}
+		}
+	}
+	return slowest, who
 }
 
 // stopNodes ends every node process: stdin closed (the node stops), paused

@@ -6,13 +6,15 @@ import (
 	"time"
 )
 
-// The protocol between the lab and its nodes: the lab writes a start line
-// (then control lines) on a node's standard input; the node writes one
-// JSON event a line on its standard output.
+// The protocol between the lab and its nodes: the lab writes control
+// lines on a node's standard input (pings once it is ready, then the
+// start, then skews); the node writes one JSON event a line on its
+// standard output.
 
 // The events a node writes.
 const (
 	evReady    = "ready"    // connected; waiting for the start time on stdin
+	evPong     = "pong"     // the answer to a ping (Ping: its number); the lab keeps no event of it
 	evAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
 	evRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
 	evEnter    = "enter"    // about to read the job's ledger: the read's invocation
@@ -55,14 +57,24 @@ type nodeEvent struct {
 	Held int64 `json:"held,omitempty"`
 	// Until: on acquired and renewed, when the lease or claim expires on
 	// the store unless renewed again (Unix ns, real clock).
-	Until  int64  `json:"until,omitempty"`
+	Until int64 `json:"until,omitempty"`
+	// Late: on misfired, how long after the tick's fire time the node saw
+	// it could not start it (ns); 0 for a tick its own previous run held
+	// up (overlap forbid).
+	Late   int64  `json:"late,omitempty"`
+	Ping   int64  `json:"ping,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 
-// startLine is what the lab writes on a node's standard input: when its
-// first tick fires, in Unix nanoseconds of the real clock.
-type startLine struct {
-	Start int64 `json:"start"`
+// controlLine is a line the lab writes on a node's standard input: before
+// the start, a ping (the node answers with a pong event of the same
+// number); then the start, when the run's first tick fires (Unix
+// nanoseconds of the real clock); after it, a change of the node's clock's
+// skew (nanoseconds).
+type controlLine struct {
+	Ping  int64  `json:"ping,omitempty"`
+	Start int64  `json:"start,omitempty"`
+	Skew  *int64 `json:"skew,omitempty"`
 }
 
 // ownerHash is what a node reports of a lease's owner: enough to tell two

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"time"
 )
 
 // The lab's record of a run, from its nodes' events: who is inside which
@@ -46,6 +47,13 @@ type claimRecord struct {
 func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ev.Kind == evPong {
+		select {
+		case np.pong <- ev.Ping:
+		default: // nobody waits for so many
+		}
+		return
+	}
 	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Held: ev.Held, Detail: ev.Detail}
 	if ev.Until != 0 {
 		e.Until = r.secs(ev.Until)
@@ -57,6 +65,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 	case evReady:
 		close(ready)
 		e.T = 0
+		e.Detail = fmt.Sprintf("ready %s after it was started (%s)", time.Unix(0, ev.At).Sub(np.spawned).Round(time.Millisecond), ev.Detail)
 	case evAcquired:
 		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
 		r.open[runKey(np.n, jt, ev.RunAttempt)] = openRun{node: np.n, jt: jt}
@@ -114,6 +123,8 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		np.finished = true
 	case evError:
 		np.lastErr = ev.Detail
+	case evMisfired:
+		np.late = max(np.late, time.Duration(ev.Late))
 	}
 	if ev.Kind == evReleased {
 		delete(r.open, runKey(np.n, jt, ev.RunAttempt))

@@ -15,7 +15,7 @@ import (
 	"github.com/aegislab/aegis/lab"
 )
 
-// The seeds' Redis lock, and Redlock: the holder paused past its TTL
+// A Redis lock, and Redlock: the holder paused past its TTL
 // (twice it). On a slower scale than short's: Redlock's per-node timeout
 // is a fraction of the TTL (25 ms of 500 ms), too little on a loaded CI
 // machine; with a 1.5 s TTL it is 75 ms. Fenced, the ledger is kept (the
@@ -50,6 +50,7 @@ func TestRedisPause(t *testing.T) {
 // replica of the first, private), since the faults kill and restart it.
 func ownRedis(t *testing.T) *lab.Session {
 	t.Helper()
+	testenv.Reserve(t, 1, "a lab session's runs and its own Redis")
 	s, err := lab.NewSession(lab.Options{
 		Dir:     t.TempDir(),
 		Servers: lab.Servers{PostgresURL: testenv.PostgresURL(t)},

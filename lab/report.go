@@ -9,8 +9,14 @@ import (
 	"text/tabwriter"
 )
 
+// MachineLate begins a report's note that the machine ran a node late: a
+// tick missed its starting deadline on a node no fault touched. The run's
+// counts stand (its missed ticks are missed), but a liveness claim (every
+// tick ran, a fault found its target) is not one this run can judge.
+const MachineLate = "the machine ran the nodes late:"
+
 // Report is the result of a run. Its JSON form is the contract of
-// `aegis lab run --json` (DESIGN.md section 8). Its top-level counts are
+// `aegis lab run --json` (docs/design.md section 8). Its top-level counts are
 // the sums over its jobs, and Checker is the worst job's verdict.
 type Report struct {
 	Scenario  string  `json:"scenario"`

@@ -27,8 +27,9 @@ func golden(t *testing.T, name string, got []byte) {
 
 func i64(v int64) *int64 { return &v }
 
-// sampleReport is DESIGN.md's example over one job: pg-lease fenced, the
-// holder paused past its TTL in tick 3, and its late write refused.
+// sampleReport is the example report of docs/design.md section 8
+// (testdata/report.json.golden), over one job: pg-lease fenced, the holder
+// paused past its TTL in tick 3, and its late write refused.
 func sampleReport() *Report {
 	c := DefaultConfig()
 	c.Strategy, c.Duration = "pg-lease", 4*time.Second

@@ -56,8 +56,11 @@ type Run struct {
 	waiters    []*waiter
 	notes      []string
 	failedOver bool
-	fired      int  // the last tick that fired
-	stopped    bool // the run was stopped before its end
+	// serverFault: a fault reached every node (a server's, or latency):
+	// their late ticks are its doing.
+	serverFault bool
+	fired       int  // the last tick that fired
+	stopped     bool // the run was stopped before its end
 }
 
 type waiter struct {

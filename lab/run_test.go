@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 // schema and the run's own keys), whose nodes are this test binary.
 func session(t *testing.T) *lab.Session {
 	t.Helper()
+	testenv.Reserve(t, 1, "a lab session's runs")
 	s, err := lab.NewSession(lab.Options{
 		Dir: t.TempDir(),
 		Servers: lab.Servers{
@@ -67,14 +69,10 @@ func catalog(t *testing.T, spec string) []lab.JobSpec {
 // entered the critical section (or began a write) in the whole run.
 var untargeted = regexp.MustCompile(`: nothing to target$`)
 
-// faultRuns bounds the runs a test makes for a fault to find its target.
-const faultRuns = 3
-
-// run runs c to its end and checks its report against the store. A run
-// whose nodes were starved after its fault's time (a machine loaded by a
-// second suite: every tick missed its starting deadline, so no node
-// entered and a fault aimed at the holder had nothing to target) says
-// nothing about the fault: it is run again (see runUntil).
+// run runs c to its end and checks its report against the store (see
+// runUntil): a run whose fault found no target (no node entered the
+// critical section, or began a write, from the fault's time to the run's
+// end) has not exercised its case.
 func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
 	t.Helper()
 	return runUntil(t, s, c, func(rep *lab.Report) string {
@@ -87,21 +85,90 @@ func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
 	})
 }
 
-// runUntil runs c until a run gives the test something to judge: starved
-// says why a run did not (a loaded machine's nodes missed the ticks the
-// test needs), "" when it did. It makes at most faultRuns runs, and the
-// last is checked and returned as any other, so a test whose run never
-// gets there still fails on its own assertions.
-func runUntil(t *testing.T, s *lab.Session, c lab.Config, starved func(*lab.Report) string) (*lab.Report, store) {
+// runUntil runs c and checks its report against the store: safety is
+// judged in every run. unexercised says why a run could not judge the
+// test's case ("" when it could). Such a run is run again only when its
+// own record says the machine was the cause (a node no fault touched ran
+// a tick late, or the nodes were slow to answer the lab before the
+// start), on a slower clock (see slower), up to maxSlower times slower;
+// without a cause, or when the slowest run cannot either, the test fails
+// with what the runs recorded.
+func runUntil(t *testing.T, s *lab.Session, c lab.Config, unexercised func(*lab.Report) string) (*lab.Report, store) {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		rep, r := runOnce(t, s, c)
-		why := starved(rep)
-		if why == "" || attempt == faultRuns {
-			return checked(t, s, r, rep)
-		}
-		t.Logf("run %s, attempt %d of %d: %s (%d entries in the whole run: a starved machine); running it again", r.ID, attempt, faultRuns, why, rep.Executions)
+	rep, r := runOnce(t, s, c)
+	rep, st := checked(t, s, r, rep)
+	why := unexercised(rep)
+	if why == "" {
+		return rep, st
 	}
+	cause := machineCause(rep)
+	if cause == "" {
+		t.Fatalf("run %s did not exercise the test's case: %s; its record shows no cause (every node was ready and ran its ticks on time), so the lab or the strategy is wrong. Notes:\n%s",
+			r.ID, why, strings.Join(rep.Notes, "\n"))
+	}
+	// The machine ran the nodes late: the same run again, on a slower
+	// clock, so that the same lateness is a smaller part of a tick.
+	for k := 2; k <= maxSlower; k++ {
+		c, ok := slower(c, k)
+		clock := fmt.Sprintf("%d times slower (ticks of %s)", k, c.Tick)
+		if !ok {
+			clock = "on the same clock (its edits' cadences are text)"
+		}
+		t.Logf("run %s did not exercise the test's case: %s; its record says why: %s; running it again %s", r.ID, why, cause, clock)
+		rep, r = runOnce(t, s, c)
+		rep, st = checked(t, s, r, rep)
+		if why = unexercised(rep); why == "" {
+			return rep, st
+		}
+		if cause = machineCause(rep); cause == "" {
+			break
+		}
+	}
+	t.Fatalf("run %s did not exercise the test's case either: %s; cause: %s. Notes:\n%s",
+		r.ID, why, cmp.Or(cause, "none in its record"), strings.Join(rep.Notes, "\n"))
+	return nil, store{}
+}
+
+// maxSlower is how much slower the last run of a case the machine kept
+// its nodes from is run (runUntil).
+const maxSlower = 3
+
+// slower returns c with every duration k times as long: the ticks, the
+// work, the TTL, the catalog's cadences and the faults' times, so that
+// the run forces the same case. An edit's cadence is text, so a run that
+// edits the catalog keeps its clock (ok false).
+func slower(c lab.Config, k int) (_ lab.Config, ok bool) {
+	for _, ch := range c.Chaos {
+		if ch.Spec != "" {
+			return c, false
+		}
+	}
+	d := time.Duration(k)
+	c.Duration, c.Tick, c.Work, c.TTL = c.Duration*d, c.Tick*d, c.Work*d, c.TTL*d
+	c.Catalog = slices.Clone(c.Catalog)
+	for i := range c.Catalog {
+		c.Catalog[i].Every *= d
+		c.Catalog[i].Work *= d
+	}
+	c.Chaos = slices.Clone(c.Chaos)
+	for i := range c.Chaos {
+		c.Chaos[i].At *= d
+		c.Chaos[i].For *= d
+		c.Chaos[i].Offset *= d
+	}
+	return c, true
+}
+
+// machineCause returns the notes of a report that say the machine, not
+// the run's faults, kept its nodes from their ticks ("" if none does).
+func machineCause(rep *lab.Report) string {
+	var causes []string
+	for _, n := range rep.Notes {
+		if strings.HasPrefix(n, lab.MachineLate) || strings.Contains(n, "the machine is too busy") || strings.Contains(n, "slow to answer the lab") {
+			causes = append(causes, n)
+		}
+	}
+	return strings.Join(causes, "; ")
 }
 
 // runOnce runs c to its end.
@@ -457,7 +524,7 @@ func TestSkewFiresEarly(t *testing.T) {
 	// A tick a node misfired (a loaded machine) is not compared; most are.
 	compared := 0
 	for tick := 2; tick <= 8; tick++ {
-		fire := (time.Duration(tick-1) * c.Tick).Seconds()
+		fire := (time.Duration(tick-1) * rep.Config.Tick).Seconds()
 		skewed, ok2 := first[[2]int{tick, 2}]
 		honest, ok1 := first[[2]int{tick, 1}]
 		if !ok1 || !ok2 {

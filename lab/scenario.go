@@ -11,17 +11,17 @@ import (
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
-// Scenario is a preset from the seeds: one run, or several side by side.
+// Scenario is a preset that tells one story: one run, or several side by side.
 type Scenario struct {
 	Name string
-	// Seed says where in the seeds it comes from; Watch what to look for.
+	// Seed says the story the preset tells; Watch what to look for.
 	Seed, Watch string
 	Runs        []Config
 	// Parallel is how many of its runs go at once. Default 1.
 	Parallel int
 }
 
-// pauseHolder is the seeds' fault: the holder paused past its 2 s TTL, in
+// pauseHolder is the presets' fault: the holder paused past its 2 s TTL, in
 // the middle of its critical section.
 var pauseHolder = Chaos{Kind: Pause, Target: Holder, At: 2 * time.Second, For: 3 * time.Second}
 
@@ -37,7 +37,7 @@ func with(c Config, f func(*Config)) Config {
 	return c
 }
 
-// invoiceExport is seed 000's job: one export a period, a second apart
+// invoiceExport is the invoice export job: one export a period, a second apart
 // here, exporting for 600 ms.
 var invoiceExport = []JobSpec{{Name: "invoice-export", Every: time.Second, Work: 600 * time.Millisecond}}
 
@@ -45,7 +45,7 @@ var invoiceExport = []JobSpec{{Name: "invoice-export", Every: time.Second, Work:
 var Scenarios = []Scenario{
 	{
 		Name: "invoice-export",
-		Seed: "seed 000, exercise 1: one invoice export per period (a row per period), its token and its reaper",
+		Seed: "one invoice export per period (a row per period), its token and its reaper",
 		Watch: "the paused exporter's run row expires, a reaper runs the period again with a greater token (run attempt 2), and the paused one's late write is refused by the fence: " +
 			"each period applied once; the exporter killed mid-export is retried the same way",
 		Runs: []Config{with(preset("pg-unique", true, 3, 10*time.Second,
@@ -54,25 +54,25 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:  "invoice-export-regions",
-		Seed:  "seed 000, the export across two regions: a primary and a hot standby",
+		Seed:  "the export across two regions: a primary and a hot standby",
 		Watch: "node3's store is the standby: its scheduler sees every tick as not the primary's and never starts the export; the primary's region runs each period once",
 		Runs:  []Config{with(preset("pg-unique", true, 3, 8*time.Second), func(c *Config) { c.Catalog, c.Standby = invoiceExport, 1 })},
 	},
 	{
 		Name:  "certificates",
-		Seed:  "seed 000, scenario 2: the certificate queue, a worker paused past its lease",
+		Seed:  "the certificate queue, a worker paused past its lease",
 		Watch: "the queue hands the paused worker's run to another worker with a greater token; the resumed worker's fenced write is refused",
 		Runs:  []Config{preset("queue", true, 3, 10*time.Second, pauseHolder)},
 	},
 	{
 		Name:  "nightly-reconciliation",
-		Seed:  "seed 001, lab MID-032-LAB1: a nightly job run once across three replicas with a lease and a fencing token",
+		Seed:  "a nightly job run once across three replicas with a lease and a fencing token",
 		Watch: "the holder paused past its lease loses it; the next tick's holder has a greater token, and when the paused one resumes the fence refuses its write: the ledger adds up",
 		Runs:  []Config{preset("pg-lease", true, 3, 10*time.Second, pauseHolder)},
 	},
 	{
 		Name:  "seat-assignment",
-		Seed:  "seed 000, exercise 2: a Redis SET NX PX lock around seat assignment",
+		Seed:  "a Redis SET NX PX lock around seat assignment",
 		Watch: "unfenced, the paused holder's late write lands over its successor's (a lost update); fenced, it is refused; the unique key runs each tick once, and fenced it is refused too",
 		Runs: []Config{
 			preset("redis", false, 3, 8*time.Second, pauseHolder),
@@ -83,13 +83,13 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:  "redis-failover",
-		Seed:  "seed 000: a Redis primary lost before it replicated a grant; its replica promoted",
+		Seed:  "a Redis primary lost before it replicated a grant; its replica promoted",
 		Watch: "the promoted replica's counter is behind: it grants tokens already used. The owner-aware fence refuses an equal token from another holder and a lower one, so nothing is applied twice — and the successors are refused until the counter passes (missed ticks: the liveness cost)",
 		Runs:  []Config{preset("redis", true, 3, 10*time.Second, Chaos{Kind: Failover, Target: "redis", At: 3 * time.Second})},
 	},
 	{
 		Name: "redlock-majority",
-		Seed: "seed 000: Redlock, a majority of its nodes restarted without persistence",
+		Seed: "Redlock, a majority of its nodes restarted without persistence",
 		Watch: "tick 4's holder works 600 ms; 200 ms in, a majority of the Redlock nodes restart and forget its key. node3, whose clock lags by 400 ms " +
 			"(less than LockAtLeastFor: normally it finds the key held), acquires it and runs tick 4 again: unfenced, the tick is applied twice; " +
 			"fenced, node3's token comes from counters that went back and the fence refuses it",
@@ -102,7 +102,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "lock-at-most-for",
-		Seed: "seed 001 EX05, quiz Q10: lockAtMostFor shorter than the run, without keep-alive",
+		Seed: "lockAtMostFor shorter than the run, without keep-alive",
 		Watch: "each export runs 1.5 s, every second, under a 1 s lockAtMostFor and no keep-alive: its lease expires mid-run, and the next tick's node acquires it while the first still works " +
 			"(the first's context is cancelled, but it does not stop): unfenced, both read the same ledger and the late write overwrites (a lost update); fenced, the late write is refused",
 		Runs: []Config{
@@ -117,7 +117,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "unlock-with-del",
-		Seed: "seed 000: unlock with DEL instead of compare-and-delete",
+		Seed: "unlock with DEL instead of compare-and-delete",
 		Watch: "tick 2's holder is paused past its 800 ms TTL; tick 3's holder takes the key, and the paused one wakes inside that hold and DELs it; node3, whose clock lags by 300 ms, " +
 			"finds the key free and runs tick 3 again (applied twice), and the woken holder's write of tick 2 lands over both (unfenced: a lost update; fenced: refused)",
 		Runs: []Config{
@@ -127,13 +127,13 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:  "reaper-without-bump",
-		Seed:  "seed 000: a reaper that reclaims an expired lease without bumping the token",
+		Seed:  "a reaper that reclaims an expired lease without bumping the token",
 		Watch: "the paused holder's successor has the same token, so the bare-token fence accepts the paused one's late write (a lost update); fence.CheckLease, owner-aware, would refuse it",
 		Runs:  []Config{preset("pg-nobump", true, 3, 8*time.Second, pauseHolder)},
 	},
 	{
 		Name:  "redis-down",
-		Seed:  "seed 000: Redis down — fail open or fail closed",
+		Seed:  "Redis down — fail open or fail closed",
 		Watch: "every node is cut from Redis for 3 s: failing closed (redis), no tick runs then (missed ticks, nothing applied twice); failing open, every node runs every tick unlocked (duplicates, lost updates)",
 		Runs: []Config{
 			preset("redis", false, 3, 8*time.Second, redisDown()...),
@@ -143,7 +143,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:     "aegis",
-		Seed:     "seed 004: every strategy side by side, fenced and not, under the same pause of the holder",
+		Seed:     "every strategy side by side, fenced and not, under the same pause of the holder",
 		Watch:    "which strategies apply a tick twice or lose an update, per job; the fence turns the paused holder's late write into a stale rejection",
 		Runs:     aegisRuns(),
 		Parallel: 3,

@@ -110,6 +110,7 @@ func TestRunStop(t *testing.T) {
 // the store of record), reuses them across runs, and stops them on Close.
 func TestSessionStartsAndStopsItsServers(t *testing.T) {
 	t.Parallel()
+	testenv.Reserve(t, 1, "a lab session's runs and its own PostgreSQL")
 	dir := t.TempDir()
 	s, err := lab.NewSession(lab.Options{Dir: dir, NodeEnv: []string{nodeEnv}})
 	require.NoError(t, err)

@@ -102,7 +102,7 @@ type Strategy struct {
 	Summary string
 	// NotGuaranteed is one line on what it does not guarantee.
 	NotGuaranteed string
-	// WrongOnPurpose: one of seed 000's classic mistakes, for its presets
+	// WrongOnPurpose: one of the classic mistakes, for its presets
 	// (broken.go); the aegis preset leaves it out.
 	WrongOnPurpose bool
 	// Redis says which of the lab's Redis servers the strategy's Locker
@@ -205,7 +205,7 @@ var Strategies = []Strategy{
 		Summary:       "lease mode over zklease: an ephemeral sequential node, token its czxid",
 		NotGuaranteed: "that a client paused past its session timeout stops: the ensemble gives the lock away, the fence refuses the late write",
 	},
-	// Wrong on purpose (broken.go): the classic mistakes of seed 000, for
+	// Wrong on purpose (broken.go): the classic mistakes of lease code, for
 	// its presets.
 	{
 		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,

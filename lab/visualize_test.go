@@ -1,16 +1,13 @@
 package lab_test
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -20,12 +17,6 @@ import (
 // successor's), node2 #2.
 func TestViolationPageNamesLanes(t *testing.T) {
 	t.Parallel()
-	exe := os.Getenv("AEGIS_CHROMIUM")
-	if exe == "" {
-		var err error
-		exe, err = exec.LookPath("chromium")
-		require.NoError(t, err, "the test needs Chromium: `scripts/services install` (as root) or `apt-get install chromium`, or set AEGIS_CHROMIUM")
-	}
 	// Tick 1 applied twice; node 2's read of tick 3 overlaps its write of
 	// tick 2, which never said whether it landed (an earlier incarnation's,
 	// killed in it): a lane of its own.
@@ -41,13 +32,7 @@ func TestViolationPageNamesLanes(t *testing.T) {
 	require.Equal(t, lab.CheckViolation, v[0].Verdict)
 	require.FileExists(t, v[0].HTML)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(filepath.Join(dir, "chromium")))
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
+	bctx, _ := chromium.Start(t, 2*time.Minute)
 	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("file://"+v[0].HTML), chromedp.WaitVisible(chromedp.CSS(`#canvas svg`))))
 	const lanes = `[...document.querySelectorAll('#canvas svg > g:first-of-type > text')]`
 	labels, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](lanes+`.map(t => t.textContent)`))
@@ -57,7 +42,6 @@ func TestViolationPageNamesLanes(t *testing.T) {
 	// The leftmost label starts inside the page.
 	left, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`Math.min(...`+lanes+`.map(t => t.getBoundingClientRect().left))`))
 	require.NoError(t, err)
-	require.NoError(t, chromedp.Cancel(bctx))
 	require.Equal(t, []string{"node1", "node2", "node2 #2"}, labels, "the lanes are named for the nodes")
 	require.Equal(t, "Nodes", legend)
 	require.GreaterOrEqual(t, left, 0.0, "the names fit on the page")

@@ -23,7 +23,10 @@ func TestClaimAhead(t *testing.T) {
 	var running, peak, done atomic.Int64
 	c := client(t, p, &Config{
 		Queues: map[string]QueueConfig{DefaultQueue: {MaxWorkers: maxWorkers, ClaimAhead: ahead}},
-		Lease:  300 * time.Millisecond, // heartbeats every 100ms: the waiting claims must be renewed
+		// Heartbeats every 500ms: the waiting claims must be renewed. Long
+		// enough that a machine busy with other tests does not delay a
+		// heartbeat past the lease, which this test would read as a bug.
+		Lease: 1500 * time.Millisecond,
 		Workers: workers(func(ctx context.Context, job *Job[testArgs]) error {
 			n := running.Add(1)
 			defer running.Add(-1)
@@ -52,7 +55,7 @@ func TestClaimAhead(t *testing.T) {
 	// Several lease lengths later the claims, waiting or running, are all
 	// still held: heartbeats renewed them, and none was reclaimed.
 	start := count(t, p, `SELECT coalesce(sum(token), 0) FROM aegis_job`)
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(3 * 1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		require.Equal(t, maxWorkers+ahead, claimed())
 		require.Equal(t, 0, count(t, p, `SELECT count(*) FROM aegis_job WHERE state = 'running' AND locked_until < now()`), "an expired lease")

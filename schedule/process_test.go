@@ -1,7 +1,6 @@
 package schedule_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -364,25 +363,7 @@ type procReplica struct {
 	exited chan struct{} // closed once the process has exited and been waited for
 	err    error         // Wait's, after exited
 	killed bool          // by the test
-	stderr *procBuffer
-}
-
-// procBuffer keeps a child's stderr for the test's log.
-type procBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *procBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *procBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	stderr *testenv.Buffer
 }
 
 // start starts a replica called node with the handlers ("exec" or "none")
@@ -426,7 +407,7 @@ func (d *procDB) spawn(node, handlers string) *procReplica {
 	cmd.Env = append(os.Environ(), procEnvReplica+"=1", procEnvStore+"="+d.store, procEnvNode+"="+node,
 		procEnvNamespace+"="+d.ns, procEnvHandlers+"="+handlers)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives a crashed test
-	r := &procReplica{d: d, node: node, cmd: cmd, exited: make(chan struct{}), stderr: &procBuffer{}}
+	r := &procReplica{d: d, node: node, cmd: cmd, exited: make(chan struct{}), stderr: &testenv.Buffer{}}
 	cmd.Stderr = r.stderr
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)

@@ -78,7 +78,7 @@ func TestFinishWithWrongToken(t *testing.T) {
 	require.Equal(t, State{Status: "RUNNING", Token: token}, s)
 }
 
-// The pause, simulated deterministically (seed 000, "Tests"): the reaper
+// The pause, simulated deterministically: the reaper
 // advances the token, then the first worker finishes with the old one.
 func TestReaperThenStaleFinish(t *testing.T) {
 	t.Parallel()

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,10 +27,9 @@ var screenshots = flag.Bool("screenshots", false, "write the console's screensho
 // after its story ran, shows the paused replica's run reclaimed by another
 // node with a greater token, and the paused replica's stale write refused
 // by the fence, with both tokens.
-//
-// Not parallel: it runs before the demo's other runs start, so that no
-// more than two stories (six replica processes) share the machine's cores.
 func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
+	t.Parallel()
+	testenv.Reserve(t, 1, "the demo's three replicas, then a browser")
 	// The demo recreates the schema testenv made for the test (dropped
 	// at its end) and names it in the URL as a runtime parameter,
 	// search_path=…, as it does for its own schema.
@@ -102,7 +100,7 @@ func startConsole(t *testing.T, storeURL string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	exited := make(chan int, 1)
 	go func() {
 		code := cli.Main(ctx, []string{"console", "--addr", "127.0.0.1:0", "--store", storeURL}, pw, &stderr)
@@ -137,22 +135,4 @@ func startConsole(t *testing.T, storeURL string) string {
 		t.Fatalf("aegis console printed no address within 20s; stderr:\n%s", stderr.String())
 	}
 	return ""
-}
-
-// lockedBuffer is a buffer the console writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -124,11 +124,7 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 	}
 
 	tl := &timeline{out: out, start: time.Now()}
-	// Nightly at this time of day (UTC), 2s from now: every replica
-	// computes the same instant from the offset.
-	fire := time.Now().Add(2 * time.Second).Truncate(time.Second)
-	offset := fire.Sub(fire.Truncate(24 * time.Hour))
-	tl.say("demo", "10 orders pending; nightly-reconciliation runs daily at %s UTC, next at %s; 3 replicas start (fence=%v)", fire.UTC().Format("15:04:05"), fire.UTC().Format(time.RFC3339), *fenced)
+	tl.say("demo", "10 orders pending; 3 replicas start (fence=%v)", *fenced)
 
 	events := make(chan line, 256)
 	self, err := os.Executable()
@@ -155,14 +151,19 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		readers.Wait()
 	}()
 	pids := map[string]*exec.Cmd{}
+	var stdins []io.WriteCloser
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("replica-%d", i)
 		cmd := exec.CommandContext(ctx, self, "-test.run=^$")
 		cmd.Env = append(os.Environ(), "NIGHTLY_REPLICA="+name, "NIGHTLY_POSTGRES="+replicaURL,
-			"NIGHTLY_OFFSET="+offset.String(), "NIGHTLY_WORK="+work.String(), "NIGHTLY_FENCE="+strconv.FormatBool(*fenced))
+			"NIGHTLY_WORK="+work.String(), "NIGHTLY_FENCE="+strconv.FormatBool(*fenced))
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, err
 		}
@@ -170,6 +171,7 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 			return nil, err
 		}
 		reps = append(reps, cmd)
+		stdins = append(stdins, stdin)
 		pids[name] = cmd
 		readers.Go(func() {
 			sc := bufio.NewScanner(stdout)
@@ -180,6 +182,40 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 				}
 			}
 		})
+	}
+
+	// The fire time is set once every replica is connected and has its
+	// scheduler's store: set before, a replica slow to start (a cold
+	// machine) would bind the job after the fire time and skip the
+	// night, and with all three the story would never begin.
+	ready := 0
+	startBy := time.After(60 * time.Second)
+	for ready < len(reps) {
+		select {
+		case l := <-events:
+			switch l.Kind {
+			case "error":
+				return nil, fmt.Errorf("%s: %s", l.Node, l.Text)
+			case "ready":
+				tl.say(l.Node, "started (pid %s)", l.Text)
+				ready++
+			}
+		case <-startBy:
+			return nil, fmt.Errorf("only %d of the 3 replicas were ready within 60s", ready)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// Nightly at this time of day (UTC), on the next whole second at
+	// least a second from now: every replica computes the same instant
+	// from the offset.
+	fire := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	offset := fire.Sub(fire.Truncate(24 * time.Hour))
+	tl.say("demo", "nightly-reconciliation runs daily at %s UTC, next at %s", fire.UTC().Format("15:04:05"), fire.UTC().Format(time.RFC3339))
+	for _, w := range stdins {
+		if _, err := fmt.Fprintln(w, offset); err != nil {
+			return nil, fmt.Errorf("tell a replica the schedule: %w", err)
+		}
 	}
 
 	// Follow the story: pause the runner after it applied three orders,
@@ -209,8 +245,6 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		switch l.Kind {
 		case "error":
 			return nil, fmt.Errorf("%s: %s", l.Node, l.Text)
-		case "ready":
-			tl.say(l.Node, "started (pid %s)", l.Text)
 		case "run":
 			if l.Attempt > 1 {
 				tl.say(l.Node, "runs the tick %s again, token %d, attempt %d", l.Fire, l.Token, l.Attempt)

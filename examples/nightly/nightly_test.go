@@ -28,6 +28,7 @@ func TestPausedHolderAppliesNothingTwice(t *testing.T) {
 	for _, fenced := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fenced", false: "unfenced"}[fenced], func(t *testing.T) {
 			t.Parallel()
+			testenv.Reserve(t, 1, "the demo's three replicas")
 			var out bytes.Buffer
 			args := []string{"-postgres", testenv.PostgresURL(t), "-schema", ""}
 			if !fenced {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -22,7 +23,7 @@ import (
 
 // The orders service's tables. reconciliation.last_token is the fence: every
 // write of the job carries its token, and the update rejects lower ones
-// (seed 001, MID-032-EX04).
+// (the fence in the business row).
 const schemaSQL = `
 CREATE TABLE orders (id int PRIMARY KEY, amount_cents bigint NOT NULL, reconciled boolean NOT NULL DEFAULT false);
 CREATE TABLE ledger (id bigserial PRIMARY KEY, order_id int NOT NULL, token bigint NOT NULL, node text NOT NULL);
@@ -56,18 +57,14 @@ func say(l line) {
 
 // replicaMain is one replica process: a scheduler in run-key mode with the
 // nightly reconciliation job. Its settings come from the environment the
-// demo sets.
+// demo sets; the job's time of day comes on its standard input once it
+// said it is ready.
 func replicaMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	node := os.Getenv("NIGHTLY_REPLICA")
 	url := os.Getenv("NIGHTLY_POSTGRES")
 	fenced := os.Getenv("NIGHTLY_FENCE") != "false"
-	offset, err := time.ParseDuration(os.Getenv("NIGHTLY_OFFSET"))
-	if err != nil {
-		say(line{Node: node, Kind: "error", Text: "NIGHTLY_OFFSET: " + err.Error()})
-		return 1
-	}
 	work, _ := time.ParseDuration(os.Getenv("NIGHTLY_WORK"))
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -101,6 +98,17 @@ func replicaMain() int {
 		say(line{Node: node, Kind: "error", Text: err.Error()})
 		return 1
 	}
+	say(line{Node: node, Kind: "ready", Text: strconv.Itoa(os.Getpid())})
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() {
+		say(line{Node: node, Kind: "error", Text: "no time of day on standard input"})
+		return 1
+	}
+	offset, err := time.ParseDuration(in.Text())
+	if err != nil {
+		say(line{Node: node, Kind: "error", Text: "the time of day: " + err.Error()})
+		return 1
+	}
 	err = s.Add(schedule.Job{
 		Name: "nightly-reconciliation",
 		// Nightly, at the same time of day on every replica: a day-long
@@ -120,7 +128,6 @@ func replicaMain() int {
 		say(line{Node: node, Kind: "error", Text: err.Error()})
 		return 1
 	}
-	say(line{Node: node, Kind: "ready", Text: strconv.Itoa(os.Getpid())})
 	<-ctx.Done()
 	s.Stop()
 	return 0

@@ -4,6 +4,6 @@
 // them (testenv), a TCP proxy for faults (tcpproxy), the benchmarks'
 // latency recorder and queue harness (latency, queuebench), the consensus
 // backends' loss scenarios (losstest), and the checks that keep the
-// documentation's snippets and DESIGN.md's contract compiling
+// documentation's snippets and the contract of docs/design.md compiling
 // (docsnippets, contract). The library's own mechanics are in internal.
 package tool

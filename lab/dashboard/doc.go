@@ -1,6 +1,6 @@
 // Package dashboard is the Aegis lab's dashboard: one web page, served by
 // `aegis lab`, over a [lab.Session]. It starts runs (one strategy, several
-// side by side, or a preset from the seeds), draws each run live — a lane
+// side by side, or a preset), draws each run live — a lane
 // group per catalog job, a lane per node in it, ticks as columns, each
 // critical section a mark with its token: red when its tick was applied
 // twice, amber when the fence refused it ("t10 < t11", the token against

@@ -57,7 +57,11 @@ func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 // click clicks the element the way a script does (element.click()): a
 // mouse click at coordinates found a moment before can land on the row
 // above when the page redraws in between.
-func (p *page) click(sel string) chromedp.Action[chromedp.Void] {
+func (p *page) click(sel string) chromedp.Action[chromedp.Void] { return jsClick(sel) }
+
+// jsClick clicks the element sel selects as a script does, failing if
+// there is none or it is disabled.
+func jsClick(sel string) chromedp.Action[chromedp.Void] {
 	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) throw new Error('no element ' + %q); if (e.disabled) throw new Error(%q + ' is disabled'); e.click(); })()`, sel, sel, sel))
 }
 
@@ -148,6 +152,7 @@ func (p *page) shootView(sel, name string) {
 // that waits for a holder), and Stop ends them all.
 func TestEndToEndMaxRuns(t *testing.T) {
 	t.Parallel()
+	testenv.Reserve(t, testenv.Slots(), "a browser and twelve runs: the whole machine")
 	h := newHarness(t, nil)
 	p := openPage(t, h, 240*time.Second)
 	offered := p.count(`#strategies input`) // for the message only

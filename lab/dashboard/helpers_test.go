@@ -138,16 +138,18 @@ type runView struct {
 }
 
 type reportView struct {
-	Ticks             int    `json:"ticks"`
-	Executions        int    `json:"executions"`
-	DuplicateTicks    int    `json:"duplicate_ticks"`
-	DuplicatesApplied int    `json:"duplicates_applied"`
-	StaleRejected     int    `json:"stale_rejected"`
-	MissedTicks       int    `json:"missed_ticks"`
-	LostUpdates       int64  `json:"lost_updates"`
-	Checker           string `json:"checker"`
-	Visualisation     string `json:"visualisation"`
-	StoreAgrees       bool   `json:"store_agrees"`
+	Ticks             int      `json:"ticks"`
+	Executions        int      `json:"executions"`
+	DuplicateTicks    int      `json:"duplicate_ticks"`
+	DuplicatesApplied int      `json:"duplicates_applied"`
+	StaleRejected     int      `json:"stale_rejected"`
+	MissedTicks       int      `json:"missed_ticks"`
+	LostUpdates       int64    `json:"lost_updates"`
+	Checker           string   `json:"checker"`
+	Visualisation     string   `json:"visualisation"`
+	StoreAgrees       bool     `json:"store_agrees"`
+	Notes             []string `json:"notes"`
+	Unsafe            []string `json:"unsafe"`
 	Jobs              []struct {
 		Name  string `json:"name"`
 		Ticks int    `json:"ticks"`
@@ -166,6 +168,7 @@ type groupView struct {
 // wave started).
 func (h *harness) start(req dashboard.GroupRequest) groupView {
 	h.t.Helper()
+	testenv.Reserve(h.t, 1, "the dashboard's runs")
 	code, b := h.do(http.MethodPost, "/api/groups", req)
 	require.Equal(h.t, http.StatusCreated, code, "%s", b)
 	var g groupView

@@ -23,6 +23,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AEGISLAB_TEST_NODE") == "1" && len(os.Args) > 1 && os.Args[1] == "node" {
 		os.Exit(lab.NodeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	// A race-detecting binary sleeps a second before it exits (the race
+	// runtime's atexit_sleep_ms): every node of every run would, and the
+	// runs wait for their nodes to exit.
+	if os.Getenv("GORACE") == "" {
+		_ = os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })

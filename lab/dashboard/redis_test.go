@@ -28,6 +28,7 @@ func errorOf(t *testing.T, b []byte) string {
 // kills its primary.
 func TestRedisFailoverButton(t *testing.T) {
 	t.Parallel()
+	testenv.Reserve(t, 2, "two runs at once and the lab's own Redis")
 	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
 	redis := func() dashboard.RunRequest {
 		r := short("redis", false, 100)

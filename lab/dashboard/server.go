@@ -366,6 +366,7 @@ type reportView struct {
 	Visualisation     string          `json:"visualisation,omitempty"` // its URL, on a violation
 	Notes             []string        `json:"notes"`
 	Harms             []lab.Harm      `json:"harms"`
+	Unsafe            []lab.Harm      `json:"unsafe"` // the harms the strategy's label excludes
 	StoreAgrees       bool            `json:"store_agrees"`
 	Disagreement      string          `json:"disagreement,omitempty"`
 	Jobs              []lab.JobReport `json:"jobs"`
@@ -379,7 +380,7 @@ func viewReport(id string, rep *lab.Report) *reportView {
 		Ticks: rep.Ticks, Executions: rep.Executions, DuplicateTicks: rep.DuplicateTicks, DuplicatesApplied: rep.DuplicatesApplied,
 		StaleRejected: rep.StaleRejected, MissedTicks: rep.MissedTicks, LostUpdates: rep.LostUpdates, Balance: rep.Balance,
 		Checker: rep.Checker, Notes: append([]string{}, rep.Notes...),
-		Harms: append([]lab.Harm{}, rep.Harms...), StoreAgrees: rep.StoreAgrees, Disagreement: rep.Disagreement, Jobs: append([]lab.JobReport{}, rep.Jobs...),
+		Harms: append([]lab.Harm{}, rep.Harms...), Unsafe: append([]lab.Harm{}, rep.Unsafe...), StoreAgrees: rep.StoreAgrees, Disagreement: rep.Disagreement, Jobs: append([]lab.JobReport{}, rep.Jobs...),
 	}
 	for i := range v.Jobs {
 		v.Jobs[i].Visualisation = "" // a path on the lab's machine; the run's page is below

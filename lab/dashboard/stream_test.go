@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lab"
 	"github.com/aegislab/aegis/lab/dashboard"
 )
@@ -101,6 +102,7 @@ func newMuxed() *muxed {
 // events are the report's, one for one.
 func TestStreamMultiplexesRuns(t *testing.T) {
 	t.Parallel()
+	testenv.Reserve(t, 2, "two runs at once")
 	h := newHarness(t, nil)
 	g := h.start(dashboard.GroupRequest{Runs: []dashboard.RunRequest{short("none", false, 3), short("pg-lease", true, 3)}})
 	a, b := g.Runs[0].ID, g.Runs[1].ID

@@ -28,8 +28,8 @@ var inspectCommand = command{
 const inspectUsage = `
 usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [QUERY...]
 
-Inspect asks a PostgreSQL database the runbook's questions (seed 000,
-"Troubleshooting") about the tables Aegis keeps there: the schedule's run
+Inspect asks a PostgreSQL database the runbook's questions
+about the tables Aegis keeps there: the schedule's run
 table, pglease's lease table, the lab's audit. QUERY is one of
 
 	stuck       runs RUNNING past their lease, started longer than

@@ -39,7 +39,7 @@ answers loopback host names only; any other address needs a token, which
 every change (starting a run, a fault) must carry: --token, or one is
 generated and printed with the URL.
 
-Lab run is the course's Task Scheduler: a catalog of schedules (--catalog
+Lab run is a Task Scheduler: a catalog of schedules (--catalog
 NAME=EVERY/WORK,...; default invoice-export every tick, seat-assignment
 every 2, certificates every 3) shared by N node processes (aegis node),
 each a scheduler (package schedule) in the strategy's mode. Each tick of

@@ -15,7 +15,7 @@ import (
 	"github.com/aegislab/aegis/lab"
 )
 
-// The JSON report is a contract (DESIGN.md section 8): one object on
+// The JSON report is a contract (docs/design.md section 8): one object on
 // standard output, exactly these fields.
 func TestLabRunJSON(t *testing.T) {
 	t.Parallel()

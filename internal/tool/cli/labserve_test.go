@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -28,7 +27,7 @@ func labServe(t *testing.T, args ...string) (string, func() int, func() string) 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	done := make(chan int, 1)
 	go func() {
 		code := Main(ctx, append([]string{"lab"}, args...), pw, &stderr)
@@ -80,23 +79,6 @@ func labServe(t *testing.T, args ...string) (string, func() int, func() string) 
 			t.Fatalf("aegis lab printed no URL within 30s; stderr:\n%s", stderr.String())
 		}
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func post(t *testing.T, base, path, body string, header ...string) (int, string) {

@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Only DESIGN.md section 3: Token, Lease, Locker, the errors, Acquire, Hold.
+// Only docs/design.md section 3: Token, Lease, Locker, the errors, Acquire, Hold.
 func exercise(t *testing.T, l aegis.Locker) {
 	ctx := context.Background()
 	var _ aegis.Token = 0
@@ -96,7 +96,7 @@ func TestBackends(t *testing.T) {
 	}
 }
 
-// Only DESIGN.md section 5: Migrate, MigrateSQL, Check, CheckSQL.
+// Only docs/design.md section 5: Migrate, MigrateSQL, Check, CheckSQL.
 func TestFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

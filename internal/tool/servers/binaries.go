@@ -42,24 +42,30 @@ func IsMissing(err error) bool {
 // machine lacks, in the order of kinds; nil when everything is installed.
 func Missing(kinds ...Kind) []*MissingError {
 	var out []*MissingError
-	for _, k := range kinds {
-		var err error
-		switch k {
-		case KindPostgres:
-			_, err = postgresBinaries()
-		case KindRedis:
-			_, err = redisBinary()
-		case KindEtcd:
-			_, err = etcdBinary()
-		case KindZooKeeper:
-			_, err = zookeeperJava()
-			if err == nil {
-				_, err = zookeeperClasspath()
-			}
-		}
+	add := func(err error) {
 		var me *MissingError
 		if errors.As(err, &me) {
 			out = append(out, me)
+		}
+	}
+	for _, k := range kinds {
+		switch k {
+		case KindPostgres:
+			_, err := postgresBinaries()
+			add(err)
+		case KindRedis:
+			_, err := redisBinary()
+			add(err)
+		case KindEtcd:
+			_, err := etcdBinary()
+			add(err)
+		case KindZooKeeper:
+			// Java and the jar are two packages: a machine with neither
+			// needs both listed, not the first one found missing.
+			_, err := zookeeperJava()
+			add(err)
+			_, err = zookeeperClasspath()
+			add(err)
 		}
 	}
 	return out

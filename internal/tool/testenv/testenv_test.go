@@ -19,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(slotChildEnv); dir != "" {
+		slotChild(dir)
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -113,7 +113,8 @@ func Run(ctx context.Context, goroutines int, d time.Duration, op func(g int) er
 // recording each call's latency in rec, and returns the calls made and
 // the time they took. Unlike Run it never cuts a call short (a lock
 // acquired is released), so the bench commands that interleave rounds of
-// several subjects use it. It stops at the first error.
+// several subjects use it. Each goroutine makes one call at least. It
+// stops at the first error.
 func For(ctx context.Context, goroutines int, d time.Duration, op func(ctx context.Context, g int) error, rec *Recorder) (int, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -130,7 +131,9 @@ func For(ctx context.Context, goroutines int, d time.Duration, op func(ctx conte
 		wg.Go(func() {
 			n := 0
 			defer func() { mu.Lock(); ops += n; mu.Unlock() }()
-			for ctx.Err() == nil && time.Now().Before(end) {
+			// Every goroutine makes one call at least: on a loaded
+			// machine one may start after d has passed.
+			for called := false; ctx.Err() == nil && (!called || time.Now().Before(end)); called = true {
 				if err := rec.Time(func() error { return op(ctx, g) }); err != nil {
 					once.Do(func() { first = err; cancel() })
 					return
