@@ -236,7 +236,10 @@ func TestRiverRaceClients(t *testing.T) {
 			block(finishA, time.Minute) // paused: ignores its context
 			return nil
 		}),
-		Lease:              300 * time.Millisecond,
+		// 2s: A's handler must start within the lease it claimed (a
+		// 300ms lease lapsed first on a loaded machine, and A claimed
+		// again); B reaps it once the frozen heartbeats let it lapse.
+		Lease:              2 * time.Second,
 		ReapInterval:       time.Hour, // only B reaps
 		Registerer:         regA,
 		CompletedRetention: time.Hour,

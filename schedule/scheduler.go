@@ -81,7 +81,7 @@ const (
 	EventRun      EventKind = "run"      // this node started a run
 	EventDone     EventKind = "done"     // a run ended; Err is the job's error
 	EventSkipped  EventKind = "skipped"  // another node has the tick, the lease is held, or overlap forbid
-	EventMisfired EventKind = "misfired" // a tick missed its starting deadline and the policy dropped it
+	EventMisfired EventKind = "misfired" // ticks missed their starting deadline and were dropped: Attempt of them, consecutive from Fire
 	EventLost     EventKind = "lost"     // a run's lease or run row was lost (reclaimed, replaced, expired)
 	EventError    EventKind = "error"    // a store or lock call failed
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
@@ -544,7 +544,7 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 				break
 			}
 		}
-		ticks := j.plan(due, skipped, now)
+		ticks := j.plan(next, due, skipped, now)
 		j.mu.Lock()
 		j.seen = last
 		j.mu.Unlock()
@@ -563,9 +563,10 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 }
 
 // plan applies the starting deadline and the misfire policy to the due
-// ticks (oldest first; skipped older ones were not kept) and returns the
-// ticks to fire.
-func (j *job) plan(due []time.Time, skipped int, now time.Time) []time.Time {
+// ticks (oldest first; the skipped older ones, from first on, were not
+// kept) and returns the ticks to fire. Whatever the policy, the ticks it
+// drops are the oldest: its misfire event names the first and how many.
+func (j *job) plan(first time.Time, due []time.Time, skipped int, now time.Time) []time.Time {
 	var onTime, missed []time.Time
 	for _, f := range due {
 		if now.Sub(f) <= j.deadline(f) {
@@ -592,7 +593,7 @@ func (j *job) plan(due []time.Time, skipped int, now time.Time) []time.Time {
 		run = append(run, missed[len(missed)-keep:]...)
 	}
 	if dropped > 0 {
-		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: due[0], Reason: fmt.Sprintf("%d ticks dropped by policy %s", dropped, j.Misfire), Attempt: dropped})
+		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: first, Reason: fmt.Sprintf("%d ticks dropped by policy %s", dropped, j.Misfire), Attempt: dropped})
 	}
 	return append(run, onTime...)
 }

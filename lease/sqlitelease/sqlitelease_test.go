@@ -45,8 +45,11 @@ func TestLocktest(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lease.db")
 	locktest.Run(t, locktest.Config{
 		// A database handle per instance, as separate processes would have.
+		// BusyTimeout 1m: with a second suite beside this one, a writer
+		// waited over the default 5s for the write lock (SQLITE_BUSY in
+		// ConcurrentCounter); the cases judge exclusion, not how fast.
 		New: func(t *testing.T) aegis.Locker {
-			l, err := sqlitelease.New(open(t, path), nil)
+			l, err := sqlitelease.New(open(t, path), &sqlitelease.Config{BusyTimeout: time.Minute})
 			require.NoError(t, err)
 			return l
 		},
