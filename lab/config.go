@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
@@ -233,17 +233,9 @@ func usesServers(s Strategy) string {
 	return "it uses " + strings.Join(names, " and ") + " besides the store of record (postgres)"
 }
 
-// inputError is a caller's mistake (a flag, a chaos spec): it wraps
-// aegis.ErrInvalid, and reads as its message alone, which names the flag
-// and quotes the value (the command line prints it as it is).
-type inputError struct{ msg string }
-
-func (e *inputError) Error() string { return e.msg }
-func (e *inputError) Unwrap() error { return aegis.ErrInvalid }
-
-func invalid(format string, args ...any) error {
-	return &inputError{msg: fmt.Sprintf(format, args...)}
-}
+// invalid is a caller's mistake (a flag, a chaos spec): its message names
+// the flag and quotes the value (the command line prints it as it is).
+func invalid(format string, args ...any) error { return badinput.Errorf(format, args...) }
 
 // fenced reports whether the run's writes go through a fence.
 func (c Config) fenced() bool {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/owner"
 )
 
@@ -221,12 +222,7 @@ func checkName(what, s string, maxLen int) error {
 	return nil
 }
 
-// inputError is an error in the caller's input: it wraps aegis.ErrInvalid.
-type inputError struct{ msg string }
-
-func (e *inputError) Error() string { return "queue: " + e.msg }
-func (e *inputError) Unwrap() error { return aegis.ErrInvalid }
-
+// invalid is an error in the caller's input, "queue: " and the message.
 func invalid(format string, args ...any) error {
-	return &inputError{msg: fmt.Sprintf(format, args...)}
+	return badinput.Errorf("queue: "+format, args...)
 }

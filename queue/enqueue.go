@@ -124,7 +124,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueuePar
 	for i, p := range jobs {
 		in, err := c.check(p.Args, p.Opts)
 		if err != nil {
-			return nil, invalid("EnqueueMany: job %d: %s", i, err.(*inputError).msg)
+			return nil, invalid("EnqueueMany: job %d: %s", i, strings.TrimPrefix(err.Error(), "queue: "))
 		}
 		ins[i] = in
 		if in.uniqueKey == "" {

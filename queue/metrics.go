@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aegislab/aegis/internal/promreg"
 )
 
 // The metrics a client exports when Config.Registerer is set. Counters are
@@ -55,12 +57,12 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics, error)
 	}
 	for _, p := range []**prometheus.CounterVec{&m.claimedV, &m.completedV, &m.failedV, &m.snoozedV, &m.cancelledV,
 		&m.discardedV, &m.reapedV, &m.leasesLostV, &m.staleV} {
-		if err := register(reg, p); err != nil {
-			return nil, err
+		if err := promreg.Register(reg, p); err != nil {
+			return nil, fmt.Errorf("queue: register metrics: %w", err)
 		}
 	}
-	if err := register(reg, &m.claimSecondsV); err != nil {
-		return nil, err
+	if err := promreg.Register(reg, &m.claimSecondsV); err != nil {
+		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
 	if err := reg.Register(&depthCollector{pool: pool}); err != nil {
 		var are prometheus.AlreadyRegisteredError
@@ -69,26 +71,6 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics, error)
 		}
 	}
 	return m, nil
-}
-
-// register registers *c, or replaces it with the collector another client
-// registered already.
-func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
-	err := reg.Register(*c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &are):
-		existing, ok := are.ExistingCollector.(C)
-		if !ok {
-			return fmt.Errorf("queue: register metrics: %w", err)
-		}
-		*c = existing
-		return nil
-	default:
-		return fmt.Errorf("queue: register metrics: %w", err)
-	}
 }
 
 func (m *metrics) claimed(q string) prometheus.Counter    { return m.claimedV.WithLabelValues(q) }

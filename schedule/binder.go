@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -125,7 +126,7 @@ func (b *binder) listen(ctx context.Context, wake chan<- struct{}) {
 		if attempt == 0 && !isReadOnly(err) { // a standby refuses LISTEN: its claims say not-primary
 			b.s.emit(Event{Kind: EventError, Reason: "LISTEN for catalog changes failed: polling every " + pollEvery.String(), Err: err})
 		}
-		if !sleepCtx(ctx, 5*time.Second) {
+		if !backoff.Sleep(ctx, 5*time.Second) {
 			return
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/queue"
 )
@@ -155,7 +156,7 @@ func (s *Scheduler) lead(ctx context.Context) {
 				return
 			}
 			s.emit(Event{Kind: EventError, Reason: "campaign", Err: err})
-			if !sleepCtx(ctx, retry.Delay(attempt)) {
+			if !backoff.Sleep(ctx, retry.Delay(attempt)) {
 				return
 			}
 			attempt++
@@ -460,16 +461,4 @@ func (s *Scheduler) lookup(name string) *job {
 		}
 	}
 	return nil
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -31,6 +31,12 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
+// Sleep blocks for d or until ctx ends, and reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	woken, err := Wait(ctx, nil, d)
+	return !woken && err == nil
+}
+
 // Wait blocks for d, until wake fires, or until ctx ends, and reports
 // whether wake fired. A closed wake channel (a failed subscription) is
 // treated as no channel: the timer decides. When ctx ends it returns

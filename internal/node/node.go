@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/badinput"
 )
 
 // MaxLen is the longest node name, in bytes.
@@ -47,12 +47,5 @@ func Check(field, name string) error {
 	return nil
 }
 
-// inputError reads as its message and wraps aegis.ErrInvalid.
-type inputError struct{ msg string }
-
-func (e *inputError) Error() string { return e.msg }
-func (e *inputError) Unwrap() error { return aegis.ErrInvalid }
-
-func invalid(format string, args ...any) error {
-	return &inputError{msg: fmt.Sprintf(format, args...)}
-}
+// invalid reads as its message and matches aegis.ErrInvalid.
+func invalid(format string, args ...any) error { return badinput.Errorf(format, args...) }

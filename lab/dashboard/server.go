@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/lab"
@@ -389,16 +388,4 @@ func viewReport(id string, rep *lab.Report) *reportView {
 		v.Visualisation = "/api/runs/" + id + "/visualisation"
 	}
 	return v
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

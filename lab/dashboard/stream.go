@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/lab"
 )
 
@@ -356,7 +357,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wake:
 			// Let a burst of events gather: one batch per run per check.
-			if !sleepCtx(r.Context(), statusCheck/4) {
+			if !backoff.Sleep(r.Context(), statusCheck/4) {
 				return
 			}
 			if flushRuns(false) != nil {
@@ -384,7 +385,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			}
 		case <-changed:
 			// Let a burst of changes (a preset's runs starting) settle.
-			if !sleepCtx(r.Context(), 100*time.Millisecond) {
+			if !backoff.Sleep(r.Context(), 100*time.Millisecond) {
 				return
 			}
 			if sendGroups() != nil || out.flush() != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/promreg"
 )
 
 type vecs struct {
@@ -50,34 +51,16 @@ func newVecs(reg prometheus.Registerer) (*vecs, error) {
 		}, []string{"backend", "op"}),
 	}
 	for _, c := range []**prometheus.CounterVec{&v.acquire, &v.renew, &v.release, &v.lost} {
-		if err := register(reg, c); err != nil {
-			return nil, err
+		if err := promreg.Register(reg, c); err != nil {
+			return nil, fmt.Errorf("leasemetrics: register: %w", err)
 		}
 	}
 	for _, h := range []**prometheus.HistogramVec{&v.wait, &v.op} {
-		if err := register(reg, h); err != nil {
-			return nil, err
+		if err := promreg.Register(reg, h); err != nil {
+			return nil, fmt.Errorf("leasemetrics: register: %w", err)
 		}
 	}
 	return v, nil
-}
-
-// register registers c, or takes the equal collector already registered.
-func register[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
-	err := reg.Register(*c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &are):
-		existing, ok := are.ExistingCollector.(C)
-		if !ok {
-			return fmt.Errorf("leasemetrics: register: %w", err)
-		}
-		*c = existing
-		return nil
-	}
-	return fmt.Errorf("leasemetrics: register: %w", err)
 }
 
 // Wrap returns l instrumented under the backend name (a label, such as

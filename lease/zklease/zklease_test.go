@@ -55,6 +55,10 @@ func TestLocktest(t *testing.T) {
 		// bounds it.
 		TTL:    time.Second,
 		MaxTTL: sessionTimeout,
+		// 5s, not the default TTL+1s: on a freshly installed ensemble (a
+		// cold JVM) a client's reconnect cost a waiter over 2s once. A
+		// waiter a greedy holder starves waits forever, so 5s still tells.
+		Handoff: 5 * time.Second,
 	})
 }
 
