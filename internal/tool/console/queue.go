@@ -153,16 +153,20 @@ FROM aegis_job_finished WHERE finalized_at >= now() - interval '1 hour' GROUP BY
 	// last hour waited from due (run_at) to start (attempted_at): the
 	// running ones and the finished ones. A job whose run_at moved after
 	// its last start (a retry, a snooze, a reclaim: run_at > attempted_at)
-	// is no sample; a claim never starts a job before its run_at.
+	// is no sample. A claim never starts a job before its run_at, but its
+	// now() (its transaction's start) can precede by microseconds the
+	// now() of an enqueue that committed before the claim's snapshot: 1ms
+	// of slack keeps that job a sample (a wait of 0), and the test that
+	// counted samples failed once without it.
 	queueWaitSQL = `SELECT queue, count(*),
 	percentile_cont(0.5) WITHIN GROUP (ORDER BY w), percentile_cont(0.95) WITHIN GROUP (ORDER BY w)
 FROM (
-	SELECT queue, extract(epoch FROM attempted_at - run_at)::float8 AS w FROM aegis_job
-	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at
+	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 AS w FROM aegis_job
+	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at - interval '1 millisecond'
 	UNION ALL
-	SELECT queue, extract(epoch FROM attempted_at - run_at)::float8 FROM aegis_job_finished
+	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 FROM aegis_job_finished
 	WHERE finalized_at >= now() - interval '1 hour' -- the index: a job started in the hour finished in it
-	  AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at
+	  AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at - interval '1 millisecond'
 ) s GROUP BY queue`
 	// queueMinutesSQL counts the last hour's completions per queue and
 	// minute (0: the current one).
