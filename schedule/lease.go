@@ -1,0 +1,105 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aegislab/aegis"
+)
+
+// fireLease runs tick f under the job's lease, if this node acquires it.
+func (j *job) fireLease(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+	locker := j.s.cfg.Locker
+	key := j.key()
+	if j.Overlap == OverlapAllow {
+		key += "@" + f.UTC().Format(time.RFC3339Nano)
+	}
+	start := time.Now()
+	cctx, cancel := claimContext(ctx)
+	lease, err := locker.TryAcquire(cctx, key, j.LockAtMostFor)
+	cancel()
+	if err == nil && j.runContext(ctx).Err() != nil {
+		// Stopping: run nothing new, and free the key at once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := locker.Release(rctx, lease); err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: lease.Token, Reason: "release a lease acquired while stopping", Err: err})
+		}
+		return nil, false, nil
+	}
+	if errors.Is(err, aegis.ErrHeld) {
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "the job's lease is held"})
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, !errors.Is(err, aegis.ErrInvalid), err
+	}
+	if late := j.s.cfg.Clock.Now().Sub(f); late > j.startBy(f, oneOff) {
+		// A grant that came this late (the lease server was slow, or a
+		// row lock held it up) may follow another replica's whole run of
+		// the tick, its lease released after LockAtLeastFor: running it
+		// now would run the tick twice.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = locker.Release(rctx, lease)
+		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Token: lease.Token, Attempt: 1,
+			Reason: fmt.Sprintf("the lease was granted %s after the fire time, past the starting deadline %s: another replica may have run the tick", late.Round(time.Millisecond), j.startBy(f, oneOff))})
+		return nil, false, nil
+	}
+	var c claimed
+	if j.bound != nil {
+		// The catalog half of the claim, once the lease is ours: a pause
+		// or delete that committed before it is seen. A run now is taken:
+		// the lease alone would not keep a replica that saw the request
+		// after another's run had ended from running it again.
+		var ok bool
+		cctx, cancel := claimContext(ctx)
+		if oneOff {
+			c, ok, err = j.s.takeRunNow(cctx, j, f)
+		} else {
+			c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+		}
+		cancel()
+		if err != nil || !ok {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = locker.Release(rctx, lease)
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		if !ok && oneOff {
+			j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another replica took the run now, a later RunNow replaced it, or the schedule was paused or deleted"})
+			return nil, false, nil
+		}
+		if !ok {
+			j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(false)})
+			j.s.lookBack()
+			return nil, false, nil
+		}
+	}
+	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
+	done = j.launch(j.runContext(ctx), run, lease, start.Add(j.LockAtMostFor), locker, func(jobErr error, held *aegis.Held) {
+		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
+		keep := j.LockAtLeastFor - time.Since(start)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var err error
+		switch {
+		case held != nil:
+			err = held.ReleaseAfter(fctx, keep) // a keep too short to renew for releases
+		case aegis.CheckTTL(keep, 0) == nil: // else too short to renew for: release
+			err = locker.Renew(fctx, lease, keep)
+		default:
+			err = locker.Release(fctx, lease)
+		}
+		if errors.Is(err, aegis.ErrLost) {
+			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: lease.Token, Reason: "the lease had expired when the run ended", Err: err})
+		} else if err != nil {
+			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: lease.Token, Reason: "release", Err: err})
+		}
+	})
+	return done, false, nil
+}
