@@ -33,8 +33,8 @@ func (b Backoff) Delay(attempt int) time.Duration {
 
 // Sleep blocks for d or until ctx ends, and reports whether d passed.
 func Sleep(ctx context.Context, d time.Duration) bool {
-	woken, err := Wait(ctx, nil, d)
-	return !woken && err == nil
+	_, err := Wait(ctx, nil, d) // no wake channel: only d or ctx ends it
+	return err == nil
 }
 
 // Wait blocks for d, until wake fires, or until ctx ends, and reports

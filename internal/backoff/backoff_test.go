@@ -58,3 +58,19 @@ func TestWait(t *testing.T) {
 	_, err = Wait(ctx, nil, time.Minute)
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// Sleep reports true when d passed, false when the context ended first.
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Error("Sleep of 1ms with a live context reported that the context ended")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if Sleep(ctx, time.Hour) {
+		t.Error("Sleep with an ended context reported that d passed")
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Errorf("Sleep with an ended context returned after %s", waited)
+	}
+}
