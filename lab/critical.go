@@ -11,6 +11,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -87,7 +88,7 @@ func (n *node) critical(ctx context.Context, s section) {
 	// The work. The node does not look at its lease (or context) again
 	// before it writes: a check just before the write leaves the same gap
 	// as none, and a paused node resumes here.
-	sleep(context.WithoutCancel(ctx), s.work)
+	backoff.Sleep(context.WithoutCancel(ctx), s.work)
 	n.emit(s.event(evWriting))
 
 	// The write is retried on errors (a partition, a restarted server)

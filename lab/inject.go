@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/schedule"
@@ -95,7 +96,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		r.mu.Unlock()
 		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) paused with SIGSTOP for %s%s", ch, np.n, pid, ch.For, detail)})
 		begin(nil)
-		sleep(ctx, ch.For) // a stopped run resumes at once
+		backoff.Sleep(ctx, ch.For) // a stopped run resumes at once
 		r.mu.Lock()
 		np.paused = false
 		r.mu.Unlock()
@@ -161,7 +162,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 		r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from %s for %s (connections dropped, new ones refused)%s", ch, np.n, from, ch.For, detail)})
 		begin(nil)
-		sleep(ctx, ch.For)
+		backoff.Sleep(ctx, ch.For)
 		for _, p := range cut {
 			p.Heal()
 		}
@@ -648,7 +649,7 @@ func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin fu
 	default:
 		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; %s still leads", ch, k, victim.Name(), next.Name())})
 	}
-	sleep(ctx, time.Until(killed.Add(serverDowntime)))
+	backoff.Sleep(ctx, time.Until(killed.Add(serverDowntime)))
 	// The member must come back even when the run has ended meanwhile:
 	// the session's next runs use the cluster.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -671,7 +672,7 @@ func waitLeader(ctx context.Context, cluster member) (*servers.Proc, error) {
 		if err == nil {
 			return m, nil
 		}
-		if !sleep(ctx, 50*time.Millisecond) {
+		if !backoff.Sleep(ctx, 50*time.Millisecond) {
 			return nil, err
 		}
 	}

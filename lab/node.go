@@ -484,18 +484,3 @@ func (c *nodeClock) Wake(at time.Time) (<-chan struct{}, func()) {
 	t := time.AfterFunc(time.Until(at.Add(-time.Duration(c.skew.Load()))), func() { close(ch) })
 	return ch, func() { t.Stop() }
 }
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 )
@@ -351,7 +352,7 @@ func (r *Run) awaitPrompt(ctx context.Context) {
 				promptWait, who, slowest.Round(time.Millisecond), bound)
 			return
 		}
-		sleep(ctx, 100*time.Millisecond) // the machine's load is what is waited for: there is no event
+		backoff.Sleep(ctx, 100*time.Millisecond) // the machine's load is what is waited for: there is no event
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -27,7 +28,7 @@ func (r *Run) supervise() {
 			continue
 		}
 		r.chaos.Go(func() {
-			if !sleep(ctx, time.Until(r.start.Add(ch.At))) {
+			if !backoff.Sleep(ctx, time.Until(r.start.Add(ch.At))) {
 				return
 			}
 			if err := r.apply(ctx, ch); err != nil {
@@ -105,7 +106,7 @@ func (r *Run) tickEvents(ctx context.Context) {
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return a.at.Compare(b.at) })
 	for _, m := range marks {
-		if !sleep(ctx, time.Until(m.at)) {
+		if !backoff.Sleep(ctx, time.Until(m.at)) {
 			return
 		}
 		r.mu.Lock()

@@ -31,8 +31,12 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// Sleep blocks for d or until ctx ends, and reports whether d passed.
+// Sleep blocks for d or until ctx ends, and reports whether d passed; a d
+// of zero or less reports only whether ctx is live.
 func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	_, err := Wait(ctx, nil, d) // no wake channel: only d or ctx ends it
 	return err == nil
 }

@@ -74,3 +74,17 @@ func TestSleep(t *testing.T) {
 		t.Errorf("Sleep with an ended context returned after %s", waited)
 	}
 }
+
+// A Sleep of no time reports only whether the context is live.
+func TestSleepZero(t *testing.T) {
+	if !Sleep(context.Background(), 0) {
+		t.Error("Sleep(0) with a live context reported that the context ended")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 100 { // a ready timer and an ended context: never true
+		if Sleep(ctx, -time.Second) {
+			t.Fatal("Sleep of no time with an ended context reported that d passed")
+		}
+	}
+}
