@@ -151,22 +151,25 @@ SELECT queue, state, count(*), 0, 0 FROM aegis_job_finished GROUP BY queue, stat
 FROM aegis_job_finished WHERE finalized_at >= now() - interval '1 hour' GROUP BY queue`
 	// queueWaitSQL measures, per queue, how long the jobs started in the
 	// last hour waited from due (run_at) to start (attempted_at): the
-	// running ones and the finished ones. A job whose run_at moved after
-	// its last start (a retry, a snooze, a reclaim: run_at > attempted_at)
-	// is no sample. A claim never starts a job before its run_at, but its
-	// now() (its transaction's start) can precede by microseconds the
-	// now() of an enqueue that committed before the claim's snapshot: 1ms
-	// of slack keeps that job a sample (a wait of 0), and the test that
-	// counted samples failed once without it.
+	// running ones and the finished ones that ended while running
+	// (locked_by kept). Their run_at is the due of their last start, as no
+	// write but a claim touches a running job's run_at. A job handed back
+	// after its last start (a retry, a snooze, a reclaim, a hand-back: its
+	// run_at moved, locked_by cleared) and then cancelled is no sample. No
+	// comparison of run_at with attempted_at decides a sample: a claim's
+	// now() (its transaction's start) can precede the now() of an enqueue
+	// that committed before the claim's snapshot, by as long as the claiming
+	// backend waited for a core (the test that counts samples lost one so
+	// on a loaded machine, with 1ms of slack). Such a wait counts as 0.
 	queueWaitSQL = `SELECT queue, count(*),
 	percentile_cont(0.5) WITHIN GROUP (ORDER BY w), percentile_cont(0.95) WITHIN GROUP (ORDER BY w)
 FROM (
 	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 AS w FROM aegis_job
-	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at - interval '1 millisecond'
+	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour'
 	UNION ALL
 	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 FROM aegis_job_finished
 	WHERE finalized_at >= now() - interval '1 hour' -- the index: a job started in the hour finished in it
-	  AND attempted_at >= now() - interval '1 hour' AND attempted_at >= run_at - interval '1 millisecond'
+	  AND attempted_at >= now() - interval '1 hour' AND locked_by IS NOT NULL
 ) s GROUP BY queue`
 	// queueMinutesSQL counts the last hour's completions per queue and
 	// minute (0: the current one).
