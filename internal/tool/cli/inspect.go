@@ -14,9 +14,9 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/lab"
 )
 
 var inspectCommand = command{

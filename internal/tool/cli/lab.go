@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/lab"
 )
 
 var labCommand = command{

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 const labCampaignUsage = `

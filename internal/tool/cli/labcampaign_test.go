@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
 )
 
 // A campaign's replay line, parsed by the flags of `aegis lab run`, is the

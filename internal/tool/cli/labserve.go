@@ -10,9 +10,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/webaccess"
-	"github.com/aegislab/aegis/lab"
-	"github.com/aegislab/aegis/lab/dashboard"
 )
 
 // DefaultLabAddr is where `aegis lab` serves the dashboard.

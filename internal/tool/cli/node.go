@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 var nodeCommand = command{

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 func TestParseChaos(t *testing.T) {

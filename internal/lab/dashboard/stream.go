@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/backoff"
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 // Server-sent events. Two streams:

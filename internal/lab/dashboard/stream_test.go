@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
-	"github.com/aegislab/aegis/lab/dashboard"
 )
 
 // muxed collects the page's one stream: per run, its events (checked to

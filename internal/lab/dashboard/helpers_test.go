@@ -19,9 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
-	"github.com/aegislab/aegis/lab/dashboard"
 )
 
 // harness is a dashboard over a lab session on the shared test servers

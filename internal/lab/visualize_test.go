@@ -7,8 +7,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/lab"
 )
 
 // The checker's visualisation of a violation names its lanes for the

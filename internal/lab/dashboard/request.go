@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 // RunRequest is one run to start, as the page sends it. Fields left out

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 // The states of a run in the dashboard.

@@ -3,7 +3,7 @@ package lab_test
 import (
 	"fmt"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 func ExampleParseChaos() {

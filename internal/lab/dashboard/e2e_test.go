@@ -14,10 +14,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
-	"github.com/aegislab/aegis/lab/dashboard"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the end-to-end tests' screenshots into docs/ (docs/dashboard-*.png)")

@@ -14,7 +14,7 @@ import (
 	"sync"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 //go:embed assets

@@ -1,4 +1,4 @@
-package lab_test
+package dashboard_test
 
 import (
 	"context"
@@ -8,18 +8,16 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/aegislab/aegis/lab"
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 // nodeEnv makes this test binary a lab node: the lab runs its own
-// executable with `node` and these flags, as the aegis command does.
+// executable with `node` and the run's flags, as the aegis command does.
 const nodeEnv = "AEGISLAB_TEST_NODE=1"
 
-// labParallel is how many of this package's tests run at once unless
-// -test.parallel says otherwise. A lab run mostly waits for its ticks (its
-// node processes sleep), so more runs than cores fit; the default of
-// GOMAXPROCS (2 here) would make the package last a minute and a half.
-const labParallel = "6"
+// parallel is how many of this package's tests run at once unless
+// -test.parallel says otherwise: a lab run mostly waits for its ticks.
+const parallel = "6"
 
 func TestMain(m *testing.M) {
 	if os.Getenv("AEGISLAB_TEST_NODE") == "1" && len(os.Args) > 1 && os.Args[1] == "node" {
@@ -35,7 +33,7 @@ func TestMain(m *testing.M) {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		_ = flag.Set("test.parallel", labParallel)
+		_ = flag.Set("test.parallel", parallel)
 	}
 	goleak.VerifyTestMain(m)
 }

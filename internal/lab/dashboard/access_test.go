@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/lab/dashboard"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 )
 
 // With a token, every change must carry it; reading needs none, and any

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
 )
 
 // The servers' faults of lab v2, each in a real run: crash:postgres,

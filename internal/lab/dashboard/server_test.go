@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/lab"
-	"github.com/aegislab/aegis/lab/dashboard"
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/dashboard"
 )
 
 // The page and its assets come from the binary, and the API describes the

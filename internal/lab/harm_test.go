@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/testenv"
-	"github.com/aegislab/aegis/lab"
 )
 
 // What a faulted run shows depends on races: which node got a job's lease
