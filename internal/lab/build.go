@@ -37,43 +37,97 @@ const checkTimeout = 20 * time.Second
 func (r *Run) buildReport() (*Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	audit, err := readAudit(ctx, r.db, r.ID)
+	st, err := r.readStore(ctx)
 	if err != nil {
 		return nil, err
-	}
-	ledgers, err := readCounts[int64](ctx, r.db, ledgersSQL, r.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lab: read the ledgers: %w", err)
-	}
-	storeDups, err := readCounts[int](ctx, r.db, storeDuplicatesSQL, r.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lab: count the duplicates: %w", err)
-	}
-	storeLost, err := readCounts[int64](ctx, r.db, storeLostSQL, r.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lab: count the lost updates: %w", err)
-	}
-
-	// What the store says was committed, by attempt and by job tick.
-	committed := map[string]bool{}
-	executions := map[jobTick][]auditRow{}
-	for _, a := range audit {
-		if a.Status == "EXECUTED" {
-			committed[a.Attempt] = true
-			jt := jobTick{a.Job, a.Tick}
-			executions[jt] = append(executions[jt], a)
-		}
 	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	fires := r.firesLocked(st.executions)
+	rep := r.newReportLocked()
+	ops, sections := r.historyLocked(st.committed, rep.Fenced)
+	htmlDir := ""
+	if r.cfg.OutDir != "" {
+		htmlDir = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID) // a page per violating job
+	}
+	verdicts, err := CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
+	if err != nil {
+		rep.Notes = append(rep.Notes, err.Error())
+	}
+	verdict := map[string]JobVerdict{}
+	for _, v := range verdicts {
+		verdict[v.Job] = v
+	}
+	for _, j := range r.jobs {
+		jr := r.jobReportLocked(j, fires[j.Name], st, sections)
+		if v, ok := verdict[j.Name]; ok {
+			jr.Checker, jr.Reason, jr.Visualisation = v.Verdict, v.Reason, v.HTML
+		}
+		r.judge(&jr, st.duplicates[j.Name], st.lost[j.Name], rep)
+		rep.add(jr)
+	}
+	if r.cfg.Standby > 0 {
+		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections))
+	}
+	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
+	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
+		excluded := s.Excludes(r.cfg)
+		for _, h := range rep.Harms {
+			if slices.Contains(excluded, h) {
+				rep.Unsafe = append(rep.Unsafe, h)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// storeAccount is what the store says of a run: its audit rows, each
+// job's ledger and the store's own counts of duplicates and lost updates,
+// and, from the audit, what was committed, by attempt and by job tick.
+type storeAccount struct {
+	ledgers    map[string]int64
+	duplicates map[string]int
+	lost       map[string]int64
+	committed  map[string]bool // by attempt
+	executions map[jobTick][]auditRow
+}
+
+// readStore reads the store's account of the run.
+func (r *Run) readStore(ctx context.Context) (*storeAccount, error) {
+	audit, err := readAudit(ctx, r.db, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	st := &storeAccount{committed: map[string]bool{}, executions: map[jobTick][]auditRow{}}
+	if st.ledgers, err = readCounts[int64](ctx, r.db, ledgersSQL, r.ID); err != nil {
+		return nil, fmt.Errorf("lab: read the ledgers: %w", err)
+	}
+	if st.duplicates, err = readCounts[int](ctx, r.db, storeDuplicatesSQL, r.ID); err != nil {
+		return nil, fmt.Errorf("lab: count the duplicates: %w", err)
+	}
+	if st.lost, err = readCounts[int64](ctx, r.db, storeLostSQL, r.ID); err != nil {
+		return nil, fmt.Errorf("lab: count the lost updates: %w", err)
+	}
+	for _, a := range audit {
+		if a.Status == "EXECUTED" {
+			st.committed[a.Attempt] = true
+			jt := jobTick{a.Job, a.Tick}
+			st.executions[jt] = append(st.executions[jt], a)
+		}
+	}
+	return st, nil
+}
+
+// firesLocked returns each job's fired ticks. A run ends when its nodes
+// are done, often before the last ticks' windows close: their missed
+// events come now, so that the events (and a picture drawn from them)
+// agree with the counts.
+func (r *Run) firesLocked(executions map[jobTick][]auditRow) map[string][]int {
 	ticks := r.cfg.Ticks()
 	if r.stopped {
 		ticks = min(ticks, r.fired)
 	}
-	// A run ends when its nodes are done, often before the last ticks'
-	// windows close: their missed events come now, so that the events
-	// (and a picture drawn from them) agree with the counts.
 	fires := map[string][]int{}
 	for _, j := range r.jobs {
 		for _, t := range j.fires(r.start, r.cfg.Tick, ticks, r.edits) {
@@ -91,6 +145,12 @@ func (r *Run) buildReport() (*Report, error) {
 			slices.Sort(fires[jt.Job])
 		}
 	}
+	return fires
+}
+
+// newReportLocked is the report before its jobs: the run's config, its
+// events and its notes.
+func (r *Run) newReportLocked() *Report {
 	rep := &Report{
 		Scenario: r.cfg.Scenario, Strategy: r.cfg.Strategy, Fenced: r.cfg.fenced(), Nodes: r.cfg.Nodes,
 		DurationS: r.cfg.Duration.Seconds(), Run: r.ID, ConfigJSON: r.cfg.json(), Config: r.cfg,
@@ -113,10 +173,14 @@ func (r *Run) buildReport() (*Report, error) {
 	if r.stopped && r.fired < r.cfg.Ticks() {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped early: %d of %d ticks fired; the counts cover those", r.fired, r.cfg.Ticks()))
 	}
+	return rep
+}
 
-	// The history, with what the store says: a write the node never
-	// reported (killed right after, or a commit whose answer was lost)
-	// but whose EXECUTED row is there committed.
+// historyLocked is the history the checker reads, with what the store
+// says: a write the node never reported (killed right after, or a commit
+// whose answer was lost) but whose EXECUTED row is there committed. It
+// returns the operations and the critical sections they came from.
+func (r *Run) historyLocked(committed map[string]bool, fenced bool) ([]Op, map[string]*sectionRecord) {
 	var ops []Op
 	sections := map[string]*sectionRecord{}
 	for _, id := range r.order {
@@ -133,88 +197,69 @@ func (r *Run) buildReport() (*Report, error) {
 			s.WriteCall, s.WriteResult = 0, ""
 		}
 		sections[id] = &s
-		ops = append(ops, s.ops(rep.Fenced)...)
+		ops = append(ops, s.ops(fenced)...)
 	}
 	for _, c := range r.claims {
-		ops = append(ops, Op{Job: c.Job, Kind: OpClaim, Node: c.Node, Token: c.Token, Fenced: rep.Fenced, Result: OpOK, Call: c.Call, Return: c.At})
+		ops = append(ops, Op{Job: c.Job, Kind: OpClaim, Node: c.Node, Token: c.Token, Fenced: fenced, Result: OpOK, Call: c.Call, Return: c.At})
 	}
-	htmlDir := ""
-	if r.cfg.OutDir != "" {
-		htmlDir = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID) // a page per violating job
-	}
-	verdicts, err := CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
-	if err != nil {
-		rep.Notes = append(rep.Notes, err.Error())
-	}
-	verdict := map[string]JobVerdict{}
-	for _, v := range verdicts {
-		verdict[v.Job] = v
-	}
+	return ops, sections
+}
 
-	for _, j := range r.jobs {
-		jr := JobReport{Name: j.Name, Every: j.Every.String(), Work: j.Work.String(), Ticks: len(fires[j.Name]),
-			Ledger: ledgers[j.Name], Checker: CheckOK, Harms: []Harm{}}
-		if v, ok := verdict[j.Name]; ok {
-			jr.Checker, jr.Reason, jr.Visualisation = v.Verdict, v.Reason, v.HTML
-		}
-		var effects int64
-		for _, t := range fires[j.Name] {
-			ex := executions[jobTick{j.Name, t}]
-			effects += int64(len(ex))
-			switch {
-			case len(ex) == 0:
-				jr.MissedTicks++
-			case len(ex) > 1:
-				jr.DuplicatesApplied++
-				if retriesOnly(ex) {
-					jr.Retries++
-				}
-			}
-		}
-		for _, s := range sections {
-			if s.Job != j.Name {
-				continue
-			}
-			if s.ReadResult == OpOK {
-				jr.Executions++
-			}
-			if s.ReadResult == OpRefused || s.WriteResult == OpRefused {
-				jr.StaleRejected++
-			}
-		}
-		for t, n := range r.entered {
-			if t.Job == j.Name && n > 1 {
-				jr.DuplicateTicks++
-			}
-		}
-		jr.LostUpdates = effects - jr.Ledger
-		r.judge(&jr, storeDups[j.Name], storeLost[j.Name], rep)
-		rep.add(jr)
-	}
-	if r.cfg.Standby > 0 {
-		ran, refused := 0, 0
-		for _, s := range sections {
-			if r.onStandby(s.Node) && s.ReadResult == OpOK {
-				ran++
-			}
-		}
-		for _, e := range r.events {
-			if e.Kind == EventNotPrimary {
-				refused++
-			}
-		}
-		rep.Notes = append(rep.Notes, fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused))
-	}
-	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
-	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
-		excluded := s.Excludes(r.cfg)
-		for _, h := range rep.Harms {
-			if slices.Contains(excluded, h) {
-				rep.Unsafe = append(rep.Unsafe, h)
+// jobReportLocked counts a job's ticks (fired, missed, applied twice),
+// its critical sections and its refusals, and its lost updates: the
+// effects the store applied less what its ledger holds.
+func (r *Run) jobReportLocked(j JobSpec, fires []int, st *storeAccount, sections map[string]*sectionRecord) JobReport {
+	jr := JobReport{Name: j.Name, Every: j.Every.String(), Work: j.Work.String(), Ticks: len(fires),
+		Ledger: st.ledgers[j.Name], Checker: CheckOK, Harms: []Harm{}}
+	var effects int64
+	for _, t := range fires {
+		ex := st.executions[jobTick{j.Name, t}]
+		effects += int64(len(ex))
+		switch {
+		case len(ex) == 0:
+			jr.MissedTicks++
+		case len(ex) > 1:
+			jr.DuplicatesApplied++
+			if retriesOnly(ex) {
+				jr.Retries++
 			}
 		}
 	}
-	return rep, nil
+	for _, s := range sections {
+		if s.Job != j.Name {
+			continue
+		}
+		if s.ReadResult == OpOK {
+			jr.Executions++
+		}
+		if s.ReadResult == OpRefused || s.WriteResult == OpRefused {
+			jr.StaleRejected++
+		}
+	}
+	for t, n := range r.entered {
+		if t.Job == j.Name && n > 1 {
+			jr.DuplicateTicks++
+		}
+	}
+	jr.LostUpdates = effects - jr.Ledger
+	return jr
+}
+
+// standbyNoteLocked says what the second region (the nodes on a hot
+// standby) did.
+func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
+	ran, refused := 0, 0
+	for _, s := range sections {
+		if r.onStandby(s.Node) && s.ReadResult == OpOK {
+			ran++
+		}
+	}
+	for _, e := range r.events {
+		if e.Kind == EventNotPrimary {
+			refused++
+		}
+	}
+	return fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused)
 }
 
 // judge classifies a job's harm, from the store and the checker, and

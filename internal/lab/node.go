@@ -154,20 +154,10 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1), untils: map[runID]int64{}}
 	phases := newPhases()
 	var err error
-	if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
-		n.db, err = sqlitelease.Open(path)
-	} else {
-		n.db, err = sql.Open("pgx", c.Store)
-	}
-	if err != nil {
-		return fmt.Errorf("open the store: %w", err)
+	if n.db, err = openStore(c.Store); err != nil {
+		return err
 	}
 	defer n.db.Close()
-	// As many kept idle as may be open: the default of 2 closed and
-	// reopened connections all run long, at tens of milliseconds of the
-	// server's CPU each.
-	n.db.SetMaxOpenConns(6)
-	n.db.SetMaxIdleConns(6)
 	n.clock.skew.Store(int64(c.Skew))
 	phases.mark("store")
 
@@ -194,34 +184,16 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return fmt.Errorf("start the %s mode: %w", n.strat.Mode, err)
 	}
 	phases.mark("started")
-	// Ready means the catalog is bound: a node starved at its start would
-	// otherwise set its timers after the first ticks had fired.
-	select {
-	case <-sched.Ready():
-	case <-ctx.Done():
-		return ctx.Err()
-	case err := <-n.fatal:
+	if err := n.awaitBound(ctx, sched); err != nil {
 		return err
-	case <-time.After(30 * time.Second):
-		return errors.New("the scheduler did not read the catalog within 30s")
 	}
 
 	phases.mark("catalog bound")
 	lines := bufio.NewScanner(stdin)
 	n.emit(nodeEvent{Kind: evReady, Detail: phases.String()})
-	var start int64
-	for start == 0 {
-		if !lines.Scan() {
-			return errors.New("no start time on stdin")
-		}
-		var cl controlLine
-		if err := json.Unmarshal(lines.Bytes(), &cl); err != nil || cl.Ping == 0 && cl.Start == 0 {
-			return fmt.Errorf("bad control line %q before the start", lines.Text())
-		}
-		if cl.Ping != 0 {
-			n.emit(nodeEvent{Kind: evPong, Ping: cl.Ping})
-		}
-		start = cl.Start
+	start, err := n.readStart(lines)
+	if err != nil {
+		return err
 	}
 	n.start.Store(start)
 	go func() {
@@ -252,6 +224,63 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		n.emit(nodeEvent{Kind: evFinished})
 	}
 	return nil
+}
+
+// openStore opens the run's store: a SQLite file (sqlite:PATH) or a
+// PostgreSQL DSN.
+func openStore(store string) (*sql.DB, error) {
+	var db *sql.DB
+	var err error
+	if path, ok := strings.CutPrefix(store, "sqlite:"); ok {
+		db, err = sqlitelease.Open(path)
+	} else {
+		db, err = sql.Open("pgx", store)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the store: %w", err)
+	}
+	// As many kept idle as may be open: the default of 2 closed and
+	// reopened connections all run long, at tens of milliseconds of the
+	// server's CPU each.
+	db.SetMaxOpenConns(6)
+	db.SetMaxIdleConns(6)
+	return db, nil
+}
+
+// awaitBound waits until the scheduler has bound the catalog. Ready
+// means that: a node starved at its start would otherwise set its timers
+// after the first ticks had fired.
+func (n *node) awaitBound(ctx context.Context, sched *schedule.Scheduler) error {
+	select {
+	case <-sched.Ready():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-n.fatal:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("the scheduler did not read the catalog within 30s")
+	}
+}
+
+// readStart reads control lines until the start time (Unix ns),
+// answering the lab's pings on the way.
+func (n *node) readStart(lines *bufio.Scanner) (int64, error) {
+	var start int64
+	for start == 0 {
+		if !lines.Scan() {
+			return 0, errors.New("no start time on stdin")
+		}
+		var cl controlLine
+		if err := json.Unmarshal(lines.Bytes(), &cl); err != nil || cl.Ping == 0 && cl.Start == 0 {
+			return 0, fmt.Errorf("bad control line %q before the start", lines.Text())
+		}
+		if cl.Ping != 0 {
+			n.emit(nodeEvent{Kind: evPong, Ping: cl.Ping})
+		}
+		start = cl.Start
+	}
+	return start, nil
 }
 
 // scheduler returns the node's scheduler in its strategy's mode, what

@@ -59,7 +59,6 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		e.Until = r.secs(ev.Until)
 	}
 	jt := jobTick{ev.Job, ev.Tick}
-	sec := r.sections[ev.Attempt]
 	var derived []Event
 	switch ev.Kind {
 	case evReady:
@@ -73,6 +72,34 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
 	case evReleased:
 		np.holding = -1
+	case evEnter, evEntered, evWriting, evExecuted, evStale, evAbandon:
+		derived = r.onSectionLocked(np, ev, e.T)
+	case evFinished:
+		np.finished = true
+	case evError:
+		np.lastErr = ev.Detail
+	case evMisfired:
+		np.late = max(np.late, time.Duration(ev.Late))
+	}
+	if ev.Kind == evReleased {
+		delete(r.open, runKey(np.n, jt, ev.RunAttempt))
+	}
+	r.addLocked(e)
+	for _, d := range derived {
+		r.addLocked(d)
+	}
+	if len(r.deferred) > 0 {
+		r.settleLocked()
+	}
+}
+
+// onSectionLocked records an event of a critical section (enter, entered,
+// writing, and its outcome: executed, stale, abandoned) at t, and returns
+// the events it implies (a tick committed a second time).
+func (r *Run) onSectionLocked(np *nodeProc, ev nodeEvent, t float64) (derived []Event) {
+	jt := jobTick{ev.Job, ev.Tick}
+	sec := r.sections[ev.Attempt]
+	switch ev.Kind {
 	case evEnter:
 		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
 			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: OpUnknown, Read: -1}
@@ -95,7 +122,7 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 		np.critical, np.writing = "", false
 		r.executed[jt]++
 		if r.executed[jt] == 2 {
-			derived = append(derived, Event{T: e.T, Kind: EventDuplicate, Job: ev.Job, Tick: ev.Tick, Node: np.n,
+			derived = append(derived, Event{T: t, Kind: EventDuplicate, Job: ev.Job, Tick: ev.Tick, Node: np.n,
 				Detail: fmt.Sprintf("%s tick %d committed a second time", ev.Job, ev.Tick)})
 		}
 	case evStale:
@@ -119,21 +146,6 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 			}
 		}
 		np.critical, np.writing = "", false
-	case evFinished:
-		np.finished = true
-	case evError:
-		np.lastErr = ev.Detail
-	case evMisfired:
-		np.late = max(np.late, time.Duration(ev.Late))
 	}
-	if ev.Kind == evReleased {
-		delete(r.open, runKey(np.n, jt, ev.RunAttempt))
-	}
-	r.addLocked(e)
-	for _, d := range derived {
-		r.addLocked(d)
-	}
-	if len(r.deferred) > 0 {
-		r.settleLocked()
-	}
+	return derived
 }

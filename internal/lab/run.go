@@ -73,48 +73,14 @@ type waiter struct {
 // nodes are ready and the first tick is scheduled. The run goes on until
 // its ticks are done, ctx ends, or Stop.
 func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := s.check(ctx, cfg); err != nil {
 		return nil, err
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, errors.New("lab: session closed")
-	}
-	strat, _ := LookupStrategy(cfg.Strategy)
-	if err := s.Availability(ctx, cfg.Strategy); err != nil {
-		return nil, &UnavailableError{Strategy: cfg.Strategy, Err: err}
-	}
-	for _, ch := range cfg.Chaos {
-		if err := s.admitChaos(ch); err != nil {
-			return nil, err
-		}
 	}
 	db, storeURL, err := s.openStore(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var id [4]byte
-	_, _ = rand.Read(id[:])
-	r := &Run{
-		ID:       time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(id[:]),
-		cfg:      cfg,
-		strat:    strat,
-		s:        s,
-		db:       db,
-		store:    storeURL,
-		done:     make(chan struct{}),
-		changed:  make(chan struct{}),
-		jobs:     cfg.jobs(),
-		sections: map[string]*sectionRecord{},
-		executed: map[jobTick]int{},
-		entered:  map[jobTick]int{},
-		missed:   map[jobTick]bool{},
-		deferred: map[jobTick]bool{},
-		open:     map[string]openRun{},
-	}
-	r.stop = make(chan struct{})
+	r := s.newRun(cfg, db, storeURL)
 	// Admitted and registered in one step: no other run of the session
 	// starts between the check and the registration.
 	if err := s.admit(r); err != nil {
@@ -131,21 +97,10 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		return nil, err
 	}
 	if cfg.Standby > 0 {
-		standby, err := s.startStandby(ctx)
-		if err == nil {
-			// The run table, which a standby cannot create.
-			_, err = schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: namespace(r.ID)})
-		}
-		if err == nil {
-			// The catalog's rows and the ledgers reach the standby before
-			// its nodes read them.
-			err = standby.WaitReplayed(ctx, s.pg)
-		}
-		if err != nil {
+		if err := r.prepareStandby(ctx); err != nil {
 			forget()
 			return nil, err
 		}
-		r.standbyURL = standby.URL()
 	}
 	if err := r.startNodes(ctx); err != nil {
 		r.Stop()
@@ -167,6 +122,75 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 		forget()
 	})
 	return r, nil
+}
+
+// check admits cfg into the session: valid, the session open, the
+// strategy available, and its faults ones the session can apply.
+func (s *Session) check(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return errors.New("lab: session closed")
+	}
+	if err := s.Availability(ctx, cfg.Strategy); err != nil {
+		return &UnavailableError{Strategy: cfg.Strategy, Err: err}
+	}
+	for _, ch := range cfg.Chaos {
+		if err := s.admitChaos(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newRun is a run of cfg on the store db (at storeURL), with a new ID,
+// before its nodes start.
+func (s *Session) newRun(cfg Config, db *sql.DB, storeURL string) *Run {
+	strat, _ := LookupStrategy(cfg.Strategy)
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	return &Run{
+		ID:       time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(id[:]),
+		cfg:      cfg,
+		strat:    strat,
+		s:        s,
+		db:       db,
+		store:    storeURL,
+		done:     make(chan struct{}),
+		changed:  make(chan struct{}),
+		stop:     make(chan struct{}),
+		jobs:     cfg.jobs(),
+		sections: map[string]*sectionRecord{},
+		executed: map[jobTick]int{},
+		entered:  map[jobTick]int{},
+		missed:   map[jobTick]bool{},
+		deferred: map[jobTick]bool{},
+		open:     map[string]openRun{},
+	}
+}
+
+// prepareStandby starts the session's hot standby and waits until it has
+// what the second region's nodes read.
+func (r *Run) prepareStandby(ctx context.Context) error {
+	standby, err := r.s.startStandby(ctx)
+	if err != nil {
+		return err
+	}
+	// The run table, which a standby cannot create.
+	if _, err := schedule.NewStore(ctx, r.db, &schedule.StoreConfig{Namespace: namespace(r.ID)}); err != nil {
+		return err
+	}
+	// The catalog's rows and the ledgers reach the standby before its
+	// nodes read them.
+	if err := standby.WaitReplayed(ctx, r.s.pg); err != nil {
+		return err
+	}
+	r.standbyURL = standby.URL()
+	return nil
 }
 
 // UnavailableError says that a strategy cannot run in this session, and

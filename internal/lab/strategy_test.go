@@ -13,7 +13,7 @@ import (
 // label changed in one place and not the other fails here.
 func TestReadmeStrategyTable(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	readme := string(b)
 	for _, s := range Strategies {

@@ -197,29 +197,10 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	c := config()
 	*out = cmp.Or(*out, os.TempDir())
-	var sc lab.Scenario
-	if *scenario != "" {
-		var ok bool
-		if sc, ok = lab.LookupScenario(*scenario); !ok {
-			return usagef("--scenario %q: unknown (known: %s)", *scenario, strings.Join(lab.ScenarioNames(), ", "))
-		}
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos", "catalog", "standby":
-				set = append(set, "--"+f.Name)
-			}
-		})
-		if len(set) > 0 {
-			return usagef("--scenario %s sets the runs itself: drop %s", *scenario, strings.Join(set, ", "))
-		}
-	} else {
-		if err := c.Validate(); err != nil {
-			return usagef("%v", err)
-		}
-		sc = lab.Scenario{Runs: []lab.Config{c}}
+	sc, err := labScenario(fs, *scenario, config())
+	if err != nil {
+		return err
 	}
 
 	s, err := lab.NewSession(lab.Options{Dir: *dir, Servers: given(), Log: stderr})
@@ -264,18 +245,54 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return errors.New("interrupted: the report covers what ran until then")
 	}
+	return labRunStatus(sc, done, *failOnViolation)
+}
+
+// labScenario is what aegis lab run runs: the preset named by --scenario
+// (which sets every run itself: no run flag may be given with it), or the
+// one run the flags configure.
+func labScenario(fs *flagSet, name string, c lab.Config) (lab.Scenario, error) {
+	if name == "" {
+		if err := c.Validate(); err != nil {
+			return lab.Scenario{}, usagef("%v", err)
+		}
+		return lab.Scenario{Runs: []lab.Config{c}}, nil
+	}
+	sc, ok := lab.LookupScenario(name)
+	if !ok {
+		return lab.Scenario{}, usagef("--scenario %q: unknown (known: %s)", name, strings.Join(lab.ScenarioNames(), ", "))
+	}
+	var set []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "strategy", "fence", "nodes", "duration", "tick", "work", "ttl", "chaos", "catalog", "standby":
+			set = append(set, "--"+f.Name)
+		}
+	})
+	if len(set) > 0 {
+		return lab.Scenario{}, usagef("--scenario %s sets the runs itself: drop %s", name, strings.Join(set, ", "))
+	}
+	return sc, nil
+}
+
+// labRunStatus is aegis lab run's exit status once its report is out: an
+// error when its only run's strategy was unavailable, or, with
+// --fail-on-violation, when a run's checker says violation or disagrees
+// with the store.
+func labRunStatus(sc lab.Scenario, done []*lab.Report, failOnViolation bool) error {
 	if len(sc.Runs) == 1 && len(done) == 1 && done[0].Unavailable != "" {
 		return fmt.Errorf("strategy %s is unavailable: %s", done[0].Strategy, done[0].Unavailable)
 	}
-	if *failOnViolation {
-		for _, r := range done {
-			switch {
-			case r.Unavailable != "":
-			case !r.StoreAgrees:
-				return fmt.Errorf("%s: checker disagrees with the store: %s", r.Config, r.Disagreement)
-			case r.Checker == lab.CheckViolation:
-				return fmt.Errorf("%s: checker: violation (harms: %v)", r.Config, r.Harms)
-			}
+	if !failOnViolation {
+		return nil
+	}
+	for _, r := range done {
+		switch {
+		case r.Unavailable != "":
+		case !r.StoreAgrees:
+			return fmt.Errorf("%s: checker disagrees with the store: %s", r.Config, r.Disagreement)
+		case r.Checker == lab.CheckViolation:
+			return fmt.Errorf("%s: checker: violation (harms: %v)", r.Config, r.Harms)
 		}
 	}
 	return nil
