@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab/checker"
 )
 
 // auditRow is a row of aegis_lab_audit.
@@ -51,11 +53,11 @@ func (r *Run) buildReport() (*Report, error) {
 	if r.cfg.OutDir != "" {
 		htmlDir = filepath.Join(r.cfg.OutDir, "aegis-lab-"+r.ID) // a page per violating job
 	}
-	verdicts, err := CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
+	verdicts, err := checker.CheckJobs(ops, r.fenceRule(), checkTimeout, htmlDir)
 	if err != nil {
 		rep.Notes = append(rep.Notes, err.Error())
 	}
-	verdict := map[string]JobVerdict{}
+	verdict := map[string]checker.JobVerdict{}
 	for _, v := range verdicts {
 		verdict[v.Job] = v
 	}
@@ -180,18 +182,18 @@ func (r *Run) newReportLocked() *Report {
 // says: a write the node never reported (killed right after, or a commit
 // whose answer was lost) but whose EXECUTED row is there committed. It
 // returns the operations and the critical sections they came from.
-func (r *Run) historyLocked(committed map[string]bool, fenced bool) ([]Op, map[string]*sectionRecord) {
-	var ops []Op
+func (r *Run) historyLocked(committed map[string]bool, fenced bool) ([]checker.Op, map[string]*sectionRecord) {
+	var ops []checker.Op
 	sections := map[string]*sectionRecord{}
 	for _, id := range r.order {
 		s := *r.sections[id]
 		switch {
-		case committed[id] && s.WriteResult != OpOK:
-			s.WriteResult, s.WriteReturn = OpOK, math.MaxInt64
+		case committed[id] && s.WriteResult != checker.OpOK:
+			s.WriteResult, s.WriteReturn = checker.OpOK, math.MaxInt64
 			if s.WriteCall == 0 {
 				s.WriteCall = s.ReadCall
 			}
-		case !committed[id] && s.WriteResult == OpUnknown:
+		case !committed[id] && s.WriteResult == checker.OpUnknown:
 			// Its EXECUTED row commits with its write: none, so the write
 			// (and its fence check) rolled back.
 			s.WriteCall, s.WriteResult = 0, ""
@@ -200,7 +202,7 @@ func (r *Run) historyLocked(committed map[string]bool, fenced bool) ([]Op, map[s
 		ops = append(ops, s.ops(fenced)...)
 	}
 	for _, c := range r.claims {
-		ops = append(ops, Op{Job: c.Job, Kind: OpClaim, Node: c.Node, Token: c.Token, Fenced: fenced, Result: OpOK, Call: c.Call, Return: c.At})
+		ops = append(ops, checker.Op{Job: c.Job, Kind: checker.OpClaim, Node: c.Node, Token: c.Token, Fenced: fenced, Result: checker.OpOK, Call: c.Call, Return: c.At})
 	}
 	return ops, sections
 }
@@ -229,10 +231,10 @@ func (r *Run) jobReportLocked(j JobSpec, fires []int, st *storeAccount, sections
 		if s.Job != j.Name {
 			continue
 		}
-		if s.ReadResult == OpOK {
+		if s.ReadResult == checker.OpOK {
 			jr.Executions++
 		}
-		if s.ReadResult == OpRefused || s.WriteResult == OpRefused {
+		if s.ReadResult == checker.OpRefused || s.WriteResult == checker.OpRefused {
 			jr.StaleRejected++
 		}
 	}
@@ -250,7 +252,7 @@ func (r *Run) jobReportLocked(j JobSpec, fires []int, st *storeAccount, sections
 func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
 	ran, refused := 0, 0
 	for _, s := range sections {
-		if r.onStandby(s.Node) && s.ReadResult == OpOK {
+		if r.onStandby(s.Node) && s.ReadResult == checker.OpOK {
 			ran++
 		}
 	}
@@ -282,7 +284,7 @@ func (r *Run) judge(jr *JobReport, dups int, lost int64, rep *Report) {
 		disagree = fmt.Sprintf("%s: the audit counts %d duplicates and %d lost updates, SQL %d and %d", jr.Name, jr.DuplicatesApplied, jr.LostUpdates, dups, lost)
 	case storeHarm && jr.Checker == CheckOK:
 		disagree = fmt.Sprintf("%s: the store shows %d ticks applied twice and %d lost updates, the checker says ok", jr.Name, dups, lost)
-	case !storeHarm && jr.Checker == CheckViolation && r.fenceRule() == FenceNone:
+	case !storeHarm && jr.Checker == CheckViolation && r.fenceRule() == checker.FenceNone:
 		disagree = fmt.Sprintf("%s: the checker says %q, the store shows no duplicate and no lost update, and nothing was fenced", jr.Name, jr.Reason)
 	case !storeHarm && jr.Checker == CheckViolation:
 		// Fenced and the ledger adds up: the checker's violation is a
@@ -333,27 +335,27 @@ func retriesOnly(ex []auditRow) bool {
 }
 
 // fenceRule is how the run's fence judges tokens, for the checker.
-func (r *Run) fenceRule() FenceRule {
+func (r *Run) fenceRule() checker.FenceRule {
 	if !r.cfg.fenced() {
-		return FenceNone
+		return checker.FenceNone
 	}
 	if r.strat.Token == LeaseToken {
-		return FenceOwner
+		return checker.FenceOwner
 	}
-	return FenceToken
+	return checker.FenceToken
 }
 
 // ops are the checker's operations of a critical section: its read, and
 // its write when it began.
-func (s sectionRecord) ops(fenced bool) []Op {
-	read := Op{Job: s.Job, Kind: OpRead, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
+func (s sectionRecord) ops(fenced bool) []checker.Op {
+	read := checker.Op{Job: s.Job, Kind: checker.OpRead, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
 		Fenced: fenced, Value: s.Read, Result: s.ReadResult, Call: s.ReadCall, Return: s.ReadReturn}
-	if read.Result != OpOK {
+	if read.Result != checker.OpOK {
 		read.Value = 0
 	}
-	ops := []Op{read}
-	if s.WriteCall != 0 && s.ReadResult == OpOK {
-		ops = append(ops, Op{Job: s.Job, Kind: OpWrite, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
+	ops := []checker.Op{read}
+	if s.WriteCall != 0 && s.ReadResult == checker.OpOK {
+		ops = append(ops, checker.Op{Job: s.Job, Kind: checker.OpWrite, Node: s.Node, Attempt: s.ID, Tick: int64(s.Tick), Token: s.Token, Owner: s.Owner,
 			Fenced: fenced, Value: s.Read + 1, Result: s.WriteResult, Call: s.WriteCall, Return: s.WriteReturn})
 	}
 	return ops
@@ -419,13 +421,13 @@ func tickTable(nodes int, jobs []JobSpec, fires map[string][]int, sections []*se
 		}
 		cell := ""
 		switch {
-		case s.WriteResult == OpOK:
+		case s.WriteResult == checker.OpOK:
 			cell = "EXEC"
 			executed[i]++
-		case s.ReadResult == OpRefused || s.WriteResult == OpRefused:
+		case s.ReadResult == checker.OpRefused || s.WriteResult == checker.OpRefused:
 			cell = "STALE"
 			refused[i]++
-		case s.ReadResult == OpOK:
+		case s.ReadResult == checker.OpOK:
 			cell = "ENTER"
 		default:
 			continue

@@ -34,7 +34,7 @@
 // counts, per job and in sum, ticks, executions, duplicate ticks,
 // duplicates applied, stale writes refused, missed ticks and lost updates;
 // it carries each job's verdict from a linearizability check of the job's
-// history ([CheckJobs], porcupine: a tick applied twice, in sequence or
+// history ([checker.CheckJobs], porcupine: a tick applied twice, in sequence or
 // overlapping, a lost update, a stale token accepted; a correct cascade of
 // refusals is not one), with an HTML visualisation of a violation, and
 // says whether that verdict agrees with SQL over the audit and ledger

@@ -3,6 +3,8 @@ package lab
 import (
 	"fmt"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab/checker"
 )
 
 // The lab's record of a run, from its nodes' events: who is inside which
@@ -26,12 +28,12 @@ type sectionRecord struct {
 	Run   int // the run's attempt
 	// The read: from enter to entered (or its refusal, or abandon).
 	ReadCall, ReadReturn int64
-	ReadResult           OpResult
+	ReadResult           checker.OpResult
 	Read                 int64
 	// The write: from writing to executed (or its refusal, or abandon);
 	// WriteCall 0 when it never began.
 	WriteCall, WriteReturn int64
-	WriteResult            OpResult
+	WriteResult            checker.OpResult
 }
 
 // claimRecord is an optimistic grant: it registered its version.
@@ -102,22 +104,22 @@ func (r *Run) onSectionLocked(np *nodeProc, ev nodeEvent, t float64) (derived []
 	switch ev.Kind {
 	case evEnter:
 		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
-			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: OpUnknown, Read: -1}
+			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: checker.OpUnknown, Read: -1}
 		r.order = append(r.order, ev.Attempt)
 		np.critical, np.writing = ev.Attempt, false
 	case evEntered:
 		if sec != nil && ev.Value != nil {
-			sec.Read, sec.ReadResult, sec.ReadReturn = *ev.Value, OpOK, ev.At
+			sec.Read, sec.ReadResult, sec.ReadReturn = *ev.Value, checker.OpOK, ev.At
 		}
 		r.entered[jt]++
 	case evWriting:
 		np.writing = true
 		if sec != nil {
-			sec.WriteCall, sec.WriteResult = ev.At, OpUnknown
+			sec.WriteCall, sec.WriteResult = ev.At, checker.OpUnknown
 		}
 	case evExecuted:
 		if sec != nil {
-			sec.WriteResult, sec.WriteReturn = OpOK, ev.At
+			sec.WriteResult, sec.WriteReturn = checker.OpOK, ev.At
 		}
 		np.critical, np.writing = "", false
 		r.executed[jt]++
@@ -128,9 +130,9 @@ func (r *Run) onSectionLocked(np *nodeProc, ev nodeEvent, t float64) (derived []
 	case evStale:
 		if sec != nil {
 			if sec.WriteCall != 0 {
-				sec.WriteResult, sec.WriteReturn = OpRefused, ev.At
+				sec.WriteResult, sec.WriteReturn = checker.OpRefused, ev.At
 			} else {
-				sec.ReadResult, sec.ReadReturn = OpRefused, ev.At
+				sec.ReadResult, sec.ReadReturn = checker.OpRefused, ev.At
 			}
 		}
 		np.critical, np.writing = "", false

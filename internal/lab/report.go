@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/aegislab/aegis/internal/lab/checker"
 )
 
 // MachineLate begins a report's note that the machine ran a node late: a
@@ -108,9 +110,9 @@ type ConfigJSON struct {
 
 // Verdicts of the checker, as a report's checker fields say them.
 const (
-	CheckOK        = "ok"
-	CheckViolation = "violation"
-	CheckUnknown   = "unknown"
+	CheckOK        = checker.CheckOK
+	CheckViolation = checker.CheckViolation
+	CheckUnknown   = checker.CheckUnknown
 )
 
 // Harm is a kind of harm a run can show.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/checker"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,10 +37,10 @@ func sampleReport() *Report {
 	c.Catalog = []JobSpec{{Name: "invoice-export", Every: time.Second, Work: 300 * time.Millisecond}}
 	c.Chaos = []Chaos{{Kind: Pause, Target: Holder, At: 2 * time.Second, For: 3 * time.Second}}
 	sections := []*sectionRecord{
-		{ID: "1.1.1", Job: "invoice-export", Node: 1, Tick: 1, Token: 1, ReadCall: 1, Read: 0, ReadResult: OpOK, WriteCall: 2, WriteResult: OpOK},
-		{ID: "2.1.1", Job: "invoice-export", Node: 2, Tick: 2, Token: 2, ReadCall: 3, Read: 1, ReadResult: OpOK, WriteCall: 4, WriteResult: OpOK},
-		{ID: "3.1.1", Job: "invoice-export", Node: 3, Tick: 3, Token: 3, ReadCall: 5, Read: 2, ReadResult: OpOK, WriteCall: 8, WriteResult: OpRefused},
-		{ID: "1.1.2", Job: "invoice-export", Node: 1, Tick: 4, Token: 4, ReadCall: 6, Read: 2, ReadResult: OpOK, WriteCall: 7, WriteResult: OpOK},
+		{ID: "1.1.1", Job: "invoice-export", Node: 1, Tick: 1, Token: 1, ReadCall: 1, Read: 0, ReadResult: checker.OpOK, WriteCall: 2, WriteResult: checker.OpOK},
+		{ID: "2.1.1", Job: "invoice-export", Node: 2, Tick: 2, Token: 2, ReadCall: 3, Read: 1, ReadResult: checker.OpOK, WriteCall: 4, WriteResult: checker.OpOK},
+		{ID: "3.1.1", Job: "invoice-export", Node: 3, Tick: 3, Token: 3, ReadCall: 5, Read: 2, ReadResult: checker.OpOK, WriteCall: 8, WriteResult: checker.OpRefused},
+		{ID: "1.1.2", Job: "invoice-export", Node: 1, Tick: 4, Token: 4, ReadCall: 6, Read: 2, ReadResult: checker.OpOK, WriteCall: 7, WriteResult: checker.OpOK},
 	}
 	fires := map[string][]int{"invoice-export": {1, 2, 3, 4}}
 	job := JobReport{Name: "invoice-export", Every: "1s", Work: "300ms", Ticks: 4, Executions: 4, StaleRejected: 1, MissedTicks: 1,
@@ -86,11 +87,11 @@ func TestTickTable(t *testing.T) {
 	t.Parallel()
 	jobs := []JobSpec{{Name: "a", Every: time.Second}, {Name: "b", Every: 2 * time.Second}}
 	rows := tickTable(2, jobs, map[string][]int{"a": {1, 2}, "b": {2}}, []*sectionRecord{
-		{Job: "a", Node: 1, Tick: 1, Token: 1, ReadResult: OpOK, WriteResult: OpOK},
-		{Job: "a", Node: 2, Tick: 1, Token: 2, ReadResult: OpOK, WriteResult: OpOK},
-		{Job: "a", Node: 2, Tick: 2, ReadResult: OpOK, WriteResult: OpUnknown},
-		{Job: "a", Node: 1, Tick: 2, Token: 4, ReadResult: OpRefused},
-		{Job: "b", Node: 1, Tick: 2, Token: 5, ReadResult: OpUnknown}, // never read: not shown
+		{Job: "a", Node: 1, Tick: 1, Token: 1, ReadResult: checker.OpOK, WriteResult: checker.OpOK},
+		{Job: "a", Node: 2, Tick: 1, Token: 2, ReadResult: checker.OpOK, WriteResult: checker.OpOK},
+		{Job: "a", Node: 2, Tick: 2, ReadResult: checker.OpOK, WriteResult: checker.OpUnknown},
+		{Job: "a", Node: 1, Tick: 2, Token: 4, ReadResult: checker.OpRefused},
+		{Job: "b", Node: 1, Tick: 2, Token: 5, ReadResult: checker.OpUnknown}, // never read: not shown
 	})
 	require.Equal(t, []TickRow{
 		{Job: "a", Tick: 1, Cells: []string{"EXEC t1", "EXEC t2"}, Note: "DUPLICATE: applied 2 times"},

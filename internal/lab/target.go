@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab/checker"
 )
 
 // target returns the node a fault targets: nodeN; for holder the node
@@ -36,7 +38,7 @@ func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
 	for _, id := range r.order {
 		a := r.sections[id]
 		np := r.nodes[a.Node-1]
-		if np.critical == id && !np.paused && !np.writing && a.ReadResult == OpOK {
+		if np.critical == id && !np.paused && !np.writing && a.ReadResult == checker.OpOK {
 			r.mu.Unlock()
 			return np, holderDetail(a.Job, a.Tick, a.Token), nil
 		}

@@ -1,4 +1,24 @@
-package lab
+// Package checker is the lab's checker of per-job histories. Each job has
+// its own ledger row (a counter) and its own fence resource, so each job is
+// checked on its own, for linearizability (porcupine) against the
+// specification of one fenced ledger row:
+//
+//   - a read returns the ledger's value; a fenced read presents its token to
+//     the fence, which registers it, so a later lower token is refused;
+//   - a committed write sets the ledger to the value its attempt read + 1,
+//     so it must find the ledger still at that value: otherwise it
+//     overwrote an effect it did not read (a lost update);
+//   - a tick's effect is committed at most once, in sequence or not: the
+//     state holds the set of ticks applied, because "B reads what A wrote
+//     for the same tick and writes + 1" is a valid counter history and
+//     still a harm;
+//   - a fenced read or write lands only if the fence's rule accepts its
+//     token at that point, and is refused only if the rule refuses it, so
+//     a refusal caused by a successor that was itself refused later (a
+//     cascade) is explained, and a refusal nobody caused is not;
+//   - an operation whose outcome is unknown may or may not have taken
+//     effect.
+package checker
 
 import (
 	"bytes"
@@ -18,26 +38,12 @@ import (
 	"github.com/aegislab/aegis"
 )
 
-// The checker of the lab's per-job histories. Each job has its own ledger
-// row (a counter) and its own fence resource, so each job is checked on its
-// own, for linearizability (porcupine) against the specification of one
-// fenced ledger row:
-//
-//   - a read returns the ledger's value; a fenced read presents its token to
-//     the fence, which registers it, so a later lower token is refused;
-//   - a committed write sets the ledger to the value its attempt read + 1,
-//     so it must find the ledger still at that value: otherwise it
-//     overwrote an effect it did not read (a lost update);
-//   - a tick's effect is committed at most once, in sequence or not: the
-//     state holds the set of ticks applied, because "B reads what A wrote
-//     for the same tick and writes + 1" is a valid counter history and
-//     still a harm;
-//   - a fenced read or write lands only if the fence's rule accepts its
-//     token at that point, and is refused only if the rule refuses it, so
-//     a refusal caused by a successor that was itself refused later (a
-//     cascade) is explained, and a refusal nobody caused is not;
-//   - an operation whose outcome is unknown may or may not have taken
-//     effect.
+// Verdicts of the checker.
+const (
+	CheckOK        = "ok"
+	CheckViolation = "violation"
+	CheckUnknown   = "unknown"
+)
 
 // OpKind is what one operation of a job's history is.
 type OpKind string

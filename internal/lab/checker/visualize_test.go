@@ -1,4 +1,4 @@
-package lab_test
+package checker_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/checker"
 	"github.com/aegislab/aegis/internal/tool/chromium"
 )
 
@@ -27,9 +27,9 @@ func TestViolationPageNamesLanes(t *testing.T) {
 		read(2, 3, 4, 3, opOK, 100, 110)
 	h.ops[6].Attempt = "2.2.3"
 	dir := t.TempDir()
-	v, err := lab.CheckJobs(h.ops, lab.FenceOwner, 10*time.Second, dir)
+	v, err := checker.CheckJobs(h.ops, checker.FenceOwner, 10*time.Second, dir)
 	require.NoError(t, err)
-	require.Equal(t, lab.CheckViolation, v[0].Verdict)
+	require.Equal(t, checker.CheckViolation, v[0].Verdict)
 	require.FileExists(t, v[0].HTML)
 
 	bctx, _ := chromium.Start(t, 2*time.Minute)

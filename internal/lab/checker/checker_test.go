@@ -1,4 +1,4 @@
-package lab_test
+package checker_test
 
 import (
 	"cmp"
@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/checker"
 )
 
 // histBuilder builds one job's history, one op at a time, with explicit
@@ -23,40 +23,40 @@ import (
 type histBuilder struct {
 	job    string
 	fenced bool
-	ops    []lab.Op
+	ops    []checker.Op
 }
 
-func (h *histBuilder) add(kind lab.OpKind, node int, tick, token, value int64, res lab.OpResult, call, ret int64) *histBuilder {
-	h.ops = append(h.ops, lab.Op{
+func (h *histBuilder) add(kind checker.OpKind, node int, tick, token, value int64, res checker.OpResult, call, ret int64) *histBuilder {
+	h.ops = append(h.ops, checker.Op{
 		Job: cmp.Or(h.job, "job"), Kind: kind, Node: node, Attempt: fmt.Sprintf("%d.1.%d", node, tick),
-		Tick: tick, Token: token, Owner: fmt.Sprintf("holder %d", node), Fenced: h.fenced || kind == lab.OpClaim,
+		Tick: tick, Token: token, Owner: fmt.Sprintf("holder %d", node), Fenced: h.fenced || kind == checker.OpClaim,
 		Value: value, Result: res, Call: call, Return: ret,
 	})
 	return h
 }
 
-func (h *histBuilder) read(node int, tick, token, value int64, res lab.OpResult, call, ret int64) *histBuilder {
-	return h.add(lab.OpRead, node, tick, token, value, res, call, ret)
+func (h *histBuilder) read(node int, tick, token, value int64, res checker.OpResult, call, ret int64) *histBuilder {
+	return h.add(checker.OpRead, node, tick, token, value, res, call, ret)
 }
 
-func (h *histBuilder) write(node int, tick, token, value int64, res lab.OpResult, call, ret int64) *histBuilder {
-	return h.add(lab.OpWrite, node, tick, token, value, res, call, ret)
+func (h *histBuilder) write(node int, tick, token, value int64, res checker.OpResult, call, ret int64) *histBuilder {
+	return h.add(checker.OpWrite, node, tick, token, value, res, call, ret)
 }
 
-func (h *histBuilder) claim(node int, tick, token int64, res lab.OpResult, call, ret int64) *histBuilder {
-	return h.add(lab.OpClaim, node, tick, token, 0, res, call, ret)
+func (h *histBuilder) claim(node int, tick, token int64, res checker.OpResult, call, ret int64) *histBuilder {
+	return h.add(checker.OpClaim, node, tick, token, 0, res, call, ret)
 }
 
 const (
-	opOK      = lab.OpOK
-	opRefused = lab.OpRefused
-	opUnknown = lab.OpUnknown
+	opOK      = checker.OpOK
+	opRefused = checker.OpRefused
+	opUnknown = checker.OpUnknown
 	never     = 0 // the Return of an op that never returned
 )
 
 // cleanJob is ten ticks one after another: node 1 holds token 1 for five of
 // them (an equal token from its owner), then node 2 token 2.
-func cleanJob(job string, fenced bool) []lab.Op {
+func cleanJob(job string, fenced bool) []checker.Op {
 	h := &histBuilder{job: job, fenced: fenced}
 	for k := int64(0); k < 10; k++ {
 		node, token, at := 1, int64(1), k*100
@@ -74,7 +74,7 @@ func TestCheckJobs(t *testing.T) {
 	unfenced := func() *histBuilder { return &histBuilder{} }
 	// the sequential duplicate: node 2 reads what node 1 wrote for tick
 	// 1000 and commits tick 1000 again; a valid counter history.
-	seqDup := func(h *histBuilder) []lab.Op {
+	seqDup := func(h *histBuilder) []checker.Op {
 		return h.read(1, 1000, 1, 0, opOK, 0, 10).write(1, 1000, 1, 1, opOK, 20, 30).
 			read(2, 1000, 2, 1, opOK, 40, 50).write(2, 1000, 2, 2, opOK, 60, 70).ops
 	}
@@ -89,90 +89,90 @@ func TestCheckJobs(t *testing.T) {
 		read(2, 2000, 1, 1, opOK, 40, 50).write(2, 2000, 1, 2, opOK, 60, 70).ops
 	// node 1 reads for tick 1000, node 2 reads the same value and commits
 	// tick 2000, then node 1's write lands (or is refused).
-	lostAcross := func(h *histBuilder, last lab.OpResult) []lab.Op {
+	lostAcross := func(h *histBuilder, last checker.OpResult) []checker.Op {
 		return h.read(1, 1000, 1, 0, opOK, 0, 10).read(2, 2000, 2, 0, opOK, 20, 30).
 			write(2, 2000, 2, 1, opOK, 40, 50).write(1, 1000, 1, 1, last, 60, 70).ops
 	}
 	// node 1 is killed inside its write: it may or may not have landed.
-	killed := func(next int64) []lab.Op {
+	killed := func(next int64) []checker.Op {
 		return fenced().read(1, 1000, 1, 0, opOK, 0, 10).write(1, 1000, 1, 1, opUnknown, 20, never).
 			read(2, 2000, 2, next, opOK, 40, 50).write(2, 2000, 2, next+1, opOK, 60, 70).ops
 	}
 	tests := []struct {
 		name   string
-		rule   lab.FenceRule
-		ops    []lab.Op
+		rule   checker.FenceRule
+		ops    []checker.Op
 		want   string
 		reason string // a pattern the violation's reason matches
 	}{
-		{"clean, fenced", lab.FenceOwner, cleanJob("job", true), lab.CheckOK, ""},
-		{"clean, unfenced", lab.FenceNone, cleanJob("job", false), lab.CheckOK, ""},
-		{"clean, unfenced ops under an owner fence", lab.FenceOwner, cleanJob("job", false), lab.CheckOK, ""},
-		{"an empty history", lab.FenceOwner, nil, "", ""},
+		{"clean, fenced", checker.FenceOwner, cleanJob("job", true), checker.CheckOK, ""},
+		{"clean, unfenced", checker.FenceNone, cleanJob("job", false), checker.CheckOK, ""},
+		{"clean, unfenced ops under an owner fence", checker.FenceOwner, cleanJob("job", false), checker.CheckOK, ""},
+		{"an empty history", checker.FenceOwner, nil, "", ""},
 
-		{"the sequential duplicate, unfenced", lab.FenceNone, seqDup(unfenced()), lab.CheckViolation, `^tick 1000 applied twice \(node 2's write 2`},
-		{"the sequential duplicate, fenced: the tokens were in order", lab.FenceOwner, seqDup(fenced()), lab.CheckViolation, `^tick 1000 applied twice`},
+		{"the sequential duplicate, unfenced", checker.FenceNone, seqDup(unfenced()), checker.CheckViolation, `^tick 1000 applied twice \(node 2's write 2`},
+		{"the sequential duplicate, fenced: the tokens were in order", checker.FenceOwner, seqDup(fenced()), checker.CheckViolation, `^tick 1000 applied twice`},
 
-		{"an overlapping duplicate, unfenced", lab.FenceNone, unfenced().read(1, 1000, 1, 0, opOK, 0, 10).read(2, 1000, 2, 0, opOK, 5, 15).
-			write(1, 1000, 1, 1, opOK, 20, 30).write(2, 1000, 2, 1, opOK, 25, 35).ops, lab.CheckViolation, `^(tick 1000 applied twice|lost update)`},
+		{"an overlapping duplicate, unfenced", checker.FenceNone, unfenced().read(1, 1000, 1, 0, opOK, 0, 10).read(2, 1000, 2, 0, opOK, 5, 15).
+			write(1, 1000, 1, 1, opOK, 20, 30).write(2, 1000, 2, 1, opOK, 25, 35).ops, checker.CheckViolation, `^(tick 1000 applied twice|lost update)`},
 
-		{"the cascade, owner rule", lab.FenceOwner, cascade, lab.CheckOK, ""},
-		{"the cascade, token rule", lab.FenceToken, cascade, lab.CheckOK, ""},
-		{"the cascade with a refusal overlapping its cause", lab.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
-			read(2, 1000, 6, 0, opOK, 20, 60).write(1, 1000, 5, 1, opRefused, 40, 50).write(2, 1000, 6, 1, opOK, 70, 80).ops, lab.CheckOK, ""},
-		{"the optimistic cascade: claims register", lab.FenceToken, fenced().claim(1, 1000, 5, opOK, 0, 10).read(1, 1000, 5, 0, opOK, 20, 30).
+		{"the cascade, owner rule", checker.FenceOwner, cascade, checker.CheckOK, ""},
+		{"the cascade, token rule", checker.FenceToken, cascade, checker.CheckOK, ""},
+		{"the cascade with a refusal overlapping its cause", checker.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
+			read(2, 1000, 6, 0, opOK, 20, 60).write(1, 1000, 5, 1, opRefused, 40, 50).write(2, 1000, 6, 1, opOK, 70, 80).ops, checker.CheckOK, ""},
+		{"the optimistic cascade: claims register", checker.FenceToken, fenced().claim(1, 1000, 5, opOK, 0, 10).read(1, 1000, 5, 0, opOK, 20, 30).
 			claim(2, 2000, 6, opOK, 40, 50).read(2, 2000, 6, 0, opOK, 60, 70).write(2, 2000, 6, 1, opOK, 80, 90).
-			write(1, 1000, 5, 1, opRefused, 100, 110).ops, lab.CheckOK, ""},
-		{"a killed claim may have registered", lab.FenceToken, fenced().claim(1, 1000, 6, opUnknown, 0, never).
-			read(2, 2000, 5, 0, opRefused, 20, 30).ops, lab.CheckOK, ""},
-		{"a claim of a lower token", lab.FenceToken, fenced().claim(1, 1000, 6, opOK, 0, 10).claim(2, 2000, 5, opOK, 20, 30).ops,
-			lab.CheckViolation, `^token 5 accepted after 6`},
+			write(1, 1000, 5, 1, opRefused, 100, 110).ops, checker.CheckOK, ""},
+		{"a killed claim may have registered", checker.FenceToken, fenced().claim(1, 1000, 6, opUnknown, 0, never).
+			read(2, 2000, 5, 0, opRefused, 20, 30).ops, checker.CheckOK, ""},
+		{"a claim of a lower token", checker.FenceToken, fenced().claim(1, 1000, 6, opOK, 0, 10).claim(2, 2000, 5, opOK, 20, 30).ops,
+			checker.CheckViolation, `^token 5 accepted after 6`},
 
-		{"the equal token from two holders, owner rule", lab.FenceOwner, twoOwners, lab.CheckViolation, `^token 1 accepted from two owners \(node 2's read 1`},
-		{"the equal token from two holders, token rule", lab.FenceToken, twoOwners, lab.CheckOK, ""},
+		{"the equal token from two holders, owner rule", checker.FenceOwner, twoOwners, checker.CheckViolation, `^token 1 accepted from two owners \(node 2's read 1`},
+		{"the equal token from two holders, token rule", checker.FenceToken, twoOwners, checker.CheckOK, ""},
 
-		{"a lower token accepted after a greater one", lab.FenceToken, fenced().read(2, 1000, 8, 0, opOK, 0, 10).write(2, 1000, 8, 1, opOK, 20, 30).
-			read(1, 2000, 7, 1, opOK, 40, 50).write(1, 2000, 7, 2, opOK, 60, 70).ops, lab.CheckViolation, `^token 7 accepted after 8 \(node 1's read`},
-		{"a lower token's write accepted after a greater read", lab.FenceToken, fenced().read(1, 1000, 7, 0, opOK, 0, 10).
-			read(2, 2000, 8, 0, opOK, 20, 30).write(1, 1000, 7, 1, opOK, 40, 50).ops, lab.CheckViolation, `^token 7 accepted after 8 \(node 1's write`},
+		{"a lower token accepted after a greater one", checker.FenceToken, fenced().read(2, 1000, 8, 0, opOK, 0, 10).write(2, 1000, 8, 1, opOK, 20, 30).
+			read(1, 2000, 7, 1, opOK, 40, 50).write(1, 2000, 7, 2, opOK, 60, 70).ops, checker.CheckViolation, `^token 7 accepted after 8 \(node 1's read`},
+		{"a lower token's write accepted after a greater read", checker.FenceToken, fenced().read(1, 1000, 7, 0, opOK, 0, 10).
+			read(2, 2000, 8, 0, opOK, 20, 30).write(1, 1000, 7, 1, opOK, 40, 50).ops, checker.CheckViolation, `^token 7 accepted after 8 \(node 1's write`},
 
-		{"a lost update across ticks, unfenced", lab.FenceNone, lostAcross(unfenced(), opOK), lab.CheckViolation,
+		{"a lost update across ticks, unfenced", checker.FenceNone, lostAcross(unfenced(), opOK), checker.CheckViolation,
 			`^lost update: write 1 after the ledger reached 1 \(node 1's write 1, tick 1000`},
-		{"a lost update across ticks, fenced and refused", lab.FenceToken, lostAcross(fenced(), opRefused), lab.CheckOK, ""},
+		{"a lost update across ticks, fenced and refused", checker.FenceToken, lostAcross(fenced(), opRefused), checker.CheckOK, ""},
 
-		{"a killed write whose effect is visible", lab.FenceOwner, killed(1), lab.CheckOK, ""},
-		{"a killed write whose effect is not", lab.FenceOwner, killed(0), lab.CheckOK, ""},
-		{"a killed write cannot hide the duplicate it enabled", lab.FenceOwner, fenced().read(1, 1000, 1, 0, opOK, 0, 10).
+		{"a killed write whose effect is visible", checker.FenceOwner, killed(1), checker.CheckOK, ""},
+		{"a killed write whose effect is not", checker.FenceOwner, killed(0), checker.CheckOK, ""},
+		{"a killed write cannot hide the duplicate it enabled", checker.FenceOwner, fenced().read(1, 1000, 1, 0, opOK, 0, 10).
 			write(1, 1000, 1, 1, opUnknown, 20, never).read(2, 1000, 2, 1, opOK, 40, 50).write(2, 1000, 2, 2, opOK, 60, 70).ops,
-			lab.CheckViolation, `^tick 1000 applied twice`},
-		{"a killed reader may have registered its token", lab.FenceOwner, fenced().read(1, 1000, 9, 0, opUnknown, 0, never).
-			read(2, 1000, 8, 0, opRefused, 20, 30).read(3, 1000, 10, 0, opOK, 40, 50).write(3, 1000, 10, 1, opOK, 60, 70).ops, lab.CheckOK, ""},
-		{"an error after a commit that landed", lab.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
-			write(1, 1000, 0, 1, opUnknown, 20, 30).read(2, 2000, 0, 1, opOK, 40, 50).ops, lab.CheckOK, ""},
-		{"an error after a commit, and a read that sees neither", lab.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
-			write(1, 1000, 0, 1, opUnknown, 20, 30).read(2, 2000, 0, 2, opOK, 40, 50).ops, lab.CheckViolation, `^read 2 while the ledger held [01]`},
+			checker.CheckViolation, `^tick 1000 applied twice`},
+		{"a killed reader may have registered its token", checker.FenceOwner, fenced().read(1, 1000, 9, 0, opUnknown, 0, never).
+			read(2, 1000, 8, 0, opRefused, 20, 30).read(3, 1000, 10, 0, opOK, 40, 50).write(3, 1000, 10, 1, opOK, 60, 70).ops, checker.CheckOK, ""},
+		{"an error after a commit that landed", checker.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
+			write(1, 1000, 0, 1, opUnknown, 20, 30).read(2, 2000, 0, 1, opOK, 40, 50).ops, checker.CheckOK, ""},
+		{"an error after a commit, and a read that sees neither", checker.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
+			write(1, 1000, 0, 1, opUnknown, 20, 30).read(2, 2000, 0, 2, opOK, 40, 50).ops, checker.CheckViolation, `^read 2 while the ledger held [01]`},
 
-		{"a refusal nobody caused: the token was the greatest", lab.FenceToken, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
-			write(1, 1000, 5, 1, opOK, 20, 30).read(2, 2000, 7, 1, opRefused, 40, 50).ops, lab.CheckViolation, `^token 7 refused though the fence held 5 \(a refusal nobody caused\)`},
-		{"a refusal nobody caused: nothing registered", lab.FenceOwner, fenced().read(1, 1000, 5, 0, opRefused, 0, 10).ops,
-			lab.CheckViolation, `^token 5 refused though no token was registered`},
-		{"an equal token refused from its own owner", lab.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
-			write(1, 1000, 5, 1, opRefused, 20, 30).ops, lab.CheckViolation, `^token 5 refused though the fence held 5`},
-		{"an equal token from another owner refused", lab.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
-			read(2, 2000, 5, 0, opRefused, 20, 30).ops, lab.CheckOK, ""},
-		{"an unfenced refusal (a unique key) changes nothing", lab.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
-			write(1, 1000, 0, 1, opOK, 20, 30).read(2, 1000, 0, 1, opOK, 40, 50).write(2, 1000, 0, 2, opRefused, 60, 70).ops, lab.CheckOK, ""},
+		{"a refusal nobody caused: the token was the greatest", checker.FenceToken, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
+			write(1, 1000, 5, 1, opOK, 20, 30).read(2, 2000, 7, 1, opRefused, 40, 50).ops, checker.CheckViolation, `^token 7 refused though the fence held 5 \(a refusal nobody caused\)`},
+		{"a refusal nobody caused: nothing registered", checker.FenceOwner, fenced().read(1, 1000, 5, 0, opRefused, 0, 10).ops,
+			checker.CheckViolation, `^token 5 refused though no token was registered`},
+		{"an equal token refused from its own owner", checker.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
+			write(1, 1000, 5, 1, opRefused, 20, 30).ops, checker.CheckViolation, `^token 5 refused though the fence held 5`},
+		{"an equal token from another owner refused", checker.FenceOwner, fenced().read(1, 1000, 5, 0, opOK, 0, 10).
+			read(2, 2000, 5, 0, opRefused, 20, 30).ops, checker.CheckOK, ""},
+		{"an unfenced refusal (a unique key) changes nothing", checker.FenceNone, unfenced().read(1, 1000, 0, 0, opOK, 0, 10).
+			write(1, 1000, 0, 1, opOK, 20, 30).read(2, 1000, 0, 1, opOK, 40, 50).write(2, 1000, 0, 2, opRefused, 60, 70).ops, checker.CheckOK, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			v, err := lab.CheckJobs(tt.ops, tt.rule, 10*time.Second, "")
+			v, err := checker.CheckJobs(tt.ops, tt.rule, 10*time.Second, "")
 			require.NoError(t, err)
 			if tt.want == "" {
 				require.Empty(t, v)
 				return
 			}
-			require.Equal(t, []lab.JobVerdict{{Job: "job", Verdict: tt.want, Reason: v[0].Reason}}, v)
+			require.Equal(t, []checker.JobVerdict{{Job: "job", Verdict: tt.want, Reason: v[0].Reason}}, v)
 			if tt.reason == "" {
 				require.Empty(t, v[0].Reason)
 				return
@@ -187,7 +187,7 @@ func TestCheckJobsSeveralJobs(t *testing.T) {
 	dup := (&histBuilder{job: "nightly/export", fenced: true}).read(1, 1000, 1, 0, opOK, 0, 10).write(1, 1000, 1, 1, opOK, 20, 30).
 		read(2, 1000, 2, 1, opOK, 40, 50).write(2, 1000, 2, 2, opOK, 60, 70).ops
 	// interleaved, as a run records them
-	var ops []lab.Op
+	var ops []checker.Op
 	for i, op := range cleanJob("certificates", true) {
 		ops = append(ops, op)
 		if i < len(dup) {
@@ -195,12 +195,12 @@ func TestCheckJobsSeveralJobs(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "html")
-	v, err := lab.CheckJobs(ops, lab.FenceOwner, 10*time.Second, dir)
+	v, err := checker.CheckJobs(ops, checker.FenceOwner, 10*time.Second, dir)
 	require.NoError(t, err)
 	require.Len(t, v, 2)
-	require.Equal(t, lab.JobVerdict{Job: "certificates", Verdict: lab.CheckOK}, v[0])
+	require.Equal(t, checker.JobVerdict{Job: "certificates", Verdict: checker.CheckOK}, v[0])
 	require.Equal(t, "nightly/export", v[1].Job)
-	require.Equal(t, lab.CheckViolation, v[1].Verdict)
+	require.Equal(t, checker.CheckViolation, v[1].Verdict)
 	require.Regexp(t, `^tick 1000 applied twice`, v[1].Reason)
 	require.Equal(t, filepath.Join(dir, "nightly_export.html"), v[1].HTML)
 	entries, err := os.ReadDir(dir)
@@ -226,44 +226,44 @@ func TestCheckJobsTimeout(t *testing.T) {
 	}
 	h.read(41, 1000, 0, 5, opOK, 100, 200)
 	start := time.Now()
-	v, err := lab.CheckJobs(h.ops, lab.FenceNone, 50*time.Millisecond, "")
+	v, err := checker.CheckJobs(h.ops, checker.FenceNone, 50*time.Millisecond, "")
 	require.NoError(t, err)
-	require.Equal(t, []lab.JobVerdict{{Job: "job", Verdict: lab.CheckUnknown}}, v)
+	require.Equal(t, []checker.JobVerdict{{Job: "job", Verdict: checker.CheckUnknown}}, v)
 	require.Less(t, time.Since(start), 30*time.Second, "the timeout bounds the check")
 
 	// Two committed writes of one tick are a violation in any order: the
 	// verdict stands though the search runs out of time.
 	h.write(42, 1000, 0, 1, opOK, 1300, 1310).write(43, 1000, 0, 2, opOK, 1320, 1330)
 	dir := t.TempDir()
-	v, err = lab.CheckJobs(h.ops, lab.FenceNone, 50*time.Millisecond, dir)
+	v, err = checker.CheckJobs(h.ops, checker.FenceNone, 50*time.Millisecond, dir)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
-	require.Equal(t, lab.CheckViolation, v[0].Verdict)
+	require.Equal(t, checker.CheckViolation, v[0].Verdict)
 	require.Regexp(t, `^tick 1000 applied twice \(node 43's write 2`, v[0].Reason)
 	require.FileExists(t, v[0].HTML)
 }
 
 func TestCheckJobsInvalid(t *testing.T) {
 	t.Parallel()
-	good := lab.Op{Job: "j", Kind: lab.OpRead, Result: opOK, Call: 1, Return: 2}
-	with := func(f func(*lab.Op)) []lab.Op { op := good; f(&op); return []lab.Op{good, op} }
+	good := checker.Op{Job: "j", Kind: checker.OpRead, Result: opOK, Call: 1, Return: 2}
+	with := func(f func(*checker.Op)) []checker.Op { op := good; f(&op); return []checker.Op{good, op} }
 	tests := []struct {
 		name    string
-		ops     []lab.Op
-		rule    lab.FenceRule
+		ops     []checker.Op
+		rule    checker.FenceRule
 		timeout time.Duration
 		want    string
 	}{
 		{"rule", nil, "lease", time.Second, `fence rule "lease"`},
-		{"timeout", nil, lab.FenceNone, 0, "timeout 0s"},
-		{"job", with(func(o *lab.Op) { o.Job = "" }), lab.FenceNone, time.Second, `op 1 .*its Job is empty`},
-		{"kind", with(func(o *lab.Op) { o.Kind = "delete" }), lab.FenceNone, time.Second, `op 1 .*its Kind "delete"`},
-		{"result", with(func(o *lab.Op) { o.Result = "" }), lab.FenceNone, time.Second, `op 1 .*its Result ""`},
-		{"return before call", with(func(o *lab.Op) { o.Return = -5 }), lab.FenceNone, time.Second, `op 1 .*its Return -5 is before its Call 1`},
-		{"ok, never returned", with(func(o *lab.Op) { o.Return = 0 }), lab.FenceNone, time.Second, `op 1 .*its Result is "ok" but its Return is 0`},
+		{"timeout", nil, checker.FenceNone, 0, "timeout 0s"},
+		{"job", with(func(o *checker.Op) { o.Job = "" }), checker.FenceNone, time.Second, `op 1 .*its Job is empty`},
+		{"kind", with(func(o *checker.Op) { o.Kind = "delete" }), checker.FenceNone, time.Second, `op 1 .*its Kind "delete"`},
+		{"result", with(func(o *checker.Op) { o.Result = "" }), checker.FenceNone, time.Second, `op 1 .*its Result ""`},
+		{"return before call", with(func(o *checker.Op) { o.Return = -5 }), checker.FenceNone, time.Second, `op 1 .*its Return -5 is before its Call 1`},
+		{"ok, never returned", with(func(o *checker.Op) { o.Return = 0 }), checker.FenceNone, time.Second, `op 1 .*its Result is "ok" but its Return is 0`},
 	}
 	for _, tt := range tests {
-		_, err := lab.CheckJobs(tt.ops, tt.rule, tt.timeout, "")
+		_, err := checker.CheckJobs(tt.ops, tt.rule, tt.timeout, "")
 		require.ErrorIs(t, err, aegis.ErrInvalid, tt.name)
 		require.Regexp(t, tt.want, err.Error(), tt.name)
 	}
@@ -271,7 +271,7 @@ func TestCheckJobsInvalid(t *testing.T) {
 	// a directory that cannot be made is an error, not the caller's mistake
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o600))
-	_, err := lab.CheckJobs([]lab.Op{good}, lab.FenceNone, time.Second, filepath.Join(file, "html"))
+	_, err := checker.CheckJobs([]checker.Op{good}, checker.FenceNone, time.Second, filepath.Join(file, "html"))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, aegis.ErrInvalid)
 }
@@ -288,9 +288,9 @@ func TestCheckJobsSimulated(t *testing.T) {
 	verdicts := map[string]int{}
 	for seed := range uint64(60) {
 		r := rand.New(rand.NewPCG(seed, 14))
-		rule := []lab.FenceRule{lab.FenceNone, lab.FenceToken, lab.FenceOwner}[seed%3]
+		rule := []checker.FenceRule{checker.FenceNone, checker.FenceToken, checker.FenceOwner}[seed%3]
 		kills := seed%2 == 1
-		var ops []lab.Op
+		var ops []checker.Op
 		harm := map[string]bool{}
 		for j := range 3 {
 			job := fmt.Sprintf("job%d", j)
@@ -298,7 +298,7 @@ func TestCheckJobsSimulated(t *testing.T) {
 			ops, harm[job] = append(ops, o...), hurt
 		}
 		start := time.Now()
-		v, err := lab.CheckJobs(ops, rule, time.Minute, "")
+		v, err := checker.CheckJobs(ops, rule, time.Minute, "")
 		require.NoError(t, err)
 		require.Less(t, time.Since(start), 20*time.Second, "seed %d: a run's history checks quickly", seed)
 		for _, jv := range v {
@@ -306,9 +306,9 @@ func TestCheckJobsSimulated(t *testing.T) {
 			name := fmt.Sprintf("seed %d rule %s kills %v %s", seed, rule, kills, jv.Job)
 			switch {
 			case !harm[jv.Job]:
-				require.Equal(t, lab.CheckOK, jv.Verdict, "%s: %s", name, jv.Reason)
+				require.Equal(t, checker.CheckOK, jv.Verdict, "%s: %s", name, jv.Reason)
 			case !kills:
-				require.Equal(t, lab.CheckViolation, jv.Verdict, name)
+				require.Equal(t, checker.CheckViolation, jv.Verdict, name)
 				require.Regexp(t, `^(tick \d+ applied twice|lost update)`, jv.Reason, name)
 			}
 		}
@@ -327,16 +327,16 @@ func TestCheckJobsSimulated(t *testing.T) {
 // write) when kills is set, the lease moving now and then, and a failover
 // sometimes granting a token again. It returns the history and whether
 // harm was done (a tick applied twice, a lost update).
-func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]lab.Op, bool) {
+func simulateJob(r *rand.Rand, job string, rule checker.FenceRule, kills bool) ([]checker.Op, bool) {
 	const nodes, ticks = 5, 60
 	type attempt struct {
-		read, write     lab.Op
+		read, write     checker.Op
 		readAt, writeAt int64
 		killedInRead    bool
 		killedInWrite   bool
 		registered      bool
 	}
-	fenced := rule != lab.FenceNone
+	fenced := rule != checker.FenceNone
 	var atts []*attempt
 	tokens, free := make([]int64, nodes+1), make([]int64, nodes+1)
 	holder, granted := 1, int64(1)
@@ -350,7 +350,7 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 		if kills {
 			a.killedInRead, a.killedInWrite = r.IntN(20) == 0, r.IntN(10) == 0
 		}
-		a.read = lab.Op{Job: job, Kind: lab.OpRead, Node: n, Attempt: fmt.Sprintf("%d.1.%d", n, k), Tick: tick,
+		a.read = checker.Op{Job: job, Kind: checker.OpRead, Node: n, Attempt: fmt.Sprintf("%d.1.%d", n, k), Tick: tick,
 			Token: tokens[n], Owner: fmt.Sprintf("holder %d", n), Fenced: fenced, Call: start}
 		a.readAt = start + 1 + r.Int64N(10)
 		a.read.Return = a.readAt + r.Int64N(10)
@@ -359,7 +359,7 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 			work = 300 // a pause across ticks
 		}
 		a.write = a.read
-		a.write.Kind = lab.OpWrite
+		a.write.Kind = checker.OpWrite
 		a.write.Call = a.read.Return + work
 		a.writeAt = a.write.Call + 1 + r.Int64N(10)
 		a.write.Return = a.writeAt + r.Int64N(10)
@@ -401,21 +401,21 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 	var owner string
 	registered, harm := false, false
 	applied := map[int64]bool{}
-	accepts := func(op lab.Op) bool {
+	accepts := func(op checker.Op) bool {
 		switch {
 		case !fenced || !registered || op.Token > fence:
 			return true
 		case op.Token < fence:
 			return false
 		}
-		return rule == lab.FenceToken || op.Owner == owner
+		return rule == checker.FenceToken || op.Owner == owner
 	}
-	register := func(op lab.Op) {
+	register := func(op checker.Op) {
 		if fenced {
 			registered, fence, owner = true, op.Token, op.Owner
 		}
 	}
-	var ops []lab.Op
+	var ops []checker.Op
 	for _, p := range points {
 		a := atts[p.attempt]
 		switch {
@@ -423,29 +423,29 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 			if accepts(a.read) && r.IntN(2) == 0 {
 				register(a.read)
 			}
-			a.read.Result, a.read.Return = lab.OpUnknown, 0
+			a.read.Result, a.read.Return = checker.OpUnknown, 0
 			ops = append(ops, a.read)
 		case !p.write && !accepts(a.read):
-			a.read.Result = lab.OpRefused
+			a.read.Result = checker.OpRefused
 			ops = append(ops, a.read)
 		case !p.write:
 			register(a.read)
-			a.read.Result, a.read.Value, a.registered = lab.OpOK, ledger, true
+			a.read.Result, a.read.Value, a.registered = checker.OpOK, ledger, true
 			ops = append(ops, a.read)
 		case a.registered: // a write: only after a read that was not refused
 			a.write.Value = a.read.Value + 1
 			switch {
 			case !accepts(a.write):
-				a.write.Result = lab.OpRefused
+				a.write.Result = checker.OpRefused
 			case a.killedInWrite && r.IntN(2) == 0: // killed before it landed
 			default:
-				a.write.Result = lab.OpOK
+				a.write.Result = checker.OpOK
 				harm = harm || applied[a.write.Tick] || ledger != a.read.Value
 				register(a.write)
 				ledger, applied[a.write.Tick] = a.write.Value, true
 			}
 			if a.killedInWrite {
-				a.write.Result, a.write.Return = lab.OpUnknown, 0
+				a.write.Result, a.write.Return = checker.OpUnknown, 0
 			}
 			ops = append(ops, a.write)
 		}
@@ -457,17 +457,17 @@ func simulateJob(r *rand.Rand, job string, rule lab.FenceRule, kills bool) ([]la
 // 1000 and commits tick 1000 again. A counter's history is fine with it;
 // the job's is not.
 func ExampleCheckJobs() {
-	op := func(kind lab.OpKind, node int, token, value, call int64) lab.Op {
-		return lab.Op{
+	op := func(kind checker.OpKind, node int, token, value, call int64) checker.Op {
+		return checker.Op{
 			Job: "export", Kind: kind, Node: node, Attempt: fmt.Sprintf("%d.1.1", node), Tick: 1000,
 			Token: token, Owner: fmt.Sprintf("holder %d", node), Fenced: true,
-			Value: value, Result: lab.OpOK, Call: call, Return: call + 10,
+			Value: value, Result: checker.OpOK, Call: call, Return: call + 10,
 		}
 	}
-	v, err := lab.CheckJobs([]lab.Op{
-		op(lab.OpRead, 1, 1, 0, 0), op(lab.OpWrite, 1, 1, 1, 20),
-		op(lab.OpRead, 2, 2, 1, 40), op(lab.OpWrite, 2, 2, 2, 60),
-	}, lab.FenceOwner, 10*time.Second, "")
+	v, err := checker.CheckJobs([]checker.Op{
+		op(checker.OpRead, 1, 1, 0, 0), op(checker.OpWrite, 1, 1, 1, 20),
+		op(checker.OpRead, 2, 2, 1, 40), op(checker.OpWrite, 2, 2, 2, 60),
+	}, checker.FenceOwner, 10*time.Second, "")
 	if err != nil {
 		fmt.Println(err)
 		return
