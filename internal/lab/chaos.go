@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -159,133 +160,162 @@ const maxChaosDuration = 24 * time.Hour
 // (a --catalog row after its "=") adds that schedule from then on. The error quotes the spec, says what is
 // wrong, and wraps aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
-	bad := func(format string, args ...any) (Chaos, error) {
-		return Chaos{}, invalid("chaos %q: %s", spec, fmt.Sprintf(format, args...))
-	}
 	kind, rest, ok := strings.Cut(spec, ":")
 	if !ok {
-		return bad("want KIND:TARGET…, such as pause:holder@3s+2s")
+		return Chaos{}, invalid("chaos %q: want KIND:TARGET…, such as pause:holder@3s+2s", spec)
 	}
 	c := Chaos{Kind: ChaosKind(kind)}
+	var err error
 	switch c.Kind {
 	case Pause, Partition:
-		form := kind + ":TARGET@AT+FOR"
-		if c.Kind == Partition {
-			form += "[/SERVER]"
-		}
-		target, when, ok := strings.Cut(rest, "@")
-		if !ok {
-			return bad("missing @AT (want %s)", form)
-		}
-		at, dur, ok := strings.Cut(when, "+")
-		if !ok {
-			return bad("missing +FOR (want %s)", form)
-		}
-		if d, server, ok := strings.Cut(dur, "/"); ok {
-			if c.Kind != Partition {
-				return bad("/%s: only a partition is to one server (want pause:TARGET@AT+FOR)", server)
-			}
-			k, err := servers.ParseKind(server)
-			if err != nil {
-				return bad("server %q: want postgres, redis, etcd or zookeeper", server)
-			}
-			dur, c.Server = d, string(k)
-		}
-		if err := c.setTarget(target, true); err != nil {
-			return bad("%v", err)
-		}
-		var err error
-		if c.At, err = duration("AT", at, false); err != nil {
-			return bad("%v", err)
-		}
-		if c.For, err = duration("FOR", dur, true); err != nil {
-			return bad("%v", err)
-		}
+		err = c.parseWindow(rest)
 	case Kill, Failover, Restart, Crash:
-		target, at, ok := strings.Cut(rest, "@")
-		if !ok {
-			form := map[ChaosKind]string{Kill: "kill:TARGET@AT", Crash: "crash:postgres@AT"}[c.Kind]
-			if form == "" {
-				form = kind + ":redis@AT"
-			}
-			return bad("missing @AT (want %s)", form)
-		}
-		if err := c.setServerTarget(target); err != nil {
-			return bad("%v", err)
-		}
-		var err error
-		if c.At, err = duration("AT", at, false); err != nil {
-			return bad("%v", err)
-		}
+		err = c.parseServerFault(rest)
 	case Skew:
-		target, d, ok := strings.Cut(rest, "=")
-		if !ok {
-			return bad("missing =±D (want skew:nodeN=+500ms)")
-		}
-		if err := c.setTarget(target, false); err != nil {
-			return bad("%v", err)
-		}
-		body, neg := strings.CutPrefix(d, "-")
-		if !neg {
-			body, _ = strings.CutPrefix(d, "+")
-		}
-		if strings.HasPrefix(body, "+") || strings.HasPrefix(body, "-") {
-			return bad("D %q has more than one sign", d)
-		}
-		off, err := duration("D", body, true)
-		if err != nil {
-			return bad("%v", err)
-		}
-		if neg {
-			off = -off
-		}
-		c.Offset = off
+		err = c.parseSkew(rest)
 	case Latency:
-		server, d, ok := strings.Cut(rest, "=")
-		if !ok {
-			return bad("missing =D (want latency:SERVER=D, such as latency:redis=20ms)")
-		}
-		kind, err := servers.ParseKind(server)
-		if err != nil {
-			return bad("server %q: want postgres, redis, etcd or zookeeper", server)
-		}
-		c.Target = string(kind)
-		if c.Offset, err = duration("D", d, true); err != nil {
-			return bad("%v", err)
-		}
+		err = c.parseLatency(rest)
 	case Edit:
-		job, rest, ok := strings.Cut(rest, "@")
-		at, spec, ok2 := strings.Cut(rest, "=")
-		if !ok || !ok2 {
-			return bad("want edit:JOB@AT=SPEC, such as edit:invoice-export@3s=2s or edit:certificates@2s=pause")
-		}
-		if !jobNamePattern.MatchString(job) || len(job) > maxJobNameLen {
-			return bad("job %.50q: want 1 to %d of a-z, 0-9, '-' and '_'", job, maxJobNameLen)
-		}
-		c.Target = job
-		var err error
-		if c.At, err = duration("AT", at, false); err != nil {
-			return bad("%v", err)
-		}
-		switch {
-		case spec == "pause" || spec == "resume":
-			c.Spec = spec
-		case strings.Contains(spec, "/"):
-			// A schedule to add: a --catalog row's EVERY/WORK.
-			if _, err := ParseCatalog(job + "=" + spec); err != nil {
-				return bad("SPEC %q: a schedule to add is EVERY/WORK[/no-keep-alive], such as 2s/300ms (%v)", spec, err)
-			}
-			c.Spec = spec
-		default:
-			if c.Offset, err = duration("SPEC", spec, true); err != nil {
-				return bad("SPEC %q: want a cadence (a duration such as 2s), pause, resume, or EVERY/WORK to add a schedule", spec)
-			}
-			c.Spec = c.Offset.String()
-		}
+		err = c.parseEdit(rest)
 	default:
-		return bad("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew, latency or edit)", kind)
+		err = fmt.Errorf("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew, latency or edit)", kind)
+	}
+	if err != nil {
+		return Chaos{}, invalid("chaos %q: %s", spec, err)
 	}
 	return c, nil
+}
+
+// The parsers of each kind's spec after its "KIND:", for ParseChaos. Their
+// errors say what is wrong; ParseChaos quotes the spec before them.
+
+// parseWindow parses pause's and partition's TARGET@AT+FOR[/SERVER].
+func (c *Chaos) parseWindow(rest string) error {
+	form := string(c.Kind) + ":TARGET@AT+FOR"
+	if c.Kind == Partition {
+		form += "[/SERVER]"
+	}
+	target, when, ok := strings.Cut(rest, "@")
+	if !ok {
+		return fmt.Errorf("missing @AT (want %s)", form)
+	}
+	at, dur, ok := strings.Cut(when, "+")
+	if !ok {
+		return fmt.Errorf("missing +FOR (want %s)", form)
+	}
+	if d, server, ok := strings.Cut(dur, "/"); ok {
+		if c.Kind != Partition {
+			return fmt.Errorf("/%s: only a partition is to one server (want pause:TARGET@AT+FOR)", server)
+		}
+		k, err := servers.ParseKind(server)
+		if err != nil {
+			return fmt.Errorf("server %q: want postgres, redis, etcd or zookeeper", server)
+		}
+		dur, c.Server = d, string(k)
+	}
+	if err := c.setTarget(target, true); err != nil {
+		return err
+	}
+	var err error
+	if c.At, err = duration("AT", at, false); err != nil {
+		return err
+	}
+	c.For, err = duration("FOR", dur, true)
+	return err
+}
+
+// parseServerFault parses kill's, failover's, restart's and crash's
+// TARGET@AT.
+func (c *Chaos) parseServerFault(rest string) error {
+	target, at, ok := strings.Cut(rest, "@")
+	if !ok {
+		form := map[ChaosKind]string{Kill: "kill:TARGET@AT", Crash: "crash:postgres@AT"}[c.Kind]
+		if form == "" {
+			form = string(c.Kind) + ":redis@AT"
+		}
+		return fmt.Errorf("missing @AT (want %s)", form)
+	}
+	if err := c.setServerTarget(target); err != nil {
+		return err
+	}
+	var err error
+	c.At, err = duration("AT", at, false)
+	return err
+}
+
+// parseSkew parses skew's nodeN=±D.
+func (c *Chaos) parseSkew(rest string) error {
+	target, d, ok := strings.Cut(rest, "=")
+	if !ok {
+		return errors.New("missing =±D (want skew:nodeN=+500ms)")
+	}
+	if err := c.setTarget(target, false); err != nil {
+		return err
+	}
+	body, neg := strings.CutPrefix(d, "-")
+	if !neg {
+		body, _ = strings.CutPrefix(d, "+")
+	}
+	if strings.HasPrefix(body, "+") || strings.HasPrefix(body, "-") {
+		return fmt.Errorf("D %q has more than one sign", d)
+	}
+	off, err := duration("D", body, true)
+	if err != nil {
+		return err
+	}
+	if neg {
+		off = -off
+	}
+	c.Offset = off
+	return nil
+}
+
+// parseLatency parses latency's SERVER=D.
+func (c *Chaos) parseLatency(rest string) error {
+	server, d, ok := strings.Cut(rest, "=")
+	if !ok {
+		return errors.New("missing =D (want latency:SERVER=D, such as latency:redis=20ms)")
+	}
+	kind, err := servers.ParseKind(server)
+	if err != nil {
+		return fmt.Errorf("server %q: want postgres, redis, etcd or zookeeper", server)
+	}
+	c.Target = string(kind)
+	c.Offset, err = duration("D", d, true)
+	return err
+}
+
+// parseEdit parses edit's JOB@AT=SPEC.
+func (c *Chaos) parseEdit(rest string) error {
+	job, rest, ok := strings.Cut(rest, "@")
+	at, spec, ok2 := strings.Cut(rest, "=")
+	if !ok || !ok2 {
+		return errors.New("want edit:JOB@AT=SPEC, such as edit:invoice-export@3s=2s or edit:certificates@2s=pause")
+	}
+	if !jobNamePattern.MatchString(job) || len(job) > maxJobNameLen {
+		return fmt.Errorf("job %.50q: want 1 to %d of a-z, 0-9, '-' and '_'", job, maxJobNameLen)
+	}
+	c.Target = job
+	var err error
+	if c.At, err = duration("AT", at, false); err != nil {
+		return err
+	}
+	switch {
+	case spec == "pause" || spec == "resume":
+		c.Spec = spec
+	case strings.Contains(spec, "/"):
+		// A schedule to add: a --catalog row's EVERY/WORK.
+		if _, err := ParseCatalog(job + "=" + spec); err != nil {
+			return fmt.Errorf("SPEC %q: a schedule to add is EVERY/WORK[/no-keep-alive], such as 2s/300ms (%v)", spec, err)
+		}
+		c.Spec = spec
+	default:
+		if c.Offset, err = duration("SPEC", spec, true); err != nil {
+			return fmt.Errorf("SPEC %q: want a cadence (a duration such as 2s), pause, resume, or EVERY/WORK to add a schedule", spec)
+		}
+		c.Spec = c.Offset.String()
+	}
+	return nil
 }
 
 // setServerTarget sets the target of kill (a node, or an etcd or
