@@ -451,17 +451,37 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 	}
 	begin := time.Now()
 	res := &CampaignResult{Seed: c.Seed, Runs: c.Runs, Strategies: []*StrategyResult{}}
-	type job struct {
-		row *StrategyResult
-		i   int
-		cfg Config
-	}
-	var jobs []job
 	names := c.Strategies
 	if len(names) == 0 {
 		names = StrategyNames()
 	}
 	own := func(k servers.Kind) bool { return !s.given(k) }
+	s.logUndrawnFaults(names, own)
+	// A store that cannot be opened is the campaign's failure, not every
+	// strategy's unavailability.
+	if _, _, err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	jobs, stopped, err := s.campaignJobs(ctx, c, names, own, res)
+	switch {
+	case err != nil:
+		return nil, err
+	case stopped:
+		return res, ctx.Err()
+	}
+	if err := s.runCampaignJobs(ctx, jobs, done); err != nil {
+		return nil, fmt.Errorf("lab: campaign: %w", err)
+	}
+	for _, row := range res.Strategies {
+		row.tally()
+	}
+	res.DurationS = time.Since(begin).Round(time.Millisecond).Seconds()
+	return res, ctx.Err()
+}
+
+// logUndrawnFaults says which faults of the named strategies the campaign
+// draws none of, because they touch servers the session was given.
+func (s *Session) logUndrawnFaults(names []string, own func(servers.Kind) bool) {
 	for _, k := range faultKinds {
 		if k.kills != "" && !own(k.kills) && slices.ContainsFunc(names, func(n string) bool {
 			st, _ := LookupStrategy(n)
@@ -470,11 +490,20 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 			fmt.Fprintf(s.opts.Log, "lab: campaign: no %s drawn: the %s servers were given, and the lab touches only its own\n", k.name, k.kills)
 		}
 	}
-	// A store that cannot be opened is the campaign's failure, not every
-	// strategy's unavailability.
-	if _, _, err := s.openStore(ctx); err != nil {
-		return nil, err
-	}
+}
+
+// campaignJob is one run of a campaign: the i-th of its strategy's row.
+type campaignJob struct {
+	row *StrategyResult
+	i   int
+	cfg Config
+}
+
+// campaignJobs adds each named strategy's row to res and returns the runs
+// of the strategies available, in order. A strategy the session cannot
+// run gets its row, skipped, with why; stopped is true when ctx ended
+// while asking. The error is a campaign that cannot draw its configs.
+func (s *Session) campaignJobs(ctx context.Context, c Campaign, names []string, own func(servers.Kind) bool, res *CampaignResult) (jobs []campaignJob, stopped bool, err error) {
 	for _, name := range names {
 		st, _ := LookupStrategy(name)
 		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, HarmedRuns: []HarmedRun{}}
@@ -483,22 +512,30 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 		res.Strategies = append(res.Strategies, row)
 		if err := s.Availability(ctx, name); err != nil {
 			if ctx.Err() != nil {
-				return res, ctx.Err()
+				return nil, true, nil
 			}
 			row.Skipped = err.Error()
 			continue
 		}
 		cfgs, err := c.configs(st, own)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		row.Reports = make([]*Report, len(cfgs))
 		for i, cfg := range cfgs {
 			cfg.OutDir = c.OutDir
-			jobs = append(jobs, job{row, i, cfg})
+			jobs = append(jobs, campaignJob{row, i, cfg})
 		}
 	}
+	return jobs, false, nil
+}
 
+// runCampaignJobs runs the jobs, at most campaignParallel at a time and a
+// run that kills a server alone, puts each report in its row and calls
+// done, when not nil, as each run ends, one at a time. It returns the
+// errors of the runs that failed to start, joined; after the first, it
+// starts no more runs.
+func (s *Session) runCampaignJobs(ctx context.Context, jobs []campaignJob, done func(CampaignRun)) error {
 	var (
 		mu    sync.Mutex // guards errs, ended and the calls of done
 		errs  []error
@@ -531,14 +568,7 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 		}
 		return true
 	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("lab: campaign: %w", err)
-	}
-	for _, row := range res.Strategies {
-		row.tally()
-	}
-	res.DurationS = time.Since(begin).Round(time.Millisecond).Seconds()
-	return res, ctx.Err()
+	return errors.Join(errs...)
 }
 
 // campaignParallel is how many runs of a campaign go at once.
