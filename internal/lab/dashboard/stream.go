@@ -224,177 +224,258 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var mu sync.Mutex
-	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	var followers []*follower
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	st := &stream{s: s, wake: make(chan struct{}, 1)}
+	defer st.wg.Wait()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	st.follow(ctx, watches)
+	st.out = startSSE(w)
+	ticker := time.NewTicker(statusCheck)
+	defer ticker.Stop()
+	if st.sendGroups() != nil || st.out.flush() != nil {
+		return
+	}
+	st.lastWrite = time.Now()
+	st.loop(r.Context(), ticker.C)
+}
+
+// stream is one connection of the page's stream: the runs it follows,
+// each gathered by a goroutine of its own, and what the connection's loop
+// (the handler's goroutine) last sent.
+type stream struct {
+	s   *Server
+	out *sseWriter
+	wg  sync.WaitGroup // the followers' goroutines
+
+	mu        sync.Mutex    // guards the fields of the followers
+	followers []*follower   // the slice itself: the handler's goroutine only
+	wake      chan struct{} // a follower gathered something
+
+	// The loop's own.
+	changed               chan struct{} // closed at the groups' next change
+	lastStatus, lastWrite time.Time
+}
+
+// poke wakes the loop, unless a wake is already owed.
+func (st *stream) poke() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// follow subscribes to each watched run the server knows, from its FROM,
+// and gathers its events until ctx ends.
+func (st *stream) follow(ctx context.Context, watches []watch) {
 	for _, wt := range watches {
-		s.mu.Lock()
-		e := s.runs[wt.id]
-		s.mu.Unlock()
+		st.s.mu.Lock()
+		e := st.s.runs[wt.id]
+		st.s.mu.Unlock()
 		if e == nil || e.run == nil {
 			continue // forgotten: the page learns it from the groups
 		}
 		f := &follower{run: e.run, next: wt.from, dirty: true}
-		followers = append(followers, f)
+		st.followers = append(st.followers, f)
 		events, unsubscribe := e.run.Subscribe(wt.from)
-		wg.Go(func() {
+		st.wg.Go(func() {
 			defer unsubscribe()
-			for {
-				select {
-				case ev, ok := <-events:
-					if !ok {
-						// The report is built after the last event: wait
-						// for it here, not in the stream's loop.
-						end := runEnd{Run: f.run.ID}
-						rep, err := f.run.Wait(ctx)
-						if err != nil {
-							end.Error = err.Error()
-						}
-						end.Report = viewReport(f.run.ID, rep)
-						mu.Lock()
-						f.end, f.closed = &end, true
-						mu.Unlock()
-						poke()
-						return
-					}
-					mu.Lock()
-					f.pending = append(f.pending, ev)
-					mu.Unlock()
-					poke()
-				case <-ctx.Done():
-					return
-				}
-			}
+			st.gather(ctx, f, events)
 		})
 	}
-	out := startSSE(w)
-	ticker := time.NewTicker(statusCheck)
-	defer ticker.Stop()
-	var changed chan struct{}
-	sendGroups := func() error {
-		s.mu.Lock()
-		v := s.viewGroupsLocked()
-		changed = s.changed
-		s.mu.Unlock()
-		return out.send("groups", -1, v)
-	}
-	if sendGroups() != nil || out.flush() != nil {
-		return
-	}
-	lastStatus, lastWrite := time.Time{}, time.Now()
-	// flushRuns sends what the followers gathered; with statuses, every
-	// running run's status (owed after events, or due anyway).
-	flushRuns := func(statuses bool) error {
-		mu.Lock()
-		type batch struct {
-			f      *follower
-			from   int
-			events []lab.Event
-			closed bool
-			end    *runEnd
-		}
-		var batches []batch
-		for _, f := range followers {
-			if len(f.pending) > 0 || (f.closed && !f.ended) {
-				batches = append(batches, batch{f, f.next, f.pending, f.closed && !f.ended, f.end})
-				f.next += len(f.pending)
-				f.pending = nil
-				f.dirty = true
-				if f.closed {
-					f.ended = true
-				}
-			}
-		}
-		mu.Unlock()
-		for _, b := range batches {
-			if len(b.events) > 0 {
-				if err := out.send("lab", -1, labBatch{Run: b.f.run.ID, From: b.from, Events: b.events}); err != nil {
-					return err
-				}
-			}
-			if b.closed {
-				if err := out.send("status", -1, statusEvent{Run: b.f.run.ID, Status: b.f.run.Status()}); err != nil {
-					return err
-				}
-				if err := out.send("end", -1, b.end); err != nil {
-					return err
-				}
-			}
-		}
-		if statuses {
-			mu.Lock()
-			var due []*lab.Run
-			for _, f := range followers {
-				if !f.ended {
-					due = append(due, f.run)
-					f.dirty = false
-				}
-			}
-			mu.Unlock()
-			for _, run := range due {
-				if err := out.send("status", -1, statusEvent{Run: run.ID, Status: run.Status()}); err != nil {
-					return err
-				}
-			}
-		}
-		if len(batches) > 0 || statuses {
-			lastWrite = time.Now()
-			return out.flush()
-		}
-		return nil
-	}
+}
+
+// gather adds each of f's events to its pending ones, then its end when
+// they end, poking the loop each time.
+func (st *stream) gather(ctx context.Context, f *follower, events <-chan lab.Event) {
 	for {
 		select {
-		case <-wake:
-			// Let a burst of events gather: one batch per run per check.
-			if !backoff.Sleep(r.Context(), statusCheck/4) {
-				return
-			}
-			if flushRuns(false) != nil {
-				return
-			}
-		case now := <-ticker.C:
-			mu.Lock()
-			owed := false
-			for _, f := range followers {
-				owed = owed || (f.dirty && !f.ended)
-			}
-			mu.Unlock()
-			statuses := owed || now.Sub(lastStatus) >= statusEvery
-			if statuses {
-				lastStatus = now
-			}
-			if flushRuns(statuses) != nil {
-				return
-			}
-			if now.Sub(lastWrite) >= keepAlive {
-				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || out.flush() != nil {
-					return
+		case ev, ok := <-events:
+			if !ok {
+				// The report is built after the last event: wait for it
+				// here, not in the stream's loop.
+				end := runEnd{Run: f.run.ID}
+				rep, err := f.run.Wait(ctx)
+				if err != nil {
+					end.Error = err.Error()
 				}
-				lastWrite = now
-			}
-		case <-changed:
-			// Let a burst of changes (a preset's runs starting) settle.
-			if !backoff.Sleep(r.Context(), 100*time.Millisecond) {
+				end.Report = viewReport(f.run.ID, rep)
+				st.mu.Lock()
+				f.end, f.closed = &end, true
+				st.mu.Unlock()
+				st.poke()
 				return
 			}
-			if sendGroups() != nil || out.flush() != nil {
-				return
-			}
-		case <-r.Context().Done():
-			return
-		case <-s.ctx.Done():
+			st.mu.Lock()
+			f.pending = append(f.pending, ev)
+			st.mu.Unlock()
+			st.poke()
+		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// loop writes to the stream until ctx (the request's) or the server ends,
+// or a write fails: the followers' batches when they wake it, statuses at
+// ticks, the groups when they change.
+func (st *stream) loop(ctx context.Context, ticks <-chan time.Time) {
+	for {
+		select {
+		case <-st.wake:
+			// Let a burst of events gather: one batch per run per check.
+			if !backoff.Sleep(ctx, statusCheck/4) {
+				return
+			}
+			if st.flushRuns(false) != nil {
+				return
+			}
+		case now := <-ticks:
+			if st.tick(now) != nil {
+				return
+			}
+		case <-st.changed:
+			// Let a burst of changes (a preset's runs starting) settle.
+			if !backoff.Sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+			if st.sendGroups() != nil || st.out.flush() != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		case <-st.s.ctx.Done():
+			return
+		}
+	}
+}
+
+// sendGroups sends the groups, and notes the channel of their next change.
+func (st *stream) sendGroups() error {
+	st.s.mu.Lock()
+	v := st.s.viewGroupsLocked()
+	st.changed = st.s.changed
+	st.s.mu.Unlock()
+	return st.out.send("groups", -1, v)
+}
+
+// tick sends what the followers gathered, with the statuses when owed
+// after events or due anyway, and a keep-alive comment when the stream
+// has been idle for keepAlive.
+func (st *stream) tick(now time.Time) error {
+	statuses := st.statusOwed() || now.Sub(st.lastStatus) >= statusEvery
+	if statuses {
+		st.lastStatus = now
+	}
+	if err := st.flushRuns(statuses); err != nil {
+		return err
+	}
+	if now.Sub(st.lastWrite) >= keepAlive {
+		if _, err := fmt.Fprint(st.out.w, ": keep-alive\n\n"); err != nil {
+			return err
+		}
+		if err := st.out.flush(); err != nil {
+			return err
+		}
+		st.lastWrite = now
+	}
+	return nil
+}
+
+// statusOwed reports whether a running run's status is owed after events.
+func (st *stream) statusOwed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, f := range st.followers {
+		if f.dirty && !f.ended {
+			return true
+		}
+	}
+	return false
+}
+
+// runBatch is what flushRuns takes from one follower: its events from
+// the from-th, and its end when the run has closed and its end is unsent.
+type runBatch struct {
+	f      *follower
+	from   int
+	events []lab.Event
+	closed bool
+	end    *runEnd
+}
+
+// flushRuns sends what the followers gathered; with statuses, every
+// running run's status (owed after events, or due anyway).
+func (st *stream) flushRuns(statuses bool) error {
+	batches := st.takeBatches()
+	for _, b := range batches {
+		if err := st.sendBatch(b); err != nil {
+			return err
+		}
+	}
+	if statuses {
+		for _, run := range st.takeDue() {
+			if err := st.out.send("status", -1, statusEvent{Run: run.ID, Status: run.Status()}); err != nil {
+				return err
+			}
+		}
+	}
+	if len(batches) > 0 || statuses {
+		st.lastWrite = time.Now()
+		return st.out.flush()
+	}
+	return nil
+}
+
+// takeBatches takes the followers' pending events and unsent ends, and
+// marks their statuses owed.
+func (st *stream) takeBatches() []runBatch {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var batches []runBatch
+	for _, f := range st.followers {
+		if len(f.pending) > 0 || (f.closed && !f.ended) {
+			batches = append(batches, runBatch{f, f.next, f.pending, f.closed && !f.ended, f.end})
+			f.next += len(f.pending)
+			f.pending = nil
+			f.dirty = true
+			if f.closed {
+				f.ended = true
+			}
+		}
+	}
+	return batches
+}
+
+// sendBatch sends a run's events, then, when it has closed, its last
+// status and its end.
+func (st *stream) sendBatch(b runBatch) error {
+	if len(b.events) > 0 {
+		if err := st.out.send("lab", -1, labBatch{Run: b.f.run.ID, From: b.from, Events: b.events}); err != nil {
+			return err
+		}
+	}
+	if b.closed {
+		if err := st.out.send("status", -1, statusEvent{Run: b.f.run.ID, Status: b.f.run.Status()}); err != nil {
+			return err
+		}
+		if err := st.out.send("end", -1, b.end); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeDue returns the runs whose status is due (those not ended), and
+// marks their statuses paid.
+func (st *stream) takeDue() []*lab.Run {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var due []*lab.Run
+	for _, f := range st.followers {
+		if !f.ended {
+			due = append(due, f.run)
+			f.dirty = false
+		}
+	}
+	return due
 }
