@@ -252,22 +252,9 @@ func (c *Chaos) parseSkew(rest string) error {
 	if err := c.setTarget(target, false); err != nil {
 		return err
 	}
-	body, neg := strings.CutPrefix(d, "-")
-	if !neg {
-		body, _ = strings.CutPrefix(d, "+")
-	}
-	if strings.HasPrefix(body, "+") || strings.HasPrefix(body, "-") {
-		return fmt.Errorf("D %q has more than one sign", d)
-	}
-	off, err := duration("D", body, true)
-	if err != nil {
-		return err
-	}
-	if neg {
-		off = -off
-	}
-	c.Offset = off
-	return nil
+	var err error
+	c.Offset, err = signedDuration("D", d)
+	return err
 }
 
 // parseLatency parses latency's SERVER=D.
@@ -391,6 +378,26 @@ func parseNode(target string) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// signedDuration parses a positive duration with an optional sign, + or
+// -, of at most a day either way.
+func signedDuration(name, s string) (time.Duration, error) {
+	body, neg := strings.CutPrefix(s, "-")
+	if !neg {
+		body, _ = strings.CutPrefix(s, "+")
+	}
+	if strings.HasPrefix(body, "+") || strings.HasPrefix(body, "-") {
+		return 0, fmt.Errorf("%s %q has more than one sign", name, s)
+	}
+	d, err := duration(name, body, true)
+	if err != nil {
+		return 0, err
+	}
+	if neg {
+		d = -d
+	}
+	return d, nil
 }
 
 // duration parses a non-negative Go duration (positive when positive is
