@@ -277,11 +277,11 @@ func (b *binder) report(r *row, reason string, err error) {
 
 // bindRow starts the loop of a catalog schedule.
 func (b *binder) bindRow(ctx context.Context, r *row) error {
-	e, err := r.entry(b.cat.ns)
+	e, next, err := r.parsed(b.cat.ns)
 	if err != nil {
 		return err
 	}
-	sw, err := r.schedule()
+	sw, err := r.schedule(next)
 	if err != nil {
 		return err
 	}
@@ -291,14 +291,13 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 	b.s.mu.Lock()
 	h := b.s.handlers[handler]
 	b.s.mu.Unlock()
-	spec := e.job(func(ctx context.Context) error {
+	spec := e.job(sw, func(ctx context.Context) error {
 		if h == nil { // leader mode: the leader enqueues, a worker runs (catalogWork)
 			return fmt.Errorf("schedule: node %s has no handler %q", node, handler)
 		}
 		run, _ := RunFrom(ctx)
 		return h(ctx, run.Args)
 	})
-	spec.Schedule = sw
 	v, _, err := spec.validate(b.s.mode)
 	if err != nil {
 		return err

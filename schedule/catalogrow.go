@@ -34,8 +34,33 @@ func (r *row) scan(sc interface{ Scan(...any) error }) error {
 }
 
 // entry converts a row. A row this program cannot read (written by a newer
-// one) is an error naming the schedule.
+// one) is an error naming the schedule. It parses the spec of an interval
+// only (Entry.Every is its period): a cron spec is the entry's as text.
 func (r *row) entry(ns string) (Entry, error) {
+	var (
+		next Schedule
+		err  error
+	)
+	if r.tz == "" {
+		next, err = parseStored(r.spec, r.tz)
+	}
+	return r.entryOf(ns, next, err)
+}
+
+// parsed is the row's entry and its spec parsed, once, for a binder: a
+// spec this program cannot parse is an error (after entry's own).
+func (r *row) parsed(ns string) (Entry, Schedule, error) {
+	next, parseErr := parseStored(r.spec, r.tz)
+	e, err := r.entryOf(ns, next, parseErr)
+	if err == nil {
+		err = parseErr
+	}
+	return e, next, err
+}
+
+// entryOf converts a row whose spec parsed as next (or failed with
+// parseErr); only an interval's is read.
+func (r *row) entryOf(ns string, next Schedule, parseErr error) (Entry, error) {
 	e := Entry{
 		Name: r.name, Handler: r.handler, Args: json.RawMessage(r.args), Namespace: ns, Paused: !r.enabled,
 		StartingDeadline: time.Duration(r.deadlineMS) * time.Millisecond, CatchUpMax: r.catchUp, MaxAttempts: r.attempts,
@@ -44,9 +69,8 @@ func (r *row) entry(ns string) (Entry, error) {
 		Created: time.UnixMilli(r.createdMS).UTC(), Updated: time.UnixMilli(r.updatedMS).UTC(),
 	}
 	if r.tz == "" {
-		s, err := ParseCron(r.spec)
-		iv, ok := s.(Interval)
-		if err != nil || !ok {
+		iv, ok := next.(Interval)
+		if parseErr != nil || !ok {
 			return e, fmt.Errorf("schedule: catalog row %q: spec %q is not an interval", r.name, r.spec)
 		}
 		e.Every = iv.Period
@@ -73,12 +97,9 @@ func (r *row) entry(ns string) (Entry, error) {
 }
 
 // schedule is the row's fire times: Previous before EffectiveAt, the spec
-// from it.
-func (r *row) schedule() (switched, error) {
-	next, err := parseStored(r.spec, r.tz)
-	if err != nil {
-		return switched{}, err
-	}
+// (parsed: next) from it.
+func (r *row) schedule(next Schedule) (switched, error) {
+	var err error
 	sw := switched{next: next, nextSpec: r.spec, nextTZ: r.tz, at: time.UnixMilli(r.effectiveMS).UTC(), from: time.UnixMilli(r.resumedMS).UTC()}
 	if r.prevSpec.Valid {
 		if sw.prev, err = parseStored(r.prevSpec.String, r.prevTZ.String); err != nil {

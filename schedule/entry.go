@@ -133,7 +133,8 @@ func (e Entry) validate() (Entry, error) {
 			return e, invalid("Entry.Cron: %w", err)
 		}
 	}
-	if _, err := parseStored(spec, tz); err != nil {
+	sched, err := parseStored(spec, tz)
+	if err != nil {
 		field := "Entry.Cron"
 		if e.Every != 0 {
 			field = "Entry.Every"
@@ -163,7 +164,7 @@ func (e Entry) validate() (Entry, error) {
 	// The policies are Job's: check them as a lease-mode job does (the most
 	// permissive mode; a replica in another mode reports what it cannot
 	// run when it binds the schedule).
-	j, _, err := e.job(nil).validate(modeLease)
+	j, _, err := e.job(sched, nil).validate(modeLease)
 	if err != nil {
 		// Job's messages name Job's fields, which are Entry's.
 		return e, invalid("%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Job.", "Entry."), "aegis: invalid argument: "))
@@ -174,13 +175,12 @@ func (e Entry) validate() (Entry, error) {
 	return e, nil
 }
 
-// job is the entry as a Job running run (nil for validation only).
-func (e Entry) job(run func(context.Context) error) Job {
+// job is the entry as a Job firing on s (the entry's spec, parsed) and
+// running run (nil for validation only).
+func (e Entry) job(s Schedule, run func(context.Context) error) Job {
 	if run == nil {
 		run = func(context.Context) error { return nil }
 	}
-	spec, tz := e.storedSpec()
-	s, _ := parseStored(spec, tz)
 	return Job{
 		Name: e.Name, Schedule: s, Run: run,
 		LockAtMostFor: e.LockAtMostFor, LockAtLeastFor: e.LockAtLeastFor, DisableKeepAlive: e.DisableKeepAlive,

@@ -434,7 +434,8 @@ func (s *Scheduler) catalogWork(ctx context.Context, name string) (*job, claimed
 	if err != nil {
 		return nil, claimed{}, false, err
 	}
-	j := &job{Job: e.job(func(ctx context.Context) error {
+	// A worker's job runs, it does not fire: it needs no schedule.
+	j := &job{Job: e.job(nil, func(ctx context.Context) error {
 		run, _ := RunFrom(ctx)
 		return h(ctx, run.Args)
 	}), s: s}
