@@ -236,7 +236,7 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 		b.s.mu.Lock()
 		h := b.s.handlers[r.handler]
 		b.s.mu.Unlock()
-		if h == nil && b.s.mode != modeLeader { // a leader enqueues every schedule: its workers have the handlers
+		if h == nil && !b.s.claim.enqueues() { // a leader enqueues every schedule: its workers have the handlers
 			unhandled++
 			b.report(r, fmt.Sprintf("this replica has no handler %q: the replicas that have it run the schedule", r.handler), nil)
 			continue
@@ -298,7 +298,7 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 		run, _ := RunFrom(ctx)
 		return h(ctx, run.Args)
 	})
-	v, _, err := spec.validate(b.s.mode)
+	v, _, err := spec.validate(b.s.claim)
 	if err != nil {
 		return err
 	}
@@ -330,62 +330,6 @@ func (b *binder) unbind(name string) {
 	<-j.bound.done // the loop returns once its claim in flight has (bounded by claimTimeout)
 	b.s.noteTick(name, j.lastSeen())
 	b.s.emit(Event{Kind: EventBound, Job: name, Token: aegis.Token(j.bound.version), Reason: "unbound version " + fmt.Sprint(j.bound.version)})
-}
-
-// claimCatalog is run-key mode's claim of a catalog schedule's tick: the
-// catalog's check and the run row's insert in one statement (PostgreSQL)
-// or one transaction (SQLite). refused is true when the catalog refused
-// the tick (paused, deleted, or changed at this fire time); won false when
-// another node has the tick.
-func (s *Scheduler) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("schedule: claim %q at %s: %w", j.Name, f.UTC().Format(time.RFC3339Nano), err)
-		}
-	}()
-	st, cat := s.cfg.Store, s.cfg.Catalog
-	spec, tz := j.bound.sched.specAt(f)
-	check := []any{cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff}
-	if st.dialect == migrate.Postgres {
-		var (
-			args         sql.NullString
-			version, tok sql.NullInt64
-			st8          sql.NullString
-		)
-		err = st.db.QueryRowContext(ctx, s.claimSQL, append(check, int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid)...).Scan(&args, &version, &tok, &st8)
-		if err != nil {
-			return c, 0, "", false, false, err
-		}
-		if !args.Valid {
-			return c, 0, "", false, true, nil
-		}
-		c = claimed{args: json.RawMessage(args.String), version: version.Int64}
-		if !tok.Valid {
-			return c, 0, "", false, false, nil
-		}
-		return c, aegis.Token(tok.Int64), st8.String, true, false, nil
-	}
-	err = inTx(ctx, st.db, st.dialect, func(tx execer) error {
-		var args string
-		if err := tx.QueryRowContext(ctx, cat.q.check, check...).Scan(&args, &c.version); errors.Is(err, sql.ErrNoRows) {
-			refused = true
-			return nil
-		} else if err != nil {
-			return err
-		}
-		c.args = json.RawMessage(args)
-		var t int64
-		err := tx.QueryRowContext(ctx, st.q.claim, j.Name, f.UnixMilli(), int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid, st.ns).Scan(&t, &state)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		token, won = aegis.Token(t), true
-		return nil
-	})
-	return c, token, state, won, refused, err
 }
 
 // checkCatalog is the catalog half of a claim in lease and leader mode

@@ -161,10 +161,10 @@ func (e Entry) validate() (Entry, error) {
 	case !json.Valid(e.Args):
 		return e, invalid("Entry.Args %.40q is not JSON", e.Args)
 	}
-	// The policies are Job's: check them as a lease-mode job does (the most
-	// permissive mode; a replica in another mode reports what it cannot
-	// run when it binds the schedule).
-	j, _, err := e.job(sched, nil).validate(modeLease)
+	// The policies are Job's: check them as a lease-mode job does (no
+	// mode's rules: lease mode is the most permissive; a replica in another
+	// mode reports what it cannot run when it binds the schedule).
+	j, _, err := e.job(sched, nil).validate(nil)
 	if err != nil {
 		// Job's messages name Job's fields, which are Entry's.
 		return e, invalid("%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Job.", "Entry."), "aegis: invalid argument: "))

@@ -133,29 +133,75 @@ func (o Overlap) String() string {
 	return fmt.Sprintf("Overlap(%d)", int(o))
 }
 
-// validate fills defaults on a copy of j and checks it. Errors name the
-// field.
-func (j Job) validate(m mode) (Job, Schedule, error) {
+// validate fills defaults on a copy of j and checks it, with the rules of
+// c's mode (nil: none, as in lease mode, the most permissive). Errors name
+// the field.
+func (j Job) validate(c claimer) (Job, Schedule, error) {
 	if err := aegis.CheckKey(j.Name); err != nil {
 		return j, nil, invalid("Job.Name: %w", err)
 	}
 	if len(j.Name) > MaxNameLen {
 		return j, nil, invalid("Job.Name is %d bytes, at most %d are allowed", len(j.Name), MaxNameLen)
 	}
+	s, err := j.parseSchedule()
+	if err != nil {
+		return j, nil, err
+	}
+	if j.Run == nil {
+		return j, nil, invalid("Job.Run is nil")
+	}
+	j.LockAtMostFor = cmp.Or(j.LockAtMostFor, 30*time.Second)
+	j.CatchUpMax = cmp.Or(j.CatchUpMax, 1)
+	j.MaxAttempts = cmp.Or(j.MaxAttempts, 3)
+	switch {
+	case j.LockAtMostFor < 0:
+		return j, nil, invalid("Job.LockAtMostFor %s is not positive", j.LockAtMostFor)
+	case j.LockAtMostFor < 10*time.Millisecond:
+		return j, nil, invalid("Job.LockAtMostFor %s is shorter than 10ms", j.LockAtMostFor)
+	case j.LockAtMostFor > aegis.MaxTTL:
+		return j, nil, invalid("Job.LockAtMostFor %s is longer than %s", j.LockAtMostFor, aegis.MaxTTL)
+	case j.LockAtLeastFor < 0:
+		return j, nil, invalid("Job.LockAtLeastFor %s is negative", j.LockAtLeastFor)
+	case j.LockAtLeastFor > j.LockAtMostFor:
+		return j, nil, invalid("Job.LockAtLeastFor %s is longer than Job.LockAtMostFor %s", j.LockAtLeastFor, j.LockAtMostFor)
+	}
+	if c != nil {
+		if err := c.check(j); err != nil {
+			return j, nil, err
+		}
+	}
+	switch {
+	case j.StartingDeadline < 0:
+		return j, nil, invalid("Job.StartingDeadline %s is negative", j.StartingDeadline)
+	case j.Misfire < MisfireFireOnce || j.Misfire > MisfireCatchUp:
+		return j, nil, invalid("Job.Misfire %d is not a misfire policy", int(j.Misfire))
+	case j.CatchUpMax < 1 || j.CatchUpMax > 1000:
+		return j, nil, invalid("Job.CatchUpMax %d is not in 1..1000", j.CatchUpMax)
+	case j.Overlap < OverlapForbid || j.Overlap > OverlapAllow:
+		return j, nil, invalid("Job.Overlap %d is not an overlap policy", int(j.Overlap))
+	case j.MaxAttempts < 1 || j.MaxAttempts > 1000:
+		return j, nil, invalid("Job.MaxAttempts %d is not in 1..1000", j.MaxAttempts)
+	}
+	return j, s, nil
+}
+
+// parseSchedule is the job's schedule: its Cron, Every or Schedule, exactly
+// one of them, checked.
+func (j Job) parseSchedule() (Schedule, error) {
 	var s Schedule
 	set := 0
 	if j.Cron != "" {
 		set++
 		var err error
 		if s, err = ParseCron(j.Cron); err != nil {
-			return j, nil, invalid("Job.Cron: %w", err)
+			return nil, invalid("Job.Cron: %w", err)
 		}
 	}
 	if j.Every != 0 {
 		set++
 		iv := Every(j.Every)
 		if err := iv.validate(); err != nil {
-			return j, nil, invalid("Job.Every: %w", err)
+			return nil, invalid("Job.Every: %w", err)
 		}
 		s = iv
 	}
@@ -180,45 +226,22 @@ func (j Job) validate(m mode) (Job, Schedule, error) {
 			}
 		}
 		if err != nil {
-			return j, nil, invalid("Job.Schedule: %w", err)
+			return nil, invalid("Job.Schedule: %w", err)
 		}
 	}
 	if set != 1 {
-		return j, nil, invalid("exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got %d", set)
+		return nil, invalid("exactly one of Job.Cron, Job.Every and Job.Schedule must be set, got %d", set)
 	}
-	if j.Run == nil {
-		return j, nil, invalid("Job.Run is nil")
+	return s, nil
+}
+
+// leaseOnly refuses the options only lease mode has: the check of run-key
+// and leader mode.
+func (j Job) leaseOnly() error {
+	if j.LockAtLeastFor > 0 {
+		return invalid("Job.LockAtLeastFor is for lease mode (Config.Locker); a run key already stops a second run of a tick")
 	}
-	j.LockAtMostFor = cmp.Or(j.LockAtMostFor, 30*time.Second)
-	j.CatchUpMax = cmp.Or(j.CatchUpMax, 1)
-	j.MaxAttempts = cmp.Or(j.MaxAttempts, 3)
-	switch {
-	case j.LockAtMostFor < 0:
-		return j, nil, invalid("Job.LockAtMostFor %s is not positive", j.LockAtMostFor)
-	case j.LockAtMostFor < 10*time.Millisecond:
-		return j, nil, invalid("Job.LockAtMostFor %s is shorter than 10ms", j.LockAtMostFor)
-	case j.LockAtMostFor > aegis.MaxTTL:
-		return j, nil, invalid("Job.LockAtMostFor %s is longer than %s", j.LockAtMostFor, aegis.MaxTTL)
-	case j.LockAtLeastFor < 0:
-		return j, nil, invalid("Job.LockAtLeastFor %s is negative", j.LockAtLeastFor)
-	case j.LockAtLeastFor > j.LockAtMostFor:
-		return j, nil, invalid("Job.LockAtLeastFor %s is longer than Job.LockAtMostFor %s", j.LockAtLeastFor, j.LockAtMostFor)
-	case j.Overlap == OverlapReplace && m == modeLeader:
-		return j, nil, invalid("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
-	case j.LockAtLeastFor > 0 && m != modeLease:
-		return j, nil, invalid("Job.LockAtLeastFor is for lease mode (Config.Locker); a run key already stops a second run of a tick")
-	case j.StartingDeadline < 0:
-		return j, nil, invalid("Job.StartingDeadline %s is negative", j.StartingDeadline)
-	case j.Misfire < MisfireFireOnce || j.Misfire > MisfireCatchUp:
-		return j, nil, invalid("Job.Misfire %d is not a misfire policy", int(j.Misfire))
-	case j.CatchUpMax < 1 || j.CatchUpMax > 1000:
-		return j, nil, invalid("Job.CatchUpMax %d is not in 1..1000", j.CatchUpMax)
-	case j.Overlap < OverlapForbid || j.Overlap > OverlapAllow:
-		return j, nil, invalid("Job.Overlap %d is not an overlap policy", int(j.Overlap))
-	case j.MaxAttempts < 1 || j.MaxAttempts > 1000:
-		return j, nil, invalid("Job.MaxAttempts %d is not in 1..1000", j.MaxAttempts)
-	}
-	return j, s, nil
+	return nil
 }
 
 // Run describes one run of a job, as its context carries it.

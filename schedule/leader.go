@@ -55,20 +55,30 @@ type LeaderConfig struct {
 // DefaultLeaderQueue is the queue of leader mode's runs by default.
 const DefaultLeaderQueue = "schedule"
 
-// leader is leader mode's state.
-type leader struct {
+// leaderClaimer is leader mode's claimer and state (Config.Leader): the
+// elected replica's job loops enqueue each tick's run (once ever, by its
+// run row), and workers compete for the runs (AddWorker, work).
+type leaderClaimer struct {
+	s       *Scheduler
 	cfg     LeaderConfig
 	enqueue *queue.Client // enqueue-only
 	fenced  string        // the fence resource of the election's terms
 
-	mu    sync.Mutex
-	store *Store
-	db    *sql.DB // the store's, over Pool
-	term  *elect.Leadership
+	mu      sync.Mutex
+	store   *Store
+	db      *sql.DB // the store's, over Pool
+	term    *elect.Leadership
+	endTerm context.CancelCauseFunc // ends the current term's loops
 }
 
-func newLeader(c *LeaderConfig, node, catalogNS string) (*leader, error) {
-	cfg := *c
+var _ claimer = (*leaderClaimer)(nil)
+
+func newLeaderClaimer(s *Scheduler) (*leaderClaimer, error) {
+	catalogNS := ""
+	if s.cfg.Catalog != nil {
+		catalogNS = s.cfg.Catalog.ns
+	}
+	cfg := *s.cfg.Leader
 	cfg.Namespace = cmp.Or(cfg.Namespace, catalogNS, DefaultNamespace)
 	if err := checkNamespace("schedule: Config.Leader.Namespace", cfg.Namespace); err != nil {
 		return nil, err
@@ -89,16 +99,52 @@ func newLeader(c *LeaderConfig, node, catalogNS string) (*leader, error) {
 		strings.TrimSpace(cfg.Queue) != cfg.Queue:
 		return nil, invalid("schedule: Config.Leader.Queue %.40q: want at most %d bytes of UTF-8, without NUL or surrounding spaces", cfg.Queue, queue.MaxQueueLen)
 	}
-	qc, err := queue.New(cfg.Pool, &queue.Config{ID: node})
+	qc, err := queue.New(cfg.Pool, &queue.Config{ID: s.cfg.Node})
 	if err != nil {
 		return nil, fmt.Errorf("schedule: leader mode: %w", err)
 	}
-	return &leader{cfg: cfg, enqueue: qc, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
+	if err := s.setNamespace(cfg.Namespace, "Config.Leader.Namespace"); err != nil {
+		return nil, err
+	}
+	return &leaderClaimer{s: s, cfg: cfg, enqueue: qc, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
+}
+
+// check refuses OverlapReplace (a queue job cannot be cancelled from
+// here) and LockAtLeastFor.
+func (l *leaderClaimer) check(j Job) error {
+	if j.Overlap == OverlapReplace {
+		return invalid("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
+	}
+	return j.leaseOnly()
+}
+
+// prepare creates the missing tables (open).
+func (l *leaderClaimer) prepare(ctx context.Context) error {
+	_, err := l.open(ctx)
+	return err
+}
+
+// start campaigns in a goroutine (lead): the terms run the job loops and
+// the binder.
+func (l *leaderClaimer) start(ctx context.Context) bool {
+	l.s.wg.Go(func() { l.lead(ctx) })
+	return false
+}
+
+// replace is never called: check refuses OverlapReplace.
+func (l *leaderClaimer) replace(*job, []*active) {}
+
+func (l *leaderClaimer) enqueues() bool { return true }
+
+func (l *leaderClaimer) runStore() *Store {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.store
 }
 
 // open creates the tables leader mode needs, once, and returns the run
 // table.
-func (l *leader) open(ctx context.Context) (*Store, error) {
+func (l *leaderClaimer) open(ctx context.Context) (*Store, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.store != nil {
@@ -124,7 +170,7 @@ func (l *leader) open(ctx context.Context) (*Store, error) {
 	return st, nil
 }
 
-func (l *leader) close() {
+func (l *leaderClaimer) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.db != nil {
@@ -132,13 +178,20 @@ func (l *leader) close() {
 	}
 }
 
-func (l *leader) setTerm(t *elect.Leadership) {
+func (l *leaderClaimer) setTerm(t *elect.Leadership) {
 	l.mu.Lock()
 	l.term = t
 	l.mu.Unlock()
 }
 
-func (l *leader) currentTerm() *elect.Leadership {
+// begin records a new term and what ends its loops.
+func (l *leaderClaimer) begin(t *elect.Leadership, end context.CancelCauseFunc) {
+	l.mu.Lock()
+	l.term, l.endTerm = t, end
+	l.mu.Unlock()
+}
+
+func (l *leaderClaimer) currentTerm() *elect.Leadership {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.term
@@ -147,8 +200,8 @@ func (l *leader) currentTerm() *elect.Leadership {
 // lead campaigns until ctx ends; while this replica leads, every job's
 // loop enqueues its ticks. A term ends when leadership is lost (or, fenced,
 // found stale), and the replica campaigns again.
-func (s *Scheduler) lead(ctx context.Context) {
-	l := s.leader
+func (l *leaderClaimer) lead(ctx context.Context) {
+	s := l.s
 	for attempt := 0; ctx.Err() == nil; {
 		term, err := l.cfg.Election.Campaign(ctx)
 		if err != nil {
@@ -165,9 +218,8 @@ func (s *Scheduler) lead(ctx context.Context) {
 		attempt = 0
 		s.emit(Event{Kind: EventElected, Token: term.Token(), Reason: "elected: this node enqueues the ticks"})
 		tctx, end := context.WithCancelCause(term.Context())
-		l.setTerm(term)
+		l.begin(term, end)
 		s.mu.Lock()
-		s.endTerm = end
 		jobs := append([]*job(nil), s.jobs...)
 		s.mu.Unlock()
 		var wg sync.WaitGroup
@@ -191,18 +243,17 @@ func (s *Scheduler) lead(ctx context.Context) {
 // errDeposed ends a term whose enqueue the fence refused.
 var errDeposed = errors.New("schedule: a newer leader's term has enqueued: this term is over")
 
-// fireLeader enqueues tick f's run, unless it was enqueued before (by this
+// fire enqueues tick f's run, unless it was enqueued before (by this
 // leader or an earlier one). The tick's run row, the job, and the check of
 // the term token against the election's fence commit together.
-func (j *job) fireLeader(ctx context.Context, f time.Time, oneOff bool) (retryable bool, err error) {
-	l := j.s.leader
+func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
 	term := l.currentTerm()
 	if term == nil || term.Err() != nil {
-		return false, nil // no longer the leader: the next term's loops enqueue
+		return nil, false, nil // no longer the leader: the next term's loops enqueue
 	}
 	st, err := l.open(ctx)
 	if err != nil {
-		return true, err
+		return nil, true, err
 	}
 	key := j.Name
 	if j.Overlap == OverlapAllow {
@@ -265,16 +316,16 @@ func (j *job) fireLeader(ctx context.Context, f time.Time, oneOff bool) (retryab
 	switch {
 	case errors.Is(err, aegis.ErrStale):
 		j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: term.Token(), Reason: "the enqueue was fenced out: a newer leader has enqueued", Err: err})
-		j.s.depose(errDeposed)
-		return false, nil
+		l.depose(errDeposed)
+		return nil, false, nil
 	case errors.Is(err, aegis.ErrInvalid):
-		return false, err
+		return nil, false, err
 	case err != nil:
-		return true, err
+		return nil, true, err
 	case refused:
 		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(oneOff)})
 		j.s.lookBack()
-		return false, nil
+		return nil, false, nil
 	case !inserted:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "enqueued before (the run key is taken)"})
 	case res.Duplicate:
@@ -289,7 +340,7 @@ func (j *job) fireLeader(ctx context.Context, f time.Time, oneOff bool) (retryab
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "prune", Err: err})
 		}
 	}
-	return false, nil
+	return nil, false, nil
 }
 
 // runArgs are the args of a run's queue job.
@@ -325,22 +376,26 @@ func (runArgs) Kind() string { return runKind }
 // kind (two schedulers in one Workers); it returns an error outside
 // leader mode.
 func (s *Scheduler) AddWorker(ws *queue.Workers) error {
-	if s.mode != modeLeader {
+	// Workers are leader mode's own API, not a claimer's part: found by
+	// the claimer's type, the one place outside New that asks.
+	l, ok := s.claim.(*leaderClaimer)
+	if !ok {
 		return invalid("schedule: AddWorker is for leader mode (Config.Leader)")
 	}
 	if ws == nil {
 		return invalid("schedule: AddWorker: ws is nil")
 	}
-	queue.AddWorker(ws, queue.WorkFunc[runArgs](s.work))
+	queue.AddWorker(ws, queue.WorkFunc[runArgs](l.work))
 	return nil
 }
 
 // work runs one run that came out of the queue.
-func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
+func (l *leaderClaimer) work(ctx context.Context, qj *queue.Job[runArgs]) error {
+	s := l.s
 	if ns := cmp.Or(qj.Args.Namespace, DefaultNamespace); ns != s.ns {
 		return queue.Cancel(fmt.Errorf("schedule: a run of namespace %q came to node %s of namespace %q: give each namespace its own Leader.Queue", ns, s.cfg.Node, s.ns))
 	}
-	st, err := s.leader.open(ctx)
+	st, err := l.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -381,7 +436,7 @@ func (s *Scheduler) work(ctx context.Context, qj *queue.Job[runArgs]) error {
 	case jobErr == nil:
 		// The outcome and the completion commit together, fenced by the
 		// job's token.
-		result = pgx.BeginFunc(wctx, s.leader.cfg.Pool, func(tx pgx.Tx) error {
+		result = pgx.BeginFunc(wctx, l.cfg.Pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, "", st.ns); err != nil {
 				return err
 			}
@@ -443,10 +498,10 @@ func (s *Scheduler) catalogWork(ctx context.Context, name string) (*job, claimed
 }
 
 // depose ends the current term's loops with cause.
-func (s *Scheduler) depose(cause error) {
-	s.mu.Lock()
-	end := s.endTerm
-	s.mu.Unlock()
+func (l *leaderClaimer) depose(cause error) {
+	l.mu.Lock()
+	end := l.endTerm
+	l.mu.Unlock()
 	if end != nil {
 		end(cause)
 	}

@@ -9,9 +9,56 @@ import (
 	"github.com/aegislab/aegis"
 )
 
-// fireLease runs tick f under the job's lease, if this node acquires it.
-func (j *job) fireLease(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
-	locker := j.s.cfg.Locker
+// leaseClaimer is lease mode's claimer (Config.Locker, ShedLock's
+// semantics): a tick runs on the node that acquires the job's lease.
+type leaseClaimer struct {
+	s      *Scheduler
+	locker aegis.Locker
+}
+
+var _ claimer = (*leaseClaimer)(nil)
+
+func newLeaseClaimer(s *Scheduler) (*leaseClaimer, error) {
+	// No run table: the namespace is the Catalog's, or the default.
+	if err := s.setNamespace("", ""); err != nil {
+		return nil, err
+	}
+	return &leaseClaimer{s: s, locker: s.cfg.Locker}, nil
+}
+
+// check allows every option: lease mode is the most permissive.
+func (lc *leaseClaimer) check(Job) error { return nil }
+
+func (lc *leaseClaimer) prepare(context.Context) error { return nil }
+
+// start starts nothing: the job loops and the binder are all.
+func (lc *leaseClaimer) start(context.Context) bool { return true }
+
+// replace cancels this node's runs of the job and waits for them, so that
+// the job's lease is released when the tick asks for it (one elsewhere
+// makes the tick a skip).
+func (lc *leaseClaimer) replace(j *job, prev []*active) {
+	for _, a := range prev {
+		a.cancel(errReplaced)
+	}
+	// The job's lease is released when the predecessor returns.
+	for _, a := range prev {
+		select {
+		case <-a.done:
+		case <-time.After(j.LockAtMostFor):
+		}
+	}
+}
+
+func (lc *leaseClaimer) enqueues() bool { return false }
+
+func (lc *leaseClaimer) runStore() *Store { return nil }
+
+func (lc *leaseClaimer) close() {}
+
+// fire runs tick f under the job's lease, if this node acquires it.
+func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+	locker := lc.locker
 	key := j.key()
 	if j.Overlap == OverlapAllow {
 		key += "@" + f.UTC().Format(time.RFC3339Nano)
@@ -81,7 +128,9 @@ func (j *job) fireLease(ctx context.Context, f time.Time, oneOff bool) (done <-c
 		}
 	}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: lease.Token, Attempt: 1, Args: c.args, Version: c.version}
-	done = j.launch(j.runContext(ctx), run, lease, start.Add(j.LockAtMostFor), locker, func(jobErr error, held *aegis.Held) {
+	// The run's context carries its lease (LeaseFrom).
+	withLease := context.WithValue(j.runContext(ctx), leaseKey{}, *lease)
+	done = j.launch(withLease, run, lease, start.Add(j.LockAtMostFor), locker, func(jobErr error, held *aegis.Held) {
 		// ShedLock's lockAtLeastFor: keep the lease until start+LockAtLeastFor.
 		keep := j.LockAtLeastFor - time.Since(start)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -102,4 +151,13 @@ func (j *job) fireLease(ctx context.Context, f time.Time, oneOff bool) (done <-c
 		}
 	})
 	return done, false, nil
+}
+
+// key is the job's lease key in lease mode: its name, after its namespace
+// unless that is the default one.
+func (j *job) key() string {
+	if j.s.ns == DefaultNamespace {
+		return j.Name
+	}
+	return j.s.ns + "/" + j.Name
 }

@@ -21,7 +21,8 @@ type active struct {
 // launch runs the job in a goroutine under lease (kept alive through
 // keeper unless keep-alive is off; until is when it expires unless
 // renewed), then calls end with the job's error and the keep-alive (nil
-// without), which end must release.
+// without), which end must release. The job's context has ctx's values
+// (lease mode puts the lease there: LeaseFrom) and the run's (RunFrom).
 func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until time.Time, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
 	rctx, cancel := context.WithCancelCause(ctx)
 	a := &active{fire: run.Fire, cancel: cancel, done: make(chan struct{})}
@@ -53,9 +54,6 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until tim
 			defer context.AfterFunc(rctx, func() { jcancel(context.Cause(rctx)) })()
 		}
 		jctx = context.WithValue(jctx, runKey{}, run)
-		if j.s.mode == modeLease {
-			jctx = context.WithValue(jctx, leaseKey{}, *lease)
-		}
 		jobErr := j.call(jctx)
 		if rk != nil {
 			rk.running.Store(false) // end's LockAtLeastFor renewal is no keep-alive

@@ -2,16 +2,80 @@ package schedule
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
 )
 
-// fireRunKey claims tick f's run row and runs it if this node won.
-func (j *job) fireRunKey(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
-	st := j.s.cfg.Store
+// runKeyClaimer is run-key mode's claimer (Config.Store): a tick is a run
+// row keyed by (job, fire time), and the node whose insert lands runs it;
+// a reaper retries the crashed runs.
+type runKeyClaimer struct {
+	s        *Scheduler
+	st       *Store
+	claimSQL string // the catalog claim (PostgreSQL), when Config.Catalog is set
+}
+
+var _ claimer = (*runKeyClaimer)(nil)
+
+func newRunKeyClaimer(s *Scheduler) (*runKeyClaimer, error) {
+	st := s.cfg.Store
+	if err := s.setNamespace(st.ns, "the Store's namespace (StoreConfig.Namespace)"); err != nil {
+		return nil, err
+	}
+	rk := &runKeyClaimer{s: s, st: st}
+	if s.cfg.Catalog != nil {
+		if s.cfg.Catalog.dialect != st.dialect {
+			return nil, invalid("schedule: Config.Catalog and Config.Store are on different databases (one PostgreSQL, one SQLite): a claim checks the catalog in the statement that inserts the run")
+		}
+		rk.claimSQL = fmt.Sprintf(claimCatalogPG, st.table, s.cfg.Catalog.q.check)
+	}
+	return rk, nil
+}
+
+// check refuses LockAtLeastFor: a run key already stops a second run of a
+// tick.
+func (rk *runKeyClaimer) check(j Job) error { return j.leaseOnly() }
+
+// prepare fails when the Store's database does not have the Catalog's
+// table: the claim reads both in one statement.
+func (rk *runKeyClaimer) prepare(ctx context.Context) error {
+	if rk.s.cfg.Catalog == nil {
+		return nil
+	}
+	var n int
+	if err := rk.st.db.QueryRowContext(ctx, "SELECT count(*) FROM "+rk.s.cfg.Catalog.table+" WHERE false").Scan(&n); err != nil {
+		return invalid("schedule: Config.Catalog must be on the Store's database (a claim checks the catalog in the statement that inserts the run): %w", err)
+	}
+	return nil
+}
+
+// start starts the reaper.
+func (rk *runKeyClaimer) start(ctx context.Context) bool {
+	rk.s.wg.Go(func() { rk.reap(ctx) })
+	return true
+}
+
+// replace leaves the predecessors running: fire cancels them once the
+// replace statement has ended their rows (cancelReplaced). Cancelled
+// first, a predecessor could record its end before the replace, and its
+// row said failed, not replaced.
+func (rk *runKeyClaimer) replace(*job, []*active) {}
+
+func (rk *runKeyClaimer) enqueues() bool { return false }
+
+func (rk *runKeyClaimer) runStore() *Store { return rk.st }
+
+func (rk *runKeyClaimer) close() {}
+
+// fire claims tick f's run row and runs it if this node won.
+func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+	st := rk.st
 	start := time.Now() // before the claim is sent: the local deadline's start
 	cctx, cancel := claimContext(ctx)
 	var (
@@ -21,7 +85,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time, oneOff bool) (done <-
 		won, refused bool
 	)
 	if j.bound != nil {
-		c, token, state, won, refused, err = j.s.claimCatalog(cctx, j, f, oneOff, j.LockAtMostFor, j.Overlap == OverlapForbid)
+		c, token, state, won, refused, err = rk.claimCatalog(cctx, j, f, oneOff, j.LockAtMostFor, j.Overlap == OverlapForbid)
 	} else {
 		token, state, won, err = st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
 	}
@@ -35,7 +99,7 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time, oneOff bool) (done <-
 		j.s.lookBack()
 		return nil, false, nil
 	case won && state == "running" && j.runContext(ctx).Err() != nil:
-		j.s.handBack(ctx, j.Name, f, token)
+		rk.handBack(ctx, j.Name, f, token)
 		return nil, false, nil
 	case !won:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another node has the tick"})
@@ -56,13 +120,13 @@ func (j *job) fireRunKey(ctx context.Context, f time.Time, oneOff bool) (done <-
 		// token.
 		j.cancelReplaced(f)
 	}
-	return j.startRunKey(j.runContext(ctx), f, token, 1, start, c), false, nil
+	return rk.startRun(j.runContext(ctx), j, f, token, 1, start, c), false, nil
 }
 
-// startRunKey runs a claimed (or reclaimed) run row in a goroutine; c is
-// what a catalog job's claim read from its row.
-func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, attempt int, start time.Time, c claimed) <-chan struct{} {
-	st := j.s.cfg.Store
+// startRun runs a claimed (or reclaimed) run row of j in a goroutine; c
+// is what a catalog job's claim read from its row.
+func (rk *runKeyClaimer) startRun(ctx context.Context, j *job, f time.Time, token aegis.Token, attempt int, start time.Time, c claimed) <-chan struct{} {
+	st := rk.st
 	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt, Args: c.args, Version: c.version}
 	return j.launch(ctx, run, lease, start.Add(j.LockAtMostFor), &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
@@ -85,6 +149,62 @@ func (j *job) startRunKey(ctx context.Context, f time.Time, token aegis.Token, a
 	})
 }
 
+// claimCatalog is run-key mode's claim of a catalog schedule's tick: the
+// catalog's check and the run row's insert in one statement (PostgreSQL)
+// or one transaction (SQLite). refused is true when the catalog refused
+// the tick (paused, deleted, or changed at this fire time); won false when
+// another node has the tick.
+func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("schedule: claim %q at %s: %w", j.Name, f.UTC().Format(time.RFC3339Nano), err)
+		}
+	}()
+	s, st, cat := rk.s, rk.st, rk.s.cfg.Catalog
+	spec, tz := j.bound.sched.specAt(f)
+	check := []any{cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff}
+	if st.dialect == migrate.Postgres {
+		var (
+			args         sql.NullString
+			version, tok sql.NullInt64
+			st8          sql.NullString
+		)
+		err = st.db.QueryRowContext(ctx, rk.claimSQL, append(check, int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid)...).Scan(&args, &version, &tok, &st8)
+		if err != nil {
+			return c, 0, "", false, false, err
+		}
+		if !args.Valid {
+			return c, 0, "", false, true, nil
+		}
+		c = claimed{args: json.RawMessage(args.String), version: version.Int64}
+		if !tok.Valid {
+			return c, 0, "", false, false, nil
+		}
+		return c, aegis.Token(tok.Int64), st8.String, true, false, nil
+	}
+	err = inTx(ctx, st.db, st.dialect, func(tx execer) error {
+		var args string
+		if err := tx.QueryRowContext(ctx, cat.q.check, check...).Scan(&args, &c.version); errors.Is(err, sql.ErrNoRows) {
+			refused = true
+			return nil
+		} else if err != nil {
+			return err
+		}
+		c.args = json.RawMessage(args)
+		var t int64
+		err := tx.QueryRowContext(ctx, st.q.claim, j.Name, f.UnixMilli(), int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid, st.ns).Scan(&t, &state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		token, won = aegis.Token(t), true
+		return nil
+	})
+	return c, token, state, won, refused, err
+}
+
 // claimTimeout bounds a claim that Stop does not cut off.
 const claimTimeout = 5 * time.Second
 
@@ -101,18 +221,20 @@ func claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // handBack gives a run row claimed while stopping to the reapers: its
 // expiry is now, so a live replica's reaper runs the tick (with a greater
 // token) at its next pass, instead of after LockAtMostFor.
-func (s *Scheduler) handBack(ctx context.Context, job string, f time.Time, token aegis.Token) {
+func (rk *runKeyClaimer) handBack(ctx context.Context, job string, f time.Time, token aegis.Token) {
+	s := rk.s
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Store.handBack(hctx, job, f, token); err != nil {
+	if err := rk.st.handBack(hctx, job, f, token); err != nil {
 		s.emit(Event{Kind: EventError, Job: job, Fire: f, Token: token, Reason: "hand back a run claimed while stopping", Err: err})
 		return
 	}
 	s.emit(Event{Kind: EventSkipped, Job: job, Fire: f, Token: token, Reason: "stopping: the run is handed back to the reapers"})
 }
 
-// reap retries the crashed runs of this scheduler's jobs in run-key mode.
-func (s *Scheduler) reap(ctx context.Context) {
+// reap retries the crashed runs of this scheduler's jobs.
+func (rk *runKeyClaimer) reap(ctx context.Context) {
+	s := rk.s
 	t := time.NewTicker(s.cfg.ReapInterval)
 	defer t.Stop()
 	for {
@@ -125,7 +247,7 @@ func (s *Scheduler) reap(ctx context.Context) {
 			// A crashed run of a paused or deleted schedule is not retried:
 			// no claim may start after the pause, a reclaim included. Its
 			// row says so instead of staying running.
-			if n, err := s.cfg.Store.abandon(ctx, gone); err != nil && ctx.Err() == nil && !isReadOnly(err) {
+			if n, err := rk.st.abandon(ctx, gone); err != nil && ctx.Err() == nil && !isReadOnly(err) {
 				s.emit(Event{Kind: EventError, Reason: "reaper: abandon the crashed runs of paused or deleted schedules", Err: err})
 			} else if n > 0 {
 				s.emit(Event{Kind: EventReclaim, Reason: fmt.Sprintf("abandoned %d crashed runs of paused or deleted catalog schedules", n)})
@@ -140,7 +262,7 @@ func (s *Scheduler) reap(ctx context.Context) {
 		if len(names) == 0 {
 			continue
 		}
-		runs, err := s.cfg.Store.expired(ctx, names)
+		runs, err := rk.st.expired(ctx, names)
 		if err != nil {
 			if ctx.Err() == nil && !isReadOnly(err) {
 				s.emit(Event{Kind: EventError, Reason: "reaper", Err: err})
@@ -154,7 +276,7 @@ func (s *Scheduler) reap(ctx context.Context) {
 			}
 			start := time.Now()
 			cctx, cancel := claimContext(ctx)
-			token, state, attempt, ok, err := s.cfg.Store.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+			token, state, attempt, ok, err := rk.st.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
 			cancel()
 			switch {
 			case isReadOnly(err): // a standby: the primary's reapers retry it
@@ -162,14 +284,14 @@ func (s *Scheduler) reap(ctx context.Context) {
 				s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "reaper", Err: err})
 			case !ok:
 			case state == "running" && ctx.Err() != nil:
-				s.handBack(ctx, j.Name, f, token)
+				rk.handBack(ctx, j.Name, f, token)
 			case state == "running":
 				s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "retrying a crashed run"})
 				var c claimed
 				if j.bound != nil {
 					c = claimed{args: j.bound.args, version: j.bound.version}
 				}
-				j.startRunKey(ctx, f, token, attempt, start, c)
+				rk.startRun(ctx, j, f, token, attempt, start, c)
 			default:
 				s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
 			}

@@ -17,14 +17,6 @@ import (
 	"github.com/aegislab/aegis/internal/node"
 )
 
-type mode int
-
-const (
-	modeRunKey mode = iota + 1
-	modeLease
-	modeLeader
-)
-
 // Config configures a Scheduler. Exactly one of Store (run-key mode),
 // Locker (lease mode) and Leader (leader mode) is set.
 type Config struct {
@@ -119,14 +111,13 @@ type Event struct {
 // replica that shares its Store or Locker.
 type Scheduler struct {
 	cfg     Config
-	mode    mode
+	claim   claimer // the mode's, chosen in New
 	log     *slog.Logger
 	ns      string
 	metrics *metrics
 
 	handlers map[string]Handler   // catalog handlers by name
 	rebind   chan struct{}        // asks the binder to read the catalog now
-	claimSQL string               // run-key mode's catalog claim (PostgreSQL)
 	boundJob []*job               // the catalog jobs bound now (the reaper's)
 	ticks    map[string]time.Time // the last tick an unbound catalog job's loop saw
 	gone     map[string]bool      // catalog schedules paused or deleted: the reaper abandons their crashed runs
@@ -143,9 +134,6 @@ type Scheduler struct {
 	readyOnce sync.Once
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-
-	leader  *leader                 // leader mode
-	endTerm context.CancelCauseFunc // ends the current term's loops (leader mode)
 }
 
 // New returns a Scheduler. The error names the field that is wrong.
@@ -174,28 +162,22 @@ func New(cfg *Config) (*Scheduler, error) {
 			set++
 		}
 	}
+	// The one place the mode is decided. Each constructor sets the
+	// scheduler's namespace (setNamespace) from its Config.
+	var err error
 	switch {
 	case set > 1:
 		return nil, invalid("schedule: set one of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode), not several")
 	case c.Store != nil:
-		s.mode = modeRunKey
+		s.claim, err = newRunKeyClaimer(s)
 	case c.Locker != nil:
-		s.mode = modeLease
+		s.claim, err = newLeaseClaimer(s)
 	case c.Leader != nil:
-		s.mode = modeLeader
-		catalogNS := ""
-		if c.Catalog != nil {
-			catalogNS = c.Catalog.ns
-		}
-		l, err := newLeader(c.Leader, c.Node, catalogNS)
-		if err != nil {
-			return nil, err
-		}
-		s.leader = l
+		s.claim, err = newLeaderClaimer(s)
 	default:
 		return nil, invalid("schedule: none of Config.Store (run-key mode), Config.Locker (lease mode) and Config.Leader (leader mode) is set")
 	}
-	if err := s.checkNamespaces(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(c.Registerer, s.ns, c.Node)
@@ -218,7 +200,7 @@ func (s *Scheduler) Node() string { return s.cfg.Node }
 // Add registers a job before Start. The error names the field that is
 // wrong (Job.Name, Job.Cron, Job.LockAtLeastFor, ...).
 func (s *Scheduler) Add(j Job) error {
-	v, sched, err := j.validate(s.mode)
+	v, sched, err := j.validate(s.claim)
 	if err != nil {
 		return fmt.Errorf("schedule: job %q: %w", j.Name, err)
 	}
@@ -242,13 +224,8 @@ func (s *Scheduler) Add(j Job) error {
 // campaigns in a goroutine: while this replica leads, its job loops
 // enqueue the ticks; when leadership ends it campaigns again.
 func (s *Scheduler) Start(ctx context.Context) error {
-	if err := s.checkCatalogTable(ctx); err != nil {
+	if err := s.claim.prepare(ctx); err != nil {
 		return err
-	}
-	if s.mode == modeLeader {
-		if _, err := s.leader.open(ctx); err != nil {
-			return err
-		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -257,21 +234,19 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.startedAt = s.cfg.Clock.Now()
-	if s.cfg.Catalog == nil || s.mode == modeLeader {
-		s.readyOnce.Do(func() { close(s.ready) })
-	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	if s.cfg.Catalog != nil {
 		s.wg.Go(func() { s.beat(ctx) })
 	}
-	switch s.mode {
-	case modeLeader:
-		s.wg.Go(func() { s.lead(ctx) })
+	if !s.claim.start(ctx) {
+		// The mode runs the loops itself (the leader, which reads the
+		// catalog when it is elected): ready now.
+		s.readyOnce.Do(func() { close(s.ready) })
 		return nil
-	case modeRunKey:
-		s.wg.Go(func() { s.reap(ctx) })
 	}
-	if s.cfg.Catalog != nil {
+	if s.cfg.Catalog == nil {
+		s.readyOnce.Do(func() { close(s.ready) })
+	} else {
 		s.wg.Go(func() { s.bind(ctx) })
 	}
 	for _, j := range s.jobs {
@@ -288,16 +263,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // open (the binder retries, with EventError).
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
-// checkNamespaces sets the scheduler's namespace: its Catalog's, which the
-// Store's (or Leader.Namespace) must equal.
-func (s *Scheduler) checkNamespaces() error {
-	var other, field string
-	switch s.mode {
-	case modeRunKey:
-		other, field = s.cfg.Store.ns, "the Store's namespace (StoreConfig.Namespace)"
-	case modeLeader:
-		other, field = s.leader.cfg.Namespace, "Config.Leader.Namespace"
-	}
+// setNamespace sets the scheduler's namespace: its Catalog's, which the
+// namespace of the mode's run table (other, named by field; "" for none)
+// must equal.
+func (s *Scheduler) setNamespace(other, field string) error {
 	if c := s.cfg.Catalog; c != nil {
 		if other != "" && other != c.ns {
 			return invalid("schedule: the Catalog's namespace %q is not %s %q: one scheduler runs one namespace", c.ns, field, other)
@@ -305,25 +274,6 @@ func (s *Scheduler) checkNamespaces() error {
 		s.ns = c.ns
 	} else if other != "" {
 		s.ns = other
-	}
-	if s.cfg.Catalog != nil && s.mode == modeRunKey {
-		if s.cfg.Catalog.dialect != s.cfg.Store.dialect {
-			return invalid("schedule: Config.Catalog and Config.Store are on different databases (one PostgreSQL, one SQLite): a claim checks the catalog in the statement that inserts the run")
-		}
-		s.claimSQL = fmt.Sprintf(claimCatalogPG, s.cfg.Store.table, s.cfg.Catalog.q.check)
-	}
-	return nil
-}
-
-// checkCatalogTable fails when the run-key Store's database does not have
-// the Catalog's table: the claim reads both in one statement.
-func (s *Scheduler) checkCatalogTable(ctx context.Context) error {
-	if s.cfg.Catalog == nil || s.mode != modeRunKey {
-		return nil
-	}
-	var n int
-	if err := s.cfg.Store.db.QueryRowContext(ctx, "SELECT count(*) FROM "+s.cfg.Catalog.table+" WHERE false").Scan(&n); err != nil {
-		return invalid("schedule: Config.Catalog must be on the Store's database (a claim checks the catalog in the statement that inserts the run): %w", err)
 	}
 	return nil
 }
@@ -411,22 +361,7 @@ func (s *Scheduler) Stop() {
 		cancel()
 	}
 	s.wg.Wait()
-	if s.leader != nil {
-		s.leader.close()
-	}
-}
-
-// runStore is the run table of run-key and leader mode, nil in lease mode.
-func (s *Scheduler) runStore() *Store {
-	switch s.mode {
-	case modeRunKey:
-		return s.cfg.Store
-	case modeLeader:
-		s.leader.mu.Lock()
-		defer s.leader.mu.Unlock()
-		return s.leader.store
-	}
-	return nil
+	s.claim.close()
 }
 
 func (s *Scheduler) emit(e Event) {

@@ -40,15 +40,6 @@ func (j *job) lastSeen() time.Time {
 	return j.seen
 }
 
-// key is the job's lease key in lease mode: its name, after its namespace
-// unless that is the default one.
-func (j *job) key() string {
-	if j.s.ns == DefaultNamespace {
-		return j.Name
-	}
-	return j.s.ns + "/" + j.Name
-}
-
 // errReplaced is the cause of a replaced run's context.
 var errReplaced = errors.New("schedule: run replaced by a later tick")
 
@@ -67,7 +58,7 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 	if !from.IsZero() && from.Before(last) {
 		last = from
 	}
-	if st := j.s.runStore(); st != nil {
+	if st := j.s.claim.runStore(); st != nil {
 		// Ticks since the last run any replica recorded (or, in leader
 		// mode, the last tick any leader enqueued) are misfires.
 		if prev, err := st.last(ctx, j.Name); err != nil {
@@ -173,7 +164,7 @@ func (j *job) deadline(f time.Time) time.Duration {
 var retry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 
 // fire runs tick f (a Catalog.RunNow's when oneOff) under the mode's
-// exclusion. It returns a channel that is closed when the run ends, or nil
+// exclusion (its claimer's). It returns a channel that is closed when the run ends, or nil
 // when this node does not run it.
 func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}) {
 	if !j.overlap(f) {
@@ -182,14 +173,7 @@ func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan s
 	var err error
 	for attempt := 0; ; attempt++ {
 		var retryable bool
-		switch j.s.mode {
-		case modeRunKey:
-			done, retryable, err = j.fireRunKey(ctx, f, oneOff)
-		case modeLease:
-			done, retryable, err = j.fireLease(ctx, f, oneOff)
-		case modeLeader:
-			retryable, err = j.fireLeader(ctx, f, oneOff)
-		}
+		done, retryable, err = j.s.claim.fire(ctx, j, f, oneOff)
 		if err == nil || !retryable || ctx.Err() != nil {
 			break
 		}
@@ -239,23 +223,9 @@ func (j *job) overlap(f time.Time) bool {
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "overlap forbid: a run of the job is still going on this node"})
 		return false
 	case OverlapReplace:
-		if j.s.mode != modeLease {
-			// Run-key mode cancels the predecessors once the replace
-			// statement has ended their rows (cancelReplaced): cancelled
-			// first, a predecessor could record its end before the replace,
-			// and its row said failed, not replaced.
-			return true
-		}
-		for _, a := range prev {
-			a.cancel(errReplaced)
-		}
-		// The job's lease is released when the predecessor returns.
-		for _, a := range prev {
-			select {
-			case <-a.done:
-			case <-time.After(j.LockAtMostFor):
-			}
-		}
+		// Before the claim (lease mode), or once the claim has ended the
+		// predecessors' rows (run-key mode): the mode's.
+		j.s.claim.replace(j, prev)
 	}
 	return true
 }
