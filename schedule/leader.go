@@ -255,10 +255,6 @@ func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 	if err != nil {
 		return nil, true, err
 	}
-	key := j.Name
-	if j.Overlap == OverlapAllow {
-		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
-	}
 	var (
 		inserted, refused bool
 		res               *queue.Enqueued
@@ -269,48 +265,8 @@ func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 	// leader's enqueue lands.
 	cctx, cancel := claimContext(ctx)
 	defer cancel()
-	err = pgx.BeginFunc(cctx, l.cfg.Pool, func(tx pgx.Tx) error {
-		ctx := cctx
-		// The leader's writes carry its term token: once a newer term has
-		// enqueued, a deposed leader (paused past its lease) enqueues
-		// nothing.
-		if err := fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
-			return err
-		}
-		if j.bound != nil {
-			// The catalog half: the row share-locked until the enqueue
-			// commits, so a pause that returned is seen.
-			cat := j.s.cfg.Catalog
-			spec, tz := j.bound.sched.specAt(f)
-			var args string
-			var version int64
-			err := tx.QueryRow(ctx, cat.q.check+" FOR SHARE", cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff).Scan(&args, &version)
-			if errors.Is(err, pgx.ErrNoRows) {
-				refused = true
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-		}
-		tag, err := tx.Exec(ctx, st.q.enqueue, j.Name, f.UnixMilli(), int64(runToken(f)-1), j.s.cfg.Node, st.ns)
-		if err != nil {
-			return err
-		}
-		if inserted = tag.RowsAffected() == 1; !inserted {
-			return nil // enqueued before: once ever
-		}
-		res, err = l.enqueue.EnqueueTx(ctx, tx, runArgs{Job: j.Name, Namespace: st.ns, FireMS: f.UnixMilli(), Catalog: j.bound != nil}, &queue.EnqueueOpts{
-			Queue:       l.cfg.Queue,
-			UniqueKey:   key,
-			MaxAttempts: j.MaxAttempts,
-		})
-		if err != nil {
-			return err
-		}
-		if res.Duplicate { // overlap forbid: a run of the job is still queued or running
-			_, err = tx.Exec(ctx, st.q.skip, j.Name, f.UnixMilli(), st.ns)
-		}
+	err = pgx.BeginFunc(cctx, l.cfg.Pool, func(tx pgx.Tx) (err error) {
+		inserted, refused, res, err = l.enqueueTx(cctx, tx, st, term, j, f, oneOff)
 		return err
 	})
 	switch {
@@ -341,6 +297,57 @@ func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 		}
 	}
 	return nil, false, nil
+}
+
+// enqueueTx is fire's transaction: the check of the term's token against
+// the fence, the catalog half (refused: the row refuses tick f), the
+// tick's run row (inserted false: enqueued before) and its queue job
+// (res).
+func (l *leaderClaimer) enqueueTx(ctx context.Context, tx pgx.Tx, st *Store, term *elect.Leadership, j *job, f time.Time, oneOff bool) (inserted, refused bool, res *queue.Enqueued, err error) {
+	// The leader's writes carry its term token: once a newer term has
+	// enqueued, a deposed leader (paused past its lease) enqueues
+	// nothing.
+	if err := fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
+		return false, false, nil, err
+	}
+	if j.bound != nil {
+		// The catalog half: the row share-locked until the enqueue
+		// commits, so a pause that returned is seen.
+		cat := j.s.cfg.Catalog
+		spec, tz := j.bound.sched.specAt(f)
+		var args string
+		var version int64
+		err := tx.QueryRow(ctx, cat.q.check+" FOR SHARE", cat.ns, j.Name, f.UnixMilli(), spec, tz, oneOff).Scan(&args, &version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, true, nil, nil
+		}
+		if err != nil {
+			return false, false, nil, err
+		}
+	}
+	tag, err := tx.Exec(ctx, st.q.enqueue, j.Name, f.UnixMilli(), int64(runToken(f)-1), j.s.cfg.Node, st.ns)
+	if err != nil {
+		return false, false, nil, err
+	}
+	if inserted = tag.RowsAffected() == 1; !inserted {
+		return false, false, nil, nil // enqueued before: once ever
+	}
+	key := j.Name
+	if j.Overlap == OverlapAllow {
+		key = j.Name + "@" + f.UTC().Format(time.RFC3339Nano)
+	}
+	res, err = l.enqueue.EnqueueTx(ctx, tx, runArgs{Job: j.Name, Namespace: st.ns, FireMS: f.UnixMilli(), Catalog: j.bound != nil}, &queue.EnqueueOpts{
+		Queue:       l.cfg.Queue,
+		UniqueKey:   key,
+		MaxAttempts: j.MaxAttempts,
+	})
+	if err != nil {
+		return true, false, res, err
+	}
+	if res.Duplicate { // overlap forbid: a run of the job is still queued or running
+		_, err = tx.Exec(ctx, st.q.skip, j.Name, f.UnixMilli(), st.ns)
+	}
+	return true, false, res, err
 }
 
 // runArgs are the args of a run's queue job.

@@ -97,33 +97,11 @@ func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 	}
 	var c claimed
 	if j.bound != nil {
-		// The catalog half of the claim, once the lease is ours: a pause
-		// or delete that committed before it is seen. A run now is taken:
-		// the lease alone would not keep a replica that saw the request
-		// after another's run had ended from running it again.
 		var ok bool
-		cctx, cancel := claimContext(ctx)
-		if oneOff {
-			c, ok, err = j.s.takeRunNow(cctx, j, f)
-		} else {
-			c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
-		}
-		cancel()
-		if err != nil || !ok {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = locker.Release(rctx, lease)
-		}
-		if err != nil {
+		if c, ok, err = lc.claimCatalog(ctx, j, f, oneOff, lease); err != nil {
 			return nil, true, err
 		}
-		if !ok && oneOff {
-			j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another replica took the run now, a later RunNow replaced it, or the schedule was paused or deleted"})
-			return nil, false, nil
-		}
 		if !ok {
-			j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(false)})
-			j.s.lookBack()
 			return nil, false, nil
 		}
 	}
@@ -151,6 +129,40 @@ func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 		}
 	})
 	return done, false, nil
+}
+
+// claimCatalog is the catalog half of the claim of a catalog job's tick
+// f, once the lease is ours: a pause or delete that committed before it is
+// seen. A run now is taken: the lease alone would not keep a replica that
+// saw the request after another's run had ended from running it again.
+// When ok is false the lease is released, and without err the refusal (or
+// the run now's skip) is reported.
+func (lc *leaseClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, lease *aegis.Lease) (c claimed, ok bool, err error) {
+	cctx, cancel := claimContext(ctx)
+	if oneOff {
+		c, ok, err = j.s.takeRunNow(cctx, j, f)
+	} else {
+		c, ok, err = j.s.checkCatalog(cctx, j.s.cfg.Catalog.db, j, f, false)
+	}
+	cancel()
+	if err != nil || !ok {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = lc.locker.Release(rctx, lease)
+	}
+	if err != nil {
+		return c, false, err
+	}
+	if !ok && oneOff {
+		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "another replica took the run now, a later RunNow replaced it, or the schedule was paused or deleted"})
+		return c, false, nil
+	}
+	if !ok {
+		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(false)})
+		j.s.lookBack()
+		return c, false, nil
+	}
+	return c, true, nil
 }
 
 // key is the job's lease key in lease mode: its name, after its namespace
