@@ -109,8 +109,8 @@ func newLeaderClaimer(s *Scheduler) (*leaderClaimer, error) {
 	return &leaderClaimer{s: s, cfg: cfg, enqueue: qc, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
 }
 
-// check refuses OverlapReplace (a queue job cannot be cancelled from
-// here) and LockAtLeastFor.
+// check refuses OverlapReplace, which leader mode does not support, and
+// LockAtLeastFor.
 func (l *leaderClaimer) check(j Job) error {
 	if j.Overlap == OverlapReplace {
 		return invalid("Job.Overlap replace is not supported in leader mode (forbid and allow are)")
