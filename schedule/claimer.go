@@ -12,6 +12,8 @@ import (
 // file: runKeyClaimer (runkey.go), leaseClaimer (lease.go) and
 // leaderClaimer (leader.go).
 type claimer interface {
+	// mode names the mode.
+	mode() Mode
 	// check refuses a job (already checked and with its defaults) whose
 	// options the mode does not have. Errors name the field.
 	check(j Job) error
@@ -42,3 +44,20 @@ type claimer interface {
 	// (Stop), or after a Start that never came.
 	close()
 }
+
+// Mode is how a Scheduler makes each tick run once, set by the Config
+// field given to New.
+type Mode string
+
+const (
+	// ModeRunKey (Config.Store): a row per (job, fire time); the first
+	// insert runs the tick, a reaper retries a crashed run with a greater
+	// token.
+	ModeRunKey Mode = "run-key"
+	// ModeLease (Config.Locker, ShedLock's semantics): the replica whose
+	// Locker grants the job's lease at the fire time runs the tick.
+	ModeLease Mode = "lease"
+	// ModeLeader (Config.Leader): an elected replica enqueues each tick
+	// into package queue, and every replica's worker competes for the runs.
+	ModeLeader Mode = "leader"
+)

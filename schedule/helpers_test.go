@@ -140,6 +140,11 @@ func start(t testing.TB, cfg *schedule.Config, jobs ...schedule.Job) *schedule.S
 	t.Helper()
 	s, err := schedule.New(cfg)
 	require.NoError(t, err)
+	want := schedule.ModeRunKey
+	if cfg.Locker != nil {
+		want = schedule.ModeLease
+	}
+	require.Equal(t, want, s.Mode(), "the mode of the Config field given")
 	for _, j := range jobs {
 		require.NoError(t, s.Add(j))
 	}

@@ -170,6 +170,8 @@ func (l *leaderClaimer) open(ctx context.Context) (*Store, error) {
 	return st, nil
 }
 
+func (l *leaderClaimer) mode() Mode { return ModeLeader }
+
 func (l *leaderClaimer) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

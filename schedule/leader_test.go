@@ -65,6 +65,7 @@ func newLeaderNode(t *testing.T, dbURL, name string, o leaderOpts, jobs ...sched
 	require.NoError(t, err)
 	s, err := schedule.New(&schedule.Config{Node: name, Leader: &schedule.LeaderConfig{Election: e, Pool: pool}, OnEvent: o.log.onEvent})
 	require.NoError(t, err)
+	require.Equal(t, schedule.ModeLeader, s.Mode())
 	for _, j := range jobs {
 		require.NoError(t, s.Add(j))
 	}

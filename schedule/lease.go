@@ -54,6 +54,8 @@ func (lc *leaseClaimer) enqueues() bool { return false }
 
 func (lc *leaseClaimer) runStore() *Store { return nil }
 
+func (lc *leaseClaimer) mode() Mode { return ModeLease }
+
 func (lc *leaseClaimer) close() {}
 
 // fire runs tick f under the job's lease, if this node acquires it.

@@ -71,6 +71,8 @@ func (rk *runKeyClaimer) enqueues() bool { return false }
 
 func (rk *runKeyClaimer) runStore() *Store { return rk.st }
 
+func (rk *runKeyClaimer) mode() Mode { return ModeRunKey }
+
 func (rk *runKeyClaimer) close() {}
 
 // fire claims tick f's run row and runs it if this node won.

@@ -263,6 +263,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // open (the binder retries, with EventError).
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
+// Mode is the scheduler's mode: which of Config.Store, Config.Locker and
+// Config.Leader it was given.
+func (s *Scheduler) Mode() Mode { return s.claim.mode() }
+
 // setNamespace sets the scheduler's namespace: its Catalog's, which the
 // namespace of the mode's run table (other, named by field; "" for none)
 // must equal.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Config is one run: a strategy, its parameters and its faults. The flags
@@ -116,7 +117,7 @@ func (c Config) Validate() error {
 		return invalid("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
 		return invalid("--ttl %s: want at most 1h", c.TTL)
-	case s.Mode == LeaderMode && c.TTL < 100*time.Millisecond:
+	case s.Mode == schedule.ModeLeader && c.TTL < 100*time.Millisecond:
 		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
 	}
 	if err := checkJobs(c.jobs(), c.Tick); err != nil {
@@ -125,7 +126,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Standby < 0 || c.Standby >= c.Nodes:
 		return invalid("--standby %d: want 0 to %d (the primary's region keeps a node)", c.Standby, c.Nodes-1)
-	case c.Standby > 0 && s.Mode != RunKey:
+	case c.Standby > 0 && s.Mode != schedule.ModeRunKey:
 		return invalid("--standby: %s is not in run-key mode: a second region on a standby is the run table's story (pg-unique)", s.Name)
 	}
 	var errs []error

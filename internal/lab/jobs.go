@@ -142,7 +142,7 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 		Misfire: schedule.MisfireSkip, StartingDeadline: cfg.Tick,
 		MaxAttempts: 3, LockAtMostFor: cfg.TTL, DisableKeepAlive: j.NoKeepAlive,
 	}
-	if s, _ := LookupStrategy(cfg.Strategy); s.Mode == LeaseMode {
+	if s, _ := LookupStrategy(cfg.Strategy); s.Mode == schedule.ModeLease {
 		// A run key already stops a second run of a tick; a lease stops it
 		// only while held: a replica that tries the tick later than
 		// LockAtLeastFor after its fire time (its clock lags, or it was

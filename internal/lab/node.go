@@ -168,6 +168,9 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return err
 	}
 	defer closeMode()
+	if m := sched.Mode(); m != n.strat.Mode {
+		return fmt.Errorf("strategy %s runs in %s mode, and its scheduler is in %s mode", n.strat.Name, n.strat.Mode, m)
+	}
 	phases.mark("scheduler")
 	if err := sched.Handle(labHandler, n.handle); err != nil {
 		return err
@@ -300,18 +303,18 @@ func (n *node) scheduler(ctx context.Context) (*schedule.Scheduler, func(context
 	nothing := func(context.Context) error { return nil }
 	closeFn := func() {}
 	switch n.strat.Mode {
-	case RunKey:
+	case schedule.ModeRunKey:
 		cfg.Store, err = schedule.NewStore(ctx, n.db, &schedule.StoreConfig{Namespace: n.ns})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("open the run table: %w", err)
 		}
-	case LeaseMode:
+	case schedule.ModeLease:
 		l, c, err := n.openLocker(ctx)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		cfg.Locker, closeFn = l, c
-	case LeaderMode:
+	case schedule.ModeLeader:
 		return n.leaderScheduler(ctx, cfg)
 	}
 	s, err := schedule.New(cfg)
@@ -401,7 +404,7 @@ type runID struct {
 // on a store unless renewed: a lease or a run row. Not none's grant-all
 // Locker nor pg-advisory's lock, which is held as long as its connection.
 func (n *node) expires() bool {
-	return n.strat.Mode != LeaderMode && n.strat.Backend != "lab-everyone" && n.strat.Backend != "lab-advisory"
+	return n.strat.Mode != schedule.ModeLeader && n.strat.Backend != "lab-everyone" && n.strat.Backend != "lab-advisory"
 }
 
 // until returns (and forgets) when the run expires on its store unless

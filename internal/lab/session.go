@@ -17,6 +17,7 @@ import (
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // Servers are existing servers for the lab to use. A kind left empty is
@@ -377,7 +378,7 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 	if !ok {
 		return invalid("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
-	if st.Mode == LeaseMode && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
+	if st.Mode == schedule.ModeLease && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
 	}
 	for _, k := range st.Needs {

@@ -6,23 +6,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/tool/servers"
-)
-
-// Mode is how a strategy's nodes run the catalog: one of package
-// schedule's modes.
-type Mode string
-
-const (
-	// RunKey is schedule's run-key mode: a row per (job, fire time), the
-	// first insert runs the tick, a reaper retries a crashed run with a
-	// greater token.
-	RunKey Mode = "run-key"
-	// LeaseMode is schedule's lease mode (ShedLock's semantics): the node
-	// whose Locker grants the job's lease at the fire time runs the tick.
-	LeaseMode Mode = "lease"
-	// LeaderMode is schedule's leader mode: an elected node enqueues each
-	// tick into package queue, every node's worker competes for the runs.
-	LeaderMode Mode = "leader"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // TokenKind says where a strategy's fencing token comes from, which
@@ -86,7 +70,7 @@ func (g Guarantee) String() string {
 // [Strategies].
 type Strategy struct {
 	Name string
-	Mode Mode
+	Mode schedule.Mode
 	// Backend is the internal/backend name of a lease strategy's Locker,
 	// or the lab's own Locker (labLockers) for none, pg-advisory and
 	// optimistic.
@@ -156,74 +140,74 @@ var (
 // Strategies lists every strategy, in the order reports show them.
 var Strategies = []Strategy{
 	{
-		Name: "none", Mode: LeaseMode, Backend: "lab-everyone", Token: NoToken, Fenced: nothing, Unfenced: nothing,
+		Name: "none", Mode: schedule.ModeLease, Backend: "lab-everyone", Token: NoToken, Fenced: nothing, Unfenced: nothing,
 		Summary:       "no coordination: a Locker that grants every node, so every replica runs every tick",
 		NotGuaranteed: "anything: every tick is applied once per node",
 	},
 	{
-		Name: "sqlite", Mode: LeaseMode, Backend: "sqlite", LeaseFile: true, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "sqlite", Mode: schedule.ModeLease, Backend: "sqlite", LeaseFile: true, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over sqlitelease on one database file",
 		NotGuaranteed: "more than one host; a holder paused past its TTL still writes unless the fence refuses its token; a node whose clock lags by more than LockAtLeastFor runs a tick again",
 	},
 	{
-		Name: "pg-lease", Mode: LeaseMode, Backend: "postgres", Needs: postgres, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "pg-lease", Mode: schedule.ModeLease, Backend: "postgres", Needs: postgres, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over pglease (database time)",
 		NotGuaranteed: "that a holder paused past its TTL stops: it still writes unless the fence refuses its token; a node whose clock lags by more than LockAtLeastFor runs a tick again",
 	},
 	{
-		Name: "pg-unique", Mode: RunKey, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
+		Name: "pg-unique", Mode: schedule.ModeRunKey, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
 		Summary:       "run-key mode: INSERT … ON CONFLICT DO NOTHING of one row per (job, fire time), a reaper that retries a crashed run with a greater token",
 		NotGuaranteed: "exclusion beyond its row unless fenced (a paused run's late write lands over a later tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
 	{
-		Name: "pg-advisory", Mode: LeaseMode, Backend: "lab-advisory", Needs: postgres, Token: NoToken, Fenced: nothing, Unfenced: nothing,
+		Name: "pg-advisory", Mode: schedule.ModeLease, Backend: "lab-advisory", Needs: postgres, Token: NoToken, Fenced: nothing, Unfenced: nothing,
 		Summary:       "lease mode over pg_try_advisory_lock held on a dedicated connection",
 		NotGuaranteed: "exclusion once its connection drops (the lock goes with it while the holder works on); no token, so it cannot be fenced",
 	},
 	{
-		Name: "optimistic", Mode: LeaseMode, Backend: "lab-optimistic", Token: VersionToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "optimistic", Mode: schedule.ModeLease, Backend: "lab-optimistic", Token: VersionToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "lease mode over a version compare-and-set claim row per job, stealable after --ttl by the claimer's clock",
 		NotGuaranteed: "exclusion when clocks disagree (a node whose clock is ahead steals a live claim, one that lags runs a tick again): only the version check on the write stops the loser",
 	},
 	{
-		Name: "redis", Mode: LeaseMode, Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis", Mode: schedule.ModeLease, Backend: "redis", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "lease mode over redislease on one primary: SET NX PX plus an INCR token",
 		NotGuaranteed: "one holder across a pause past the TTL or a failover before replication (which can send the token back: the owner-aware fence then refuses the successor until the counter passes): an optimisation unless fenced",
 	},
 	{
-		Name: "redlock", Mode: LeaseMode, Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisQuorum, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redlock", Mode: schedule.ModeLease, Backend: "redlock", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisQuorum, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "lease mode over Redlock on independent Redis primaries, token the majority's greatest counter",
 		NotGuaranteed: "one holder under pauses, clock jumps or a node restarted without persistence: not consensus, an optimisation",
 	},
 	{
-		Name: "etcd", Mode: LeaseMode, Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "etcd", Mode: schedule.ModeLease, Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over etcdlease: an etcd lease per grant, token the key's create revision",
 		NotGuaranteed: "that a holder paused past its lease stops: consensus grants the key once, the fence refuses the late write",
 	},
 	{
-		Name: "zookeeper", Mode: LeaseMode, Backend: "zookeeper", Needs: []servers.Kind{servers.KindZooKeeper}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "zookeeper", Mode: schedule.ModeLease, Backend: "zookeeper", Needs: []servers.Kind{servers.KindZooKeeper}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over zklease: an ephemeral sequential node, token its czxid",
 		NotGuaranteed: "that a client paused past its session timeout stops: the ensemble gives the lock away, the fence refuses the late write",
 	},
 	// Wrong on purpose (broken.go): the classic mistakes of lease code, for
 	// its presets.
 	{
-		Name: "redis-del", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis-del", WrongOnPurpose: true, Mode: schedule.ModeLease, Backend: "lab-redis-del", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "SET NX PX, unlocked with a plain DEL instead of compare-and-delete",
 		NotGuaranteed: "one holder: a holder paused past its TTL deletes its successor's key on release, and a third node takes it while the second works",
 	},
 	{
-		Name: "redis-fail-open", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
+		Name: "redis-fail-open", WrongOnPurpose: true, Mode: schedule.ModeLease, Backend: "lab-fail-open", Needs: []servers.Kind{servers.KindRedis}, Redis: RedisPrimary, Token: LeaseToken, Fenced: ledgerOnly, Unfenced: nothing,
 		Summary:       "redislease, but when Redis cannot be reached the tick runs anyway (fail open)",
 		NotGuaranteed: "anything while Redis is down: every node runs every tick (fail closed, the redis strategy, runs none)",
 	},
 	{
-		Name: "pg-nobump", WrongOnPurpose: true, Mode: LeaseMode, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
+		Name: "pg-nobump", WrongOnPurpose: true, Mode: schedule.ModeLease, Backend: "lab-nobump", Needs: postgres, Token: RunToken, Fenced: nothing, Unfenced: nothing,
 		Summary:       "a PostgreSQL lease row whose reaper takes an expired lease over keeping its token, fenced by the bare token (fence.CheckSQL)",
 		NotGuaranteed: "that the fence stops a paused holder: its successor has the same token, so its late write lands (fence.CheckLease, owner-aware, refuses it)",
 	},
 	{
-		Name: "queue", Mode: LeaderMode, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
+		Name: "queue", Mode: schedule.ModeLeader, Needs: postgres, Token: RunToken, Fenced: runSafe, Unfenced: runBare,
 		Summary:       "leader mode: an elected node enqueues each tick into package queue once, every node's worker competes, a reclaimed run has a greater token",
 		NotGuaranteed: "exclusion across runs unless fenced (a reclaimed run beside the next tick's: a lost update); a run whose end was lost after its commit (a crash, a partition, a pause past its lease) is retried: applied twice",
 	},
@@ -250,7 +234,7 @@ func LookupStrategy(name string) (Strategy, bool) {
 // needsPostgresStore reports whether the strategy's SQL runs in the store
 // of record and needs it to be PostgreSQL.
 func (s Strategy) needsPostgresStore() bool {
-	return slices.Contains(s.Needs, servers.KindPostgres) && (s.Mode != LeaseMode || s.labLocked())
+	return slices.Contains(s.Needs, servers.KindPostgres) && (s.Mode != schedule.ModeLease || s.labLocked())
 }
 
 // Excludes lists the harms the strategy's label excludes in a run of cfg:

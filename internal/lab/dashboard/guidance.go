@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // guidance is what to watch in a run the page started, from its strategy,
@@ -21,9 +22,9 @@ func guidance(c lab.Config) string {
 		parts = append(parts, "every node runs every tick: each tick's column turns red (applied once per node), and each job's ledger line falls below its commits (lost updates)")
 	case st.Token == lab.VersionToken:
 		parts = append(parts, "each node claims a tick by moving the job's version with a compare-and-set, by its own clock: with clocks that agree one node claims each tick; skew a clock and a node claims a tick already run (red), while the version check keeps the ledger")
-	case st.Mode == lab.RunKey:
+	case st.Mode == schedule.ModeRunKey:
 		parts = append(parts, "each tick is one run row: the first insert runs it; pause or cut off the runner past the TTL and a reaper retries the tick with a greater token (attempt 2)")
-	case st.Mode == lab.LeaderMode:
+	case st.Mode == schedule.ModeLeader:
 		parts = append(parts, "the elected node enqueues each tick; workers compete for the runs; pause a worker past the TTL and the queue hands its run to another worker with a greater token")
 	case !st.Fenceable():
 		parts = append(parts, "one node holds each job's lock at a time, but the lock carries no token: pause the holder past the TTL (or cut it off) and another node enters while it still works; both write")

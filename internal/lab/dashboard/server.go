@@ -15,6 +15,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/schedule"
 )
 
 //go:embed assets
@@ -197,9 +198,9 @@ func holds(st lab.Strategy) string {
 	switch {
 	case st.Name == "none":
 		return ""
-	case st.Mode == lab.RunKey:
+	case st.Mode == schedule.ModeRunKey:
 		return "run row"
-	case st.Mode == lab.LeaderMode:
+	case st.Mode == schedule.ModeLeader:
 		return "queue job"
 	case st.Token == lab.VersionToken:
 		return "claim"
