@@ -1,0 +1,75 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
+)
+
+// The operator's reads of the fence (aegis console's Fence page), beside
+// Refusals. resourcesSQL works on PostgreSQL and SQLite.
+const resourcesSQL = `SELECT resource, token FROM aegis_fence ORDER BY resource LIMIT $1`
+
+// Resource is a resource's row of the fence table: the greatest token the
+// fence accepted for it. The owner's hash is never read.
+type Resource struct {
+	Resource string
+	Token    aegis.Token
+}
+
+// Resources reads the fence table, by resource name, at most limit rows
+// (limit ≤ 0 means 100), through database/sql (PostgreSQL or SQLite). A
+// missing table is an error: Tables tells first whether it is there.
+func Resources(ctx context.Context, db *sql.DB, limit int) ([]Resource, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: fence: resources: db is nil", aegis.ErrInvalid)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := db.QueryContext(ctx, resourcesSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("fence: read the fence table: %w", err)
+	}
+	defer rows.Close()
+	var out []Resource
+	for rows.Next() {
+		var r Resource
+		var token int64
+		if err := rows.Scan(&r.Resource, &token); err != nil {
+			return nil, fmt.Errorf("fence: read the fence table: %w", err)
+		}
+		r.Token = aegis.Token(token)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("fence: read the fence table: %w", err)
+	}
+	return out, nil
+}
+
+// Tables tells which of the fence's tables db has (PostgreSQL, in the
+// connection's search_path, or SQLite): the fence table, which Migrate
+// creates for Check and CheckLease, and the refusal table of CountRefusal
+// (Migrate's version 3). It creates nothing.
+func Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
+	if db == nil {
+		return false, false, fmt.Errorf("%w: fence: tables: db is nil", aegis.ErrInvalid)
+	}
+	d, err := migrate.Detect(ctx, db)
+	if err != nil {
+		return false, false, fmt.Errorf("fence: tables: %w", err)
+	}
+	q := `SELECT to_regclass('aegis_fence') IS NOT NULL, to_regclass('aegis_fence_refusal') IS NOT NULL`
+	if d == migrate.SQLite {
+		q = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aegis_fence'),
+	EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aegis_fence_refusal')`
+	}
+	if err := db.QueryRowContext(ctx, q).Scan(&fence, &refusals); err != nil {
+		return false, false, fmt.Errorf("fence: look for the fence's tables: %w", err)
+	}
+	return fence, refusals, nil
+}
