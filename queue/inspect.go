@@ -1,0 +1,326 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis"
+)
+
+// Inspector reads the queue's tables for an operator (aegis console's
+// queue pages): counts per queue and state, the last hour's throughput and
+// waits, stuck jobs, dead letters, the jobs of a queue in a state, and one
+// job with its args and errors bounded, all in database time. It changes
+// nothing: the changes are Client's (RetryDead, CancelJob, DiscardDead).
+//
+// It works through database/sql with pgx's stdlib driver
+// (stdlib.OpenDBFromPool for a pool), on the tables of the connection's
+// current schema, like a Client. It is safe for concurrent use.
+type Inspector struct {
+	db *sql.DB
+}
+
+// NewInspector returns an Inspector on db. It does no I/O.
+func NewInspector(db *sql.DB) (*Inspector, error) {
+	if db == nil {
+		return nil, invalid("NewInspector: db is nil")
+	}
+	return &Inspector{db: db}, nil
+}
+
+// Missing returns the first of the queue's tables (aegis_job,
+// aegis_job_finished, aegis_queue) that the current schema does not have
+// (Migrate creates them), or "" when it has them all.
+func (i *Inspector) Missing(ctx context.Context) (string, error) {
+	for _, t := range []string{"aegis_job", "aegis_job_finished", "aegis_queue"} {
+		var n int
+		if err := i.db.QueryRowContext(ctx, missingSQL, t).Scan(&n); err != nil {
+			return "", fmt.Errorf("queue: look for table %s: %w", t, err)
+		}
+		if n == 0 {
+			return t, nil
+		}
+	}
+	return "", nil
+}
+
+// QueueSummary is a queue's line of Summary: a queue that has a job, or
+// that is paused.
+type QueueSummary struct {
+	Queue  string
+	Paused bool
+	// Counts are the jobs by state: live ones, and the finished ones the
+	// queue keeps (completed ones only with Config.CompletedRetention).
+	Counts map[State]int64
+	// Retrying are the scheduled jobs that have run before (a retry's
+	// backoff, or a snooze after an attempt); Stuck the running ones past
+	// their lease (the reaper's).
+	Retrying, Stuck int64
+	// Completed and Dead are the jobs finished in the last hour (by
+	// finalized_at): completed, and cancelled or discarded.
+	Completed, Dead int64
+	// Minutes are the last hour's completions per minute, the oldest
+	// first (Minutes[59] is the current minute).
+	Minutes [60]int64
+	// Waits is how many jobs started in the last hour were measured, and
+	// WaitP50 and WaitP95 the percentiles of their wait from due (run_at)
+	// to start (attempted_at): the running ones and the finished ones
+	// that ended while running. A start that the database's clock put
+	// before its due counts as 0.
+	Waits            int64
+	WaitP50, WaitP95 time.Duration
+}
+
+// Summary reads every queue's line, ordered by queue name.
+func (i *Inspector) Summary(ctx context.Context) ([]QueueSummary, error) {
+	at := map[string]*QueueSummary{}
+	line := func(q string) *QueueSummary {
+		if c, ok := at[q]; ok {
+			return c
+		}
+		c := &QueueSummary{Queue: q, Counts: map[State]int64{}}
+		at[q] = c
+		return c
+	}
+	if err := i.counts(ctx, line); err != nil {
+		return nil, err
+	}
+	if err := i.lastHour(ctx, line); err != nil {
+		return nil, err
+	}
+	out := make([]QueueSummary, 0, len(at))
+	for _, c := range at {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b QueueSummary) int { return strings.Compare(a.Queue, b.Queue) })
+	return out, nil
+}
+
+// counts reads the jobs per queue and state, and the paused queues.
+func (i *Inspector) counts(ctx context.Context, line func(string) *QueueSummary) error {
+	if err := eachRow(ctx, i.db, queueCountsSQL, nil, func(rows *sql.Rows) error {
+		var q, state string
+		var n, retrying, stuck int64
+		if err := rows.Scan(&q, &state, &n, &retrying, &stuck); err != nil {
+			return err
+		}
+		c := line(q)
+		c.Counts[State(state)] += n
+		c.Retrying += retrying
+		c.Stuck += stuck
+		return nil
+	}); err != nil {
+		return fmt.Errorf("queue: count the jobs: %w", err)
+	}
+	if err := eachRow(ctx, i.db, queuePausedSQL, nil, func(rows *sql.Rows) error {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return err
+		}
+		line(q).Paused = true
+		return nil
+	}); err != nil {
+		return fmt.Errorf("queue: read the paused queues: %w", err)
+	}
+	return nil
+}
+
+// lastHour reads the last hour's finished jobs, waits and completions per
+// minute.
+func (i *Inspector) lastHour(ctx context.Context, line func(string) *QueueSummary) error {
+	if err := eachRow(ctx, i.db, queueHourSQL, nil, func(rows *sql.Rows) error {
+		var q string
+		var done, dead int64
+		if err := rows.Scan(&q, &done, &dead); err != nil {
+			return err
+		}
+		c := line(q)
+		c.Completed, c.Dead = done, dead
+		return nil
+	}); err != nil {
+		return fmt.Errorf("queue: count the last hour's jobs: %w", err)
+	}
+	if err := eachRow(ctx, i.db, queueWaitSQL, nil, func(rows *sql.Rows) error {
+		var q string
+		var n int64
+		var p50, p95 float64
+		if err := rows.Scan(&q, &n, &p50, &p95); err != nil {
+			return err
+		}
+		c := line(q)
+		c.Waits, c.WaitP50, c.WaitP95 = n, seconds(p50), seconds(p95)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("queue: measure the last hour's waits: %w", err)
+	}
+	if err := eachRow(ctx, i.db, queueMinutesSQL, nil, func(rows *sql.Rows) error {
+		var q string
+		var m int
+		var n int64
+		if err := rows.Scan(&q, &m, &n); err != nil {
+			return err
+		}
+		if m >= 0 && m < 60 {
+			line(q).Minutes[59-m] += n
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("queue: count the last hour's completions per minute: %w", err)
+	}
+	return nil
+}
+
+// seconds is a wait measured in seconds as a Duration.
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+
+// KeepsCompleted tells whether the finished jobs include completed ones:
+// whether a client keeps them (Config.CompletedRetention).
+func (i *Inspector) KeepsCompleted(ctx context.Context) (bool, error) {
+	var keeps bool
+	if err := i.db.QueryRowContext(ctx, queueKeepsCompletedSQL).Scan(&keeps); err != nil {
+		return false, fmt.Errorf("queue: look for completed jobs: %w", err)
+	}
+	return keeps, nil
+}
+
+// JobSummary is a job in a list.
+type JobSummary struct {
+	ID          int64
+	Queue, Kind string
+	State       State
+	Attempt     int
+	MaxAttempts int
+	Token       aegis.Token
+	LockedBy    string // the client that holds or last held it
+	RunAt       time.Time
+	Attempted   time.Time // zero before the first claim
+	LockedUntil time.Time // a live job's lease; zero for a finished job
+	Finished    time.Time // zero for a live job
+	// LastError is the first 300 characters of the latest attempt's
+	// error, and Errors how many errors the job has.
+	LastError string
+	Errors    int
+}
+
+// Stuck reads the running jobs past their lease (the reaper's), the
+// longest past first, at most limit (at least 1).
+func (i *Inspector) Stuck(ctx context.Context, limit int) ([]JobSummary, error) {
+	return i.jobList(ctx, "stuck jobs", queueStuckSQL, limit)
+}
+
+// Dead reads the dead letters (cancelled and discarded jobs), the latest
+// finished first, at most limit (at least 1).
+func (i *Inspector) Dead(ctx context.Context, limit int) ([]JobSummary, error) {
+	return i.jobList(ctx, "dead letters", queueDeadSQL, limit)
+}
+
+// Jobs reads the jobs of queue in state, the newest (greatest id) first,
+// at most limit (at least 1). A state that is not one of the State
+// constants is an error wrapping aegis.ErrInvalid.
+func (i *Inspector) Jobs(ctx context.Context, queue string, state State, limit int) ([]JobSummary, error) {
+	stmt := queueLiveSQL
+	switch state {
+	case StateAvailable, StateScheduled, StateRunning:
+	case StateCompleted, StateCancelled, StateDiscarded:
+		stmt = queueEndedSQL
+	default:
+		return nil, invalid("Inspector.Jobs: state %.40q is not a state of a job", state)
+	}
+	return i.jobList(ctx, "jobs", stmt, limit, queue, string(state))
+}
+
+// jobList reads a list of jobs: stmt's last parameter is limit, after
+// args.
+func (i *Inspector) jobList(ctx context.Context, what, stmt string, limit int, args ...any) ([]JobSummary, error) {
+	if limit < 1 {
+		return nil, invalid("Inspector: %s: limit %d is not positive", what, limit)
+	}
+	var out []JobSummary
+	err := eachRow(ctx, i.db, stmt, append(args, limit), func(rows *sql.Rows) error {
+		var j JobSummary
+		var state string
+		var token int64
+		var attempted, until, finished sql.NullTime
+		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &state, &j.Attempt, &j.MaxAttempts, &token, &j.LockedBy,
+			&j.RunAt, &attempted, &until, &finished, &j.LastError, &j.Errors); err != nil {
+			return err
+		}
+		j.State, j.Token = State(state), aegis.Token(token)
+		j.Attempted, j.LockedUntil, j.Finished = attempted.Time, until.Time, finished.Time
+		out = append(out, j)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read the %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// JobDetail is one job as an operator reads it, with its args and errors
+// bounded.
+type JobDetail struct {
+	JobSummary
+	Priority  int
+	UniqueKey string
+	// Args is the start of the args' JSON text, ArgsLen the length of the
+	// whole text (longer than Args when it was cut).
+	Args    string
+	ArgsLen int
+	Created time.Time
+	// Entries are the latest of the job's errors, the oldest first.
+	Entries []AttemptError
+	// Stuck tells that the job is running past its lease (database time).
+	Stuck bool
+}
+
+// Job reads job id, live or finished, with at most maxArgs characters of
+// its args and its latest maxErrors errors (both at least 1). ErrNotFound
+// when there is no such job (or it completed and was not kept).
+func (i *Inspector) Job(ctx context.Context, id int64, maxArgs, maxErrors int) (*JobDetail, error) {
+	if maxArgs < 1 || maxErrors < 1 {
+		return nil, invalid("Inspector.Job: maxArgs %d and maxErrors %d must be positive", maxArgs, maxErrors)
+	}
+	var j JobDetail
+	var state string
+	var token int64
+	var attempted, until, finished sql.NullTime
+	var entries []byte
+	var stuck sql.NullBool
+	err := i.db.QueryRowContext(ctx, jobDetailSQL, id, maxArgs, maxErrors).Scan(&j.ID, &j.Queue, &j.Kind, &state,
+		&j.Attempt, &j.MaxAttempts, &token, &j.LockedBy, &j.RunAt, &attempted, &until, &finished,
+		&j.Priority, &j.UniqueKey, &j.Args, &j.ArgsLen, &j.Created, &j.Errors, &entries, &stuck)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: read job %d: %w", id, err)
+	}
+	j.State, j.Token = State(state), aegis.Token(token)
+	j.Attempted, j.LockedUntil, j.Finished = attempted.Time, until.Time, finished.Time
+	j.Stuck = j.State == StateRunning && stuck.Bool
+	if err := json.Unmarshal(entries, &j.Entries); err != nil {
+		return nil, fmt.Errorf("queue: decode the errors of job %d: %w", id, err)
+	}
+	return &j, nil
+}
+
+// eachRow runs a query and calls f on each row.
+func eachRow(ctx context.Context, db *sql.DB, q string, args []any, f func(*sql.Rows) error) error {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

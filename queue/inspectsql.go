@@ -1,0 +1,78 @@
+package queue
+
+// The Inspector's statements: what an operator reads of the queue's tables
+// (aegis console's queue pages), in database time. They read only; none
+// is on a hot path (the counts scan the tables, bounded by what the queue
+// keeps: live jobs, and the finished ones of the retention periods).
+const (
+	// missingSQL tells whether table $1 is in the current schema.
+	missingSQL = `SELECT count(*) FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`
+
+	// queueCountsSQL counts jobs per queue and state: the live ones with
+	// those waiting for a retry and those past their lease, then the
+	// finished ones.
+	queueCountsSQL = `SELECT queue, state, count(*),
+	count(*) FILTER (WHERE state = 'scheduled' AND attempt > 0),
+	count(*) FILTER (WHERE state = 'running' AND locked_until < now())
+FROM aegis_job GROUP BY queue, state
+UNION ALL
+SELECT queue, state, count(*), 0, 0 FROM aegis_job_finished GROUP BY queue, state`
+	queuePausedSQL = `SELECT name FROM aegis_queue WHERE paused`
+	// queueHourSQL counts the jobs finished in the last hour.
+	queueHourSQL = `SELECT queue, count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed')
+FROM aegis_job_finished WHERE finalized_at >= now() - interval '1 hour' GROUP BY queue`
+	// queueWaitSQL measures, per queue, how long the jobs started in the
+	// last hour waited from due (run_at) to start (attempted_at): the
+	// running ones and the finished ones that ended while running
+	// (locked_by kept). Their run_at is the due of their last start, as no
+	// write but a claim touches a running job's run_at. A job handed back
+	// after its last start (a retry, a snooze, a reclaim, a hand-back: its
+	// run_at moved, locked_by cleared) and then cancelled is no sample. No
+	// comparison of run_at with attempted_at decides a sample: a claim's
+	// now() (its transaction's start) can precede the now() of an enqueue
+	// that committed before the claim's snapshot, by as long as the claiming
+	// backend waited for a core (the test that counts samples lost one so
+	// on a loaded machine, with 1ms of slack). Such a wait counts as 0.
+	queueWaitSQL = `SELECT queue, count(*),
+	percentile_cont(0.5) WITHIN GROUP (ORDER BY w), percentile_cont(0.95) WITHIN GROUP (ORDER BY w)
+FROM (
+	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 AS w FROM aegis_job
+	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour'
+	UNION ALL
+	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 FROM aegis_job_finished
+	WHERE finalized_at >= now() - interval '1 hour' -- the index: a job started in the hour finished in it
+	  AND attempted_at >= now() - interval '1 hour' AND locked_by IS NOT NULL
+) s GROUP BY queue`
+	// queueMinutesSQL counts the last hour's completions per queue and
+	// minute (0: the current one).
+	queueMinutesSQL = `SELECT queue, least(59, floor(extract(epoch FROM now() - finalized_at) / 60))::int, count(*)
+FROM aegis_job_finished WHERE state = 'completed' AND finalized_at >= now() - interval '1 hour' GROUP BY 1, 2`
+	queueKeepsCompletedSQL = `SELECT EXISTS (SELECT 1 FROM aegis_job_finished WHERE state = 'completed')`
+
+	// jobLineLive and jobLineFinished are the columns of a JobSummary.
+	jobLineLive = `id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
+	run_at, attempted_at, locked_until, NULL::timestamptz, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
+	jobLineFinished = `id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
+	run_at, attempted_at, NULL::timestamptz, finalized_at, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
+	queueStuckSQL = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE state = 'running' AND locked_until < now() ORDER BY locked_until LIMIT $1`
+	queueDeadSQL  = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE state <> 'completed' ORDER BY finalized_at DESC, id DESC LIMIT $1`
+	queueLiveSQL  = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
+	queueEndedSQL = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
+
+	// jobDetailSQL reads one job, live or finished, with its args ($2
+	// characters of their text) and its errors (the latest $3) bounded,
+	// and whether it is past its lease.
+	jobDetailSQL = `SELECT id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
+	run_at, attempted_at, locked_until, NULL::timestamptz, priority, coalesce(unique_key, ''),
+	left(args::text, $2), length(args::text), created_at, jsonb_array_length(errors),
+	(SELECT coalesce(jsonb_agg(e ORDER BY n), '[]') FROM jsonb_array_elements(errors) WITH ORDINALITY AS x(e, n)
+	 WHERE n > jsonb_array_length(errors) - $3), locked_until < now()
+FROM aegis_job WHERE id = $1
+UNION ALL
+SELECT id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
+	run_at, attempted_at, NULL::timestamptz, finalized_at, priority, coalesce(unique_key, ''),
+	left(args::text, $2), length(args::text), created_at, jsonb_array_length(errors),
+	(SELECT coalesce(jsonb_agg(e ORDER BY n), '[]') FROM jsonb_array_elements(errors) WITH ORDINALITY AS x(e, n)
+	 WHERE n > jsonb_array_length(errors) - $3), false
+FROM aegis_job_finished WHERE id = $1`
+)
