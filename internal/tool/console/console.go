@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/tool/webaccess"
 	"github.com/aegislab/aegis/schedule"
@@ -104,7 +105,11 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: the store: %w", err)
 	}
-	s := &Server{cfg: c, st: &store{db: c.DB, dialect: d, ns: c.Namespace}, csrf: webaccess.NewToken(), log: c.Logger, mux: http.NewServeMux()}
+	st, err := newStore(ctx, c.DB, d, c.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("console: the store: %w", err)
+	}
+	s := &Server{cfg: c, st: st, csrf: webaccess.NewToken(), log: c.Logger, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /{$}", s.overview)
 	s.mux.HandleFunc("GET /leases", s.leases)
 	s.mux.HandleFunc("GET /leases/{key...}", s.leaseDetail)
@@ -207,6 +212,13 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	http.Error(w, "the console could not read the store: "+err.Error(), http.StatusInternalServerError)
 }
 
+// The tables a page names when the database does not have them (the
+// owners' defaults, which the console reads).
+const (
+	leaseTable = "aegis_lease"
+	fenceTable = "aegis_fence"
+)
+
 // section is a table the database may not have.
 type section[T any] struct {
 	Missing string // the table that is missing, when it is
@@ -226,7 +238,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var d overviewData
-	if ok, err := s.st.exists(ctx, "aegis_lease"); err != nil {
+	if ok, _, err := s.st.leaseTables.Tables(ctx); err != nil {
 		s.fail(w, err)
 		return
 	} else if ok {
@@ -242,7 +254,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		d.Missing = append(d.Missing, "aegis_lease")
+		d.Missing = append(d.Missing, leaseTable)
 	}
 	cat, err := s.st.catalog(ctx)
 	if err != nil {
@@ -267,7 +279,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Missing = append(d.Missing, "aegis_schedule")
 	}
-	if ok, err := s.st.exists(ctx, "aegis_schedule_run"); err != nil {
+	if ok, err := s.st.runTable.Exists(ctx); err != nil {
 		s.fail(w, err)
 		return
 	} else if ok {
@@ -282,11 +294,11 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if ok, err := s.st.exists(ctx, "aegis_fence"); err != nil {
+	if ok, refusals, err := fence.Tables(ctx, s.st.db); err != nil {
 		s.fail(w, err)
 		return
 	} else if ok {
-		fs, err := s.st.fence(ctx)
+		fs, err := s.st.fence(ctx, refusals)
 		if err != nil {
 			s.fail(w, err)
 			return
@@ -334,7 +346,7 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 			}
 		}
 	}
-	ok, err := s.st.exists(ctx, "aegis_schedule_run")
+	ok, err := s.st.runTable.Exists(ctx)
 	if err != nil {
 		return d, err
 	}
@@ -448,14 +460,14 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var d section[fenceRow]
-	ok, err := s.st.exists(ctx, "aegis_fence")
+	ok, refusals, err := fence.Tables(ctx, s.st.db)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if !ok {
-		d.Missing = "aegis_fence"
-	} else if d.Rows, err = s.st.fence(ctx); err != nil {
+		d.Missing = fenceTable
+	} else if d.Rows, err = s.st.fence(ctx, refusals); err != nil {
 		s.fail(w, err)
 		return
 	}

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/pglease"
 )
 
 // leasesData is the leases page: every key, and whether the grant history
@@ -12,32 +15,29 @@ import (
 type leasesData struct {
 	Missing string // the lease table, when it is missing
 	Rows    []leaseRow
-	History bool // aegis_lease_grant exists
+	History bool // the grant history (aegis_lease_grant) exists
 }
 
 func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var d leasesData
-	ok, err := s.st.exists(ctx, "aegis_lease")
+	ok, history, err := s.st.leaseTables.Tables(ctx)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if !ok {
-		d.Missing = "aegis_lease"
+		d.Missing = leaseTable
 		s.render(w, r, "leases", "Leases", d)
 		return
 	}
+	d.History = history
 	now, err := s.st.now(ctx)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if d.Rows, err = s.st.leases(ctx, now); err != nil {
-		s.fail(w, err)
-		return
-	}
-	if d.History, err = s.st.exists(ctx, "aegis_lease_grant"); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -59,26 +59,26 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 // leaseData is a key's page: its row and its recorded grants.
 type leaseData struct {
 	Lease   leaseRow
-	History bool // aegis_lease_grant exists
-	Grants  []grantRow
+	History bool // the grant history (aegis_lease_grant) exists
+	Grants  []pglease.Grant
 	// Unrecorded is the newest recorded token when the key's token is
 	// greater: the grants after it were made by Lockers without History.
-	Unrecorded int64
+	Unrecorded aegis.Token
 	// Since is the oldest recorded token above 1: the grants before it
 	// were trimmed, or made before the history was on.
-	Since int64
+	Since aegis.Token
 }
 
 func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := r.PathValue("key")
-	ok, err := s.st.exists(ctx, "aegis_lease")
+	ok, history, err := s.st.leaseTables.Tables(ctx)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if !ok {
-		s.render(w, r, "leases", "Leases", leasesData{Missing: "aegis_lease"})
+		s.render(w, r, "leases", "Leases", leasesData{Missing: leaseTable})
 		return
 	}
 	now, err := s.st.now(ctx)
@@ -86,22 +86,18 @@ func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	rows, err := s.st.leases(ctx, now, key)
+	k, ok, err := s.st.leaseTables.Key(ctx, key)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	if len(rows) == 0 {
+	if !ok {
 		http.Error(w, fmt.Sprintf("no key %q in the lease table", key), http.StatusNotFound)
 		return
 	}
-	d := leaseData{Lease: rows[0]}
-	if d.History, err = s.st.exists(ctx, "aegis_lease_grant"); err != nil {
-		s.fail(w, err)
-		return
-	}
+	d := leaseData{Lease: newLeaseRow(k, now), History: history}
 	if d.History {
-		if d.Grants, err = s.st.grants(ctx, key); err != nil {
+		if d.Grants, err = s.st.leaseTables.Grants(ctx, key, grantsShown); err != nil {
 			s.fail(w, err)
 			return
 		}

@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +23,7 @@ import (
 
 // The queue's pages read its tables (aegis_job, the live jobs;
 // aegis_job_finished, the completed ones it keeps and the dead letters;
-// aegis_queue, the paused flags) with the console's own queries, in
+// aegis_queue, the paused flags) through package queue's Inspector, in
 // database time. Changes go through package queue's administration
 // functions (RetryDead, CancelJob, DiscardDead) on a client that is never
 // started: it claims nothing and runs no handler.
@@ -50,37 +49,13 @@ var queueNotices = map[string]string{
 	"discarded": "Discarded: the dead letter is deleted for good",
 }
 
-// queueCount is one queue's line on /queue.
+// queueCount is one queue's line on /queue: package queue's summary, and
+// how the page shows its rates and waits.
 type queueCount struct {
-	Queue  string
-	Paused bool
-	// Jobs by state; Retrying are the scheduled ones that have run before
-	// (a retry's backoff, or a snooze after a failed attempt), Stuck the
-	// running ones past their lease.
-	Counts          map[queue.State]int64
-	Retrying, Stuck int64
-	// The last hour, from the finished jobs' finalized_at.
-	Completed, Dead int64
-	PerMinute       string
-	minutes         [60]int64 // completions per minute, the oldest first
-	Bars            []bar     // minutes as a chart, when there are completions
-	// The wait from due (run_at) to start (attempted_at) of the jobs
-	// started in the last hour, and how many were measured.
-	Waits    int64
-	P50, P95 string
-}
-
-// jobLine is a job in a list.
-type jobLine struct {
-	ID                                      int64
-	Queue, Kind                             string
-	State                                   queue.State
-	Attempt, MaxAttempts                    int
-	Token                                   int64
-	LockedBy                                string
-	RunAt, Attempted, LockedUntil, Finished time.Time
-	LastError                               string
-	Errors                                  int
+	queue.QueueSummary
+	PerMinute string
+	Bars      []bar // the minutes as a chart, when there are completions
+	P50, P95  string
 }
 
 type queueData struct {
@@ -96,7 +71,7 @@ type queueData struct {
 // jobRows is a list of jobs for the template that shows them (which hides
 // the controls of a read-only console).
 type jobRows struct {
-	Jobs     []jobLine
+	Jobs     []queue.JobSummary
 	ReadOnly bool
 }
 
@@ -106,16 +81,8 @@ func (s *Server) queueMissing(ctx context.Context) (sqlite bool, missing string,
 	if s.st.dialect == migrate.SQLite {
 		return true, "", nil
 	}
-	for _, t := range []string{"aegis_job", "aegis_job_finished", "aegis_queue"} {
-		ok, err := s.st.exists(ctx, t)
-		if err != nil {
-			return false, "", err
-		}
-		if !ok {
-			return false, t, nil
-		}
-	}
-	return false, "", nil
+	missing, err = s.st.queueTables.Missing(ctx)
+	return false, missing, err
 }
 
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
@@ -135,148 +102,26 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request) {
 	s.renderQueue(w, r, "queue", "Queue", d)
 }
 
-const (
-	// queueCountsSQL counts jobs per queue and state: the live ones with
-	// those waiting for a retry and those past their lease, then the
-	// finished ones.
-	queueCountsSQL = `SELECT queue, state, count(*),
-	count(*) FILTER (WHERE state = 'scheduled' AND attempt > 0),
-	count(*) FILTER (WHERE state = 'running' AND locked_until < now())
-FROM aegis_job GROUP BY queue, state
-UNION ALL
-SELECT queue, state, count(*), 0, 0 FROM aegis_job_finished GROUP BY queue, state`
-	queuePausedSQL = `SELECT name FROM aegis_queue WHERE paused`
-	// queueHourSQL counts the jobs finished in the last hour.
-	queueHourSQL = `SELECT queue, count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed')
-FROM aegis_job_finished WHERE finalized_at >= now() - interval '1 hour' GROUP BY queue`
-	// queueWaitSQL measures, per queue, how long the jobs started in the
-	// last hour waited from due (run_at) to start (attempted_at): the
-	// running ones and the finished ones that ended while running
-	// (locked_by kept). Their run_at is the due of their last start, as no
-	// write but a claim touches a running job's run_at. A job handed back
-	// after its last start (a retry, a snooze, a reclaim, a hand-back: its
-	// run_at moved, locked_by cleared) and then cancelled is no sample. No
-	// comparison of run_at with attempted_at decides a sample: a claim's
-	// now() (its transaction's start) can precede the now() of an enqueue
-	// that committed before the claim's snapshot, by as long as the claiming
-	// backend waited for a core (the test that counts samples lost one so
-	// on a loaded machine, with 1ms of slack). Such a wait counts as 0.
-	queueWaitSQL = `SELECT queue, count(*),
-	percentile_cont(0.5) WITHIN GROUP (ORDER BY w), percentile_cont(0.95) WITHIN GROUP (ORDER BY w)
-FROM (
-	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 AS w FROM aegis_job
-	WHERE state = 'running' AND attempted_at >= now() - interval '1 hour'
-	UNION ALL
-	SELECT queue, greatest(0, extract(epoch FROM attempted_at - run_at))::float8 FROM aegis_job_finished
-	WHERE finalized_at >= now() - interval '1 hour' -- the index: a job started in the hour finished in it
-	  AND attempted_at >= now() - interval '1 hour' AND locked_by IS NOT NULL
-) s GROUP BY queue`
-	// queueMinutesSQL counts the last hour's completions per queue and
-	// minute (0: the current one).
-	queueMinutesSQL = `SELECT queue, least(59, floor(extract(epoch FROM now() - finalized_at) / 60))::int, count(*)
-FROM aegis_job_finished WHERE state = 'completed' AND finalized_at >= now() - interval '1 hour' GROUP BY 1, 2`
-	queueKeepsCompletedSQL = `SELECT EXISTS (SELECT 1 FROM aegis_job_finished WHERE state = 'completed')`
-
-	// jobLineLive and jobLineFinished are the columns of a jobLine.
-	jobLineLive = `id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
-	run_at, attempted_at, locked_until, NULL::timestamptz, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
-	jobLineFinished = `id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
-	run_at, attempted_at, NULL::timestamptz, finalized_at, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
-	queueStuckSQL = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE state = 'running' AND locked_until < now() ORDER BY locked_until LIMIT $1`
-	queueDeadSQL  = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE state <> 'completed' ORDER BY finalized_at DESC, id DESC LIMIT $1`
-	queueLiveSQL  = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
-	queueEndedSQL = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
-)
-
 func (s *Server) readQueues(ctx context.Context, d *queueData) error {
-	at := map[string]*queueCount{}
-	line := func(q string) *queueCount {
-		if c, ok := at[q]; ok {
-			return c
-		}
-		c := &queueCount{Queue: q, Counts: map[queue.State]int64{}}
-		at[q] = c
-		return c
+	in := s.st.queueTables
+	sums, err := in.Summary(ctx)
+	if err != nil {
+		return err
 	}
-	if err := s.eachRow(ctx, queueCountsSQL, nil, func(rows *sql.Rows) error {
-		var q, state string
-		var n, retrying, stuck int64
-		if err := rows.Scan(&q, &state, &n, &retrying, &stuck); err != nil {
-			return err
-		}
-		c := line(q)
-		c.Counts[queue.State(state)] += n
-		c.Retrying += retrying
-		c.Stuck += stuck
-		return nil
-	}); err != nil {
-		return fmt.Errorf("count the jobs: %w", err)
+	for _, q := range sums {
+		d.Queues = append(d.Queues, queueCount{QueueSummary: q,
+			PerMinute: strconv.FormatFloat(float64(q.Completed)/60, 'f', 2, 64),
+			Bars:      bars(q.Minutes), P50: wait(q.WaitP50), P95: wait(q.WaitP95)})
 	}
-	if err := s.eachRow(ctx, queuePausedSQL, nil, func(rows *sql.Rows) error {
-		var q string
-		if err := rows.Scan(&q); err != nil {
-			return err
-		}
-		line(q).Paused = true
-		return nil
-	}); err != nil {
-		return fmt.Errorf("read the paused queues: %w", err)
+	if d.KeepsCompleted, err = in.KeepsCompleted(ctx); err != nil {
+		return err
 	}
-	if err := s.eachRow(ctx, queueHourSQL, nil, func(rows *sql.Rows) error {
-		var q string
-		var done, dead int64
-		if err := rows.Scan(&q, &done, &dead); err != nil {
-			return err
-		}
-		c := line(q)
-		c.Completed, c.Dead = done, dead
-		return nil
-	}); err != nil {
-		return fmt.Errorf("count the last hour's jobs: %w", err)
-	}
-	if err := s.eachRow(ctx, queueWaitSQL, nil, func(rows *sql.Rows) error {
-		var q string
-		var n int64
-		var p50, p95 float64
-		if err := rows.Scan(&q, &n, &p50, &p95); err != nil {
-			return err
-		}
-		c := line(q)
-		c.Waits, c.P50, c.P95 = n, seconds(p50), seconds(p95)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("measure the last hour's waits: %w", err)
-	}
-	if err := s.eachRow(ctx, queueMinutesSQL, nil, func(rows *sql.Rows) error {
-		var q string
-		var m int
-		var n int64
-		if err := rows.Scan(&q, &m, &n); err != nil {
-			return err
-		}
-		if m >= 0 && m < 60 {
-			line(q).minutes[59-m] += n
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("count the last hour's completions per minute: %w", err)
-	}
-	for _, c := range at {
-		c.PerMinute = strconv.FormatFloat(float64(c.Completed)/60, 'f', 2, 64)
-		c.Bars = bars(c.minutes)
-		d.Queues = append(d.Queues, *c)
-	}
-	slices.SortFunc(d.Queues, func(a, b queueCount) int { return strings.Compare(a.Queue, b.Queue) })
-	if err := s.st.db.QueryRowContext(ctx, queueKeepsCompletedSQL).Scan(&d.KeepsCompleted); err != nil {
-		return fmt.Errorf("look for completed jobs: %w", err)
-	}
-	var err error
 	d.Stuck.ReadOnly, d.Dead.ReadOnly = s.cfg.ReadOnly, s.cfg.ReadOnly
-	if d.Stuck.Jobs, err = s.jobLines(ctx, queueStuckSQL, stuckShown); err != nil {
-		return fmt.Errorf("read the stuck jobs: %w", err)
+	if d.Stuck.Jobs, err = in.Stuck(ctx, stuckShown); err != nil {
+		return err
 	}
-	if d.Dead.Jobs, err = s.jobLines(ctx, queueDeadSQL, deadShown); err != nil {
-		return fmt.Errorf("read the dead letters: %w", err)
+	if d.Dead.Jobs, err = in.Dead(ctx, deadShown); err != nil {
+		return err
 	}
 	return nil
 }
@@ -304,44 +149,12 @@ func bars(minutes [60]int64) []bar {
 	return out
 }
 
-// seconds prints a wait measured in seconds ("<1ms" rather than "0ms").
-func seconds(v float64) string {
-	if v < 0.001 {
+// wait prints a wait ("<1ms" rather than "0ms").
+func wait(d time.Duration) string {
+	if d < time.Millisecond {
 		return "<1ms"
 	}
-	return short(time.Duration(v * float64(time.Second)))
-}
-
-func (s *Server) eachRow(ctx context.Context, q string, args []any, f func(*sql.Rows) error) error {
-	rows, err := s.st.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := f(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-func (s *Server) jobLines(ctx context.Context, q string, args ...any) ([]jobLine, error) {
-	var out []jobLine
-	err := s.eachRow(ctx, q, args, func(rows *sql.Rows) error {
-		var j jobLine
-		var state string
-		var attempted, until, finished sql.NullTime
-		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &state, &j.Attempt, &j.MaxAttempts, &j.Token, &j.LockedBy,
-			&j.RunAt, &attempted, &until, &finished, &j.LastError, &j.Errors); err != nil {
-			return err
-		}
-		j.State = queue.State(state)
-		j.Attempted, j.LockedUntil, j.Finished = attempted.Time, until.Time, finished.Time
-		out = append(out, j)
-		return nil
-	})
-	return out, err
+	return short(d)
 }
 
 type jobsData struct {
@@ -366,14 +179,10 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	if s.queueUnavailable(w, r) {
 		return
 	}
-	sqlText := queueLiveSQL
-	if state == queue.StateCompleted || state == queue.StateCancelled || state == queue.StateDiscarded {
-		sqlText = queueEndedSQL
-	}
 	d := jobsData{Queue: q, State: state, Shown: jobsShown, Jobs: jobRows{ReadOnly: s.cfg.ReadOnly}}
 	var err error
-	if d.Jobs.Jobs, err = s.jobLines(ctx, sqlText, q, string(state), jobsShown); err != nil {
-		s.fail(w, fmt.Errorf("read the jobs: %w", err))
+	if d.Jobs.Jobs, err = s.st.queueTables.Jobs(ctx, q, state, jobsShown); err != nil {
+		s.fail(w, err)
 		return
 	}
 	s.renderQueue(w, r, "queuejobs", fmt.Sprintf("Queue %s: %s jobs", q, state), d)
@@ -396,62 +205,29 @@ func (s *Server) queueUnavailable(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// jobDetail is a job as /queue/jobs/{id} shows it.
+// jobDetail is a job as /queue/jobs/{id} shows it: package queue's
+// detail, with its args indented when whole and its errors cut.
 type jobDetail struct {
-	jobLine
-	Priority       int
-	UniqueKey      string
-	Args           string
-	ArgsLen        int
+	queue.JobDetail
 	ArgsCut        bool
-	Created        time.Time
-	Entries        []queue.AttemptError // the latest errorsShown
-	EarlierEntries int                  // entries not shown
+	EarlierEntries int // entries not shown
 	Live, Dead     bool
 	StuckNow       bool
 	Ops            []jobOpLink // the changes the job's state allows
 }
 
-// jobSQL reads one job, live or finished, with its args and its errors
-// bounded.
-const jobSQL = `SELECT id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
-	run_at, attempted_at, locked_until, NULL::timestamptz, priority, coalesce(unique_key, ''),
-	left(args::text, $2), length(args::text), created_at, jsonb_array_length(errors),
-	(SELECT coalesce(jsonb_agg(e ORDER BY n), '[]') FROM jsonb_array_elements(errors) WITH ORDINALITY AS x(e, n)
-	 WHERE n > jsonb_array_length(errors) - $3), locked_until < now()
-FROM aegis_job WHERE id = $1
-UNION ALL
-SELECT id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
-	run_at, attempted_at, NULL::timestamptz, finalized_at, priority, coalesce(unique_key, ''),
-	left(args::text, $2), length(args::text), created_at, jsonb_array_length(errors),
-	(SELECT coalesce(jsonb_agg(e ORDER BY n), '[]') FROM jsonb_array_elements(errors) WITH ORDINALITY AS x(e, n)
-	 WHERE n > jsonb_array_length(errors) - $3), false
-FROM aegis_job_finished WHERE id = $1`
-
 // errNoJob is a job id that names no job.
 var errNoJob = errors.New("no such job")
 
 func (s *Server) readJob(ctx context.Context, id int64) (*jobDetail, error) {
-	var j jobDetail
-	var state string
-	var attempted, until, finished sql.NullTime
-	var entries []byte
-	var stuck sql.NullBool
-	err := s.st.db.QueryRowContext(ctx, jobSQL, id, argsShown, errorsShown).Scan(&j.ID, &j.Queue, &j.Kind, &state,
-		&j.Attempt, &j.MaxAttempts, &j.Token, &j.LockedBy, &j.RunAt, &attempted, &until, &finished,
-		&j.Priority, &j.UniqueKey, &j.Args, &j.ArgsLen, &j.Created, &j.Errors, &entries, &stuck)
-	if errors.Is(err, sql.ErrNoRows) {
+	qj, err := s.st.queueTables.Job(ctx, id, argsShown, errorsShown)
+	if errors.Is(err, queue.ErrNotFound) {
 		return nil, errNoJob
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read job %d: %w", id, err)
+		return nil, err
 	}
-	j.State = queue.State(state)
-	j.Attempted, j.LockedUntil, j.Finished = attempted.Time, until.Time, finished.Time
-	j.StuckNow = j.State == queue.StateRunning && stuck.Bool
-	if err := json.Unmarshal(entries, &j.Entries); err != nil {
-		return nil, fmt.Errorf("decode the errors of job %d: %w", id, err)
-	}
+	j := jobDetail{JobDetail: *qj, StuckNow: qj.Stuck}
 	j.EarlierEntries = j.Errors - len(j.Entries)
 	for i := range j.Entries {
 		j.Entries[i].Error = cut(j.Entries[i].Error, errorLenShown)

@@ -8,21 +8,73 @@ import (
 	"slices"
 	"time"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 )
 
-// store reads the tables Aegis keeps in one database. It never creates a
-// table: a table that is missing is a part of Aegis the database does not
-// use, and its page says so.
+// store reads the tables Aegis keeps in one database, each through the
+// package that owns it: the lease table through pglease's or sqlitelease's
+// Inspector, the run table through schedule.RunReader, the fence through
+// fence.Resources and fence.Refusals, the queue through queue.Inspector.
+// It never creates a table: a table that is missing is a part of Aegis the
+// database does not use, and its page says so.
 type store struct {
-	db      *sql.DB
-	dialect migrate.Dialect
-	ns      string // the schedule namespace
+	db          *sql.DB
+	dialect     migrate.Dialect
+	ns          string // the schedule namespace
+	leaseTables leaseReader
+	runTable    *schedule.RunReader
+	queueTables *queue.Inspector // nil on SQLite: the queue is PostgreSQL's
 }
 
-// exists reports whether a table is there.
+// leaseReader is what the console reads of a lease table: pglease's and
+// sqlitelease's Inspector.
+type leaseReader interface {
+	Tables(ctx context.Context) (lease, history bool, err error)
+	Keys(ctx context.Context, limit int) ([]pglease.Key, error)
+	Key(ctx context.Context, key string) (pglease.Key, bool, error)
+	Grants(ctx context.Context, key string, limit int) ([]pglease.Grant, error)
+}
+
+var (
+	_ leaseReader = (*pglease.Inspector)(nil)
+	_ leaseReader = (*sqlitelease.Inspector)(nil)
+)
+
+// Bounds of what the lease pages read.
+const (
+	keysShown   = 500
+	grantsShown = 1000
+)
+
+// newStore opens the owners' readers on db (the default table names).
+func newStore(ctx context.Context, db *sql.DB, d migrate.Dialect, ns string) (*store, error) {
+	st := &store{db: db, dialect: d, ns: ns}
+	var err error
+	if d == migrate.SQLite {
+		st.leaseTables, err = sqlitelease.NewInspector(db, nil)
+	} else {
+		st.leaseTables, err = pglease.NewInspector(db, nil)
+		if err == nil {
+			st.queueTables, err = queue.NewInspector(db)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.runTable, err = schedule.NewRunReader(ctx, db, &schedule.StoreConfig{Namespace: ns}); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// exists reports whether a table is there: the schedule catalog's, which
+// schedule.NewCatalog would create.
 func (st *store) exists(ctx context.Context, table string) (bool, error) {
 	var n int
 	var err error
@@ -56,7 +108,7 @@ func (st *store) now(ctx context.Context) (time.Time, error) {
 // a grant made before holder names, or on a table without the column.
 type leaseRow struct {
 	Key, Holder      string
-	Token            int64
+	Token            aegis.Token
 	Granted, Expires time.Time
 	Live             bool
 	Released         bool          // released (it expires at -infinity), not run out
@@ -64,137 +116,50 @@ type leaseRow struct {
 	Link             string        // the key's page, its path escaped
 }
 
-// leases reads the lease table: every key (at most 500), or the one key.
-func (st *store) leases(ctx context.Context, now time.Time, key ...string) ([]leaseRow, error) {
-	// An older table has no holder column: the page shows none rather
-	// than failing.
-	holder, err := st.column(ctx, "aegis_lease", "holder")
+func newLeaseRow(k pglease.Key, now time.Time) leaseRow {
+	r := leaseRow{Key: k.Key, Holder: k.Holder, Token: k.Token, Granted: k.Granted, Expires: k.Expires, Released: k.Released}
+	r.Live = r.Expires.After(now)
+	if r.Live {
+		r.Left = r.Expires.Sub(now)
+	}
+	r.Link = "/leases/" + pathEscape(r.Key)
+	return r
+}
+
+// leases reads the lease table: every key (at most 500).
+func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) {
+	ks, err := st.leaseTables.Keys(ctx, keysShown)
 	if err != nil {
 		return nil, err
 	}
-	h := "''"
-	if holder {
-		h = "holder"
+	out := make([]leaseRow, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, newLeaseRow(k, now))
 	}
-	where, args := "", []any{}
-	if len(key) > 0 {
-		where, args = "WHERE key = $1", []any{key[0]}
-	}
-	// A released key expires at -infinity, which database/sql cannot scan:
-	// the epoch stands for it (long expired either way).
-	q := `SELECT key, ` + h + `, token, greatest(granted_at, 'epoch'), greatest(expires_at, 'epoch') FROM aegis_lease ` + where + ` ORDER BY key LIMIT 500`
-	if st.dialect == migrate.SQLite {
-		q = `SELECT key, ` + h + `, token, granted_ms, expires_ms FROM aegis_lease ` + where + ` ORDER BY key LIMIT 500`
-	}
-	rows, err := st.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read the lease table: %w", err)
-	}
-	defer rows.Close()
-	var out []leaseRow
-	for rows.Next() {
-		var r leaseRow
-		if st.dialect == migrate.SQLite {
-			var g, e int64
-			if err := rows.Scan(&r.Key, &r.Holder, &r.Token, &g, &e); err != nil {
-				return nil, err
-			}
-			r.Granted, r.Expires = time.UnixMilli(g), time.UnixMilli(e)
-		} else if err := rows.Scan(&r.Key, &r.Holder, &r.Token, &r.Granted, &r.Expires); err != nil {
-			return nil, err
-		}
-		r.Released = !r.Expires.After(time.Unix(0, 0))
-		r.Live = r.Expires.After(now)
-		if r.Live {
-			r.Left = r.Expires.Sub(now)
-		}
-		r.Link = "/leases/" + pathEscape(r.Key)
-		out = append(out, r)
-	}
-	return out, rows.Err()
-}
-
-// column reports whether table (which must exist) has a column.
-func (st *store) column(ctx context.Context, table, column string) (bool, error) {
-	var n int
-	var err error
-	if st.dialect == migrate.SQLite {
-		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
-	} else {
-		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped`, table, column).Scan(&n)
-	}
-	if err != nil {
-		return false, fmt.Errorf("look for column %s.%s: %w", table, column, err)
-	}
-	return n > 0, nil
-}
-
-// grantRow is a grant of a key in the grant history (aegis_lease_grant,
-// which a Locker with Config.History writes).
-type grantRow struct {
-	Token   int64
-	Holder  string
-	Granted time.Time
-}
-
-// grants reads key's recorded grants, the newest first.
-func (st *store) grants(ctx context.Context, key string) ([]grantRow, error) {
-	q := `SELECT token, holder, granted_at FROM aegis_lease_grant WHERE key = $1 ORDER BY token DESC LIMIT 1000`
-	if st.dialect == migrate.SQLite {
-		q = `SELECT token, holder, granted_ms FROM aegis_lease_grant WHERE key = $1 ORDER BY token DESC LIMIT 1000`
-	}
-	rows, err := st.db.QueryContext(ctx, q, key)
-	if err != nil {
-		return nil, fmt.Errorf("read the grant history: %w", err)
-	}
-	defer rows.Close()
-	var out []grantRow
-	for rows.Next() {
-		var g grantRow
-		if st.dialect == migrate.SQLite {
-			var ms int64
-			if err := rows.Scan(&g.Token, &g.Holder, &ms); err != nil {
-				return nil, err
-			}
-			g.Granted = time.UnixMilli(ms)
-		} else if err := rows.Scan(&g.Token, &g.Holder, &g.Granted); err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // fenceRow is a resource of the fence, the greatest token it accepted, and
 // the refusals counted (fence.CountRefusal) when the table is there.
 type fenceRow struct {
 	Resource string
-	Token    int64 // 0: a resource with refusals only (a business table's own check)
+	Token    aegis.Token // 0: a resource with refusals only (a business table's own check)
 	fence.Refusal
 }
 
-func (st *store) fence(ctx context.Context) ([]fenceRow, error) {
-	rows, err := st.db.QueryContext(ctx, `SELECT resource, token FROM aegis_fence ORDER BY resource LIMIT 500`)
+func (st *store) fence(ctx context.Context, refusalTable bool) ([]fenceRow, error) {
+	rs, err := fence.Resources(ctx, st.db, 500)
 	if err != nil {
-		return nil, fmt.Errorf("read the fence table: %w", err)
-	}
-	defer rows.Close()
-	var out []fenceRow
-	at := map[string]int{}
-	for rows.Next() {
-		var r fenceRow
-		if err := rows.Scan(&r.Resource, &r.Token); err != nil {
-			return nil, err
-		}
-		at[r.Resource] = len(out)
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	ok, err := st.exists(ctx, "aegis_fence_refusal")
-	if err != nil || !ok {
-		return out, err
+	out := make([]fenceRow, 0, len(rs))
+	at := map[string]int{}
+	for _, r := range rs {
+		at[r.Resource] = len(out)
+		out = append(out, fenceRow{Resource: r.Resource, Token: r.Token})
+	}
+	if !refusalTable {
+		return out, nil
 	}
 	refusals, err := fence.Refusals(ctx, st.db, 500)
 	if err != nil {
@@ -214,54 +179,20 @@ func (st *store) fence(ctx context.Context) ([]fenceRow, error) {
 
 // runRow is one run of the schedule's run table (run-key mode).
 type runRow struct {
-	Job            string
-	Fire           time.Time
-	Token          int64
-	Node           string
-	Attempt        int
-	State          string
-	Started, Ended time.Time
-	Expires        time.Time
-	Error          string
-	Stuck          bool // running past its lease: the reaper's
+	schedule.RunStatus
+	Stuck bool // running past its lease: the reaper's
 }
 
 func (st *store) runs(ctx context.Context, now time.Time, job string, limit int) ([]runRow, error) {
-	q := `SELECT job, fire_at, token, node, attempt, state, started_at, ended_at, expires_at, coalesce(error, '')
-		FROM aegis_schedule_run WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job LIMIT $3`
-	if st.dialect == migrate.SQLite {
-		q = `SELECT job, fire_ms, token, node, attempt, state, started_ms, ended_ms, expires_ms, coalesce(error, '')
-		FROM aegis_schedule_run WHERE namespace = ?1 AND (?2 = '' OR job = ?2) ORDER BY fire_ms DESC, job LIMIT ?3`
-	}
-	rows, err := st.db.QueryContext(ctx, q, st.ns, job, limit)
+	rs, err := st.runTable.Latest(ctx, job, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read the run table: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	var out []runRow
-	for rows.Next() {
-		var r runRow
-		if st.dialect == migrate.SQLite {
-			var fire, started, expires int64
-			var ended sql.NullInt64
-			if err := rows.Scan(&r.Job, &fire, &r.Token, &r.Node, &r.Attempt, &r.State, &started, &ended, &expires, &r.Error); err != nil {
-				return nil, err
-			}
-			r.Fire, r.Started, r.Expires = time.UnixMilli(fire), time.UnixMilli(started), time.UnixMilli(expires)
-			if ended.Valid {
-				r.Ended = time.UnixMilli(ended.Int64)
-			}
-		} else {
-			var ended sql.NullTime
-			if err := rows.Scan(&r.Job, &r.Fire, &r.Token, &r.Node, &r.Attempt, &r.State, &r.Started, &ended, &r.Expires, &r.Error); err != nil {
-				return nil, err
-			}
-			r.Ended = ended.Time
-		}
-		r.Stuck = r.State == "running" && r.Expires.Before(now)
-		out = append(out, r)
+	out := make([]runRow, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, runRow{RunStatus: r, Stuck: r.State == "running" && r.Expires.Before(now)})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // catalog opens the schedule catalog when its table is there.
