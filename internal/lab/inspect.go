@@ -5,12 +5,19 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // The runbook's queries: what an on-call
 // engineer asks the store of record. Each one reads tables that may not
-// exist (the lab's, pglease's, the queue's); a missing table is skipped.
+// exist (the lab's, pglease's, the schedule's); a missing table is skipped.
+// The schedule's run table and pglease's lease table are read through
+// their packages (schedule.RunReader, pglease.Inspector), the lab's audit
+// with the lab's own SQL.
 
 // InspectQuery is one runbook question.
 type InspectQuery struct {
@@ -19,9 +26,15 @@ type InspectQuery struct {
 	// Table is the table the query needs; the query is skipped when it
 	// does not exist.
 	Table string
-	SQL   string
-	// Args builds the query's arguments from the options.
+	// SQL and Args ask a table of the lab's: SQL with the arguments Args
+	// builds from the options.
+	SQL  string
 	Args func(o InspectOptions) []any
+	// Read asks a table another package owns, through that package:
+	// found is false when the table is missing; the rows are text, in the
+	// order of Columns.
+	Read    func(ctx context.Context, db *sql.DB, o InspectOptions) (found bool, rows [][]string, err error)
+	Columns []string
 }
 
 // InspectOptions parameterise the runbook queries.
@@ -40,22 +53,15 @@ type InspectOptions struct {
 var InspectQueries = []InspectQuery{
 	{
 		Name: "stuck", Title: "stuck RUNNING: runs of the schedule's run table past their lease, older than the threshold (a crashed winner: the reaper retries it with a greater token)",
-		Table: "aegis_schedule_run",
-		SQL: `SELECT namespace, job, fire_at, node, token, attempt, started_at, expires_at
-FROM aegis_schedule_run
-WHERE state = 'running' AND expires_at < now()
-  AND started_at < now() - $1 * interval '1 millisecond'
-ORDER BY started_at DESC
-LIMIT $2`,
-		Args: func(o InspectOptions) []any { return []any{o.OlderThan.Milliseconds(), o.Limit} },
+		Table:   "aegis_schedule_run",
+		Read:    stuckRuns,
+		Columns: []string{"namespace", "job", "fire_at", "node", "token", "attempt", "started_at", "expires_at"},
 	},
 	{
 		Name: "expired", Title: "expired leases: grants that ran out instead of being released (a holder that crashed or paused past its TTL)",
-		Table: "aegis_lease",
-		SQL: `SELECT key, token, granted_at, expires_at
-FROM aegis_lease WHERE expires_at <= now() AND expires_at > '-infinity'
-ORDER BY expires_at DESC LIMIT $1`,
-		Args: func(o InspectOptions) []any { return []any{o.Limit} },
+		Table:   "aegis_lease",
+		Read:    expiredLeases,
+		Columns: []string{"key", "token", "granted_at", "expires_at"},
 	},
 	{
 		Name: "tokens", Title: "token history: every write attempt under a job's lease key, by token (a token that goes back means lost grants)",
@@ -77,6 +83,53 @@ ORDER BY max(at_ms) DESC LIMIT $1`,
 		Args: func(o InspectOptions) []any { return []any{o.Limit} },
 	},
 }
+
+// stuckRuns asks schedule.RunReader for the runs still running past their
+// lease that started longer than OlderThan ago, in every namespace.
+func stuckRuns(ctx context.Context, db *sql.DB, o InspectOptions) (bool, [][]string, error) {
+	r, err := schedule.NewRunReader(ctx, db, nil)
+	if err != nil {
+		return false, nil, err
+	}
+	if ok, err := r.Exists(ctx); err != nil || !ok {
+		return false, nil, err
+	}
+	runs, err := r.Stuck(ctx, o.OlderThan, o.Limit)
+	if err != nil {
+		return false, nil, err
+	}
+	rows := make([][]string, 0, len(runs))
+	for _, s := range runs {
+		rows = append(rows, []string{s.Namespace, s.Job, text(s.Fire), s.Node, strconv.FormatInt(int64(s.Token), 10),
+			strconv.Itoa(s.Attempt), text(s.Started), text(s.Expires)})
+	}
+	return true, rows, nil
+}
+
+// expiredLeases asks pglease's Inspector for the leases that ran out
+// instead of being released.
+func expiredLeases(ctx context.Context, db *sql.DB, o InspectOptions) (bool, [][]string, error) {
+	in, err := pglease.NewInspector(db, nil)
+	if err != nil {
+		return false, nil, err
+	}
+	if ok, _, err := in.Tables(ctx); err != nil || !ok {
+		return false, nil, err
+	}
+	keys, err := in.Expired(ctx, o.Limit)
+	if err != nil {
+		return false, nil, err
+	}
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, []string{k.Key, strconv.FormatInt(int64(k.Token), 10), text(k.Granted), text(k.Expires)})
+	}
+	return true, rows, nil
+}
+
+// text prints a time as database/sql prints a timestamp scanned into a
+// string (the runbook's SQL answers), so every answer reads alike.
+func text(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 // InspectAnswer is the answer to one query: its column names and rows as
 // text. Skipped says why it was not asked (its table is missing).
@@ -114,45 +167,62 @@ func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) 
 		if len(names) > 0 && !slices.Contains(names, q.Name) {
 			continue
 		}
-		ans := InspectAnswer{Query: q}
-		var exists bool
-		if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", q.Table).Scan(&exists); err != nil {
-			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
-		}
-		if !exists {
-			ans.Skipped = "no table " + q.Table + " here"
-			out = append(out, ans)
-			continue
-		}
-		rows, err := db.QueryContext(ctx, q.SQL, q.Args(o)...)
+		ans, err := ask(ctx, db, q, o)
 		if err != nil {
-			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
-		}
-		ans.Columns, _ = rows.Columns()
-		for rows.Next() {
-			vals := make([]sql.NullString, len(ans.Columns))
-			ptrs := make([]any, len(vals))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
-			}
-			row := make([]string, len(vals))
-			for i, v := range vals {
-				row[i] = v.String
-				if !v.Valid {
-					row[i] = "NULL"
-				}
-			}
-			ans.Rows = append(ans.Rows, row)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("lab: query %s: %w", q.Name, err)
 		}
 		out = append(out, ans)
 	}
 	return out, nil
+}
+
+// ask answers one query, or says that it skipped it.
+func ask(ctx context.Context, db *sql.DB, q InspectQuery, o InspectOptions) (InspectAnswer, error) {
+	ans := InspectAnswer{Query: q}
+	skipped := "no table " + q.Table + " here"
+	if q.Read != nil {
+		found, rows, err := q.Read(ctx, db, o)
+		if err != nil {
+			return ans, err
+		}
+		if !found {
+			ans.Skipped = skipped
+			return ans, nil
+		}
+		ans.Columns, ans.Rows = q.Columns, rows
+		return ans, nil
+	}
+	var exists bool
+	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", q.Table).Scan(&exists); err != nil {
+		return ans, err
+	}
+	if !exists {
+		ans.Skipped = skipped
+		return ans, nil
+	}
+	rows, err := db.QueryContext(ctx, q.SQL, q.Args(o)...)
+	if err != nil {
+		return ans, err
+	}
+	defer rows.Close()
+	ans.Columns, _ = rows.Columns()
+	for rows.Next() {
+		vals := make([]sql.NullString, len(ans.Columns))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return ans, err
+		}
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = v.String
+			if !v.Valid {
+				row[i] = "NULL"
+			}
+		}
+		ans.Rows = append(ans.Rows, row)
+	}
+	return ans, rows.Err()
 }
