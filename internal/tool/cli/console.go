@@ -111,7 +111,12 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *readOnly {
 		fmt.Fprintln(stdout, "aegis console: read-only")
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	return serveConsole(ctx, &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}, ln)
+}
+
+// serveConsole serves on ln until ctx ends, then shuts the server down
+// within 5s.
+func serveConsole(ctx context.Context, hs *http.Server, ln net.Listener) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
