@@ -81,7 +81,10 @@
 // restart claiming of a queue across all clients. DeadJobs and RetryDead
 // inspect and revive cancelled and discarded jobs, CancelJob sends a live
 // job to them, DiscardDead deletes one for good; they work on a client
-// that was never started (aegis console uses them so). Metrics go to
+// that was never started (aegis console uses them so). Inspector reads the
+// tables for an operator (counts, the last hour's throughput and waits,
+// stuck jobs, dead letters, one job) through database/sql: aegis console's
+// queue pages read only through it. Metrics go to
 // Config.Registerer (see the metrics listed in metrics.go), logs to
 // Config.Logger.
 package queue

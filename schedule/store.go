@@ -33,6 +33,9 @@ type StoreConfig struct {
 //
 //	SELECT job, fire_at, state, node, token, attempt, started_at, ended_at, error
 //	FROM aegis_schedule_run WHERE state = 'running' AND expires_at < now();  -- stuck, awaiting the reaper
+//
+// Tools read it through RunReader (aegis console, aegis inspect), which
+// creates nothing.
 type Store struct {
 	db      *sql.DB
 	dialect migrate.Dialect
