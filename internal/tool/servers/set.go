@@ -150,6 +150,47 @@ func EnvKind(name string) Kind {
 // signal.NotifyContext gets its deferred Stop run. Servers that are not
 // detached get SIGKILL if the caller dies without stopping them.
 func StartSet(ctx context.Context, dir string, cfg *SetConfig) (*Set, error) {
+	c, kinds := setDefaults(cfg)
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Dir: dir, Unavailable: map[Kind]error{}}
+
+	t := &setStarts{set: s, allowMissing: c.AllowMissing}
+	if slices.Contains(kinds, KindPostgres) {
+		goStart(t, KindPostgres, &s.Postgres, func() (*Postgres, error) {
+			return StartPostgres(ctx, filepath.Join(dir, "postgres"), &c.Postgres)
+		})
+	}
+	if slices.Contains(kinds, KindRedis) {
+		goStart(t, KindRedis, &s.Redis, func() ([]*Redis, error) {
+			return startRedises(ctx, dir, &c)
+		})
+	}
+	if slices.Contains(kinds, KindEtcd) {
+		goStart(t, KindEtcd, &s.Etcd, func() (*Etcd, error) {
+			return StartEtcd(ctx, filepath.Join(dir, "etcd"), &c.Etcd)
+		})
+	}
+	if slices.Contains(kinds, KindZooKeeper) {
+		goStart(t, KindZooKeeper, &s.ZooKeeper, func() (*ZooKeeper, error) {
+			return StartZooKeeper(ctx, filepath.Join(dir, "zookeeper"), &c.ZooKeeper)
+		})
+	}
+	t.wg.Wait()
+	if len(t.errs) > 0 {
+		if !c.Detach {
+			_ = s.Stop()
+		}
+		return nil, errors.Join(t.errs...)
+	}
+	return s, nil
+}
+
+// setDefaults returns a copy of cfg with its defaults filled in, and the
+// kinds to start.
+func setDefaults(cfg *SetConfig) (SetConfig, []Kind) {
 	c := SetConfig{}
 	if cfg != nil {
 		c = *cfg
@@ -164,82 +205,63 @@ func StartSet(ctx context.Context, dir string, cfg *SetConfig) (*Set, error) {
 		}
 	}
 	c.Postgres.Detach, c.Etcd.Detach, c.ZooKeeper.Detach = c.Detach, c.Detach, c.Detach
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	s := &Set{Dir: dir, Unavailable: map[Kind]error{}}
+	return c, kinds
+}
 
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	record := func(kind Kind, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if c.AllowMissing && IsMissing(err) {
-			s.Unavailable[kind] = err
+// setStarts is the kinds of a [StartSet] starting at once: it waits for
+// them and collects their errors, or, with AllowMissing, the kinds whose
+// program is missing.
+type setStarts struct {
+	set          *Set
+	allowMissing bool
+	wg           sync.WaitGroup
+	mu           sync.Mutex
+	errs         []error
+}
+
+// record notes that kind failed to start with err.
+func (t *setStarts) record(kind Kind, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.allowMissing && IsMissing(err) {
+		t.set.Unavailable[kind] = err
+		return
+	}
+	t.errs = append(t.errs, err)
+}
+
+// goStart runs start on a goroutine of t and stores what it started in
+// into, or records its error.
+func goStart[T any](t *setStarts, kind Kind, into *T, start func() (T, error)) {
+	t.wg.Go(func() {
+		v, err := start()
+		if err != nil {
+			t.record(kind, err)
 			return
 		}
-		errs = append(errs, err)
-	}
-	if slices.Contains(kinds, KindPostgres) {
-		wg.Go(func() {
-			pg, err := StartPostgres(ctx, filepath.Join(dir, "postgres"), &c.Postgres)
-			if err != nil {
-				record(KindPostgres, err)
-				return
-			}
-			s.Postgres = pg
-		})
-	}
-	if slices.Contains(kinds, KindRedis) {
-		wg.Go(func() {
-			rs := make([]*Redis, len(c.Redis))
-			for i, rc := range c.Redis {
-				rc.Detach = c.Detach
-				r, err := StartRedis(ctx, filepath.Join(dir, fmt.Sprintf("redis-%d", i+1)), &rc)
-				if err != nil {
-					for _, r := range rs[:i] {
-						if !c.Detach {
-							_ = r.Stop()
-						}
-					}
-					record(KindRedis, err)
-					return
+		*into = v
+	})
+}
+
+// startRedises starts c's Redis servers one after another, in
+// dir/redis-1…; when one fails it stops those it started (unless
+// detached) and returns the error.
+func startRedises(ctx context.Context, dir string, c *SetConfig) ([]*Redis, error) {
+	rs := make([]*Redis, len(c.Redis))
+	for i, rc := range c.Redis {
+		rc.Detach = c.Detach
+		r, err := StartRedis(ctx, filepath.Join(dir, fmt.Sprintf("redis-%d", i+1)), &rc)
+		if err != nil {
+			for _, r := range rs[:i] {
+				if !c.Detach {
+					_ = r.Stop()
 				}
-				rs[i] = r
 			}
-			s.Redis = rs
-		})
-	}
-	if slices.Contains(kinds, KindEtcd) {
-		wg.Go(func() {
-			e, err := StartEtcd(ctx, filepath.Join(dir, "etcd"), &c.Etcd)
-			if err != nil {
-				record(KindEtcd, err)
-				return
-			}
-			s.Etcd = e
-		})
-	}
-	if slices.Contains(kinds, KindZooKeeper) {
-		wg.Go(func() {
-			z, err := StartZooKeeper(ctx, filepath.Join(dir, "zookeeper"), &c.ZooKeeper)
-			if err != nil {
-				record(KindZooKeeper, err)
-				return
-			}
-			s.ZooKeeper = z
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		if !c.Detach {
-			_ = s.Stop()
+			return nil, err
 		}
-		return nil, errors.Join(errs...)
+		rs[i] = r
 	}
-	return s, nil
+	return rs, nil
 }
 
 // Procs returns every process of the set: PostgreSQL, the Redis servers,
