@@ -50,31 +50,11 @@ func (c *Client) invoke(r *run) (err error) {
 
 // record writes the outcome of a handler, unless the lease is lost.
 func (c *Client) record(r *run, err error) {
-	j := r.row
-	log := jobLogger{c.log, j}
-
-	c.mu.Lock()
-	ph := r.phase.Load()
-	switch {
-	case ph == phaseLost || c.closing:
-		c.mu.Unlock()
-		log.Warn("queue: lease lost: the handler's outcome is not written", "cause", context.Cause(r.ctx), "err", err)
-		c.forget(r)
-		return
-	case ph == phaseInTx && err == nil:
-		// CompleteTx recorded the completion in the handler's transaction.
-		c.mu.Unlock()
-		c.metrics.completed(j.Queue).Inc()
-		c.forget(r)
+	log := jobLogger{c.log, r.row}
+	next, write := c.beginWrite(r, err, log)
+	if !write {
 		return
 	}
-	next := phaseWriting
-	if err == nil && !c.cfg.SyncComplete {
-		next = phasePending
-	}
-	r.phase.Store(next)
-	c.writing++
-	c.mu.Unlock()
 	defer c.writeDone()
 
 	if next == phasePending {
@@ -84,12 +64,52 @@ func (c *Client) record(r *run, err error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
+	op, delay, werr := c.writeOutcome(ctx, r.row, err, log)
+	c.wroteOutcome(r.row, log, op, werr, delay)
+	c.forget(r)
+}
+
+// beginWrite decides, under c.mu, what record does with a handler's
+// outcome. It reports false when there is nothing to write: the lease is
+// lost (or the client closing), or CompleteTx recorded the completion;
+// the claim is then forgotten. Otherwise it moves the claim to its next
+// phase (pending when the completer batches the completion, writing
+// otherwise) and counts the write in; writeDone counts it out.
+func (c *Client) beginWrite(r *run, err error, log jobLogger) (int32, bool) {
+	c.mu.Lock()
+	ph := r.phase.Load()
+	switch {
+	case ph == phaseLost || c.closing:
+		c.mu.Unlock()
+		log.Warn("queue: lease lost: the handler's outcome is not written", "cause", context.Cause(r.ctx), "err", err)
+		c.forget(r)
+		return ph, false
+	case ph == phaseInTx && err == nil:
+		// CompleteTx recorded the completion in the handler's transaction.
+		c.mu.Unlock()
+		c.metrics.completed(r.row.Queue).Inc()
+		c.forget(r)
+		return ph, false
+	}
+	next := phaseWriting
+	if err == nil && !c.cfg.SyncComplete {
+		next = phasePending
+	}
+	r.phase.Store(next)
+	c.writing++
+	c.mu.Unlock()
+	return next, true
+}
+
+// writeOutcome writes the outcome err of job j's handler, fenced by its
+// token: complete, snooze, cancel, discard (its last attempt failed) or
+// retry. It returns the operation, for a snooze or a retry the delay until
+// the job is due again, and the write's error (nil: the write landed; a
+// stale error: the fence refused it).
+func (c *Client) writeOutcome(ctx context.Context, j *JobRow, err error, log jobLogger) (op string, delay time.Duration, werr error) {
 	var (
-		op    string
-		werr  error // nil: the write landed; a stale error: the fence refused it
-		snz   *snoozeError
-		cncl  *cancelError
-		delay time.Duration
+		snz  *snoozeError
+		cncl *cancelError
 	)
 	id, token := j.ID, int64(j.Token)
 	switch {
@@ -127,6 +147,14 @@ func (c *Client) record(r *run, err error) {
 			log.Warn("queue: job failed; retrying", "err", err, "retry_in", delay)
 		}
 	}
+	return op, delay, werr
+}
+
+// wroteOutcome reports how writeOutcome's write of op went: a stale write
+// is counted and logged, a failed one logged (the job runs again when its
+// lease expires), and a job due again after delay wakes the maintenance
+// loop then.
+func (c *Client) wroteOutcome(j *JobRow, log jobLogger, op string, werr error, delay time.Duration) {
 	switch {
 	case errors.Is(werr, aegis.ErrStale):
 		c.metrics.stale(j.Queue, op).Inc()
@@ -136,7 +164,6 @@ func (c *Client) record(r *run, err error) {
 	case delay > 0:
 		c.wakeMaintenance(time.Now().Add(delay))
 	}
-	c.forget(r)
 }
 
 // writeDone ends a write begun in record.
