@@ -398,17 +398,8 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 		return SteadyResult{}, err
 	}
 	defer closeFn()
-	var handled, inserted atomic.Int64
-	ws := queue.NewWorkers()
-	queue.AddWorker(ws, queue.WorkFunc[Noop](func(context.Context, *queue.Job[Noop]) error {
-		handled.Add(1)
-		return nil
-	}))
-	c, err := queue.New(pool, &queue.Config{
-		Queues:  map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: o.Workers}},
-		Workers: ws,
-		Logger:  cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
-	})
+	s := &steady{o: o}
+	c, err := s.client(pool)
 	if err != nil {
 		return SteadyResult{}, err
 	}
@@ -420,64 +411,104 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 
 	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
-	start := time.Now()
+	s.start = time.Now()
 	errs := make(chan error, o.Enqueuers)
 	var wg sync.WaitGroup
 	for range o.Enqueuers {
 		wg.Go(func() {
-			params := make([]queue.EnqueueParams, o.Batch)
-			for i := range params {
-				params[i] = queue.EnqueueParams{Args: Noop{N: i}}
-			}
-			for runCtx.Err() == nil {
-				if inserted.Load()-handled.Load() > int64(o.Backlog) {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if o.Rate > 0 {
-					due := start.Add(time.Duration(float64(inserted.Load()) / o.Rate * float64(time.Second)))
-					if d := time.Until(due); d > 0 {
-						time.Sleep(min(d, 10*time.Millisecond))
-						continue
-					}
-				}
-				if _, err := c.EnqueueMany(runCtx, params); err != nil {
-					if runCtx.Err() == nil {
-						errs <- err
-						cancel()
-					}
-					return
-				}
-				inserted.Add(int64(o.Batch))
+			if err := s.enqueue(runCtx, c); err != nil {
+				errs <- err
+				cancel()
 			}
 		})
 	}
-	var res SteadyResult
-	tick := time.NewTicker(o.Window)
-	last := handled.Load()
-	for n := 0; ; n++ {
-		select {
-		case <-tick.C:
-			now := handled.Load()
-			rate := float64(now-last) / o.Window.Seconds()
-			last = now
-			res.Windows = append(res.Windows, round1(rate))
-			if o.Progress != nil {
-				o.Progress(n, rate, inserted.Load()-now, app)
-			}
-			continue
-		case <-runCtx.Done():
-		}
-		break
-	}
-	tick.Stop()
+	res := s.measure(runCtx, app)
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
 		return res, err
 	}
-	res.Inserted, res.Worked = inserted.Load(), handled.Load()
+	res.Inserted, res.Worked = s.inserted.Load(), s.handled.Load()
 	return res, nil
+}
+
+// steady is a Steady run: its options, its counts and its start.
+type steady struct {
+	o                 SteadyOptions
+	handled, inserted atomic.Int64
+	start             time.Time // when the enqueuers started
+}
+
+// client returns a client on pool with o.Workers workers of no-op jobs
+// that count what they handle.
+func (s *steady) client(pool *pgxpool.Pool) (*queue.Client, error) {
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[Noop](func(context.Context, *queue.Job[Noop]) error {
+		s.handled.Add(1)
+		return nil
+	}))
+	return queue.New(pool, &queue.Config{
+		Queues:  map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: s.o.Workers}},
+		Workers: ws,
+		Logger:  cmp.Or(s.o.Logger, slog.New(slog.DiscardHandler)),
+	})
+}
+
+// enqueue is one enqueuer: it inserts batches of o.Batch no-op jobs until
+// ctx ends, waiting while the backlog is above o.Backlog or, with o.Rate,
+// while it is ahead of the offered load. It returns an insert's error
+// unless ctx had ended.
+func (s *steady) enqueue(ctx context.Context, c *queue.Client) error {
+	params := make([]queue.EnqueueParams, s.o.Batch)
+	for i := range params {
+		params[i] = queue.EnqueueParams{Args: Noop{N: i}}
+	}
+	for ctx.Err() == nil {
+		if s.inserted.Load()-s.handled.Load() > int64(s.o.Backlog) {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if s.o.Rate > 0 {
+			due := s.start.Add(time.Duration(float64(s.inserted.Load()) / s.o.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				time.Sleep(min(d, 10*time.Millisecond))
+				continue
+			}
+		}
+		if _, err := c.EnqueueMany(ctx, params); err != nil {
+			if ctx.Err() == nil {
+				return err
+			}
+			return nil
+		}
+		s.inserted.Add(int64(s.o.Batch))
+	}
+	return nil
+}
+
+// measure records the jobs worked per o.Window until ctx ends, reporting
+// each window to o.Progress.
+func (s *steady) measure(ctx context.Context, app string) SteadyResult {
+	var res SteadyResult
+	tick := time.NewTicker(s.o.Window)
+	last := s.handled.Load()
+	for n := 0; ; n++ {
+		select {
+		case <-tick.C:
+			now := s.handled.Load()
+			rate := float64(now-last) / s.o.Window.Seconds()
+			last = now
+			res.Windows = append(res.Windows, round1(rate))
+			if s.o.Progress != nil {
+				s.o.Progress(n, rate, s.inserted.Load()-now, app)
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	tick.Stop()
+	return res
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
