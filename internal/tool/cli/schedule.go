@@ -132,115 +132,131 @@ func (f *scheduleFlags) register(fs *flagSet, groups []string) {
 }
 
 func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("missing subcommand: list, put, pause, resume, rm or runs")
+	c, err := parseSchedule(args, stderr)
+	if err != nil {
+		return err
 	}
-	sub := args[0]
-	groups, ok := scheduleSubs[sub]
+	db, closeDB, err := openScheduleStore(ctx, c.f.store, c.given["store"], c.sub == "put")
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+
+	if c.sub == "runs" {
+		store, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: c.f.ns})
+		if err != nil {
+			return catalogError(err, c.name, c.f.ns)
+		}
+		return scheduleRuns(ctx, store, c.name, c.f, stdout)
+	}
+	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: c.f.ns})
+	if err != nil {
+		return catalogError(err, c.name, c.f.ns)
+	}
+	return c.edit(ctx, cat, stdout, stderr)
+}
+
+// scheduleCmd is an `aegis schedule` command line, parsed and checked.
+type scheduleCmd struct {
+	sub   string // the subcommand
+	name  string // NAME; "" for list
+	f     scheduleFlags
+	given map[string]bool // the flags on the command line
+	entry schedule.Entry  // put's schedule
+}
+
+// parseSchedule parses the subcommand and its flags (or prints the usage
+// for `aegis help schedule`) and checks them before any store is opened.
+func parseSchedule(args []string, stderr io.Writer) (*scheduleCmd, error) {
+	if len(args) == 0 {
+		return nil, usagef("missing subcommand: list, put, pause, resume, rm or runs")
+	}
+	c := &scheduleCmd{sub: args[0], given: map[string]bool{}}
+	groups, ok := scheduleSubs[c.sub]
 	if !ok {
-		switch sub {
+		switch c.sub {
 		case "-h", "-help", "--help":
 			// `aegis help schedule`: the usage and every flag.
 			fs := newFlagSet("schedule", stderr, scheduleUsage)
 			fs.Usage = func() {} // parse prints the whole usage
 			var f scheduleFlags
 			f.register(fs, []string{"json", "limit", "put"})
-			return fs.parse([]string{"-h"})
+			return nil, fs.parse([]string{"-h"})
 		}
-		return usagef("unknown subcommand %.40q: want list, put, pause, resume, rm or runs", sub)
+		return nil, usagef("unknown subcommand %.40q: want list, put, pause, resume, rm or runs", c.sub)
 	}
 	fs := newFlagSet("schedule", stderr, scheduleUsage)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\nRun 'aegis help schedule' for usage.\n", scheduleSynopsis(sub))
+		fmt.Fprintf(stderr, "usage: %s\nRun 'aegis help schedule' for usage.\n", scheduleSynopsis(c.sub))
 	}
 	if slices.ContainsFunc(args[1:], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
 		fs.Usage = func() {} // parse prints the whole usage
 	}
-	var f scheduleFlags
-	f.register(fs, groups)
+	c.f.register(fs, groups)
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
-		return err
+		return nil, err
 	}
-	given := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	fs.Visit(func(fl *flag.Flag) { c.given[fl.Name] = true })
+	if err := c.check(pos); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
-	if given["namespace"] && f.ns == "" {
+// check checks what the flags cannot: a given --namespace, NAME (none
+// for list, one for the others), put's entry and runs' --limit.
+func (c *scheduleCmd) check(pos []string) error {
+	if c.given["namespace"] && c.f.ns == "" {
 		// Not the default: `--namespace "$NS"` with NS unset must not
 		// edit another service's schedules.
 		return usagef("--namespace is empty")
 	}
-	var name string
 	switch {
-	case sub == "list" && len(pos) > 0:
+	case c.sub == "list" && len(pos) > 0:
 		return usagef("list: unexpected argument %.40q", pos[0])
-	case sub == "list":
+	case c.sub == "list":
 	case len(pos) == 0:
-		return usagef("%s: missing NAME", sub)
+		return usagef("%s: missing NAME", c.sub)
 	case len(pos) > 1:
-		return usagef("%s: unexpected argument %.40q after NAME", sub, pos[1])
+		return usagef("%s: unexpected argument %.40q after NAME", c.sub, pos[1])
 	default:
-		name = pos[0]
-		if err := checkScheduleName(name); err != nil {
+		c.name = pos[0]
+		if err := checkScheduleName(c.name); err != nil {
 			return err
 		}
 	}
-	var entry schedule.Entry
-	if sub == "put" {
-		if entry, err = f.entry(name, given); err != nil {
+	if c.sub == "put" {
+		var err error
+		if c.entry, err = c.f.entry(c.name, c.given); err != nil {
 			return err
 		}
 	}
-	if sub == "runs" && f.limit < 1 {
-		return usagef("--limit %d: must be at least 1", f.limit)
+	if c.sub == "runs" && c.f.limit < 1 {
+		return usagef("--limit %d: must be at least 1", c.f.limit)
 	}
+	return nil
+}
 
-	db, closeDB, err := openScheduleStore(ctx, f.store, given["store"], sub == "put")
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-
-	if sub == "runs" {
-		store, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: f.ns})
-		if err != nil {
-			return catalogError(err, name, f.ns)
-		}
-		return scheduleRuns(ctx, store, name, f, stdout)
-	}
-	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: f.ns})
-	if err != nil {
-		return catalogError(err, name, f.ns)
-	}
-	switch sub {
+// edit runs a subcommand on the catalog: list, put, pause, resume,
+// run-now or rm.
+func (c *scheduleCmd) edit(ctx context.Context, cat *schedule.Catalog, stdout, stderr io.Writer) error {
+	name, ns := c.name, c.f.ns
+	switch c.sub {
 	case "list":
-		return scheduleList(ctx, cat, f.json, stdout)
+		return scheduleList(ctx, cat, c.f.json, stdout)
 	case "put":
-		e, err := cat.Put(ctx, entry)
-		if err != nil {
-			return catalogError(err, name, f.ns)
-		}
-		paused := ""
-		if e.Paused {
-			paused = " (paused: resume runs it)"
-		}
-		fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", e.Name, e.Spec(), e.Handler, e.Version,
-			effectiveText(e, time.Now(), "takes effect at", "in effect since"), paused)
-		if len(e.Replicas) == 0 && len(e.MissingOn) > 0 {
-			// Most often a misspelt --handler: say so while the user is
-			// still at the prompt.
-			fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, strings.Join(e.MissingOn, ", "), e.Name)
-		}
+		return schedulePut(ctx, cat, c.entry, ns, stdout, stderr)
 	case "pause":
 		e, err := cat.Pause(ctx, name)
 		if err != nil {
-			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
 		fmt.Fprintf(stdout, "paused %s at %s, version %d: no tick is claimed from then on\n", e.Name, stamp(e.Updated), e.Version)
 	case "resume":
 		e, err := cat.Resume(ctx, name)
 		if err != nil {
-			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
 		fmt.Fprintf(stdout, "resumed %s at %s, version %d: it runs from its next tick\n", e.Name, stamp(e.Updated), e.Version)
 	case "run-now":
@@ -249,14 +265,35 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("%s is paused: resume it first (a run now would start a run after its pause)", name)
 		}
 		if err != nil {
-			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
 		fmt.Fprintf(stdout, "asked for a run of %s now (fire time %s): one replica with handler %s runs it, with its own token; `aegis schedule runs %s` shows it\n", e.Name, stamp(e.RunNow), e.Handler, e.Name)
 	case "rm":
 		if err := cat.Delete(ctx, name); err != nil {
-			return catalogError(notFound(ctx, cat, name, err), name, f.ns)
+			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
 		fmt.Fprintf(stdout, "removed %s\n", name)
+	}
+	return nil
+}
+
+// schedulePut puts entry into the catalog and says what it wrote, with a
+// warning when no live replica has its handler.
+func schedulePut(ctx context.Context, cat *schedule.Catalog, entry schedule.Entry, ns string, stdout, stderr io.Writer) error {
+	e, err := cat.Put(ctx, entry)
+	if err != nil {
+		return catalogError(err, entry.Name, ns)
+	}
+	paused := ""
+	if e.Paused {
+		paused = " (paused: resume runs it)"
+	}
+	fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", e.Name, e.Spec(), e.Handler, e.Version,
+		effectiveText(e, time.Now(), "takes effect at", "in effect since"), paused)
+	if len(e.Replicas) == 0 && len(e.MissingOn) > 0 {
+		// Most often a misspelt --handler: say so while the user is
+		// still at the prompt.
+		fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, strings.Join(e.MissingOn, ", "), e.Name)
 	}
 	return nil
 }
