@@ -26,18 +26,14 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,242 +73,240 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return err
 }
 
+// demo tells the story: the demo's schema and tables, three replica
+// processes started and told the night's fire time, the run followed
+// (the runner paused past its lease, the reclaim, the runner resumed),
+// and what the tables say at the end.
 func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
+	o, err := parseOptions(args)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, o.pgURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL (start it with scripts/services start): %w", err)
+	}
+	defer conn.Close(ctx)
+	replicaURL, err := prepare(ctx, conn, o)
+	if err != nil {
+		return nil, err
+	}
+
+	tl := &timeline{out: out, start: time.Now()}
+	tl.say("demo", "10 orders pending; 3 replicas start (fence=%v)", o.fenced)
+	reps := newReplicas()
+	defer reps.stop()
+	if err := reps.start(ctx, replicaURL, o); err != nil {
+		return nil, err
+	}
+	if err := reps.awaitReady(ctx, tl); err != nil {
+		return nil, err
+	}
+	if err := reps.scheduleNightly(tl); err != nil {
+		return nil, err
+	}
+	res, err := follow(ctx, reps, tl)
+	if err != nil {
+		return nil, err
+	}
+	if err := tally(ctx, conn, tl, res); err != nil {
+		return nil, err
+	}
+	res.Console = consoleCommand(replicaURL)
+	printConsole(out, res.Console, replicaURL)
+	return res, nil
+}
+
+// options are the demo's flags.
+type options struct {
+	pgURL, schema string
+	fenced        bool
+	work          time.Duration
+}
+
+// parseOptions parses the demo's flags.
+func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("nightly", flag.ContinueOnError)
 	pgURL := fs.String("postgres", cmp.Or(os.Getenv("AEGIS_POSTGRES_URL"), "postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable"), "PostgreSQL URL (AEGIS_POSTGRES_URL)")
 	schema := fs.String("schema", "aegis_nightly_demo", "schema to recreate and work in; empty: the URL's own search_path, which must be empty of the demo's tables")
 	fenced := fs.Bool("fence", true, "fence every write with the run's token")
 	work := fs.Duration("work", 150*time.Millisecond, "time to reconcile one order")
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		return options{}, err
 	}
 	if *work <= 0 {
-		return nil, fmt.Errorf("-work %s: must be positive", *work)
+		return options{}, fmt.Errorf("-work %s: must be positive", *work)
 	}
-	conn, err := pgx.Connect(ctx, *pgURL)
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL (start it with scripts/services start): %w", err)
-	}
-	defer conn.Close(ctx)
-	replicaURL := *pgURL
-	if *schema != "" {
-		ident := pgx.Identifier{*schema}.Sanitize()
+	return options{pgURL: *pgURL, schema: *schema, fenced: *fenced, work: *work}, nil
+}
+
+// prepare recreates the demo's schema with its orders tables and the
+// fence's, and returns the URL the replicas connect with: o.pgURL, working
+// in the schema.
+func prepare(ctx context.Context, conn *pgx.Conn, o options) (string, error) {
+	replicaURL := o.pgURL
+	if o.schema != "" {
+		ident := pgx.Identifier{o.schema}.Sanitize()
 		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE; CREATE SCHEMA "+ident+"; SET search_path = "+ident); err != nil {
-			return nil, err
+			return "", err
 		}
-		u, err := url.Parse(*pgURL)
+		u, err := url.Parse(o.pgURL)
 		if err != nil {
-			return nil, fmt.Errorf("-postgres is not a URL: %w", err)
+			return "", fmt.Errorf("-postgres is not a URL: %w", err)
 		}
 		// A runtime parameter of the connection: pgx sends it at startup,
 		// so every connection of the replicas' pools, and of the console
 		// opened on the same URL, works in the schema.
 		q := u.Query()
-		q.Set("search_path", *schema)
+		q.Set("search_path", o.schema)
 		u.RawQuery = q.Encode()
 		replicaURL = u.String()
 	}
 	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
-		return nil, fmt.Errorf("create the orders tables: %w", err)
+		return "", fmt.Errorf("create the orders tables: %w", err)
 	}
 	// The fence's tables, where the replicas count the writes it refused
 	// (aegis_fence_refusal): what aegis console's Fence page reads. Created
 	// once here, before the replicas start, as a deployment's migration
 	// would.
 	if err := migrateFence(ctx, replicaURL); err != nil {
-		return nil, err
+		return "", err
 	}
+	return replicaURL, nil
+}
 
-	tl := &timeline{out: out, start: time.Now()}
-	tl.say("demo", "10 orders pending; 3 replicas start (fence=%v)", *fenced)
-
-	events := make(chan line, 256)
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var reps []*exec.Cmd
-	var readers sync.WaitGroup
-	defer func() {
-		for _, c := range reps {
-			_ = c.Process.Signal(syscall.SIGCONT)
-			_ = c.Process.Signal(syscall.SIGTERM)
-		}
-		for _, c := range reps {
-			done := make(chan struct{})
-			go func() { _ = c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = c.Process.Kill()
-				<-done
-			}
-		}
-		readers.Wait()
-	}()
-	pids := map[string]*exec.Cmd{}
-	var stdins []io.WriteCloser
-	for i := 1; i <= 3; i++ {
-		name := fmt.Sprintf("replica-%d", i)
-		cmd := exec.CommandContext(ctx, self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), "NIGHTLY_REPLICA="+name, "NIGHTLY_POSTGRES="+replicaURL,
-			"NIGHTLY_WORK="+work.String(), "NIGHTLY_FENCE="+strconv.FormatBool(*fenced))
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		reps = append(reps, cmd)
-		stdins = append(stdins, stdin)
-		pids[name] = cmd
-		readers.Go(func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				var l line
-				if json.Unmarshal(sc.Bytes(), &l) == nil {
-					events <- l
-				}
-			}
-		})
-	}
-
-	// The fire time is set once every replica is connected and has its
-	// scheduler's store: set before, a replica slow to start (a cold
-	// machine) would bind the job after the fire time and skip the
-	// night, and with all three the story would never begin.
-	ready := 0
-	startBy := time.After(60 * time.Second)
-	for ready < len(reps) {
-		select {
-		case l := <-events:
-			switch l.Kind {
-			case "error":
-				return nil, fmt.Errorf("%s: %s", l.Node, l.Text)
-			case "ready":
-				tl.say(l.Node, "started (pid %s)", l.Text)
-				ready++
-			}
-		case <-startBy:
-			return nil, fmt.Errorf("only %d of the 3 replicas were ready within 60s", ready)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	// Nightly at this time of day (UTC), on the next whole second at
-	// least a second from now: every replica computes the same instant
-	// from the offset.
-	fire := time.Now().Add(2 * time.Second).Truncate(time.Second)
-	offset := fire.Sub(fire.Truncate(24 * time.Hour))
-	tl.say("demo", "nightly-reconciliation runs daily at %s UTC, next at %s", fire.UTC().Format("15:04:05"), fire.UTC().Format(time.RFC3339))
-	for _, w := range stdins {
-		if _, err := fmt.Fprintln(w, offset); err != nil {
-			return nil, fmt.Errorf("tell a replica the schedule: %w", err)
-		}
-	}
-
-	// Follow the story: pause the runner after it applied three orders,
-	// resume it once another replica has applied orders with a greater
-	// token, and finish when the reconciliation is complete.
-	var (
-		res      result
-		holder   string
-		holderTk int64
-		paused   bool
-		resumed  bool
-		applied  = map[int]bool{}
-		// overtaken: another replica applied an order with a greater
-		// token than the runner's.
-		overtaken bool
-		deadline  = time.After(60 * time.Second)
-	)
+// follow follows the story: pause the runner after it applied three
+// orders, resume it once another replica has applied orders with a
+// greater token, and finish when the reconciliation is complete.
+func follow(ctx context.Context, reps *replicas, tl *timeline) (*result, error) {
+	s := &story{tl: tl, reps: reps, applied: map[int]bool{}}
+	deadline := time.After(60 * time.Second)
 	for {
 		var l line
 		select {
-		case l = <-events:
+		case l = <-reps.events:
 		case <-deadline:
 			return nil, errors.New("the story did not finish within 60s")
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		switch l.Kind {
-		case "error":
-			return nil, fmt.Errorf("%s: %s", l.Node, l.Text)
-		case "run":
-			if l.Attempt > 1 {
-				tl.say(l.Node, "runs the tick %s again, token %d, attempt %d", l.Fire, l.Token, l.Attempt)
-			} else {
-				tl.say(l.Node, "won the tick %s: its INSERT of (job, fire time) landed, token %d", l.Fire, l.Token)
-			}
-			if holder == "" {
-				holder, holderTk = l.Node, l.Token
-				res.Runner, res.RunnerToken = holder, holderTk
-			}
-		case "skipped":
-			tl.say(l.Node, "tick %s: %s", l.Fire, l.Text)
-		case "reclaim":
-			tl.say(l.Node, "reaper: the run of %s expired; reclaimed it in one UPDATE, token %d, attempt %d", l.Fire, l.Token, l.Attempt)
-			if res.Reclaimer == "" {
-				res.Reclaimer, res.ReclaimToken = l.Node, l.Token
-			}
-		case "pending":
-			tl.say(l.Node, "reads pending orders %s (token %d)", l.Text, l.Token)
-		case "applied":
-			tl.say(l.Node, "applied order %d with token %d", l.Order, l.Token)
-			applied[l.Order] = true
-		case "stale":
-			tl.say(l.Node, "order %d with token %d: UPDATE … WHERE last_token <= $t hit 0 rows: stale, rolled back, stops", l.Order, l.Token)
-			res.Stale = true
-		case "counted":
-			tl.say(l.Node, "counted the refusal in aegis_fence_refusal: %s", l.Text)
-		case "lost", "done":
-			tl.say(l.Node, "%s %s (token %d) %s", l.Kind, l.Fire, l.Token, l.Text)
+		if err := s.tell(l); err != nil {
+			return nil, err
 		}
-		if l.Kind == "applied" && l.Node == holder && !paused && len(applied) >= 3 {
-			tl.say("demo", "SIGSTOP %s (pid %d): paused past its run's lease (LockAtMostFor 1s)", holder, pids[holder].Process.Pid)
-			if err := pids[holder].Process.Signal(syscall.SIGSTOP); err != nil {
-				return nil, err
-			}
-			paused = true
+		done, err := s.direct(l)
+		if err != nil {
+			return nil, err
 		}
-		if l.Kind == "applied" && holder != "" && l.Node != holder && l.Token > holderTk {
-			overtaken = true
-		}
-		// Checked on every event, the pause's included: on a loaded
-		// machine the reaper can overtake the runner, and apply the last
-		// order, before the pause.
-		if paused && !resumed && overtaken && len(applied) == 10 {
-			tl.say("demo", "SIGCONT %s: it resumes where it stopped, with its old token %d", holder, holderTk)
-			if err := pids[holder].Process.Signal(syscall.SIGCONT); err != nil {
-				return nil, err
-			}
-			resumed = true
-		}
-		if resumed && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
-			break
-		}
-		if !paused && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
-			// Its run was reclaimed before the pause: its heartbeats did
-			// not reach the database within the 1s lease.
-			return nil, fmt.Errorf("%s lost its run before the demo paused it (%s): the machine is too loaded for the story's 1s lease; run it again", holder, l.Text)
+		if done {
+			return &s.res, nil
 		}
 	}
+}
 
+// story is what follow has seen so far.
+type story struct {
+	tl       *timeline
+	reps     *replicas
+	res      result
+	holder   string
+	holderTk int64
+	paused   bool
+	resumed  bool
+	applied  map[int]bool
+	// overtaken: another replica applied an order with a greater
+	// token than the runner's.
+	overtaken bool
+}
+
+// tell puts a replica's event on the timeline and notes the runner, the
+// reclaimer, the orders applied and a refused write. A replica's error
+// ends the story.
+func (s *story) tell(l line) error {
+	tl, res := s.tl, &s.res
+	switch l.Kind {
+	case "error":
+		return fmt.Errorf("%s: %s", l.Node, l.Text)
+	case "run":
+		if l.Attempt > 1 {
+			tl.say(l.Node, "runs the tick %s again, token %d, attempt %d", l.Fire, l.Token, l.Attempt)
+		} else {
+			tl.say(l.Node, "won the tick %s: its INSERT of (job, fire time) landed, token %d", l.Fire, l.Token)
+		}
+		if s.holder == "" {
+			s.holder, s.holderTk = l.Node, l.Token
+			res.Runner, res.RunnerToken = s.holder, s.holderTk
+		}
+	case "skipped":
+		tl.say(l.Node, "tick %s: %s", l.Fire, l.Text)
+	case "reclaim":
+		tl.say(l.Node, "reaper: the run of %s expired; reclaimed it in one UPDATE, token %d, attempt %d", l.Fire, l.Token, l.Attempt)
+		if res.Reclaimer == "" {
+			res.Reclaimer, res.ReclaimToken = l.Node, l.Token
+		}
+	case "pending":
+		tl.say(l.Node, "reads pending orders %s (token %d)", l.Text, l.Token)
+	case "applied":
+		tl.say(l.Node, "applied order %d with token %d", l.Order, l.Token)
+		s.applied[l.Order] = true
+	case "stale":
+		tl.say(l.Node, "order %d with token %d: UPDATE … WHERE last_token <= $t hit 0 rows: stale, rolled back, stops", l.Order, l.Token)
+		res.Stale = true
+	case "counted":
+		tl.say(l.Node, "counted the refusal in aegis_fence_refusal: %s", l.Text)
+	case "lost", "done":
+		tl.say(l.Node, "%s %s (token %d) %s", l.Kind, l.Fire, l.Token, l.Text)
+	}
+	return nil
+}
+
+// direct acts on an event: it pauses the runner (SIGSTOP) once it applied
+// three orders, and resumes it (SIGCONT) once another replica overtook it
+// and every order is applied. It reports true when the resumed runner's
+// run ended: the end of the story.
+func (s *story) direct(l line) (bool, error) {
+	tl, holder := s.tl, s.holder
+	if l.Kind == "applied" && l.Node == holder && !s.paused && len(s.applied) >= 3 {
+		tl.say("demo", "SIGSTOP %s (pid %d): paused past its run's lease (LockAtMostFor 1s)", holder, s.reps.byName[holder].Process.Pid)
+		if err := s.reps.byName[holder].Process.Signal(syscall.SIGSTOP); err != nil {
+			return false, err
+		}
+		s.paused = true
+	}
+	if l.Kind == "applied" && holder != "" && l.Node != holder && l.Token > s.holderTk {
+		s.overtaken = true
+	}
+	// Checked on every event, the pause's included: on a loaded
+	// machine the reaper can overtake the runner, and apply the last
+	// order, before the pause.
+	if s.paused && !s.resumed && s.overtaken && len(s.applied) == 10 {
+		tl.say("demo", "SIGCONT %s: it resumes where it stopped, with its old token %d", holder, s.holderTk)
+		if err := s.reps.byName[holder].Process.Signal(syscall.SIGCONT); err != nil {
+			return false, err
+		}
+		s.resumed = true
+	}
+	if s.resumed && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
+		return true, nil
+	}
+	if !s.paused && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
+		// Its run was reclaimed before the pause: its heartbeats did
+		// not reach the database within the 1s lease.
+		return false, fmt.Errorf("%s lost its run before the demo paused it (%s): the machine is too loaded for the story's 1s lease; run it again", holder, l.Text)
+	}
+	return false, nil
+}
+
+// tally reads the outcome from the tables into res and says it: orders
+// reconciled, ledger rows, orders applied twice, run rows.
+func tally(ctx context.Context, conn *pgx.Conn, tl *timeline, res *result) error {
 	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE reconciled), (SELECT count(*) FROM ledger),
 		(SELECT count(*) FROM (SELECT order_id FROM ledger GROUP BY order_id HAVING count(*) > 1) d) FROM orders`).
 		Scan(&res.Orders, &res.Ledger, &res.Duplicates); err != nil {
-		return nil, err
+		return err
 	}
 	var runs int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM aegis_schedule_run`).Scan(&runs); err != nil {
-		return nil, err
+		return err
 	}
 	tl.say("demo", "result: %d of 10 orders reconciled, %d ledger rows, %d orders applied twice; %d run row for the tick", res.Orders, res.Ledger, res.Duplicates, runs)
 	if res.Duplicates == 0 {
@@ -320,12 +314,16 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 	} else {
 		tl.say("demo", "without the fence, the resumed replica applied an order a second time")
 	}
-	res.Console = consoleCommand(replicaURL)
-	fmt.Fprintf(out, "\nThe tables stay until the next run. To see the runs, their tokens and the refused write in the operator's console:\n\n  %s\n", res.Console)
+	return nil
+}
+
+// printConsole prints command, which opens the operator's console on the
+// demo's tables, and how to use it when replicaURL's password was masked.
+func printConsole(out io.Writer, command, replicaURL string) {
+	fmt.Fprintf(out, "\nThe tables stay until the next run. To see the runs, their tokens and the refused write in the operator's console:\n\n  %s\n", command)
 	if masked(replicaURL) {
 		fmt.Fprintln(out, "\n(the password is masked: put it in place of xxxxx, or leave it out of the URL and set PGPASSWORD)")
 	}
-	return &res, nil
 }
 
 // migrateFence creates the fence's tables in the demo's schema.
