@@ -103,10 +103,46 @@ func (t *timeline) say(who, format string, args ...any) {
 	fmt.Fprintf(t.out, "%6dms  %-12s %s\n", ms, who, fmt.Sprintf(format, args...))
 }
 
+// story tells the export step by step: the race for the period, the
+// winner's pause, the reclaim, the retry that publishes, the stale finish
+// refused, the late comers refused, and the one object left.
 func story(ctx context.Context, e *Exports, period string, reapAfter time.Duration, tl *timeline) error {
 	tl.say("", "two schedulers wake at 02:00 for the %s export", period)
 
 	// 1. Both schedulers insert the period; the primary key picks one.
+	first, err := race(ctx, e, period, tl)
+	if err != nil {
+		return err
+	}
+	// 2. The winner renders and uploads under its token, then pauses.
+	key1, err := uploadAndPause(ctx, e, period, first, reapAfter, tl)
+	if err != nil {
+		return err
+	}
+	// 3. The runbook sees it; the reaper reclaims it with a new token.
+	second, err := reclaim(ctx, e, period, first, reapAfter, tl)
+	if err != nil {
+		return err
+	}
+	// 4. The retry runs under the new token and publishes.
+	key2, err := retry(ctx, e, period, second, tl)
+	if err != nil {
+		return err
+	}
+	// 5. The first worker resumes and tries to finish with its old token.
+	if err := staleFinish(ctx, e, period, first, key1, tl); err != nil {
+		return err
+	}
+	// 6. A late reaper run and a late scheduler change nothing.
+	if err := lateComers(ctx, e, period, tl); err != nil {
+		return err
+	}
+	return oneObject(ctx, e, period, key2, tl)
+}
+
+// race has two schedulers insert the period at once and returns the
+// winner's fencing token.
+func race(ctx context.Context, e *Exports, period string, tl *timeline) (aegis.Token, error) {
 	var (
 		wg     sync.WaitGroup
 		go1    = make(chan struct{})
@@ -126,59 +162,78 @@ func story(ctx context.Context, e *Exports, period string, reapAfter time.Durati
 		if errs[i] == nil {
 			winner = i
 		} else if !errors.Is(errs[i], ErrClaimed) {
-			return errs[i]
+			return 0, errs[i]
 		}
 	}
 	if winner < 0 {
-		return errors.New("no scheduler won the period")
+		return 0, errors.New("no scheduler won the period")
 	}
 	tl.say(fmt.Sprintf("scheduler-%d", winner+1), "INSERT period %s: won, fencing token %d", period, tokens[winner])
 	tl.say(fmt.Sprintf("scheduler-%d", 2-winner), "INSERT period %s: unique violation, another scheduler owns it: stop", period)
-	first := tokens[winner]
+	return tokens[winner], nil
+}
 
-	// 2. The winner renders and uploads under its token, then pauses.
+// uploadAndPause is the winner's work under its token: it renders and
+// uploads the PDF, then pauses past the reaper's threshold. It returns
+// the upload's key.
+func uploadAndPause(ctx context.Context, e *Exports, period string, first aegis.Token, reapAfter time.Duration, tl *timeline) (string, error) {
 	key1, err := e.Upload(ctx, period, first, Render(period, first))
 	if err != nil {
-		return err
+		return "", err
 	}
 	tl.say("worker-1", "rendered the PDF, uploaded %s", key1)
 	tl.say("worker-1", "pauses before its finish (a GC pause, a SIGSTOP, a stalled disk) ...")
 	time.Sleep(reapAfter + reapAfter/2)
+	return key1, nil
+}
 
-	// 3. The runbook sees it; the reaper reclaims it with a new token.
+// reclaim is the runbook's view of the stuck export and the reaper's
+// reclaim, which returns the new fencing token.
+func reclaim(ctx context.Context, e *Exports, period string, first aegis.Token, reapAfter time.Duration, tl *timeline) (aegis.Token, error) {
 	stuck, err := e.Stuck(ctx, reapAfter)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	tl.say("runbook", "stuck RUNNING for more than %s: %v", reapAfter, stuck)
 	second, ok, err := e.Reap(ctx, period, reapAfter)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !ok {
-		return errors.New("the reaper found nothing to reclaim")
+		return 0, errors.New("the reaper found nothing to reclaim")
 	}
 	tl.say("reaper", "reclaimed %s: fencing token %d -> %d in the same UPDATE", period, first, second)
+	return second, nil
+}
 
-	// 4. The retry runs under the new token and publishes.
+// retry renders, uploads and finishes under the new token, and returns
+// the canonical object's key.
+func retry(ctx context.Context, e *Exports, period string, second aegis.Token, tl *timeline) (string, error) {
 	key2, err := e.Upload(ctx, period, second, Render(period, second))
 	if err != nil {
-		return err
+		return "", err
 	}
 	tl.say("worker-2", "rendered the PDF, uploaded %s", key2)
 	if err := e.Finish(ctx, period, second, key2); err != nil {
-		return err
+		return "", err
 	}
 	tl.say("worker-2", "finish WHERE fencing_token = %d: 1 row, FINISHED, canonical object %s", second, key2)
+	return key2, nil
+}
 
-	// 5. The first worker resumes and tries to finish with its old token.
-	err = e.Finish(ctx, period, first, key1)
+// staleFinish is the first worker's finish with its old token, which the
+// fence must refuse.
+func staleFinish(ctx context.Context, e *Exports, period string, first aegis.Token, key1 string, tl *timeline) error {
+	err := e.Finish(ctx, period, first, key1)
 	if !errors.Is(err, aegis.ErrStale) {
 		return fmt.Errorf("the stale finish was not rejected: %v", err)
 	}
 	tl.say("worker-1", "resumes; finish WHERE fencing_token = %d: 0 rows (%v); deleted its upload", first, aegis.ErrStale)
+	return nil
+}
 
-	// 6. A late reaper run and a late scheduler change nothing.
+// lateComers are a late reaper run and a late scheduler, both refused.
+func lateComers(ctx context.Context, e *Exports, period string, tl *timeline) error {
 	if _, ok, err := e.Reap(ctx, period, 0); err != nil || ok {
 		return fmt.Errorf("the reaper reclaimed a finished export: %v", err)
 	}
@@ -187,7 +242,12 @@ func story(ctx context.Context, e *Exports, period string, reapAfter time.Durati
 		return fmt.Errorf("a late scheduler was not refused: %v", err)
 	}
 	tl.say("scheduler-3", "a late scheduler's INSERT: unique violation: stop")
+	return nil
+}
 
+// oneObject checks the result: the export FINISHED with key2, the one
+// object in the store.
+func oneObject(ctx context.Context, e *Exports, period, key2 string, tl *timeline) error {
 	s, err := e.Get(ctx, period)
 	if err != nil {
 		return err
