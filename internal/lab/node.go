@@ -199,16 +199,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return err
 	}
 	n.start.Store(start)
-	go func() {
-		// Later lines change the node's clock; EOF aborts.
-		for lines.Scan() {
-			var cl controlLine
-			if json.Unmarshal(lines.Bytes(), &cl) == nil && cl.Skew != nil {
-				n.clock.skew.Store(*cl.Skew)
-			}
-		}
-		cancel()
-	}()
+	go n.follow(lines, cancel)
 	// The last tick's write may go on for a window after it fired.
 	end := time.Unix(0, start).Add(time.Duration(c.Ticks) * c.Tick)
 	wait := time.NewTimer(time.Until(end.Add(c.Window)))
@@ -227,6 +218,18 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		n.emit(nodeEvent{Kind: evFinished})
 	}
 	return nil
+}
+
+// follow reads the control lines after the start: a line changes the
+// node's clock; the end of stdin (the lab aborting the run) cancels.
+func (n *node) follow(lines *bufio.Scanner, cancel context.CancelFunc) {
+	for lines.Scan() {
+		var cl controlLine
+		if json.Unmarshal(lines.Bytes(), &cl) == nil && cl.Skew != nil {
+			n.clock.skew.Store(*cl.Skew)
+		}
+	}
+	cancel()
 }
 
 // openStore opens the run's store: a SQLite file (sqlite:PATH) or a
