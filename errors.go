@@ -1,6 +1,10 @@
 package aegis
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/aegislab/aegis/driver"
+)
 
 var (
 	// ErrHeld is returned by TryAcquire when another owner's lease on the key
@@ -13,6 +17,7 @@ var (
 	// the store already accepted. The caller rolls back and stops.
 	ErrStale = errors.New("aegis: stale fencing token")
 	// ErrInvalid is wrapped by errors for bad input: an empty, over-long or
-	// malformed key, a TTL out of range, a nil lease.
-	ErrInvalid = errors.New("aegis: invalid argument")
+	// malformed key, a TTL out of range, a nil lease. It is
+	// driver.ErrInvalid, which the key and TTL checks wrap.
+	ErrInvalid = driver.ErrInvalid
 )

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/aegislab/aegis/driver"
 )
 
 // cleanupTimeout bounds a release that runs after the caller's context was
@@ -115,7 +117,7 @@ func (h *Held) Release(ctx context.Context) error {
 // ReleaseAfter stops renewing and leaves the lease to expire keep from now
 // instead of releasing it: ShedLock's lockAtLeastFor for a job that ended
 // early. A keep too short to renew for (at most its clock-drift margin,
-// [Drift]: it would be gone by the time the store answers) releases at
+// [driver.Drift]: it would be gone by the time the store answers) releases at
 // once, as keep <= 0 does. Like Release it is idempotent and returns
 // ErrLost when the lease had been lost.
 func (h *Held) ReleaseAfter(ctx context.Context, keep time.Duration) error {
@@ -129,7 +131,7 @@ func (h *Held) finish(ctx context.Context, keep time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		lease := h.Lease()
-		if CheckTTL(keep, 0) == nil { // else too short to renew for: gone by the time the store answers
+		if driver.CheckTTL(keep, 0) == nil { // else too short to renew for: gone by the time the store answers
 			h.err = h.locker.Renew(ctx, &lease, keep)
 		} else {
 			h.err = h.locker.Release(ctx, &lease)
@@ -198,7 +200,7 @@ func (h *Held) renew(loopCtx, parent context.Context) {
 		}
 		// The earlier of Hold's own deadline and the one Renew set: a
 		// backend that knows a tighter bound (a session) is never overruled.
-		if d := LocalDeadline(start, lease.TTL); lease.Deadline.IsZero() || d.Before(lease.Deadline) {
+		if d := driver.LocalDeadline(start, lease.TTL); lease.Deadline.IsZero() || d.Before(lease.Deadline) {
 			lease.Deadline = d
 		}
 		h.mu.Lock()

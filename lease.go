@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode/utf8"
+
+	"github.com/aegislab/aegis/driver"
 )
 
 // Token is a fencing token: for one key, every grant's token is greater than
@@ -68,7 +69,7 @@ func (l Lease) MarshalJSON() ([]byte, error) {
 
 // Locker grants leases on keys. Implementations are safe for concurrent use.
 //
-// Every method validates its key and TTL with [CheckKey] and [CheckTTL] (or a
+// Every method validates its key and TTL with [driver.CheckKey] and [driver.CheckTTL] (or a
 // backend's stricter rules) and returns an error naming what is wrong, never
 // ErrHeld, for bad input. Errors of the underlying client are wrapped, so a
 // caller can tell a lost lease (ErrLost) from an unreachable store.
@@ -107,49 +108,10 @@ type Waiter interface {
 }
 
 // MaxKeyLen is the longest key, in bytes, that every backend accepts.
-const MaxKeyLen = 200
+const MaxKeyLen = driver.MaxKeyLen
 
 // MaxTTL is the longest TTL every backend accepts unless it documents more.
-const MaxTTL = 24 * time.Hour
-
-// CheckKey reports whether key is a valid lease key: non-empty, at most
-// MaxKeyLen bytes of UTF-8, no NUL byte. The error names what is wrong and
-// wraps ErrInvalid.
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: key is empty", ErrInvalid)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: key is %d bytes, at most %d are allowed", ErrInvalid, len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return fmt.Errorf("%w: key contains a NUL byte at offset %d", ErrInvalid, i)
-		}
-	}
-	return nil
-}
-
-// CheckTTL reports whether ttl is a valid lease TTL: longer than its drift
-// margin ([Drift], so the local deadline of a fresh grant is still ahead)
-// and at most max (MaxTTL when max is zero). The error names the value and
-// wraps ErrInvalid.
-func CheckTTL(ttl, max time.Duration) error {
-	if max <= 0 {
-		max = MaxTTL
-	}
-	switch {
-	case ttl <= 0:
-		return fmt.Errorf("%w: ttl %s is not positive", ErrInvalid, ttl)
-	case ttl <= Drift(ttl):
-		return fmt.Errorf("%w: ttl %s is not longer than its clock-drift margin %s: the lease's local deadline would already have passed when it is granted", ErrInvalid, ttl, Drift(ttl))
-	case ttl > max:
-		return fmt.Errorf("%w: ttl %s is longer than the maximum %s", ErrInvalid, ttl, max)
-	}
-	return nil
-}
+const MaxTTL = driver.MaxTTL
 
 // CheckLease reports whether l can be passed to Renew or Release: non-nil,
 // with a valid key and an owner.
@@ -157,24 +119,11 @@ func CheckLease(l *Lease) error {
 	if l == nil {
 		return fmt.Errorf("%w: lease is nil", ErrInvalid)
 	}
-	if err := CheckKey(l.Key); err != nil {
+	if err := driver.CheckKey(l.Key); err != nil {
 		return err
 	}
 	if l.Owner == "" {
 		return fmt.Errorf("%w: lease for %q has no owner", ErrInvalid, l.Key)
 	}
 	return nil
-}
-
-// LocalDeadline is the conservative local deadline of a lease of ttl
-// requested at start: start + ttl − drift, where drift allows 1% of the TTL
-// plus 2ms for the rate difference between this clock and the store's (the
-// margin Redlock uses). start must be read before the request is sent.
-func LocalDeadline(start time.Time, ttl time.Duration) time.Time {
-	return start.Add(ttl - Drift(ttl))
-}
-
-// Drift is the clock-drift margin LocalDeadline subtracts from ttl.
-func Drift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
 }

@@ -3,87 +3,20 @@ package aegis_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/lease/memlease"
 	"github.com/aegislab/aegis/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestCheckKey(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		key  string
-		want string // substring of the error; "" for valid
-	}{
-		{"invoice/2026-10", ""},
-		{strings.Repeat("k", aegis.MaxKeyLen), ""},
-		{strings.Repeat("é", aegis.MaxKeyLen/2), ""},
-		{"", "key is empty"},
-		{strings.Repeat("k", aegis.MaxKeyLen+1), "key is 201 bytes, at most 200"},
-		{"a\x00b", "NUL byte at offset 1"},
-		{"a\xffb", "not valid UTF-8"},
-	}
-	for _, tt := range tests {
-		err := aegis.CheckKey(tt.key)
-		if tt.want == "" {
-			require.NoError(t, err, "%q", tt.key)
-			continue
-		}
-		require.ErrorIs(t, err, aegis.ErrInvalid)
-		require.ErrorContains(t, err, tt.want)
-	}
-}
-
-func FuzzCheckKey(f *testing.F) {
-	for _, s := range []string{"", "a", "a\x00", "\xff", strings.Repeat("x", 201), "lock:é"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, key string) {
-		err := aegis.CheckKey(key)
-		valid := key != "" && len(key) <= aegis.MaxKeyLen && utf8.ValidString(key) && !strings.ContainsRune(key, 0)
-		if valid != (err == nil) {
-			t.Fatalf("CheckKey(%q) = %v, valid = %v", key, err, valid)
-		}
-	})
-}
-
-func TestCheckTTL(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		ttl, max time.Duration
-		want     string
-	}{
-		{time.Second, 0, ""},
-		{aegis.MaxTTL, 0, ""},
-		{0, 0, "ttl 0s is not positive"},
-		{-time.Second, 0, "ttl -1s is not positive"},
-		{aegis.MaxTTL + 1, 0, "longer than the maximum 24h0m0s"},
-		{time.Minute, time.Second, "ttl 1m0s is longer than the maximum 1s"},
-		{time.Millisecond, 0, "ttl 1ms is not longer than its clock-drift margin 2.01ms"},
-		{2 * time.Millisecond, 0, "not longer than its clock-drift margin"},
-		{2020 * time.Microsecond, 0, "not longer than its clock-drift margin"},
-		{3 * time.Millisecond, 0, ""},
-	}
-	for _, tt := range tests {
-		err := aegis.CheckTTL(tt.ttl, tt.max)
-		if tt.want == "" {
-			require.NoError(t, err)
-			continue
-		}
-		require.ErrorIs(t, err, aegis.ErrInvalid)
-		require.ErrorContains(t, err, tt.want)
-	}
-}
 
 func TestCheckLease(t *testing.T) {
 	t.Parallel()
@@ -91,14 +24,6 @@ func TestCheckLease(t *testing.T) {
 	require.ErrorContains(t, aegis.CheckLease(&aegis.Lease{Key: "k"}), "has no owner")
 	require.ErrorContains(t, aegis.CheckLease(&aegis.Lease{Owner: "o"}), "key is empty")
 	require.NoError(t, aegis.CheckLease(&aegis.Lease{Key: "k", Owner: "o"}))
-}
-
-func TestLocalDeadline(t *testing.T) {
-	t.Parallel()
-	start := time.Now()
-	d := aegis.LocalDeadline(start, 10*time.Second)
-	require.Equal(t, 10*time.Second-100*time.Millisecond-2*time.Millisecond, d.Sub(start))
-	require.True(t, aegis.LocalDeadline(start, time.Millisecond).Before(start.Add(time.Millisecond)))
 }
 
 func TestLeaseStringHidesOwner(t *testing.T) {
@@ -139,8 +64,8 @@ func TestHeldNeverPrintsOwner(t *testing.T) {
 func TestReleaseAfterTooShortReleases(t *testing.T) {
 	ctx := t.Context()
 	l := memlease.New()
-	for _, keep := range []time.Duration{-time.Second, 0, time.Microsecond, 373 * time.Microsecond, aegis.Drift(2 * time.Millisecond)} {
-		require.Error(t, aegis.CheckTTL(keep, 0), "%s is too short to renew for", keep)
+	for _, keep := range []time.Duration{-time.Second, 0, time.Microsecond, 373 * time.Microsecond, driver.Drift(2 * time.Millisecond)} {
+		require.Error(t, driver.CheckTTL(keep, 0), "%s is too short to renew for", keep)
 		h, err := aegis.Hold(ctx, l, "keep/short", time.Minute)
 		require.NoError(t, err)
 		require.NoError(t, h.ReleaseAfter(ctx, keep), "keep %s", keep)

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/node"
 )
@@ -96,13 +97,13 @@ func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
 	case len(name) > MaxNameLen:
 		return nil, invalid("elect: name is %d bytes, at most %d are allowed", len(name), MaxNameLen)
 	}
-	if err := aegis.CheckKey(keyPrefix + name); err != nil {
+	if err := driver.CheckKey(keyPrefix + name); err != nil {
 		return nil, invalid("elect: name: %w", err)
 	}
 	if err := node.Check("elect: Config.Node", c.Node); err != nil {
 		return nil, invalid("%w", err)
 	}
-	if err := aegis.CheckTTL(c.TTL, 0); err != nil {
+	if err := driver.CheckTTL(c.TTL, 0); err != nil {
 		return nil, invalid("elect: Config.TTL: %w", err)
 	}
 	if c.TTL < 10*time.Millisecond {

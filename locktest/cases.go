@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 func (s *suite) exclusive(t *testing.T) {
@@ -200,7 +201,7 @@ func (s *suite) lockAtLeastFor(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrHeld, "the key stays held for the remaining time")
 	lb, at := s.takeover(t, ctx, b, k, s.cfg.TTL)
 	require.Greater(t, lb.Token, la.Token)
-	require.GreaterOrEqual(t, at.Sub(renewed), s.cfg.TTL-aegis.Drift(s.cfg.TTL), "freed before the remaining time passed")
+	require.GreaterOrEqual(t, at.Sub(renewed), s.cfg.TTL-driver.Drift(s.cfg.TTL), "freed before the remaining time passed")
 	require.Less(t, at.Sub(renewed), 8*s.cfg.TTL, "the shorter TTL must replace the original one")
 	require.NoError(t, b.Release(ctx, lb))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // work runs one claimed job's handler and records its outcome, fenced by
@@ -203,7 +204,7 @@ func (r *run) expired() {
 }
 
 func localDeadline(start time.Time, lease time.Duration) time.Time {
-	return aegis.LocalDeadline(start, lease)
+	return driver.LocalDeadline(start, lease)
 }
 
 // jobLogger logs about one job; the job's attributes are formatted only

@@ -3,7 +3,7 @@ package schedule
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
 )
@@ -32,7 +33,7 @@ type Handler func(ctx context.Context, args json.RawMessage) error
 // (EventUnhandled, the metric aegis_schedule_unhandled) and `aegis
 // schedule list` names the replicas that lack it.
 func (s *Scheduler) Handle(name string, h Handler) error {
-	if err := aegis.CheckKey(name); err != nil {
+	if err := driver.CheckKey(name); err != nil {
 		return fmt.Errorf("schedule: Handle: name: %w", err)
 	}
 	if len(name) > MaxNameLen {
@@ -138,7 +139,7 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 		return err
 	}
 	defer conn.Close()
-	defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }() // discarded: never back to the pool LISTENing
+	defer func() { _ = conn.Raw(func(any) error { return sqldriver.ErrBadConn }) }() // discarded: never back to the pool LISTENing
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -132,7 +133,7 @@ func (c *Catalog) Namespace() string { return c.ns }
 // It returns the row as written. The error names the field that is wrong;
 // nothing is written then.
 func (c *Catalog) Put(ctx context.Context, e Entry) (Entry, error) {
-	if err := aegis.CheckKey(e.Name); err != nil {
+	if err := driver.CheckKey(e.Name); err != nil {
 		return Entry{}, fmt.Errorf("schedule: put: Entry.Name: %w", err)
 	}
 	if len(e.Name) > MaxNameLen {
@@ -184,7 +185,7 @@ func (c *Catalog) Resume(ctx context.Context, name string) (Entry, error) {
 }
 
 func (c *Catalog) setEnabled(ctx context.Context, op, name string, enabled bool) (Entry, error) {
-	if err := aegis.CheckKey(name); err != nil {
+	if err := driver.CheckKey(name); err != nil {
 		return Entry{}, fmt.Errorf("schedule: %s: name: %w", op, err)
 	}
 	err := c.edit(ctx, func(tx execer, gen, now int64) error {
@@ -208,7 +209,7 @@ func (c *Catalog) setEnabled(ctx context.Context, op, name string, enabled bool)
 // Delete removes the schedule: no tick is claimed after Delete returns; a
 // run already going ends normally, and its runs stay in the run table.
 func (c *Catalog) Delete(ctx context.Context, name string) error {
-	if err := aegis.CheckKey(name); err != nil {
+	if err := driver.CheckKey(name); err != nil {
 		return fmt.Errorf("schedule: delete: name: %w", err)
 	}
 	err := c.edit(ctx, func(tx execer, gen, now int64) error {

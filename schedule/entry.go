@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // Entry is one schedule of the catalog: a row of its table. Put reads the
@@ -146,7 +146,7 @@ func (e Entry) validate() (Entry, error) {
 			return e, invalid("Entry.Every: %w", err)
 		}
 	}
-	if err := aegis.CheckKey(e.Handler); err != nil {
+	if err := driver.CheckKey(e.Handler); err != nil {
 		return e, invalid("Entry.Handler: %w", err)
 	}
 	if len(e.Handler) > MaxNameLen {

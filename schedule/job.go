@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // MaxNameLen is the longest job name, in bytes: the name is a lease key
@@ -137,7 +138,7 @@ func (o Overlap) String() string {
 // c's mode (nil: none, as in lease mode, the most permissive). Errors name
 // the field.
 func (j Job) validate(c claimer) (Job, Schedule, error) {
-	if err := aegis.CheckKey(j.Name); err != nil {
+	if err := driver.CheckKey(j.Name); err != nil {
 		return j, nil, invalid("Job.Name: %w", err)
 	}
 	if len(j.Name) > MaxNameLen {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // leaseClaimer is lease mode's claimer (Config.Locker, ShedLock's
@@ -119,7 +120,7 @@ func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bo
 		switch {
 		case held != nil:
 			err = held.ReleaseAfter(fctx, keep) // a keep too short to renew for releases
-		case aegis.CheckTTL(keep, 0) == nil: // else too short to renew for: release
+		case driver.CheckTTL(keep, 0) == nil: // else too short to renew for: release
 			err = locker.Renew(fctx, lease, keep)
 		default:
 			err = locker.Release(fctx, lease)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -129,7 +130,7 @@ func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff b
 // is what a catalog job's claim read from its row.
 func (rk *runKeyClaimer) startRun(ctx context.Context, j *job, f time.Time, token aegis.Token, attempt int, start time.Time, c claimed) <-chan struct{} {
 	st := rk.st
-	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: aegis.LocalDeadline(start, j.LockAtMostFor)}
+	lease := &aegis.Lease{Key: j.Name, Token: token, Owner: j.s.cfg.Node, TTL: j.LockAtMostFor, Deadline: driver.LocalDeadline(start, j.LockAtMostFor)}
 	run := Run{Job: j.Name, Namespace: j.s.ns, Fire: f, Node: j.s.cfg.Node, Token: token, Attempt: attempt, Args: c.args, Version: c.version}
 	return j.launch(ctx, run, lease, start.Add(j.LockAtMostFor), &runRow{s: st, job: j.Name, fire: f}, func(jobErr error, held *aegis.Held) {
 		state, text := "succeeded", ""

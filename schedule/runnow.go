@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // ErrPaused is returned by RunNow for a paused schedule.
@@ -36,7 +36,7 @@ var ErrPaused = errors.New("schedule: paused")
 // A paused schedule is refused with an error wrapping ErrPaused; an
 // unknown one with ErrNotFound. It returns the row as written.
 func (c *Catalog) RunNow(ctx context.Context, name string) (Entry, error) {
-	if err := aegis.CheckKey(name); err != nil {
+	if err := driver.CheckKey(name); err != nil {
 		return Entry{}, fmt.Errorf("schedule: run now: name: %w", err)
 	}
 	err := c.edit(ctx, func(tx execer, gen, now int64) error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -364,7 +365,7 @@ func (r *runRow) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) e
 	if n == 0 {
 		return aegis.ErrLost
 	}
-	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(start, ttl)
+	l.TTL, l.Deadline = ttl, driver.LocalDeadline(start, ttl)
 	return nil
 }
 

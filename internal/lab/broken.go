@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/lease/redislease"
@@ -86,10 +87,10 @@ func (r *redisDel) lockKey(key string) string  { return r.prefix + key }
 func (r *redisDel) fenceKey(key string) string { return r.prefix + key + ":fence" }
 
 func (r *redisDel) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	id := owner.New()
@@ -105,7 +106,7 @@ func (r *redisDel) TryAcquire(ctx context.Context, key string, ttl time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("acquire %q: token: %w", key, err)
 	}
-	return &aegis.Lease{Key: key, Token: aegis.Token(token), Owner: id, TTL: ttl, Deadline: aegis.LocalDeadline(start, ttl)}, nil
+	return &aegis.Lease{Key: key, Token: aegis.Token(token), Owner: id, TTL: ttl, Deadline: driver.LocalDeadline(start, ttl)}, nil
 }
 
 // Renew is the first mistake: PEXPIRE extends whoever holds the key now.
@@ -113,7 +114,7 @@ func (r *redisDel) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration)
 	if err := aegis.CheckLease(l); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -124,7 +125,7 @@ func (r *redisDel) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration)
 	if !ok {
 		return fmt.Errorf("renew %q: %w: the key is gone", l.Key, aegis.ErrLost)
 	}
-	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(start, ttl)
+	l.TTL, l.Deadline = ttl, driver.LocalDeadline(start, ttl)
 	return nil
 }
 
@@ -223,16 +224,16 @@ func (f *failOpen) TryAcquire(ctx context.Context, key string, ttl time.Duration
 	// The mistake: Redis is unreachable, so grant.
 	return &aegis.Lease{
 		Key: key, Token: aegis.Token(f.tokens.Add(1)), Owner: failOpenOwner + owner.New(),
-		TTL: ttl, Deadline: aegis.LocalDeadline(start, ttl),
+		TTL: ttl, Deadline: driver.LocalDeadline(start, ttl),
 	}, nil
 }
 
 func (f *failOpen) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
 	if l != nil && strings.HasPrefix(l.Owner, failOpenOwner) {
-		if err := aegis.CheckTTL(ttl, 0); err != nil {
+		if err := driver.CheckTTL(ttl, 0); err != nil {
 			return err
 		}
-		l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+		l.TTL, l.Deadline = ttl, driver.LocalDeadline(time.Now(), ttl)
 		return nil
 	}
 	return f.l.Renew(ctx, l, ttl)
@@ -345,10 +346,10 @@ func newNoBump(ctx context.Context, pool *pgxpool.Pool) (*noBump, error) {
 func millis(ttl time.Duration) int64 { return int64((ttl + time.Millisecond - 1) / time.Millisecond) }
 
 func (b *noBump) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	id := owner.New()
@@ -361,14 +362,14 @@ func (b *noBump) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
-	return &aegis.Lease{Key: key, Token: aegis.Token(token), Owner: id, TTL: ttl, Deadline: aegis.LocalDeadline(start, ttl)}, nil
+	return &aegis.Lease{Key: key, Token: aegis.Token(token), Owner: id, TTL: ttl, Deadline: driver.LocalDeadline(start, ttl)}, nil
 }
 
 func (b *noBump) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(l); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -379,7 +380,7 @@ func (b *noBump) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) e
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("renew %q: %w: expired or taken over", l.Key, aegis.ErrLost)
 	}
-	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(start, ttl)
+	l.TTL, l.Deadline = ttl, driver.LocalDeadline(start, ttl)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/tool/backend"
@@ -63,11 +64,11 @@ func (n *node) openLocker(ctx context.Context) (aegis.Locker, func(), error) {
 type everyone struct{ n atomic.Int64 }
 
 func (e *everyone) TryAcquire(_ context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	return &aegis.Lease{Key: key, Token: aegis.Token(e.n.Add(1)), Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+	return &aegis.Lease{Key: key, Token: aegis.Token(e.n.Add(1)), Owner: owner.New(), TTL: ttl, Deadline: driver.LocalDeadline(time.Now(), ttl)}, nil
 }
 
 func (e *everyone) Renew(_ context.Context, l *aegis.Lease, ttl time.Duration) error {
-	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+	l.TTL, l.Deadline = ttl, driver.LocalDeadline(time.Now(), ttl)
 	return nil
 }
 
@@ -135,7 +136,7 @@ func (a *advisory) TryAcquire(ctx context.Context, key string, ttl time.Duration
 	}
 	h := &advisoryLock{conn: conn, token: aegis.Token(advisoryTokens.Add(1))}
 	a.held[key] = h
-	return &aegis.Lease{Key: key, Token: h.token, Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+	return &aegis.Lease{Key: key, Token: h.token, Owner: owner.New(), TTL: ttl, Deadline: driver.LocalDeadline(time.Now(), ttl)}, nil
 }
 
 // tryLock takes key's lock on an idle connection, or on a new one when
@@ -209,7 +210,7 @@ func (a *advisory) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration)
 			a.dropLocked(l.Key, h)
 		}
 	})
-	l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+	l.TTL, l.Deadline = ttl, driver.LocalDeadline(time.Now(), ttl)
 	return nil
 }
 
@@ -276,12 +277,12 @@ func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Durati
 	// history needs it.
 	_, job, _ := strings.Cut(key, "/")
 	o.n.emit(nodeEvent{Kind: evClaimed, Job: job, Token: version + 1, Since: call.UnixNano()})
-	return &aegis.Lease{Key: key, Token: aegis.Token(version + 1), Owner: owner.New(), TTL: ttl, Deadline: aegis.LocalDeadline(time.Now(), ttl)}, nil
+	return &aegis.Lease{Key: key, Token: aegis.Token(version + 1), Owner: owner.New(), TTL: ttl, Deadline: driver.LocalDeadline(time.Now(), ttl)}, nil
 }
 
 func (o *optimistic) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
 	return o.set(ctx, l, o.n.clock.Now().Add(ttl).UnixMilli(), func() {
-		l.TTL, l.Deadline = ttl, aegis.LocalDeadline(time.Now(), ttl)
+		l.TTL, l.Deadline = ttl, driver.LocalDeadline(time.Now(), ttl)
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/owner"
 )
@@ -87,10 +88,10 @@ func (l Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (
 }
 
 func check(key string, ttl time.Duration) error {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return err
 	}
-	return aegis.CheckTTL(ttl, 0)
+	return driver.CheckTTL(ttl, 0)
 }
 
 func (l Locker) grant(ctx context.Context, key, id string, ttl time.Duration, queued bool) (*aegis.Lease, error) {
@@ -107,7 +108,7 @@ func (l Locker) grant(ctx context.Context, key, id string, ttl time.Duration, qu
 		Token:    aegis.Token(token),
 		Owner:    id,
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
+		Deadline: driver.LocalDeadline(start, ttl),
 	}, nil
 }
 
@@ -181,7 +182,7 @@ func (l Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -190,7 +191,7 @@ func (l Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration
 		return err
 	}
 	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	lease.Deadline = driver.LocalDeadline(start, ttl)
 	return nil
 }
 

@@ -98,6 +98,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/keypath"
 	"github.com/aegislab/aegis/internal/owner"
 )
@@ -203,7 +204,7 @@ func newSession(client *clientv3.Client, c Config) (*Locker, error) {
 		return nil, fmt.Errorf("%w: etcdlease: Config.SessionTTL %s is longer than etcd's limit of %d s", aegis.ErrInvalid, c.SessionTTL, int64(maxLeaseTTL/time.Second))
 	}
 	c.MaxTTL = cmp.Or(c.MaxTTL, c.SessionTTL)
-	if err := aegis.CheckTTL(c.MaxTTL, maxLeaseTTL); err != nil {
+	if err := driver.CheckTTL(c.MaxTTL, maxLeaseTTL); err != nil {
 		return nil, fmt.Errorf("etcdlease: Config.MaxTTL: %w", err)
 	}
 	return &Locker{
@@ -249,7 +250,7 @@ func (l *Locker) grantOf(lease *aegis.Lease) (grant, bool) {
 // wholeSeconds is seconds for a grant: ttl must be a whole number of
 // seconds.
 func (l *Locker) wholeSeconds(ttl time.Duration) (int64, error) {
-	if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+	if err := driver.CheckTTL(ttl, l.maxTTL); err != nil {
 		return 0, err
 	}
 	if ttl%time.Second != 0 {
@@ -260,7 +261,7 @@ func (l *Locker) wholeSeconds(ttl time.Duration) (int64, error) {
 
 // seconds validates ttl and returns it in whole seconds, rounded up.
 func (l *Locker) seconds(ttl time.Duration) (int64, error) {
-	if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+	if err := driver.CheckTTL(ttl, l.maxTTL); err != nil {
 		return 0, err
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
@@ -288,11 +289,11 @@ func held(g grant, token aegis.Token) []clientv3.Cmp {
 // round trips (grant, transaction), three when the key is held (the unused
 // etcd lease is revoked).
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
 	if l.session {
-		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+		if err := driver.CheckTTL(ttl, l.maxTTL); err != nil {
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -329,7 +330,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		Token:    aegis.Token(resp.Header.Revision), // the put's revision: the key's create revision
 		Owner:    g.owner,
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
+		Deadline: driver.LocalDeadline(start, ttl),
 	}, nil
 }
 
@@ -358,7 +359,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return err
 	}
 	if l.session {
-		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+		if err := driver.CheckTTL(ttl, l.maxTTL); err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
@@ -387,7 +388,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return err
 	}
 	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	lease.Deadline = driver.LocalDeadline(start, ttl)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/keypath"
 	"github.com/aegislab/aegis/internal/owner"
 )
@@ -115,7 +116,7 @@ func (l *Locker) current(ctx context.Context) (*session, error) {
 		l.revoke(ctx, resp.ID)
 		return nil, fmt.Errorf("%w: Config.SessionTTL %d s is below this etcd cluster's minimum lease TTL of %d s (1.5 × its election timeout, rounded up)", aegis.ErrInvalid, l.sessionSecs, resp.TTL)
 	}
-	s = &session{id: resp.ID, lost: make(chan struct{}), slots: map[string]map[int]bool{}, deadline: aegis.LocalDeadline(start, time.Duration(resp.TTL)*time.Second)}
+	s = &session{id: resp.ID, lost: make(chan struct{}), slots: map[string]map[int]bool{}, deadline: driver.LocalDeadline(start, time.Duration(resp.TTL)*time.Second)}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -174,7 +175,7 @@ func (l *Locker) keepOnce(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	s.extend(aegis.LocalDeadline(sent, time.Duration(ka.TTL)*time.Second))
+	s.extend(driver.LocalDeadline(sent, time.Duration(ka.TTL)*time.Second))
 	return nil
 }
 
@@ -338,7 +339,7 @@ func (l *Locker) record(key string, s *session, sl slot, rev int64, start time.T
 	// No keep-alive here, so that a grant stays one round trip: the loop
 	// keeps the session's deadline at least 2/3 SessionTTL ahead, and a TTL
 	// longer than that gets the session's deadline until its first Renew.
-	deadline := earlier(aegis.LocalDeadline(start, ttl), s.trusted())
+	deadline := earlier(driver.LocalDeadline(start, ttl), s.trusted())
 	return &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: r.owner, TTL: ttl, Deadline: deadline}, nil
 }
 
@@ -425,7 +426,7 @@ func (l *Locker) sessionRenew(ctx context.Context, lease *aegis.Lease, ttl time.
 		return lost("renew", lease.Key, reasonGone)
 	}
 	// The key exists, so its etcd lease was alive when it was read.
-	deadline := aegis.LocalDeadline(start, ttl)
+	deadline := driver.LocalDeadline(start, ttl)
 	sd, err := l.cover(ctx, r.sess, deadline)
 	if err != nil {
 		l.forget(r)

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // errCampaignLost says that a waiting campaign's key is gone: its etcd lease
@@ -30,11 +31,11 @@ var errCampaignLost = errors.New("etcdlease: campaign lost its key while waiting
 // When ctx ends it revokes its etcd lease (removing its place in the queue)
 // and returns an error wrapping ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
 	if l.session {
-		if err := aegis.CheckTTL(ttl, l.maxTTL); err != nil {
+		if err := driver.CheckTTL(ttl, l.maxTTL); err != nil {
 			return nil, err
 		}
 		return l.sessionAcquire(ctx, key, ttl)
@@ -82,7 +83,7 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 	rev := resp.Header.Revision // our key's create revision: the token
 	lease := &aegis.Lease{Key: key, Token: aegis.Token(rev), Owner: g.owner, TTL: ttl}
 	if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) > 0 && first[0].CreateRevision == rev {
-		lease.Deadline = aegis.LocalDeadline(start, ttl)
+		lease.Deadline = driver.LocalDeadline(start, ttl)
 		return lease, nil
 	}
 	for {
@@ -104,7 +105,7 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 	if err := l.keepAliveWaiting(ctx, key, id); err != nil {
 		return nil, err
 	}
-	lease.Deadline = aegis.LocalDeadline(kaStart, ttl)
+	lease.Deadline = driver.LocalDeadline(kaStart, ttl)
 	return lease, nil
 }
 

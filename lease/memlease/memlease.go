@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
 )
 
@@ -59,10 +60,10 @@ func New() *Locker {
 // TryAcquire grants key for ttl unless another owner's lease is live
 // (ErrHeld).
 func (m *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -82,10 +83,10 @@ func (m *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 // or ctx ends, behind every caller that started waiting before it. When ctx
 // ends it returns an error wrapping ctx.Err() and leaves the queue.
 func (m *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	w := &waiter{wake: make(chan struct{}, 1)}
@@ -175,7 +176,7 @@ func (e *entry) grant(key string, ttl time.Duration, now time.Time) *aegis.Lease
 		Token:    e.token,
 		Owner:    e.owner,
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(now, ttl),
+		Deadline: driver.LocalDeadline(now, ttl),
 	}
 }
 
@@ -195,7 +196,7 @@ func (m *Locker) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) e
 	if err := aegis.CheckLease(l); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -209,7 +210,7 @@ func (m *Locker) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) e
 	}
 	m.keys[l.Key].expires = now.Add(ttl)
 	l.TTL = ttl
-	l.Deadline = aegis.LocalDeadline(now, ttl)
+	l.Deadline = driver.LocalDeadline(now, ttl)
 	return nil
 }
 

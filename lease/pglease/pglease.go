@@ -58,6 +58,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/rowlease"
 )
@@ -254,7 +255,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 // function ends the subscription; the last one of a Locker closes its
 // listening connection.
 func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, nil, err
 	}
 	return l.listen.Notify(ctx, key)

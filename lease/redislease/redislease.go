@@ -139,6 +139,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/redisnotify"
 	"github.com/aegislab/aegis/internal/redisscript"
@@ -266,10 +267,10 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 // (ErrHeld). One round trip (two with WaitReplicas). TTLs are rounded up to
 // whole milliseconds.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	lock := redisscript.LockFor(l.prefix, key)
@@ -300,7 +301,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		Token:    aegis.Token(token),
 		Owner:    redisscript.Owner(id, token),
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
+		Deadline: driver.LocalDeadline(start, ttl),
 	}, nil
 }
 
@@ -352,7 +353,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	value, ok := redisscript.Value(lease)
@@ -372,7 +373,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return lost("renew", lease.Key, out)
 	}
 	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	lease.Deadline = driver.LocalDeadline(start, ttl)
 	return nil
 }
 
@@ -417,7 +418,7 @@ func ACLRules(prefix string) []string {
 // so, as soon as the server answers. With Config.NoWakeups it returns a
 // nil channel, which never fires: the waiter polls.
 func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, nil, err
 	}
 	if l.noWakeups {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/redisscript"
 )
@@ -20,10 +21,10 @@ import (
 // but too late. A failed attempt leaves nothing held. One parallel round
 // trip, two when the nodes' counters disagree.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return nil, err
 	}
 	lock := redisscript.LockFor(l.prefix, key)
@@ -63,7 +64,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		Token:    aegis.Token(token),
 		Owner:    redisscript.Owner(id, token),
 		TTL:      ttl,
-		Deadline: aegis.LocalDeadline(start, ttl),
+		Deadline: driver.LocalDeadline(start, ttl),
 	}, nil
 }
 
@@ -75,9 +76,9 @@ var ErrValidityExpired = errors.New("redlock: the lease's validity ran out befor
 
 // valid fails a call started at start whose validity has run out.
 func (l *Locker) valid(op, key string, start time.Time, ttl time.Duration) error {
-	if elapsed := time.Since(start); elapsed >= ttl-aegis.Drift(ttl) {
+	if elapsed := time.Since(start); elapsed >= ttl-driver.Drift(ttl) {
 		return fmt.Errorf("redlock: %s %q: %w: a majority answered after %s, and a %s lease is valid for %s (the TTL less %s of drift)",
-			op, key, ErrValidityExpired, elapsed.Round(time.Microsecond), ttl, ttl-aegis.Drift(ttl), aegis.Drift(ttl))
+			op, key, ErrValidityExpired, elapsed.Round(time.Microsecond), ttl, ttl-driver.Drift(ttl), driver.Drift(ttl))
 	}
 	return nil
 }

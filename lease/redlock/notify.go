@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/redisscript"
 )
 
@@ -28,7 +28,7 @@ const linger = 2 * time.Second
 // holder's release and its next grant, and starves; with them it races
 // the holder on equal terms.
 func (l *Locker) Notify(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, nil, err
 	}
 	if l.hubs == nil {

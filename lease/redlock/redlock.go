@@ -7,7 +7,7 @@
 // script: SET {prefix key} owner NX PX ttl, then INCR {prefix key}:fence)
 // to every node at once, each bounded by Config.NodeTimeout. It succeeds
 // when a majority (N/2+1) granted and time is left: validity = TTL −
-// elapsed − drift, where drift is aegis.Drift(ttl) (1% + 2 ms) and elapsed
+// elapsed − drift, where drift is driver.Drift(ttl) (1% + 2 ms) and elapsed
 // runs from before the first request; the lease's Deadline is the end of
 // that validity. Otherwise the attempt deletes its grants on every node
 // (compare-and-delete) and fails: ErrHeld when some node had the key held

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/redlock"
@@ -238,8 +239,8 @@ func TestDeadlineIsValidity(t *testing.T) {
 	lease, err := l.TryAcquire(ctx, "job", 10*time.Second)
 	after := time.Now()
 	require.NoError(t, err)
-	require.False(t, lease.Deadline.Before(aegis.LocalDeadline(before, 10*time.Second)))
-	require.False(t, lease.Deadline.After(aegis.LocalDeadline(after, 10*time.Second)))
+	require.False(t, lease.Deadline.Before(driver.LocalDeadline(before, 10*time.Second)))
+	require.False(t, lease.Deadline.After(driver.LocalDeadline(after, 10*time.Second)))
 	require.NoError(t, l.Release(ctx, lease))
 }
 

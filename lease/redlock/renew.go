@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/redisscript"
 )
 
@@ -21,7 +22,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
 	}
-	if err := aegis.CheckTTL(ttl, 0); err != nil {
+	if err := driver.CheckTTL(ttl, 0); err != nil {
 		return err
 	}
 	value, ok := redisscript.Value(lease)
@@ -41,7 +42,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return err
 	}
 	lease.TTL = ttl
-	lease.Deadline = aegis.LocalDeadline(start, ttl)
+	lease.Deadline = driver.LocalDeadline(start, ttl)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 )
 
 // Acquire blocks until key is granted to this caller or ctx ends
@@ -21,7 +22,7 @@ import (
 // When ctx ends it deletes its node (leaving the queue) and returns an
 // error wrapping ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
 	if err := l.checkTTL(ttl); err != nil {

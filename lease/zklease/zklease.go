@@ -79,6 +79,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/keypath"
 )
 
@@ -307,7 +308,7 @@ func (l *Locker) ready(ctx context.Context) (time.Duration, error) {
 
 // checkTTL validates ttl before the session is known: positive, and at
 // most Config.MaxTTL when it was raised (aegis.MaxTTL otherwise).
-func (l *Locker) checkTTL(ttl time.Duration) error { return aegis.CheckTTL(ttl, l.maxTTL) }
+func (l *Locker) checkTTL(ttl time.Duration) error { return driver.CheckTTL(ttl, l.maxTTL) }
 
 // fits refuses, unless Config.MaxTTL was raised, a ttl longer than the
 // session timeout.
@@ -322,8 +323,8 @@ func (l *Locker) fits(ttl, timeout time.Duration) error {
 // request was sent at start, on a session of the given timeout: the lease
 // is trusted while both its TTL timer and its session must still be alive.
 func deadline(start time.Time, ttl, timeout time.Duration) time.Time {
-	d := aegis.LocalDeadline(start, ttl)
-	if s := aegis.LocalDeadline(start, timeout); s.Before(d) {
+	d := driver.LocalDeadline(start, ttl)
+	if s := driver.LocalDeadline(start, timeout); s.Before(d) {
 		return s
 	}
 	return d
@@ -335,7 +336,7 @@ func deadline(start time.Time, ttl, timeout time.Duration) time.Time {
 // second one (the children and the node's stat at once) and a third,
 // deleting the node, when the key is held.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	if err := aegis.CheckKey(key); err != nil {
+	if err := driver.CheckKey(key); err != nil {
 		return nil, err
 	}
 	if err := l.checkTTL(ttl); err != nil {

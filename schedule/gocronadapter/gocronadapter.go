@@ -21,6 +21,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/elect"
 )
 
@@ -69,7 +70,7 @@ func NewLocker(l aegis.Locker, cfg *LockerConfig) (*Locker, error) {
 	case c.LockAtLeastFor > c.LockAtMostFor:
 		return nil, invalid("gocronadapter: LockerConfig.LockAtLeastFor %s is longer than LockAtMostFor %s", c.LockAtLeastFor, c.LockAtMostFor)
 	}
-	if err := aegis.CheckTTL(c.LockAtMostFor, 0); err != nil {
+	if err := driver.CheckTTL(c.LockAtMostFor, 0); err != nil {
 		return nil, invalid("gocronadapter: LockerConfig.LockAtMostFor: %w", err)
 	}
 	return &Locker{locker: l, cfg: c}, nil
