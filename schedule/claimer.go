@@ -20,11 +20,12 @@ type claimer interface {
 	// prepare runs first in Start, under ctx: what the mode needs before
 	// any loop (the run-key mode's catalog check, the leader's tables).
 	prepare(ctx context.Context) error
+	// ownsLoops reports whether the mode runs the job loops and the binder
+	// itself (the leader, for each of its terms) rather than Start.
+	ownsLoops() bool
 	// start starts the mode's own goroutines in the scheduler's WaitGroup
-	// (the run-key mode's reaper, the leader's campaigns), until ctx ends,
-	// and reports whether Start runs the job loops and the binder: false
-	// when the mode runs them itself (the leader, for each of its terms).
-	start(ctx context.Context) (loops bool)
+	// (the run-key mode's reaper, the leader's campaigns), until ctx ends.
+	start(ctx context.Context)
 	// fire claims tick f of j (a Catalog.RunNow's when oneOff) and runs it
 	// when this replica wins. done is closed when the run ends (nil when
 	// nothing runs here); retryable says whether fire may try again after

@@ -126,9 +126,12 @@ func (l *leaderClaimer) prepare(ctx context.Context) error {
 
 // start campaigns in a goroutine (lead): the terms run the job loops and
 // the binder.
-func (l *leaderClaimer) start(ctx context.Context) bool {
+// ownsLoops: the leader reads the catalog and runs the loops when it is
+// elected, for each of its terms.
+func (l *leaderClaimer) ownsLoops() bool { return true }
+
+func (l *leaderClaimer) start(ctx context.Context) {
 	l.s.wg.Go(func() { l.lead(ctx) })
-	return false
 }
 
 // replace is never called: check refuses OverlapReplace.

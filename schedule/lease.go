@@ -33,7 +33,9 @@ func (lc *leaseClaimer) check(Job) error { return nil }
 func (lc *leaseClaimer) prepare(context.Context) error { return nil }
 
 // start starts nothing: the job loops and the binder are all.
-func (lc *leaseClaimer) start(context.Context) bool { return true }
+func (lc *leaseClaimer) ownsLoops() bool { return false }
+
+func (lc *leaseClaimer) start(context.Context) {}
 
 // replace cancels this node's runs of the job and waits for them, so that
 // the job's lease is released when the tick asks for it (one elsewhere

@@ -57,9 +57,10 @@ func (rk *runKeyClaimer) prepare(ctx context.Context) error {
 }
 
 // start starts the reaper.
-func (rk *runKeyClaimer) start(ctx context.Context) bool {
+func (rk *runKeyClaimer) ownsLoops() bool { return false }
+
+func (rk *runKeyClaimer) start(ctx context.Context) {
 	rk.s.wg.Go(func() { rk.reap(ctx) })
-	return true
 }
 
 // replace leaves the predecessors running: fire cancels them once the

@@ -234,19 +234,21 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.startedAt = s.cfg.Clock.Now()
+	own := s.claim.ownsLoops()
+	if s.cfg.Catalog == nil || own {
+		// Ready now: nothing to bind, or the mode binds the catalog itself
+		// (the leader, when it is elected).
+		s.readyOnce.Do(func() { close(s.ready) })
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	if s.cfg.Catalog != nil {
 		s.wg.Go(func() { s.beat(ctx) })
 	}
-	if !s.claim.start(ctx) {
-		// The mode runs the loops itself (the leader, which reads the
-		// catalog when it is elected): ready now.
-		s.readyOnce.Do(func() { close(s.ready) })
+	s.claim.start(ctx)
+	if own {
 		return nil
 	}
-	if s.cfg.Catalog == nil {
-		s.readyOnce.Do(func() { close(s.ready) })
-	} else {
+	if s.cfg.Catalog != nil {
 		s.wg.Go(func() { s.bind(ctx) })
 	}
 	for _, j := range s.jobs {
