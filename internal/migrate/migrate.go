@@ -134,19 +134,23 @@ func Rollback(ctx context.Context, conn *sql.Conn) {
 	}
 }
 
-// Detect tells whether db is SQLite or PostgreSQL.
+// Detect tells whether db is SQLite or PostgreSQL. It asks PostgreSQL's
+// question first: a statement PostgreSQL refuses is an ERROR line in its
+// server log, and the console detects on every page; SQLite keeps no log.
 func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
 	var v string
-	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&v); err == nil {
+	pgErr := db.QueryRowContext(ctx, "SELECT version()").Scan(&v)
+	if pgErr == nil && strings.HasPrefix(v, "PostgreSQL") {
+		return Postgres, nil
+	}
+	var sv string
+	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&sv); err == nil {
 		return SQLite, nil
 	}
-	if err := db.QueryRowContext(ctx, "SELECT version()").Scan(&v); err != nil {
-		return 0, fmt.Errorf("detect the database: %w", err)
+	if pgErr != nil {
+		return 0, fmt.Errorf("detect the database: %w", pgErr)
 	}
-	if !strings.HasPrefix(v, "PostgreSQL") {
-		return 0, fmt.Errorf("detect the database: %q is neither PostgreSQL nor SQLite", v)
-	}
-	return Postgres, nil
+	return 0, fmt.Errorf("detect the database: %q is neither PostgreSQL nor SQLite", v)
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
