@@ -50,9 +50,9 @@ func (i *Inspector) Missing(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// QueueSummary is a queue's line of Summary: a queue that has a job, or
+// Summary is a queue's line of Summary: a queue that has a job, or
 // that is paused.
-type QueueSummary struct {
+type Summary struct {
 	Queue  string
 	Paused bool
 	// Counts are the jobs by state: live ones, and the finished ones the
@@ -78,13 +78,13 @@ type QueueSummary struct {
 }
 
 // Summary reads every queue's line, ordered by queue name.
-func (i *Inspector) Summary(ctx context.Context) ([]QueueSummary, error) {
-	at := map[string]*QueueSummary{}
-	line := func(q string) *QueueSummary {
+func (i *Inspector) Summary(ctx context.Context) ([]Summary, error) {
+	at := map[string]*Summary{}
+	line := func(q string) *Summary {
 		if c, ok := at[q]; ok {
 			return c
 		}
-		c := &QueueSummary{Queue: q, Counts: map[State]int64{}}
+		c := &Summary{Queue: q, Counts: map[State]int64{}}
 		at[q] = c
 		return c
 	}
@@ -94,16 +94,16 @@ func (i *Inspector) Summary(ctx context.Context) ([]QueueSummary, error) {
 	if err := i.lastHour(ctx, line); err != nil {
 		return nil, err
 	}
-	out := make([]QueueSummary, 0, len(at))
+	out := make([]Summary, 0, len(at))
 	for _, c := range at {
 		out = append(out, *c)
 	}
-	slices.SortFunc(out, func(a, b QueueSummary) int { return strings.Compare(a.Queue, b.Queue) })
+	slices.SortFunc(out, func(a, b Summary) int { return strings.Compare(a.Queue, b.Queue) })
 	return out, nil
 }
 
 // counts reads the jobs per queue and state, and the paused queues.
-func (i *Inspector) counts(ctx context.Context, line func(string) *QueueSummary) error {
+func (i *Inspector) counts(ctx context.Context, line func(string) *Summary) error {
 	if err := eachRow(ctx, i.db, queueCountsSQL, nil, func(rows *sql.Rows) error {
 		var q, state string
 		var n, retrying, stuck int64
@@ -133,7 +133,7 @@ func (i *Inspector) counts(ctx context.Context, line func(string) *QueueSummary)
 
 // lastHour reads the last hour's finished jobs, waits and completions per
 // minute.
-func (i *Inspector) lastHour(ctx context.Context, line func(string) *QueueSummary) error {
+func (i *Inspector) lastHour(ctx context.Context, line func(string) *Summary) error {
 	if err := eachRow(ctx, i.db, queueHourSQL, nil, func(rows *sql.Rows) error {
 		var q string
 		var done, dead int64

@@ -42,8 +42,8 @@ type Inspector struct {
 }
 
 // NewInspector returns an Inspector of the tables of cfg (Table, and the
-// grant history named after it; the other fields do not matter) on db. A
-// nil cfg means defaults. It does no I/O; bad config is an error wrapping
+// grant history named after it; the other fields are checked as New checks
+// them, and not used) on db. A nil cfg means defaults. It does no I/O; bad config is an error wrapping
 // aegis.ErrInvalid.
 func NewInspector(db *sql.DB, cfg *Config) (*Inspector, error) {
 	if db == nil {

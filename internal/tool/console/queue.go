@@ -52,7 +52,7 @@ var queueNotices = map[string]string{
 // queueCount is one queue's line on /queue: package queue's summary, and
 // how the page shows its rates and waits.
 type queueCount struct {
-	queue.QueueSummary
+	queue.Summary
 	PerMinute string
 	Bars      []bar // the minutes as a chart, when there are completions
 	P50, P95  string
@@ -109,7 +109,7 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 		return err
 	}
 	for _, q := range sums {
-		d.Queues = append(d.Queues, queueCount{QueueSummary: q,
+		d.Queues = append(d.Queues, queueCount{Summary: q,
 			PerMinute: strconv.FormatFloat(float64(q.Completed)/60, 'f', 2, 64),
 			Bars:      bars(q.Minutes), P50: wait(q.WaitP50), P95: wait(q.WaitP95)})
 	}
