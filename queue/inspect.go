@@ -50,7 +50,7 @@ func (i *Inspector) Missing(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// Summary is a queue's line of Summary: a queue that has a job, or
+// Summary is a queue's line of Inspector.Summary: a queue that has a job, or
 // that is paused.
 type Summary struct {
 	Queue  string
