@@ -232,3 +232,20 @@ func TestNoBumpNeedsPostgres(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "PostgreSQL")
 }
+
+// A strategy's Backend names one of the lab's own Lockers exactly when it
+// has the lab's prefix, and every lab Locker is a strategy's.
+func TestLabLockersAreTheLabBackends(t *testing.T) {
+	named := map[string]bool{}
+	for _, s := range Strategies {
+		if _, ok := labLockers[s.Backend]; ok != s.labLocked() {
+			t.Errorf("strategy %s: Backend %q is a lab Locker: %t; labLocked says %t", s.Name, s.Backend, ok, s.labLocked())
+		}
+		named[s.Backend] = true
+	}
+	for b := range labLockers {
+		if !named[b] {
+			t.Errorf("lab Locker %q is no strategy's Backend", b)
+		}
+	}
+}

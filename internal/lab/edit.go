@@ -9,17 +9,6 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
-// catalogEdit is an edit of the run's catalog: from At on, the job fires
-// every Every (0: unchanged), or not at all while paused; Added: the job
-// was added to the catalog then, and fires from At on.
-type catalogEdit struct {
-	Job    string
-	At     time.Time
-	Every  time.Duration
-	Paused *bool
-	Added  bool
-}
-
 // edit applies an edit fault to the run's catalog, as an operator would
 // (aegis schedule put/pause/resume): every node's binder picks it up.
 func (r *Run) edit(ctx context.Context, ch Chaos) error {

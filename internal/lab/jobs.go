@@ -197,3 +197,14 @@ func (j JobSpec) firesAt(at time.Time, edits []catalogEdit) bool {
 	}
 	return !paused && at.UnixNano()%int64(every) == 0
 }
+
+// catalogEdit is an edit of the run's catalog: from At on, the job fires
+// every Every (0: unchanged), or not at all while paused; Added: the job
+// was added to the catalog then, and fires from At on.
+type catalogEdit struct {
+	Job    string
+	At     time.Time
+	Every  time.Duration
+	Paused *bool
+	Added  bool
+}

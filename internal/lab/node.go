@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,50 +29,12 @@ import (
 // tick it runs becomes the job's critical section (critical.go). The node
 // reports every step as a JSON line on its standard output (protocol.go).
 
-// nodeConfig is what one node process of a run needs. The lab passes it
-// as the flags of `aegis node` (see [NodeMain]); the lease servers'
-// addresses come from the AEGIS_* variables of the node's environment,
-// which point at the lab's proxies.
-type nodeConfig struct {
-	Run      string
-	Node     int    // from 1
-	Strategy string // a Strategies name
-	Fence    bool
-	Tick     time.Duration
-	TTL      time.Duration
-	Ticks    int
-	// Window is how long after a tick fires its critical section may
-	// still write: a write that keeps failing gives up then.
-	Window time.Duration
-	// Skew is the node's clock offset, applied to the scheduler's clock
-	// (fire times) and to the optimistic claims.
-	Skew time.Duration
-	// Store is the store of record: a PostgreSQL URL, or sqlite:PATH.
-	Store string
-	// Incarnation tells a restarted node's attempts from its earlier
-	// life's.
-	Incarnation int
-}
-
 // NodeMain runs `aegis node` with args (the flags after "node"): a node of
 // a lab run. It is started by the lab, not by hand. It returns the exit
 // code.
 func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("aegis node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c nodeConfig
-	fs.StringVar(&c.Run, "run", "", "the run's id")
-	fs.IntVar(&c.Node, "node", 0, "this node's number, from 1")
-	fs.StringVar(&c.Strategy, "strategy", "", "the strategy")
-	fs.BoolVar(&c.Fence, "fence", true, "write through the fence")
-	fs.DurationVar(&c.Tick, "tick", time.Second, "the tick interval")
-	fs.DurationVar(&c.TTL, "ttl", 2*time.Second, "the lease TTL")
-	fs.IntVar(&c.Ticks, "ticks", 0, "how many ticks")
-	fs.DurationVar(&c.Window, "window", 0, "how long a tick's write may be retried")
-	fs.DurationVar(&c.Skew, "skew", 0, "this node's clock offset")
-	fs.StringVar(&c.Store, "store", "", "the store of record: a PostgreSQL URL or sqlite:PATH")
-	fs.IntVar(&c.Incarnation, "incarnation", 1, "how many times this node was started")
-	if err := fs.Parse(args); err != nil {
+	c, err := parseNodeArgs(args, stderr)
+	if err != nil {
 		return 2
 	}
 	if err := c.validate(); err != nil {
@@ -86,39 +47,6 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	return 0
 }
-
-// args returns the flags of `aegis node` for c.
-func (c nodeConfig) args() []string {
-	return []string{
-		"--run", c.Run, fmt.Sprintf("--node=%d", c.Node), "--strategy", c.Strategy,
-		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(),
-		"--ttl", c.TTL.String(), fmt.Sprintf("--ticks=%d", c.Ticks), "--window", c.Window.String(),
-		"--skew", c.Skew.String(), "--store", c.Store, fmt.Sprintf("--incarnation=%d", c.Incarnation),
-	}
-}
-
-func (c nodeConfig) validate() error {
-	if _, ok := LookupStrategy(c.Strategy); !ok {
-		return invalid("unknown strategy %q", c.Strategy)
-	}
-	switch {
-	case c.Run == "":
-		return invalid("--run is required")
-	case c.Node < 1:
-		return invalid("--node %d: must be at least 1", c.Node)
-	case c.Tick <= 0 || c.TTL <= 0 || c.Window <= 0:
-		return invalid("--tick, --ttl and --window must be positive")
-	case c.Ticks < 1:
-		return invalid("--ticks %d: must be at least 1", c.Ticks)
-	case c.Store == "":
-		return invalid("--store is required")
-	}
-	return nil
-}
-
-// namespace is the run's catalog namespace: runs that share a store never
-// see each other's schedules, runs or leases.
-func namespace(run string) string { return "lab-" + strings.ToLower(run) }
 
 // node is a running node.
 type node struct {
@@ -518,4 +446,11 @@ func (c *nodeClock) Wake(at time.Time) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	t := time.AfterFunc(time.Until(at.Add(-time.Duration(c.skew.Load()))), func() { close(ch) })
 	return ch, func() { t.Stop() }
+}
+
+func (n *node) emit(e nodeEvent) {
+	e.At = time.Now().UnixNano()
+	n.outMu.Lock()
+	defer n.outMu.Unlock()
+	_ = n.out.Encode(e) // os.Stdout is unbuffered: a SIGKILL loses no line
 }

@@ -3,6 +3,10 @@ package lab
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
 	"time"
 )
 
@@ -87,9 +91,80 @@ func ownerHash(owner string) string {
 	return hex.EncodeToString(h[:6])
 }
 
-func (n *node) emit(e nodeEvent) {
-	e.At = time.Now().UnixNano()
-	n.outMu.Lock()
-	defer n.outMu.Unlock()
-	_ = n.out.Encode(e) // os.Stdout is unbuffered: a SIGKILL loses no line
+// nodeConfig is what one node process of a run needs. The lab passes it
+// as the flags of `aegis node` (see [NodeMain]); the lease servers'
+// addresses come from the AEGIS_* variables of the node's environment,
+// which point at the lab's proxies.
+type nodeConfig struct {
+	Run      string
+	Node     int    // from 1
+	Strategy string // a Strategies name
+	Fence    bool
+	Tick     time.Duration
+	TTL      time.Duration
+	Ticks    int
+	// Window is how long after a tick fires its critical section may
+	// still write: a write that keeps failing gives up then.
+	Window time.Duration
+	// Skew is the node's clock offset, applied to the scheduler's clock
+	// (fire times) and to the optimistic claims.
+	Skew time.Duration
+	// Store is the store of record: a PostgreSQL URL, or sqlite:PATH.
+	Store string
+	// Incarnation tells a restarted node's attempts from its earlier
+	// life's.
+	Incarnation int
 }
+
+// parseNodeArgs reads the flags of `aegis node`, the inverse of args; a
+// flag it cannot read is reported on stderr.
+func parseNodeArgs(args []string, stderr io.Writer) (nodeConfig, error) {
+	fs := flag.NewFlagSet("aegis node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c nodeConfig
+	fs.StringVar(&c.Run, "run", "", "the run's id")
+	fs.IntVar(&c.Node, "node", 0, "this node's number, from 1")
+	fs.StringVar(&c.Strategy, "strategy", "", "the strategy")
+	fs.BoolVar(&c.Fence, "fence", true, "write through the fence")
+	fs.DurationVar(&c.Tick, "tick", time.Second, "the tick interval")
+	fs.DurationVar(&c.TTL, "ttl", 2*time.Second, "the lease TTL")
+	fs.IntVar(&c.Ticks, "ticks", 0, "how many ticks")
+	fs.DurationVar(&c.Window, "window", 0, "how long a tick's write may be retried")
+	fs.DurationVar(&c.Skew, "skew", 0, "this node's clock offset")
+	fs.StringVar(&c.Store, "store", "", "the store of record: a PostgreSQL URL or sqlite:PATH")
+	fs.IntVar(&c.Incarnation, "incarnation", 1, "how many times this node was started")
+	return c, fs.Parse(args)
+}
+
+// args returns the flags of `aegis node` for c.
+func (c nodeConfig) args() []string {
+	return []string{
+		"--run", c.Run, fmt.Sprintf("--node=%d", c.Node), "--strategy", c.Strategy,
+		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(),
+		"--ttl", c.TTL.String(), fmt.Sprintf("--ticks=%d", c.Ticks), "--window", c.Window.String(),
+		"--skew", c.Skew.String(), "--store", c.Store, fmt.Sprintf("--incarnation=%d", c.Incarnation),
+	}
+}
+
+func (c nodeConfig) validate() error {
+	if _, ok := LookupStrategy(c.Strategy); !ok {
+		return invalid("unknown strategy %q", c.Strategy)
+	}
+	switch {
+	case c.Run == "":
+		return invalid("--run is required")
+	case c.Node < 1:
+		return invalid("--node %d: must be at least 1", c.Node)
+	case c.Tick <= 0 || c.TTL <= 0 || c.Window <= 0:
+		return invalid("--tick, --ttl and --window must be positive")
+	case c.Ticks < 1:
+		return invalid("--ticks %d: must be at least 1", c.Ticks)
+	case c.Store == "":
+		return invalid("--store is required")
+	}
+	return nil
+}
+
+// namespace is the run's catalog namespace: runs that share a store never
+// see each other's schedules, runs or leases.
+func namespace(run string) string { return "lab-" + strings.ToLower(run) }

@@ -72,8 +72,9 @@ type Strategy struct {
 	Name string
 	Mode schedule.Mode
 	// Backend is the internal/backend name of a lease strategy's Locker,
-	// or the lab's own Locker (labLockers) for none, pg-advisory and
-	// optimistic.
+	// or, prefixed "lab-", one of the lab's own Lockers (the node's
+	// labLockers) for none, pg-advisory, optimistic and the strategies
+	// wrong on purpose.
 	Backend string
 	// Needs are the servers the strategy needs besides the store of
 	// record. PostgreSQL strategies need the store to be PostgreSQL.
@@ -125,7 +126,10 @@ func (s Strategy) Safe(fenced bool) bool {
 }
 
 // labLocked reports whether the strategy's Locker is one of the lab's own.
-func (s Strategy) labLocked() bool { _, ok := labLockers[s.Backend]; return ok }
+func (s Strategy) labLocked() bool { return strings.HasPrefix(s.Backend, labBackend) }
+
+// labBackend prefixes the Backend of a strategy whose Locker is the lab's.
+const labBackend = "lab-"
 
 var (
 	leaseSafe  = Guarantee{Ledger: true, Once: OnceSkew}
