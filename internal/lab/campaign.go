@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
@@ -106,7 +107,7 @@ var faultKinds = []faultKind{
 		return Chaos{Kind: Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
 	}},
 	{name: "edit", gen: func(rng *rand.Rand, c Config) Chaos {
-		jobs := c.jobs()
+		jobs := c.Jobs()
 		j := jobs[rng.IntN(len(jobs))]
 		ch := Chaos{Kind: Edit, Target: j.Name, At: drawAt(rng, c)}
 		switch rng.IntN(3) {
@@ -216,18 +217,18 @@ type Campaign struct {
 func (c Campaign) Validate() error {
 	switch {
 	case c.Runs < 1 || c.Runs > maxCampaignRuns:
-		return invalid("--runs %d: want 1 to %d", c.Runs, maxCampaignRuns)
+		return badinput.Errorf("--runs %d: want 1 to %d", c.Runs, maxCampaignRuns)
 	case c.Tick != 0 && (c.Tick < 10*time.Millisecond || c.Tick > time.Minute):
-		return invalid("--tick %s: want 10ms to 1m (0: drawn)", c.Tick)
+		return badinput.Errorf("--tick %s: want 10ms to 1m (0: drawn)", c.Tick)
 	case c.Ticks < 0 || c.Ticks > MaxTicks:
-		return invalid("--ticks %d: want 1 to %d (0: drawn)", c.Ticks, MaxTicks)
+		return badinput.Errorf("--ticks %d: want 1 to %d (0: drawn)", c.Ticks, MaxTicks)
 	}
 	for i, name := range c.Strategies {
 		if _, ok := LookupStrategy(name); !ok {
-			return invalid("--strategy %q: unknown (known: %s)", name, strings.Join(StrategyNames(), ", "))
+			return badinput.Errorf("--strategy %q: unknown (known: %s)", name, strings.Join(StrategyNames(), ", "))
 		}
 		if slices.Contains(c.Strategies[:i], name) {
-			return invalid("--strategy %s: given twice", name)
+			return badinput.Errorf("--strategy %s: given twice", name)
 		}
 	}
 	return nil
@@ -242,7 +243,7 @@ func (c Campaign) Configs(strategy string) ([]Config, error) {
 	}
 	s, ok := LookupStrategy(strategy)
 	if !ok {
-		return nil, invalid("--strategy %q: unknown (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
+		return nil, badinput.Errorf("--strategy %q: unknown (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
 	return c.configs(s, func(servers.Kind) bool { return true })
 }

@@ -128,7 +128,7 @@ func TestCampaignConfigsOwnServers(t *testing.T) {
 	require.NoError(t, err)
 	for _, cfg := range cfgs {
 		for _, ch := range cfg.Chaos {
-			k, kills := ch.server()
+			k, kills := ch.ServerKind()
 			require.False(t, kills && k == servers.KindRedis, "%s: %s", cfg, ch)
 		}
 		require.NoError(t, cfg.Validate())

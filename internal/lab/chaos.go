@@ -99,7 +99,7 @@ func (c Chaos) Node() int {
 
 // server returns the server the fault kills, restarts or fails over: the
 // lab's own, shared by every run of its session.
-func (c Chaos) server() (servers.Kind, bool) {
+func (c Chaos) ServerKind() (servers.Kind, bool) {
 	switch {
 	case c.Kind == Failover || c.Kind == Restart:
 		return servers.KindRedis, true

@@ -60,10 +60,7 @@ func (c Config) Ticks() int {
 }
 
 // Jobs is the run's catalog as it starts: Catalog, or the default one.
-func (c Config) Jobs() []JobSpec { return c.jobs() }
-
-// jobs is the run's catalog.
-func (c Config) jobs() []JobSpec {
+func (c Config) Jobs() []JobSpec {
 	if c.Catalog != nil {
 		return c.Catalog
 	}
@@ -83,7 +80,7 @@ func (c Config) Window() time.Duration {
 // included.
 func (c Config) longestWork() time.Duration {
 	var work time.Duration
-	for _, j := range c.jobs() {
+	for _, j := range c.Jobs() {
 		work = max(work, j.Work)
 	}
 	for _, ch := range c.Chaos {
@@ -120,7 +117,7 @@ func (c Config) Validate() error {
 	case s.Mode == schedule.ModeLeader && c.TTL < 100*time.Millisecond:
 		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
 	}
-	if err := checkJobs(c.jobs(), c.Tick); err != nil {
+	if err := checkJobs(c.Jobs(), c.Tick); err != nil {
 		return err
 	}
 	switch {
@@ -150,13 +147,13 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 	}
 	switch ch.Kind {
 	case Edit:
-		i := slices.IndexFunc(c.jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
+		i := slices.IndexFunc(c.Jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
 		add, adding := ch.added()
 		switch {
 		case adding && i >= 0:
 			return fmt.Errorf("job %q is in the run's catalog already: an edit of it is a cadence, pause or resume", ch.Target)
 		case adding:
-			jobs := slices.Clone(c.jobs())
+			jobs := slices.Clone(c.Jobs())
 			for _, other := range c.Chaos {
 				if a, ok := other.added(); ok && other != ch && a.Name != add.Name {
 					jobs = append(jobs, a)
@@ -172,10 +169,10 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			}
 			return nil
 		case i < 0:
-			return fmt.Errorf("job %q is not in the run's catalog (%s): to add it, give its EVERY/WORK", ch.Target, FormatCatalog(c.jobs()))
+			return fmt.Errorf("job %q is not in the run's catalog (%s): to add it, give its EVERY/WORK", ch.Target, FormatCatalog(c.Jobs()))
 		}
 		if ch.Offset != 0 {
-			edited := c.jobs()[i]
+			edited := c.Jobs()[i]
 			edited.Every = ch.Offset
 			if err := checkJobs([]JobSpec{edited}, c.Tick); err != nil {
 				return err
@@ -193,7 +190,7 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			return fmt.Errorf("restart:redis needs a Redis strategy (redis or redlock), not %s", s.Name)
 		}
 	case Kill:
-		if k, ok := ch.server(); ok && !slices.Contains(s.Needs, k) {
+		if k, ok := ch.ServerKind(); ok && !slices.Contains(s.Needs, k) {
 			return fmt.Errorf("%s does not use %s: %s", s.Name, k, usesServers(s))
 		}
 	case Partition:
@@ -251,7 +248,7 @@ func (c Config) json() ConfigJSON {
 		chaos = append(chaos, ch.String())
 	}
 	return ConfigJSON{Strategy: c.Strategy, Fence: c.Fence, Nodes: c.Nodes, Standby: c.Standby, Duration: c.Duration.String(), Tick: c.Tick.String(),
-		Work: c.Work.String(), TTL: c.TTL.String(), Catalog: FormatCatalog(c.jobs()), Chaos: chaos}
+		Work: c.Work.String(), TTL: c.TTL.String(), Catalog: FormatCatalog(c.Jobs()), Chaos: chaos}
 }
 
 // String describes the run in one line.
@@ -271,7 +268,7 @@ func (c Config) Params() string {
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
 	}
-	line := fmt.Sprintf("%d nodes, %d ticks of %s, ttl %s, catalog %s", c.Nodes, c.Ticks(), c.Tick, c.TTL, FormatCatalog(c.jobs()))
+	line := fmt.Sprintf("%d nodes, %d ticks of %s, ttl %s, catalog %s", c.Nodes, c.Ticks(), c.Tick, c.TTL, FormatCatalog(c.Jobs()))
 	if len(chaos) > 0 {
 		line += "; chaos " + strings.Join(chaos, " ")
 	}

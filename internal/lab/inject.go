@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
@@ -24,10 +25,10 @@ import (
 // ends, and is refused while another run of the session holds it.
 func (r *Run) Inject(ctx context.Context, ch Chaos) error {
 	if n := ch.Node(); n > r.cfg.Nodes {
-		return invalid("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
+		return badinput.Errorf("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
 	}
 	if err := r.cfg.checkChaos(r.strat, ch); err != nil && ch.Kind != Skew {
-		return invalid("--chaos %s: %v", ch, err)
+		return badinput.Errorf("--chaos %s: %v", ch, err)
 	}
 	if err := r.s.admitChaos(ch); err != nil {
 		return err
@@ -72,7 +73,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 	}
 	defer func() { begin(err) }()
-	if _, ok := ch.server(); ok || ch.Kind == Latency {
+	if _, ok := ch.ServerKind(); ok || ch.Kind == Latency {
 		r.mu.Lock()
 		r.serverFault = true
 		r.mu.Unlock()
@@ -81,7 +82,7 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 	case Pause:
 		return r.pause(ctx, ch, begin)
 	case Kill:
-		if k, ok := ch.server(); ok {
+		if k, ok := ch.ServerKind(); ok {
 			return r.killMember(ctx, ch, k, begin)
 		}
 		return r.killNode(ctx, ch, begin)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -145,15 +146,15 @@ type InspectAnswer struct {
 func Inspect(ctx context.Context, db *sql.DB, names []string, o InspectOptions) ([]InspectAnswer, error) {
 	switch {
 	case db == nil:
-		return nil, invalid("lab: inspect: db is nil")
+		return nil, badinput.Errorf("lab: inspect: db is nil")
 	case o.OlderThan < 0:
-		return nil, invalid("lab: inspect: OlderThan %s is negative", o.OlderThan)
+		return nil, badinput.Errorf("lab: inspect: OlderThan %s is negative", o.OlderThan)
 	case o.Limit < 0:
-		return nil, invalid("lab: inspect: Limit %d is negative", o.Limit)
+		return nil, badinput.Errorf("lab: inspect: Limit %d is negative", o.Limit)
 	}
 	for _, n := range names {
 		if !slices.ContainsFunc(InspectQueries, func(q InspectQuery) bool { return q.Name == n }) {
-			return nil, invalid("lab: inspect: unknown query %q", n)
+			return nil, badinput.Errorf("lab: inspect: unknown query %q", n)
 		}
 	}
 	if o.OlderThan == 0 {

@@ -95,7 +95,7 @@ func TestDefaultCatalog(t *testing.T) {
 		c := DefaultConfig()
 		c.Strategy, c.Work = "none", work
 		require.NoError(t, c.Validate(), "--work %s", work)
-		for _, j := range c.jobs() {
+		for _, j := range c.Jobs() {
 			require.Less(t, j.Work, j.Every, "%s with --work %s", j.Name, work)
 		}
 	}

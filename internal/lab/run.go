@@ -163,7 +163,7 @@ func (s *Session) newRun(cfg Config, db *sql.DB, storeURL string) *Run {
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		stop:     make(chan struct{}),
-		jobs:     cfg.jobs(),
+		jobs:     cfg.Jobs(),
 		sections: map[string]*sectionRecord{},
 		executed: map[jobTick]int{},
 		entered:  map[jobTick]int{},

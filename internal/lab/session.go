@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/tcpproxy"
@@ -376,7 +377,7 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 func (s *Session) Availability(ctx context.Context, strategy string) error {
 	st, ok := LookupStrategy(strategy)
 	if !ok {
-		return invalid("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
+		return badinput.Errorf("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
 	}
 	if st.Mode == schedule.ModeLease && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
@@ -407,14 +408,14 @@ var flags = map[servers.Kind]string{
 // it does not have (its store of record is SQLite). The strategy's part is
 // Config.checkChaos.
 func (s *Session) admitChaos(ch Chaos) error {
-	if k, ok := ch.server(); ok && s.given(k) {
-		return invalid("--chaos %s kills or restarts %s, and the lab never touches servers it did not start: leave %s unset so that it starts its own", ch, serverName(k), flags[k])
+	if k, ok := ch.ServerKind(); ok && s.given(k) {
+		return badinput.Errorf("--chaos %s kills or restarts %s, and the lab never touches servers it did not start: leave %s unset so that it starts its own", ch, serverName(k), flags[k])
 	}
 	s.mu.Lock()
 	sqlite := strings.HasPrefix(s.storeURL, "sqlite:")
 	s.mu.Unlock()
 	if sqlite && (ch.Kind == Crash || (ch.Kind == Partition && ch.Server == string(servers.KindPostgres))) {
-		return invalid("--chaos %s: the store of record is SQLite here (PostgreSQL is not installed) and the strategy uses no PostgreSQL: there is none to reach", ch)
+		return badinput.Errorf("--chaos %s: the store of record is SQLite here (PostgreSQL is not installed) and the strategy uses no PostgreSQL: there is none to reach", ch)
 	}
 	return nil
 }
@@ -437,7 +438,7 @@ func serverName(k servers.Kind) string {
 func faulted(cs []Chaos) []servers.Kind {
 	var ks []servers.Kind
 	for _, ch := range cs {
-		if k, ok := ch.server(); ok && !slices.Contains(ks, k) {
+		if k, ok := ch.ServerKind(); ok && !slices.Contains(ks, k) {
 			ks = append(ks, k)
 		}
 	}
@@ -531,7 +532,7 @@ func (s *Session) admit(r *Run) error {
 // once r has ended (then release has run or is about to, and would not
 // see the hold).
 func (s *Session) hold(r *Run, ch Chaos) error {
-	k, ok := ch.server()
+	k, ok := ch.ServerKind()
 	if !ok {
 		return nil
 	}
@@ -570,7 +571,7 @@ func (s *Session) startStandby(ctx context.Context) (*servers.Postgres, error) {
 	case standby != nil:
 		return standby, nil
 	case primary == nil:
-		return nil, invalid("--standby needs the lab's own PostgreSQL (a hot standby is made from it): leave --postgres-url and AEGIS_POSTGRES_URL unset")
+		return nil, badinput.Errorf("--standby needs the lab's own PostgreSQL (a hot standby is made from it): leave --postgres-url and AEGIS_POSTGRES_URL unset")
 	}
 	fmt.Fprintf(s.opts.Log, "lab: starting a hot standby of PostgreSQL in %s\n", s.dir)
 	standby, err := servers.StartStandby(ctx, filepath.Join(s.dir, "postgres-standby"), primary, nil)

@@ -278,7 +278,7 @@ func (c Config) maxSkewApart() time.Duration {
 // minLockAtLeastFor is the smallest LockAtLeastFor of the run's jobs.
 func (c Config) minLockAtLeastFor() time.Duration {
 	least := time.Duration(1<<63 - 1)
-	for _, j := range c.jobs() {
+	for _, j := range c.Jobs() {
 		least = min(least, j.entry(c).LockAtLeastFor)
 	}
 	return least
