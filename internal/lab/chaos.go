@@ -97,7 +97,7 @@ func (c Chaos) Node() int {
 	return n
 }
 
-// server returns the server the fault kills, restarts or fails over: the
+// ServerKind returns the server the fault kills, restarts or fails over: the
 // lab's own, shared by every run of its session.
 func (c Chaos) ServerKind() (servers.Kind, bool) {
 	switch {
