@@ -39,15 +39,15 @@ const (
 	Writer = "writer"
 )
 
-// redlockMajority is the target of restart:redlock@AT: a majority of the
+// RedlockMajority is the target of restart:redlock@AT: a majority of the
 // Redlock nodes restarted at once without persistence.
-const redlockMajority = "redlock"
+const RedlockMajority = "redlock"
 
-// serverDowntime is how long kill:etcd and kill:zookeeper keep the killed
+// ServerDowntime is how long kill:etcd and kill:zookeeper keep the killed
 // member down before the lab restarts it (sooner when the run ends
 // first): long enough for the others to elect a leader and the nodes'
 // clients to move, short enough to see the member rejoin within a run.
-const serverDowntime = 2 * time.Second
+const ServerDowntime = 2 * time.Second
 
 // Chaos is one fault of a run. Parse it from its spec with [ParseChaos].
 type Chaos struct {
@@ -75,9 +75,9 @@ type Chaos struct {
 	Spec string
 }
 
-// added returns the schedule an edit adds to the run's catalog: its Spec
+// Added returns the schedule an edit adds to the run's catalog: its Spec
 // is a --catalog row's EVERY/WORK.
-func (c Chaos) added() (JobSpec, bool) {
+func (c Chaos) Added() (JobSpec, bool) {
 	if c.Kind != Edit || !strings.Contains(c.Spec, "/") {
 		return JobSpec{}, false
 	}
@@ -309,7 +309,7 @@ func (c *Chaos) parseEdit(rest string) error {
 // ZooKeeper member), failover and restart (redis) and crash (postgres),
 // and says which fault a server has when it is the wrong one.
 func (c *Chaos) setServerTarget(target string) error {
-	if c.Kind == Restart && target == redlockMajority {
+	if c.Kind == Restart && target == RedlockMajority {
 		c.Target = target
 		return nil
 	}

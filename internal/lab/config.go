@@ -84,7 +84,7 @@ func (c Config) longestWork() time.Duration {
 		work = max(work, j.Work)
 	}
 	for _, ch := range c.Chaos {
-		if j, ok := ch.added(); ok {
+		if j, ok := ch.Added(); ok {
 			work = max(work, j.Work)
 		}
 	}
@@ -128,17 +128,17 @@ func (c Config) Validate() error {
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
-		if err := c.checkChaos(s, ch); err != nil {
+		if err := c.CheckChaos(s, ch); err != nil {
 			errs = append(errs, invalid("--chaos %s: %v", ch, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// checkChaos says why ch cannot be a fault of a run of s, or nil. What
+// CheckChaos says why ch cannot be a fault of a run of s, or nil. What
 // depends on the session (a server it did not start, a store that is
 // SQLite) is Session.admitChaos's.
-func (c Config) checkChaos(s Strategy, ch Chaos) error {
+func (c Config) CheckChaos(s Strategy, ch Chaos) error {
 	if n := ch.Node(); n > c.Nodes {
 		return fmt.Errorf("node%d does not exist: the run has %d nodes", n, c.Nodes)
 	}
@@ -148,14 +148,14 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 	switch ch.Kind {
 	case Edit:
 		i := slices.IndexFunc(c.Jobs(), func(j JobSpec) bool { return j.Name == ch.Target })
-		add, adding := ch.added()
+		add, adding := ch.Added()
 		switch {
 		case adding && i >= 0:
 			return fmt.Errorf("job %q is in the run's catalog already: an edit of it is a cadence, pause or resume", ch.Target)
 		case adding:
 			jobs := slices.Clone(c.Jobs())
 			for _, other := range c.Chaos {
-				if a, ok := other.added(); ok && other != ch && a.Name != add.Name {
+				if a, ok := other.Added(); ok && other != ch && a.Name != add.Name {
 					jobs = append(jobs, a)
 				}
 			}
@@ -183,7 +183,7 @@ func (c Config) checkChaos(s Strategy, ch Chaos) error {
 			return fmt.Errorf("failover:redis needs a strategy on the Redis primary with a replica (redis), not %s", s.Name)
 		}
 	case Restart:
-		if ch.Target == redlockMajority && s.Redis != RedisQuorum {
+		if ch.Target == RedlockMajority && s.Redis != RedisQuorum {
 			return fmt.Errorf("restart:redlock restarts a majority of Redlock's nodes: it needs --strategy redlock, not %s", s.Name)
 		}
 		if !slices.Contains(s.Needs, servers.KindRedis) {
@@ -235,14 +235,14 @@ func usesServers(s Strategy) string {
 // the flag and quotes the value (the command line prints it as it is).
 func invalid(format string, args ...any) error { return badinput.Errorf(format, args...) }
 
-// fenced reports whether the run's writes go through a fence.
-func (c Config) fenced() bool {
+// Fenced reports whether the run's writes go through a fence.
+func (c Config) Fenced() bool {
 	s, _ := LookupStrategy(c.Strategy)
 	return c.Fence && s.Fenceable()
 }
 
-// json is the report's form of c.
-func (c Config) json() ConfigJSON {
+// JSON is the report's form of c.
+func (c Config) JSON() ConfigJSON {
 	chaos := []string{}
 	for _, ch := range c.Chaos {
 		chaos = append(chaos, ch.String())
@@ -254,7 +254,7 @@ func (c Config) json() ConfigJSON {
 // String describes the run in one line.
 func (c Config) String() string {
 	fence := "unfenced"
-	if c.fenced() {
+	if c.Fenced() {
 		fence = "fenced"
 	} else if s, _ := LookupStrategy(c.Strategy); !s.Fenceable() {
 		fence = "no token to fence with"

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
@@ -114,7 +116,7 @@ func TestStrategyExcludes(t *testing.T) {
 // Inspect's bad input is refused before a query runs.
 func TestInspectRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	_, err := lab.Inspect(t.Context(), nil, nil, lab.InspectOptions{})
+	_, err := runner.Inspect(t.Context(), nil, nil, runner.InspectOptions{})
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "db is nil")
 	db, err := sql.Open("pgx", testenv.PostgresURL(t))
@@ -122,14 +124,14 @@ func TestInspectRefusesBadInput(t *testing.T) {
 	defer db.Close()
 	for _, tc := range []struct {
 		names []string
-		o     lab.InspectOptions
+		o     runner.InspectOptions
 		want  string
 	}{
-		{nil, lab.InspectOptions{OlderThan: -time.Second}, "OlderThan -1s is negative"},
-		{nil, lab.InspectOptions{Limit: -1}, "Limit -1 is negative"},
-		{[]string{"stuck", "who"}, lab.InspectOptions{}, `unknown query "who"`},
+		{nil, runner.InspectOptions{OlderThan: -time.Second}, "OlderThan -1s is negative"},
+		{nil, runner.InspectOptions{Limit: -1}, "Limit -1 is negative"},
+		{[]string{"stuck", "who"}, runner.InspectOptions{}, `unknown query "who"`},
 	} {
-		_, err := lab.Inspect(t.Context(), db, tc.names, tc.o)
+		_, err := runner.Inspect(t.Context(), db, tc.names, tc.o)
 		require.ErrorIs(t, err, aegis.ErrInvalid, tc.want)
 		require.ErrorContains(t, err, tc.want)
 	}

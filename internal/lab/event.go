@@ -3,7 +3,7 @@ package lab
 // Event is one thing that happened in a run: a node's step (from its
 // output), a tick firing, a fault injected, or a harm the lab saw
 // (a duplicate applied, a missed tick). Events stream live from
-// [Run.Subscribe] and end up in the report.
+// runner.Run.Subscribe and end up in the report.
 type Event struct {
 	// T is when it happened, in seconds since the run's first tick fired
 	// (negative before it). A node's events carry the node's real clock,
@@ -44,25 +44,25 @@ type Event struct {
 // The kinds of event. Node events first (see the node's protocol), then
 // the lab's.
 const (
-	EventReady      = evReady
-	EventAcquired   = evAcquired
-	EventRenewed    = evRenewed
-	EventEnter      = evEnter
-	EventEntered    = evEntered
-	EventWriting    = evWriting
-	EventStale      = evStale
-	EventExecuted   = evExecuted
-	EventReleased   = evReleased
-	EventLost       = evLost
-	EventReclaim    = evReclaim
-	EventElected    = evElected
-	EventRefused    = evRefused
-	EventMisfired   = evMisfired
-	EventClaimed    = evClaimed
-	EventNotPrimary = evNotPrimary
-	EventError      = evError
-	EventAbandon    = evAbandon
-	EventFinished   = evFinished
+	EventReady      = EvReady
+	EventAcquired   = EvAcquired
+	EventRenewed    = EvRenewed
+	EventEnter      = EvEnter
+	EventEntered    = EvEntered
+	EventWriting    = EvWriting
+	EventStale      = EvStale
+	EventExecuted   = EvExecuted
+	EventReleased   = EvReleased
+	EventLost       = EvLost
+	EventReclaim    = EvReclaim
+	EventElected    = EvElected
+	EventRefused    = EvRefused
+	EventMisfired   = EvMisfired
+	EventClaimed    = EvClaimed
+	EventNotPrimary = EvNotPrimary
+	EventError      = EvError
+	EventAbandon    = EvAbandon
+	EventFinished   = EvFinished
 
 	EventTick      = "tick"      // a tick fired (the lab's clock)
 	EventChaos     = "chaos"     // a fault began (Detail: the spec and what it did)

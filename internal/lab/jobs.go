@@ -124,21 +124,21 @@ func checkJobs(jobs []JobSpec, tick time.Duration) error {
 	return nil
 }
 
-// jobArgs is a catalog row's args: what the node's handler needs.
-type jobArgs struct {
+// JobArgs is a catalog row's args: what the node's handler needs.
+type JobArgs struct {
 	WorkMS int64 `json:"work_ms"`
 }
 
-// entry is the catalog row of j in a run with cfg: LockAtMostFor is the
+// Entry is the catalog row of j in a run with cfg: LockAtMostFor is the
 // run's TTL (kept alive while the job runs), and in lease mode
 // LockAtLeastFor is half the cadence (at most the TTL) (ShedLock's guard against replicas whose
 // clocks differ by less than it); a tick that cannot start within a tick
 // of its fire time is dropped, so a restarted node does not run the tick
 // its earlier life was killed in.
-func (j JobSpec) entry(cfg Config) schedule.Entry {
-	args, _ := json.Marshal(jobArgs{WorkMS: j.Work.Milliseconds()})
+func (j JobSpec) Entry(cfg Config) schedule.Entry {
+	args, _ := json.Marshal(JobArgs{WorkMS: j.Work.Milliseconds()})
 	e := schedule.Entry{
-		Name: j.Name, Every: j.Every, Handler: labHandler, Args: args,
+		Name: j.Name, Every: j.Every, Handler: LabHandler, Args: args,
 		Misfire: schedule.MisfireSkip, StartingDeadline: cfg.Tick,
 		MaxAttempts: 3, LockAtMostFor: cfg.TTL, DisableKeepAlive: j.NoKeepAlive,
 	}
@@ -158,26 +158,26 @@ func (j JobSpec) entry(cfg Config) schedule.Entry {
 	return e
 }
 
-// labHandler is the name every node registers its critical section under.
-const labHandler = "lab-ledger"
+// LabHandler is the name every node registers its critical section under.
+const LabHandler = "lab-ledger"
 
-// fires lists the ticks (1-based numbers of the run's tick grid) at which
+// Fires lists the ticks (1-based numbers of the run's tick grid) at which
 // j fires in a run of ticks ticks from start (firesAt).
-func (j JobSpec) fires(start time.Time, tick time.Duration, ticks int, edits []catalogEdit) []int {
+func (j JobSpec) Fires(start time.Time, tick time.Duration, ticks int, edits []CatalogEdit) []int {
 	var out []int
 	for t := 1; t <= ticks; t++ {
-		if j.firesAt(start.Add(time.Duration(t-1)*tick), edits) {
+		if j.FiresAt(start.Add(time.Duration(t-1)*tick), edits) {
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// firesAt reports whether j fires at the grid instant at: on an
+// FiresAt reports whether j fires at the grid instant at: on an
 // epoch-aligned multiple of its cadence (schedule.Interval), as the run's
 // edits before at (in order) left its cadence, not paused, and not before
 // an edit added it.
-func (j JobSpec) firesAt(at time.Time, edits []catalogEdit) bool {
+func (j JobSpec) FiresAt(at time.Time, edits []CatalogEdit) bool {
 	every, paused := j.Every, false
 	for _, e := range edits {
 		if e.Job == j.Name && e.Added && e.At.After(at) {
@@ -198,10 +198,10 @@ func (j JobSpec) firesAt(at time.Time, edits []catalogEdit) bool {
 	return !paused && at.UnixNano()%int64(every) == 0
 }
 
-// catalogEdit is an edit of the run's catalog: from At on, the job fires
+// CatalogEdit is an edit of the run's catalog: from At on, the job fires
 // every Every (0: unchanged), or not at all while paused; Added: the job
 // was added to the catalog then, and fires from At on.
-type catalogEdit struct {
+type CatalogEdit struct {
 	Job    string
 	At     time.Time
 	Every  time.Duration

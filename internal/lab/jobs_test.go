@@ -124,23 +124,23 @@ func TestJobSpecFires(t *testing.T) {
 		{time.Second, aligned, 0, nil},
 	} {
 		j := JobSpec{Name: "j", Every: tc.every}
-		require.Equal(t, tc.want, j.fires(tc.start, tick, tc.ticks, nil), "every %s from %s, %d ticks", tc.every, tc.start.UTC().Format(time.TimeOnly), tc.ticks)
+		require.Equal(t, tc.want, j.Fires(tc.start, tick, tc.ticks, nil), "every %s from %s, %d ticks", tc.every, tc.start.UTC().Format(time.TimeOnly), tc.ticks)
 	}
 	// A run's start is a tick of the grid (the lab truncates it to the
 	// tick): 400 ms ticks, a job every 1.2 s, fires every third tick.
 	start := time.Unix(0, 0).Add(7 * 400 * time.Millisecond)
 	j := JobSpec{Name: "j", Every: 1200 * time.Millisecond}
-	require.Equal(t, []int{3, 6, 9}, j.fires(start, 400*time.Millisecond, 9, nil))
+	require.Equal(t, []int{3, 6, 9}, j.Fires(start, 400*time.Millisecond, 9, nil))
 
 	// Edits in the run: from tick 4 on every 400 ms (each tick), paused
 	// from tick 7, resumed at tick 9; another job's edit changes nothing.
 	at := func(tick int) time.Time { return start.Add(time.Duration(tick-1) * 400 * time.Millisecond) }
 	paused, resumed := true, false
-	edits := []catalogEdit{
+	edits := []CatalogEdit{
 		{Job: "j", At: at(4), Every: 400 * time.Millisecond},
 		{Job: "other", At: at(2), Every: 10 * time.Second},
 		{Job: "j", At: at(7), Paused: &paused},
 		{Job: "j", At: at(9), Paused: &resumed},
 	}
-	require.Equal(t, []int{3, 4, 5, 6, 9, 10}, j.fires(start, 400*time.Millisecond, 10, edits))
+	require.Equal(t, []int{3, 4, 5, 6, 9, 10}, j.Fires(start, 400*time.Millisecond, 10, edits))
 }

@@ -17,32 +17,32 @@ import (
 
 // The events a node writes.
 const (
-	evReady    = "ready"    // connected; waiting for the start time on stdin
-	evPong     = "pong"     // the answer to a ping (Ping: its number); the lab keeps no event of it
-	evAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
-	evRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
-	evEnter    = "enter"    // about to read the job's ledger: the read's invocation
-	evEntered  = "entered"  // read the ledger (value): in the critical section
-	evWriting  = "writing"  // the work is done; the write begins
-	evStale    = "stale"    // the fence refused the attempt (detail: read or write)
-	evExecuted = "executed" // committed ledger value and the EXECUTED row
-	evReleased = "released" // the run ended (the scheduler releases its lease or row)
-	evLost     = "lost"     // the scheduler saw the run's lease or row lost
-	evError    = "error"    // detail says what failed
-	evAbandon  = "abandoned"
-	evFinished = "finished" // the run's last window closed; the node exits
-	evReclaim  = "reclaim"  // this node's reaper took over a crashed run
-	evElected  = "elected"  // this node leads (leader mode)
-	evRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
-	evMisfired = "misfired" // a tick missed its starting deadline, or its previous run still went (overlap forbid)
-	evClaimed  = "claimed"  // an optimistic claim moved the job's version to token (Since: when its statement began)
-	// evNotPrimary: the node's store is a hot standby: its scheduler runs
+	EvReady    = "ready"    // connected; waiting for the start time on stdin
+	EvPong     = "pong"     // the answer to a ping (Ping: its number); the lab keeps no event of it
+	EvAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
+	EvRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
+	EvEnter    = "enter"    // about to read the job's ledger: the read's invocation
+	EvEntered  = "entered"  // read the ledger (value): in the critical section
+	EvWriting  = "writing"  // the work is done; the write begins
+	EvStale    = "stale"    // the fence refused the attempt (detail: read or write)
+	EvExecuted = "executed" // committed ledger value and the EXECUTED row
+	EvReleased = "released" // the run ended (the scheduler releases its lease or row)
+	EvLost     = "lost"     // the scheduler saw the run's lease or row lost
+	EvError    = "error"    // detail says what failed
+	EvAbandon  = "abandoned"
+	EvFinished = "finished" // the run's last window closed; the node exits
+	EvReclaim  = "reclaim"  // this node's reaper took over a crashed run
+	EvElected  = "elected"  // this node leads (leader mode)
+	EvRefused  = "refused"  // the catalog refused a tick (paused, deleted or changed)
+	EvMisfired = "misfired" // a tick missed its starting deadline, or its previous run still went (overlap forbid)
+	EvClaimed  = "claimed"  // an optimistic claim moved the job's version to token (Since: when its statement began)
+	// EvNotPrimary: the node's store is a hot standby: its scheduler runs
 	// nothing (a second region).
-	evNotPrimary = "not-primary"
+	EvNotPrimary = "not-primary"
 )
 
-// nodeEvent is one line of a node's output.
-type nodeEvent struct {
+// NodeEvent is one line of a node's output.
+type NodeEvent struct {
 	Kind string `json:"kind"`
 	At   int64  `json:"at"` // Unix nanoseconds, real clock (not skewed)
 	Job  string `json:"job,omitempty"`
@@ -70,20 +70,20 @@ type nodeEvent struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// controlLine is a line the lab writes on a node's standard input: before
+// ControlLine is a line the lab writes on a node's standard input: before
 // the start, a ping (the node answers with a pong event of the same
 // number); then the start, when the run's first tick fires (Unix
 // nanoseconds of the real clock); after it, a change of the node's clock's
 // skew (nanoseconds).
-type controlLine struct {
+type ControlLine struct {
 	Ping  int64  `json:"ping,omitempty"`
 	Start int64  `json:"start,omitempty"`
 	Skew  *int64 `json:"skew,omitempty"`
 }
 
-// ownerHash is what a node reports of a lease's owner: enough to tell two
+// OwnerHash is what a node reports of a lease's owner: enough to tell two
 // holders apart, nothing to act as one.
-func ownerHash(owner string) string {
+func OwnerHash(owner string) string {
 	if owner == "" {
 		return ""
 	}
@@ -91,11 +91,11 @@ func ownerHash(owner string) string {
 	return hex.EncodeToString(h[:6])
 }
 
-// nodeConfig is what one node process of a run needs. The lab passes it
-// as the flags of `aegis node` (see [NodeMain]); the lease servers'
+// NodeConfig is what one node process of a run needs. The lab passes it
+// as the flags of `aegis node` (see node.NodeMain); the lease servers'
 // addresses come from the AEGIS_* variables of the node's environment,
 // which point at the lab's proxies.
-type nodeConfig struct {
+type NodeConfig struct {
 	Run      string
 	Node     int    // from 1
 	Strategy string // a Strategies name
@@ -116,12 +116,12 @@ type nodeConfig struct {
 	Incarnation int
 }
 
-// parseNodeArgs reads the flags of `aegis node`, the inverse of args; a
+// ParseNodeArgs reads the flags of `aegis node`, the inverse of Args; a
 // flag it cannot read is reported on stderr.
-func parseNodeArgs(args []string, stderr io.Writer) (nodeConfig, error) {
+func ParseNodeArgs(args []string, stderr io.Writer) (NodeConfig, error) {
 	fs := flag.NewFlagSet("aegis node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c nodeConfig
+	var c NodeConfig
 	fs.StringVar(&c.Run, "run", "", "the run's id")
 	fs.IntVar(&c.Node, "node", 0, "this node's number, from 1")
 	fs.StringVar(&c.Strategy, "strategy", "", "the strategy")
@@ -136,8 +136,8 @@ func parseNodeArgs(args []string, stderr io.Writer) (nodeConfig, error) {
 	return c, fs.Parse(args)
 }
 
-// args returns the flags of `aegis node` for c.
-func (c nodeConfig) args() []string {
+// Args returns the flags of `aegis node` for c.
+func (c NodeConfig) Args() []string {
 	return []string{
 		"--run", c.Run, fmt.Sprintf("--node=%d", c.Node), "--strategy", c.Strategy,
 		fmt.Sprintf("--fence=%t", c.Fence), "--tick", c.Tick.String(),
@@ -146,7 +146,7 @@ func (c nodeConfig) args() []string {
 	}
 }
 
-func (c nodeConfig) validate() error {
+func (c NodeConfig) Validate() error {
 	if _, ok := LookupStrategy(c.Strategy); !ok {
 		return invalid("unknown strategy %q", c.Strategy)
 	}
@@ -165,6 +165,6 @@ func (c nodeConfig) validate() error {
 	return nil
 }
 
-// namespace is the run's catalog namespace: runs that share a store never
+// Namespace is the run's catalog namespace: runs that share a store never
 // see each other's schedules, runs or leases.
-func namespace(run string) string { return "lab-" + strings.ToLower(run) }
+func Namespace(run string) string { return "lab-" + strings.ToLower(run) }

@@ -275,3 +275,28 @@ func joinHarms(hs []Harm) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// Add adds a job's report to the run's: the sums and the worst verdict.
+func (rep *Report) Add(jr JobReport) {
+	rep.Jobs = append(rep.Jobs, jr)
+	rep.Ticks += jr.Ticks
+	rep.Executions += jr.Executions
+	rep.DuplicateTicks += jr.DuplicateTicks
+	rep.DuplicatesApplied += jr.DuplicatesApplied
+	rep.StaleRejected += jr.StaleRejected
+	rep.MissedTicks += jr.MissedTicks
+	rep.LostUpdates += jr.LostUpdates
+	rep.Balance += jr.Ledger
+	for _, h := range jr.Harms {
+		if !slices.Contains(rep.Harms, h) {
+			rep.Harms = append(rep.Harms, h)
+		}
+	}
+	rank := map[string]int{"": 0, CheckOK: 1, CheckUnknown: 2, CheckViolation: 3}
+	if rank[jr.Checker] > rank[rep.Checker] {
+		rep.Checker = jr.Checker
+	}
+	if rep.Visualisation == "" {
+		rep.Visualisation = jr.Visualisation
+	}
+}

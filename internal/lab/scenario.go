@@ -92,9 +92,9 @@ var Scenarios = []Scenario{
 			"fenced, node3's token comes from counters that went back and the fence refuses it",
 		Runs: []Config{
 			with(preset("redlock", false, 3, 8*time.Second, Chaos{Kind: Skew, Target: "node3", Offset: -400 * time.Millisecond},
-				Chaos{Kind: Restart, Target: redlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
+				Chaos{Kind: Restart, Target: RedlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
 			with(preset("redlock", true, 3, 8*time.Second, Chaos{Kind: Skew, Target: "node3", Offset: -400 * time.Millisecond},
-				Chaos{Kind: Restart, Target: redlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
+				Chaos{Kind: Restart, Target: RedlockMajority, At: 3200 * time.Millisecond}), func(c *Config) { c.Catalog = oneLedger }),
 		},
 	},
 	{

@@ -69,44 +69,44 @@ DROP TABLE IF EXISTS aegis_lab_balance;
 DROP TABLE IF EXISTS aegis_lab_claim`}
 
 const (
-	insertLedgerSQL = `INSERT INTO aegis_lab_ledger (run, job, value) VALUES ($1, $2, 0)`
-	readLedgerSQL   = `SELECT value FROM aegis_lab_ledger WHERE run = $1 AND job = $2`
-	writeLedgerSQL  = `UPDATE aegis_lab_ledger SET value = $3 WHERE run = $1 AND job = $2`
-	ledgersSQL      = `SELECT job, value FROM aegis_lab_ledger WHERE run = $1`
-	auditSQL        = `INSERT INTO aegis_lab_audit (run, attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms)
+	InsertLedgerSQL = `INSERT INTO aegis_lab_ledger (run, job, value) VALUES ($1, $2, 0)`
+	ReadLedgerSQL   = `SELECT value FROM aegis_lab_ledger WHERE run = $1 AND job = $2`
+	WriteLedgerSQL  = `UPDATE aegis_lab_ledger SET value = $3 WHERE run = $1 AND job = $2`
+	LedgersSQL      = `SELECT job, value FROM aegis_lab_ledger WHERE run = $1`
+	AuditSQL        = `INSERT INTO aegis_lab_audit (run, attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
-	auditRowsSQL = `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
+	AuditRowsSQL = `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
 FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
 
 	// The store's own account of a run's harm, per job: what the
 	// checker's verdict must agree with. A tick applied twice is two
 	// EXECUTED rows of one (job, tick); a lost update is an EXECUTED row
 	// the ledger does not count.
-	storeDuplicatesSQL = `SELECT job, count(*) FROM (
+	StoreDuplicatesSQL = `SELECT job, count(*) FROM (
 	SELECT job, tick FROM aegis_lab_audit WHERE run = $1 AND status = 'EXECUTED'
 	GROUP BY job, tick HAVING count(*) > 1) d GROUP BY job`
-	storeLostSQL = `SELECT l.job, (SELECT count(*) FROM aegis_lab_audit a
+	StoreLostSQL = `SELECT l.job, (SELECT count(*) FROM aegis_lab_audit a
 	WHERE a.run = l.run AND a.job = l.job AND a.status = 'EXECUTED') - l.value
 FROM aegis_lab_ledger l WHERE l.run = $1`
 
 	// optimistic: a row per job's lease key, claimed by compare-and-set
 	// on its version.
-	optimisticRowSQL   = `INSERT INTO aegis_lab_optimistic (key, version, until_ms, node) VALUES ($1, 0, 0, 0) ON CONFLICT (key) DO NOTHING`
-	optimisticReadSQL  = `SELECT version, until_ms FROM aegis_lab_optimistic WHERE key = $1`
-	optimisticClaimSQL = `UPDATE aegis_lab_optimistic SET version = version + 1, until_ms = $3, node = $4
+	OptimisticRowSQL   = `INSERT INTO aegis_lab_optimistic (key, version, until_ms, node) VALUES ($1, 0, 0, 0) ON CONFLICT (key) DO NOTHING`
+	OptimisticReadSQL  = `SELECT version, until_ms FROM aegis_lab_optimistic WHERE key = $1`
+	OptimisticClaimSQL = `UPDATE aegis_lab_optimistic SET version = version + 1, until_ms = $3, node = $4
 WHERE key = $1 AND version = $2 -- compare-and-set on the version read`
-	optimisticUntilSQL = `UPDATE aegis_lab_optimistic SET until_ms = $3 WHERE key = $1 AND version = $2`
-	// optimisticCheckSQL is the fence of the optimistic strategy: the
+	OptimisticUntilSQL = `UPDATE aegis_lab_optimistic SET until_ms = $3 WHERE key = $1 AND version = $2`
+	// OptimisticCheckSQL is the fence of the optimistic strategy: the
 	// claim's version must still be the claimer's (a stolen claim has a
 	// greater one). It writes the row so that it takes its lock, as the
 	// fence's upsert does.
-	optimisticCheckSQL = `UPDATE aegis_lab_optimistic SET version = version WHERE key = $1 AND version = $2`
-	// optimisticVersionSQL reads the version that refused a check.
-	optimisticVersionSQL = `SELECT version FROM aegis_lab_optimistic WHERE key = $1`
+	OptimisticCheckSQL = `UPDATE aegis_lab_optimistic SET version = version WHERE key = $1 AND version = $2`
+	// OptimisticVersionSQL reads the version that refused a check.
+	OptimisticVersionSQL = `SELECT version FROM aegis_lab_optimistic WHERE key = $1`
 )
 
-// migrateStore creates the lab's tables and the fence table.
-func migrateStore(ctx context.Context, db *sql.DB) error {
+// MigrateStore creates the lab's tables and the fence table.
+func MigrateStore(ctx context.Context, db *sql.DB) error {
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
 		return fmt.Errorf("lab: store: %w", err)
@@ -120,12 +120,12 @@ func migrateStore(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// ledgerResource is the fence resource of a job's ledger in a run.
-func ledgerResource(run, job string) string { return "lab/" + run + "/" + job }
+// LedgerResource is the fence resource of a job's ledger in a run.
+func LedgerResource(run, job string) string { return "lab/" + run + "/" + job }
 
-// isUniqueViolation reports whether err is a primary key or unique
+// IsUniqueViolation reports whether err is a primary key or unique
 // violation, on PostgreSQL or SQLite.
-func isUniqueViolation(err error) bool {
+func IsUniqueViolation(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return pg.Code == "23505"

@@ -125,8 +125,8 @@ func (s Strategy) Safe(fenced bool) bool {
 	return g.Ledger && g.Once != OnceNo
 }
 
-// labLocked reports whether the strategy's Locker is one of the lab's own.
-func (s Strategy) labLocked() bool { return strings.HasPrefix(s.Backend, labBackend) }
+// LabLocked reports whether the strategy's Locker is one of the lab's own.
+func (s Strategy) LabLocked() bool { return strings.HasPrefix(s.Backend, labBackend) }
 
 // labBackend prefixes the Backend of a strategy whose Locker is the lab's.
 const labBackend = "lab-"
@@ -235,10 +235,10 @@ func LookupStrategy(name string) (Strategy, bool) {
 	return Strategies[i], true
 }
 
-// needsPostgresStore reports whether the strategy's SQL runs in the store
+// NeedsPostgresStore reports whether the strategy's SQL runs in the store
 // of record and needs it to be PostgreSQL.
-func (s Strategy) needsPostgresStore() bool {
-	return slices.Contains(s.Needs, servers.KindPostgres) && (s.Mode != schedule.ModeLease || s.labLocked())
+func (s Strategy) NeedsPostgresStore() bool {
+	return slices.Contains(s.Needs, servers.KindPostgres) && (s.Mode != schedule.ModeLease || s.LabLocked())
 }
 
 // Excludes lists the harms the strategy's label excludes in a run of cfg:
@@ -279,7 +279,7 @@ func (c Config) maxSkewApart() time.Duration {
 func (c Config) minLockAtLeastFor() time.Duration {
 	least := time.Duration(1<<63 - 1)
 	for _, j := range c.Jobs() {
-		least = min(least, j.entry(c).LockAtLeastFor)
+		least = min(least, j.Entry(c).LockAtLeastFor)
 	}
 	return least
 }

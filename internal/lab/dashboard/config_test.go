@@ -5,10 +5,11 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
@@ -20,7 +21,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "session is nil")
 
-	s, err := lab.NewSession(lab.Options{Dir: t.TempDir()})
+	s, err := runner.NewSession(runner.Options{Dir: t.TempDir()})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	_, err = dashboard.New(s, &dashboard.Config{MaxActive: -1})
@@ -35,7 +36,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 // address and the cause, never its URL's password.
 func TestAvailabilityHidesThePassword(t *testing.T) {
 	t.Parallel()
-	h := newHarnessOn(t, lab.Servers{
+	h := newHarnessOn(t, runner.Servers{
 		PostgresURL:   "postgres://aegis:s3cretpw@127.0.0.1:1/x?sslmode=disable",
 		RedisAddrs:    testenv.RedisAddrs(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -329,7 +331,7 @@ func TestEndToEndCatalogEdit(t *testing.T) {
 // own Redis (the failover kills its primary).
 func TestEndToEndRedisFailoverThenRestart(t *testing.T) {
 	t.Parallel()
-	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
+	h := newHarnessOn(t, runner.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
 	p := openPage(t, h, 200*time.Second)
 	p.form([]string{"redis"}, "on", "3", "500ms", "1500ms", "200ms", "9s")
 	run := `.run[data-strategy="redis"]`

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -138,7 +140,7 @@ func TestMaxActiveCountsAPresetByItsParallel(t *testing.T) {
 // its runs never go side by side. The session starts its own Redis.
 func TestPresetWithAServerFaultPerRun(t *testing.T) {
 	t.Parallel()
-	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
+	h := newHarnessOn(t, runner.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
 	g := h.start(dashboard.GroupRequest{Scenario: "redlock-majority"})
 	require.Len(t, g.Runs, 2)
 	code, b := h.do(http.MethodPost, "/api/groups/"+g.ID+"/stop", map[string]any{})
@@ -163,7 +165,7 @@ func TestCloseStopsRunsAndStreams(t *testing.T) {
 		}
 	}
 	var st struct {
-		Status lab.Status `json:"status"`
+		Status runner.Status `json:"status"`
 	}
 	h.getJSON("/api/runs/"+id, &st)
 	require.NoError(t, h.dash.Close())

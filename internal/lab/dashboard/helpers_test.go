@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -36,7 +38,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
 	t.Helper()
-	return newHarnessOn(t, lab.Servers{
+	return newHarnessOn(t, runner.Servers{
 		PostgresURL:   testenv.PostgresURL(t),
 		RedisAddrs:    testenv.RedisAddrs(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),
@@ -46,9 +48,9 @@ func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
 
 // newHarnessOn is a harness whose session uses the servers given and
 // starts the others itself (privately, stopped at the end of the test).
-func newHarnessOn(t *testing.T, given lab.Servers, cfg *dashboard.Config) *harness {
+func newHarnessOn(t *testing.T, given runner.Servers, cfg *dashboard.Config) *harness {
 	t.Helper()
-	s, err := lab.NewSession(lab.Options{
+	s, err := runner.NewSession(runner.Options{
 		Dir:     t.TempDir(),
 		Servers: given,
 		NodeEnv: []string{nodeEnv},
@@ -296,7 +298,7 @@ func (h *harness) stream(path string, header ...string) <-chan sseEvent {
 type runStream struct {
 	events   []lab.Event
 	ids      []int
-	statuses []lab.Status
+	statuses []runner.Status
 	end      *struct {
 		Report *reportView `json:"report"`
 		Error  string      `json:"error"`
@@ -325,7 +327,7 @@ func next(t *testing.T, events <-chan sseEvent, rs *runStream, d time.Duration) 
 				rs.ids = append(rs.ids, id)
 				return e, true
 			case "status":
-				var st lab.Status
+				var st runner.Status
 				require.NoError(t, json.Unmarshal([]byte(ev.Data), &st))
 				rs.statuses = append(rs.statuses, st)
 			case "end":

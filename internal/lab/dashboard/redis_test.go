@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -29,7 +31,7 @@ func errorOf(t *testing.T, b []byte) string {
 func TestRedisFailoverButton(t *testing.T) {
 	t.Parallel()
 	testenv.Reserve(t, 2, "two runs at once and the lab's own Redis")
-	h := newHarnessOn(t, lab.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
+	h := newHarnessOn(t, runner.Servers{PostgresURL: testenv.PostgresURL(t)}, nil)
 	redis := func() dashboard.RunRequest {
 		r := short("redis", false, 100)
 		r.Tick, r.TTL, r.Catalog = "500ms", "1500ms", "export=500ms/200ms" // Redlock-friendly scale, as the lab's Redis tests use

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/aegislab/aegis/internal/lab"
 )
 
@@ -46,7 +48,7 @@ type runEntry struct {
 	index       int
 	cfg         lab.Config
 	state       string
-	run         *lab.Run
+	run         *runner.Run
 	err         string
 	unavailable string
 	report      *lab.Report
@@ -221,7 +223,7 @@ func (s *Server) runOne(e *runEntry, started func()) {
 	s.notifyLocked()
 	s.mu.Unlock()
 	r, err := s.session.Start(s.ctx, cfg)
-	var ue *lab.UnavailableError
+	var ue *runner.UnavailableError
 	s.mu.Lock()
 	switch {
 	case errors.As(err, &ue):
@@ -360,7 +362,7 @@ func (s *Server) handleStopGroup(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupRun returns the run entry named in the path, or writes a 404.
-func (s *Server) lookupRun(w http.ResponseWriter, r *http.Request) (*runEntry, *lab.Run) {
+func (s *Server) lookupRun(w http.ResponseWriter, r *http.Request) (*runEntry, *runner.Run) {
 	id := r.PathValue("id")
 	s.mu.Lock()
 	e := s.runs[id]
@@ -375,7 +377,7 @@ func (s *Server) lookupRun(w http.ResponseWriter, r *http.Request) (*runEntry, *
 // runStatus is a run with its state now.
 type runStatus struct {
 	runView
-	Status lab.Status `json:"status"`
+	Status runner.Status `json:"status"`
 }
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/schedule"
@@ -44,7 +46,7 @@ type Config struct {
 // end with Close (or with the session's Close); it never closes the
 // session. Safe for concurrent use.
 type Server struct {
-	session   *lab.Session
+	session   *runner.Session
 	token     string
 	outDir    string
 	maxActive int
@@ -65,7 +67,7 @@ type Server struct {
 }
 
 // New returns the dashboard over session.
-func New(session *lab.Session, cfg *Config) (*Server, error) {
+func New(session *runner.Session, cfg *Config) (*Server, error) {
 	if session == nil {
 		return nil, fmt.Errorf("%w: dashboard: session is nil", aegis.ErrInvalid)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -126,7 +128,7 @@ func TestRunStreamShowsDuplicates(t *testing.T) {
 	require.True(t, last.Done)
 	require.Len(t, last.Nodes, 3)
 	require.Equal(t, rep.DuplicatesApplied, last.DuplicatesApplied, "the status counts what the events showed")
-	require.True(t, slices.ContainsFunc(rs.statuses, func(s lab.Status) bool { return s.Holder != 0 }), "a status named a node inside the critical section")
+	require.True(t, slices.ContainsFunc(rs.statuses, func(s runner.Status) bool { return s.Holder != 0 }), "a status named a node inside the critical section")
 
 	if rep.Visualisation != "" {
 		code, html := h.do(http.MethodGet, rep.Visualisation, nil)
@@ -181,12 +183,12 @@ func TestChaosPauseHolderFenced(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%s", b)
 	require.Contains(t, string(b), `"injected":"pause:holder@0s+1.5s"`)
 	var st struct {
-		State  string     `json:"state"`
-		Status lab.Status `json:"status"`
+		State  string        `json:"state"`
+		Status runner.Status `json:"status"`
 	}
 	h.getJSON("/api/runs/"+id, &st)
 	require.Equal(t, "running", st.State)
-	paused := slices.IndexFunc(st.Status.Nodes, func(n lab.NodeStatus) bool { return n.State == "paused" })
+	paused := slices.IndexFunc(st.Status.Nodes, func(n runner.NodeStatus) bool { return n.State == "paused" })
 	require.GreaterOrEqual(t, paused, 0, "a node is paused: %+v", st.Status)
 
 	drain(t, events, &rs, 60*time.Second)

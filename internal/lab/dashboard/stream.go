@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/lab"
 )
@@ -192,8 +194,8 @@ type (
 		Events []lab.Event `json:"events"`
 	}
 	statusEvent struct {
-		Run    string     `json:"run"`
-		Status lab.Status `json:"status"`
+		Run    string        `json:"run"`
+		Status runner.Status `json:"status"`
 	}
 	runEnd struct {
 		Run string `json:"run"`
@@ -203,7 +205,7 @@ type (
 
 // follower is one followed run's events, gathered for the stream's loop.
 type follower struct {
-	run     *lab.Run
+	run     *runner.Run
 	next    int // the index of the first event in pending
 	pending []lab.Event
 	closed  bool    // the run's events ended and its report is ready
@@ -467,10 +469,10 @@ func (st *stream) sendBatch(b runBatch) error {
 
 // takeDue returns the runs whose status is due (those not ended), and
 // marks their statuses paid.
-func (st *stream) takeDue() []*lab.Run {
+func (st *stream) takeDue() []*runner.Run {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var due []*lab.Run
+	var due []*runner.Run
 	for _, f := range st.followers {
 		if !f.ended {
 			due = append(due, f.run)

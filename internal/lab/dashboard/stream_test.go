@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -56,8 +58,8 @@ func (m *muxed) read(t *testing.T, events <-chan sseEvent, from map[string]int, 
 				m.events[b.Run] = append(m.events[b.Run], b.Events...)
 			case "status":
 				var s struct {
-					Run    string     `json:"run"`
-					Status lab.Status `json:"status"`
+					Run    string        `json:"run"`
+					Status runner.Status `json:"status"`
 				}
 				require.NoError(t, json.Unmarshal([]byte(ev.Data), &s))
 				require.Equal(t, s.Run, s.Status.Run)

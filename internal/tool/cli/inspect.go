@@ -12,9 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
@@ -45,7 +46,7 @@ None means all. A question whose table is missing is skipped.
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("inspect", stderr, inspectUsage)
 	url := fs.String("postgres-url", "", "PostgreSQL `URL` (default $AEGIS_POSTGRES_URL; not shown, it may carry a password)")
-	var o lab.InspectOptions
+	var o runner.InspectOptions
 	fs.DurationVar(&o.OlderThan, "older-than", 10*time.Minute, "how long a claim may stay RUNNING before it is stuck")
 	fs.StringVar(&o.Key, "key", "", "the lease `key` whose token history to show")
 	fs.IntVar(&o.Limit, "limit", 20, "rows per answer")
@@ -53,7 +54,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	var known []string
-	for _, q := range lab.InspectQueries {
+	for _, q := range runner.InspectQueries {
 		known = append(known, q.Name)
 	}
 	for _, a := range fs.Args() {
@@ -84,7 +85,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := db.PingContext(ctx); err != nil {
 		return backend.PostgresError("connect to", *url, err)
 	}
-	answers, err := lab.Inspect(ctx, db, fs.Args(), o)
+	answers, err := runner.Inspect(ctx, db, fs.Args(), o)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
@@ -129,7 +131,7 @@ func (c *chaosFlag) Set(s string) error {
 // labServerFlags adds the server flags of the lab. Unlike other commands',
 // they default only to the AEGIS_* variables that are set, never to the
 // shared test servers: an unset kind is started by the lab.
-func labServerFlags(fs *flagSet) func() lab.Servers {
+func labServerFlags(fs *flagSet) func() runner.Servers {
 	pg := fs.String("postgres-url", "", "PostgreSQL `URL` to use (default $AEGIS_POSTGRES_URL, not shown: it may carry a password); unset: the lab starts its own")
 	redis := fs.String("redis-addrs", os.Getenv(servers.EnvRedisAddrs), "Redis `addresses`, comma-separated, the first the single-node one (AEGIS_REDIS_ADDRS)")
 	etcd := fs.String("etcd-endpoints", os.Getenv(servers.EnvEtcdEndpoints), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
@@ -140,14 +142,14 @@ func labServerFlags(fs *flagSet) func() lab.Servers {
 		}
 		return strings.Split(s, ",")
 	}
-	return func() lab.Servers {
-		return lab.Servers{PostgresURL: cmp.Or(*pg, os.Getenv(servers.EnvPostgresURL)), RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk)}
+	return func() runner.Servers {
+		return runner.Servers{PostgresURL: cmp.Or(*pg, os.Getenv(servers.EnvPostgresURL)), RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk)}
 	}
 }
 
 // runFlags adds the flags of one run and returns the function that reads
 // them, after parsing, as a Config. A campaign's replay lines are these
-// flags (lab.RunArgs).
+// flags (runner.RunArgs).
 func runFlags(fs *flagSet) func() lab.Config {
 	d := lab.DefaultConfig()
 	c := d
@@ -203,7 +205,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
-	s, err := lab.NewSession(lab.Options{Dir: *dir, Servers: given(), Log: stderr})
+	s, err := runner.NewSession(runner.Options{Dir: *dir, Servers: given(), Log: stderr})
 	if err != nil {
 		return err
 	}

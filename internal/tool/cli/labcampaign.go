@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 )
 
 const labCampaignUsage = `
@@ -54,7 +54,7 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("lab", stderr, labCampaignUsage)
-	c := lab.Campaign{}
+	c := runner.Campaign{}
 	fs.Uint64Var(&c.Seed, "seed", 1, "the random generator's `seed`")
 	fs.IntVar(&c.Runs, "runs", 20, "runs per strategy, 1 to 1000")
 	var strategies stringsFlag
@@ -77,7 +77,7 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usagef("%v", err)
 	}
 
-	s, err := lab.NewSession(lab.Options{Dir: *dir, Servers: given(), Log: stderr})
+	s, err := runner.NewSession(runner.Options{Dir: *dir, Servers: given(), Log: stderr})
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}()
 	begin := time.Now()
-	res, err := s.RunCampaign(ctx, c, func(r lab.CampaignRun) {
+	res, err := s.RunCampaign(ctx, c, func(r runner.CampaignRun) {
 		verdict := "no harm"
 		if len(r.Harms) > 0 {
 			verdict = "harm (" + strings.Join(r.Harms, ", ") + ")"

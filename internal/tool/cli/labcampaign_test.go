@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
@@ -20,12 +22,12 @@ func TestLabCampaignReplayRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, fence := range []bool{true, false} {
 		for _, name := range lab.StrategyNames() {
-			cfgs, err := lab.Campaign{Seed: 11, Runs: 20, Fence: fence}.Configs(name)
+			cfgs, err := runner.Campaign{Seed: 11, Runs: 20, Fence: fence}.Configs(name)
 			require.NoError(t, err)
 			for _, want := range cfgs {
 				fs := newFlagSet("lab", io.Discard, labUsage)
 				config := runFlags(fs)
-				require.NoError(t, fs.parse(lab.RunArgs(want)))
+				require.NoError(t, fs.parse(runner.RunArgs(want)))
 				require.Zero(t, fs.NArg())
 				got := config()
 				require.Equal(t, want, got, "%s", want)

@@ -10,7 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
+
 	"github.com/aegislab/aegis/internal/lab/dashboard"
 	"github.com/aegislab/aegis/internal/tool/webaccess"
 )
@@ -50,7 +51,7 @@ func runLabServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("serve the dashboard: %w", err)
 	}
 	defer ln.Close()
-	s, err := lab.NewSession(lab.Options{Dir: *dir, Servers: given(), Log: stderr})
+	s, err := runner.NewSession(runner.Options{Dir: *dir, Servers: given(), Log: stderr})
 	if err != nil {
 		return err
 	}

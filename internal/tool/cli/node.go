@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/node"
 )
 
 var nodeCommand = command{
@@ -29,7 +29,7 @@ func runNode(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, nodeUsage)
 		return flag.ErrHelp
 	}
-	switch code := lab.NodeMain(ctx, args, os.Stdin, stdout, stderr); code {
+	switch code := node.NodeMain(ctx, args, os.Stdin, stdout, stderr); code {
 	case 0:
 		return nil
 	case 2:

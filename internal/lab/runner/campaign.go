@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
+
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
@@ -26,7 +28,7 @@ import (
 // the checker), which of them the strategy's label excludes in that run's
 // configuration (Strategy.Excludes: the campaign's test), and whether the
 // checker's verdict agreed with SQL over the audit and ledger tables.
-func judgeRun(r *Report) (harms, excluded []string, agree bool) {
+func judgeRun(r *lab.Report) (harms, excluded []string, agree bool) {
 	for _, h := range r.Harms {
 		harms = append(harms, string(h))
 	}
@@ -38,7 +40,7 @@ func judgeRun(r *Report) (harms, excluded []string, agree bool) {
 
 // labelledSafe reports whether the lab labels the strategy safe, fenced or
 // not: its ledger kept and each tick run once (under its condition).
-func labelledSafe(s Strategy, fenced bool) bool { return s.Safe(fenced) }
+func labelledSafe(s lab.Strategy, fenced bool) bool { return s.Safe(fenced) }
 
 // faultKind is one kind of fault a campaign draws: adding a kind is one
 // row of faultKinds.
@@ -58,58 +60,58 @@ type faultKind struct {
 	// perTarget: the fault lasts the whole run, so a run has one per
 	// target (a second skew of a node would replace the first).
 	perTarget bool
-	gen       func(rng *rand.Rand, c Config) Chaos
+	gen       func(rng *rand.Rand, c lab.Config) lab.Chaos
 }
 
 // networked are the servers a node reaches through the lab's proxies.
 var networked = []servers.Kind{servers.KindPostgres, servers.KindRedis, servers.KindEtcd, servers.KindZooKeeper}
 
 var faultKinds = []faultKind{
-	{name: "pause", gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Pause, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
+	{name: "pause", gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Pause, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
 	}},
-	{name: "kill", gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Kill, Target: drawTarget(rng, c), At: drawAt(rng, c)}
+	{name: "kill", gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Kill, Target: drawTarget(rng, c), At: drawAt(rng, c)}
 	}},
-	{name: "partition", needs: networked, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
+	{name: "partition", needs: networked, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c)}
 	}},
-	{name: "skew", perTarget: true, gen: func(rng *rand.Rand, c Config) Chaos {
+	{name: "skew", perTarget: true, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		off := drawDuration(rng, 100*time.Millisecond, 2*time.Second)
 		if rng.IntN(2) == 0 {
 			off = -off
 		}
-		return Chaos{Kind: Skew, Target: fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes)), Offset: off}
+		return lab.Chaos{Kind: lab.Skew, Target: fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes)), Offset: off}
 	}},
-	{name: "latency", needs: networked, perTarget: true, gen: func(rng *rand.Rand, c Config) Chaos {
-		s, _ := LookupStrategy(c.Strategy)
+	{name: "latency", needs: networked, perTarget: true, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		s, _ := lab.LookupStrategy(c.Strategy)
 		used := usedServers(s)
-		return Chaos{Kind: Latency, Target: string(used[rng.IntN(len(used))]), Offset: drawDuration(rng, 10*time.Millisecond, 200*time.Millisecond)}
+		return lab.Chaos{Kind: lab.Latency, Target: string(used[rng.IntN(len(used))]), Offset: drawDuration(rng, 10*time.Millisecond, 200*time.Millisecond)}
 	}},
-	{name: "failover:redis", needs: []servers.Kind{servers.KindRedis}, only: []string{"redis"}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Failover, Target: "redis", At: drawAt(rng, c)}
+	{name: "failover:redis", needs: []servers.Kind{servers.KindRedis}, only: []string{"redis"}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Failover, Target: "redis", At: drawAt(rng, c)}
 	}},
-	{name: "restart:redis", needs: []servers.Kind{servers.KindRedis}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Restart, Target: "redis", At: drawAt(rng, c)}
+	{name: "restart:redis", needs: []servers.Kind{servers.KindRedis}, kills: servers.KindRedis, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Restart, Target: "redis", At: drawAt(rng, c)}
 	}},
-	{name: "partition/server", needs: networked, gen: func(rng *rand.Rand, c Config) Chaos {
-		s, _ := LookupStrategy(c.Strategy)
+	{name: "partition/server", needs: networked, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		s, _ := lab.LookupStrategy(c.Strategy)
 		used := usedServers(s)
-		return Chaos{Kind: Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c), Server: string(used[rng.IntN(len(used))])}
+		return lab.Chaos{Kind: lab.Partition, Target: drawTarget(rng, c), At: drawAt(rng, c), For: drawPeriod(rng, c), Server: string(used[rng.IntN(len(used))])}
 	}},
-	{name: "crash:postgres", needs: []servers.Kind{servers.KindPostgres}, kills: servers.KindPostgres, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Crash, Target: string(servers.KindPostgres), At: drawAt(rng, c)}
+	{name: "crash:postgres", needs: []servers.Kind{servers.KindPostgres}, kills: servers.KindPostgres, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Crash, Target: string(servers.KindPostgres), At: drawAt(rng, c)}
 	}},
-	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Kill, Target: string(servers.KindEtcd), At: drawAt(rng, c)}
+	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Kill, Target: string(servers.KindEtcd), At: drawAt(rng, c)}
 	}},
-	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c Config) Chaos {
-		return Chaos{Kind: Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
+	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
 	}},
-	{name: "edit", gen: func(rng *rand.Rand, c Config) Chaos {
+	{name: "edit", gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		jobs := c.Jobs()
 		j := jobs[rng.IntN(len(jobs))]
-		ch := Chaos{Kind: Edit, Target: j.Name, At: drawAt(rng, c)}
+		ch := lab.Chaos{Kind: lab.Edit, Target: j.Name, At: drawAt(rng, c)}
 		switch rng.IntN(3) {
 		case 0:
 			ch.Spec = "pause"
@@ -126,7 +128,7 @@ var faultKinds = []faultKind{
 // usedServers are the servers a strategy's nodes reach: its own, and
 // PostgreSQL as the store of record, except for sqlite, whose lease is a
 // file and which the lab treats as having no network.
-func usedServers(s Strategy) []servers.Kind {
+func usedServers(s lab.Strategy) []servers.Kind {
 	used := slices.Clone(s.Needs)
 	if !s.LeaseFile && !slices.Contains(used, servers.KindPostgres) {
 		used = append(used, servers.KindPostgres)
@@ -136,7 +138,7 @@ func usedServers(s Strategy) []servers.Kind {
 
 // applies reports whether the fault kind fits strategy s, given which
 // servers the lab started itself (own).
-func (k faultKind) applies(s Strategy, own func(servers.Kind) bool) bool {
+func (k faultKind) applies(s lab.Strategy, own func(servers.Kind) bool) bool {
 	switch {
 	case k.needs != nil && !slices.ContainsFunc(usedServers(s), func(u servers.Kind) bool { return slices.Contains(k.needs, u) }):
 		return false
@@ -161,25 +163,25 @@ func drawDuration(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 
 // drawTarget is the holder a third of the time, the writer a sixth, else
 // a node.
-func drawTarget(rng *rand.Rand, c Config) string {
+func drawTarget(rng *rand.Rand, c lab.Config) string {
 	switch rng.IntN(6) {
 	case 0, 1:
-		return Holder
+		return lab.Holder
 	case 2:
-		return Writer
+		return lab.Writer
 	}
 	return fmt.Sprintf("node%d", 1+rng.IntN(c.Nodes))
 }
 
 // drawAt is a moment in the first four fifths of the run, so that the
 // fault has ticks left to do harm in.
-func drawAt(rng *rand.Rand, c Config) time.Duration {
+func drawAt(rng *rand.Rand, c lab.Config) time.Duration {
 	return drawDuration(rng, 0, c.Duration*4/5)
 }
 
 // drawPeriod is how long a pause or a partition lasts: shorter than the
 // TTL (the holder comes back in time) or longer (it is replaced), as often.
-func drawPeriod(rng *rand.Rand, c Config) time.Duration {
+func drawPeriod(rng *rand.Rand, c lab.Config) time.Duration {
 	if rng.IntN(2) == 0 {
 		return drawDuration(rng, c.TTL*3/10, c.TTL*9/10)
 	}
@@ -220,12 +222,12 @@ func (c Campaign) Validate() error {
 		return badinput.Errorf("--runs %d: want 1 to %d", c.Runs, maxCampaignRuns)
 	case c.Tick != 0 && (c.Tick < 10*time.Millisecond || c.Tick > time.Minute):
 		return badinput.Errorf("--tick %s: want 10ms to 1m (0: drawn)", c.Tick)
-	case c.Ticks < 0 || c.Ticks > MaxTicks:
-		return badinput.Errorf("--ticks %d: want 1 to %d (0: drawn)", c.Ticks, MaxTicks)
+	case c.Ticks < 0 || c.Ticks > lab.MaxTicks:
+		return badinput.Errorf("--ticks %d: want 1 to %d (0: drawn)", c.Ticks, lab.MaxTicks)
 	}
 	for i, name := range c.Strategies {
-		if _, ok := LookupStrategy(name); !ok {
-			return badinput.Errorf("--strategy %q: unknown (known: %s)", name, strings.Join(StrategyNames(), ", "))
+		if _, ok := lab.LookupStrategy(name); !ok {
+			return badinput.Errorf("--strategy %q: unknown (known: %s)", name, strings.Join(lab.StrategyNames(), ", "))
 		}
 		if slices.Contains(c.Strategies[:i], name) {
 			return badinput.Errorf("--strategy %s: given twice", name)
@@ -237,13 +239,13 @@ func (c Campaign) Validate() error {
 // Configs returns the runs the campaign draws for strategy, as they would
 // be drawn in a session that started every server itself (so that faults
 // which kill or restart a server are drawn too).
-func (c Campaign) Configs(strategy string) ([]Config, error) {
+func (c Campaign) Configs(strategy string) ([]lab.Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	s, ok := LookupStrategy(strategy)
+	s, ok := lab.LookupStrategy(strategy)
 	if !ok {
-		return nil, badinput.Errorf("--strategy %q: unknown (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
+		return nil, badinput.Errorf("--strategy %q: unknown (known: %s)", strategy, strings.Join(lab.StrategyNames(), ", "))
 	}
 	return c.configs(s, func(servers.Kind) bool { return true })
 }
@@ -252,7 +254,7 @@ func (c Campaign) Configs(strategy string) ([]Config, error) {
 // valid faults in that many is a bug in the table, not bad luck.
 const maxDraws = 100
 
-func (c Campaign) configs(s Strategy, own func(servers.Kind) bool) ([]Config, error) {
+func (c Campaign) configs(s lab.Strategy, own func(servers.Kind) bool) ([]lab.Config, error) {
 	h := fnv.New64a()
 	h.Write([]byte(s.Name))
 	rng := rand.New(rand.NewPCG(c.Seed, h.Sum64()))
@@ -262,7 +264,7 @@ func (c Campaign) configs(s Strategy, own func(servers.Kind) bool) ([]Config, er
 			kinds = append(kinds, k)
 		}
 	}
-	cfgs := make([]Config, 0, c.Runs)
+	cfgs := make([]lab.Config, 0, c.Runs)
 	for len(cfgs) < c.Runs {
 		var err error
 		for range maxDraws {
@@ -284,9 +286,9 @@ func (c Campaign) configs(s Strategy, own func(servers.Kind) bool) ([]Config, er
 }
 
 // draw draws one run; ok is false when its faults could not be drawn.
-func (c Campaign) draw(rng *rand.Rand, s Strategy, kinds []faultKind) (Config, bool) {
+func (c Campaign) draw(rng *rand.Rand, s lab.Strategy, kinds []faultKind) (lab.Config, bool) {
 	// Fence false when there is no token: the replay line says what ran.
-	cfg := Config{Strategy: s.Name, Fence: c.Fence && s.Fenceable(), Nodes: 3 + rng.IntN(3)}
+	cfg := lab.Config{Strategy: s.Name, Fence: c.Fence && s.Fenceable(), Nodes: 3 + rng.IntN(3)}
 	// Drawn even when replaced, so that --tick and --ticks change no
 	// other draw's place in the sequence.
 	cfg.Tick = drawDuration(rng, 500*time.Millisecond, time.Second)
@@ -313,7 +315,7 @@ func (c Campaign) draw(rng *rand.Rand, s Strategy, kinds []faultKind) (Config, b
 			continue
 		}
 		ch := k.gen(rng, cfg)
-		if k.perTarget && slices.ContainsFunc(cfg.Chaos, func(o Chaos) bool { return o.Kind == ch.Kind && o.Target == ch.Target }) {
+		if k.perTarget && slices.ContainsFunc(cfg.Chaos, func(o lab.Chaos) bool { return o.Kind == ch.Kind && o.Target == ch.Target }) {
 			continue
 		}
 		killed = killed || k.kills != ""
@@ -324,8 +326,8 @@ func (c Campaign) draw(rng *rand.Rand, s Strategy, kinds []faultKind) (Config, b
 
 // killsServer reports whether a run kills or restarts a server, and so
 // must run alone.
-func killsServer(c Config) bool {
-	return slices.ContainsFunc(c.Chaos, func(ch Chaos) bool {
+func killsServer(c lab.Config) bool {
+	return slices.ContainsFunc(c.Chaos, func(ch lab.Chaos) bool {
 		return slices.ContainsFunc(faultKinds, func(k faultKind) bool {
 			return k.kills != "" && k.name == string(ch.Kind)+":"+ch.Target
 		})
@@ -334,11 +336,11 @@ func killsServer(c Config) bool {
 
 // RunArgs renders a run as the flags of `aegis lab run` that replay it.
 // Scenario and OutDir have no place there.
-func RunArgs(c Config) []string {
+func RunArgs(c lab.Config) []string {
 	args := []string{"--strategy", c.Strategy, fmt.Sprintf("--fence=%t", c.Fence), "--nodes", fmt.Sprint(c.Nodes),
 		"--duration", c.Duration.String(), "--tick", c.Tick.String(), "--work", c.Work.String(), "--ttl", c.TTL.String()}
 	if c.Catalog != nil {
-		args = append(args, "--catalog", FormatCatalog(c.Catalog))
+		args = append(args, "--catalog", lab.FormatCatalog(c.Catalog))
 	}
 	if c.Standby > 0 {
 		args = append(args, "--standby", fmt.Sprint(c.Standby))
@@ -350,7 +352,7 @@ func RunArgs(c Config) []string {
 }
 
 // replayCommand is the shell command line that replays a run.
-func replayCommand(c Config) string {
+func replayCommand(c lab.Config) string {
 	words := []string{"aegis", "lab", "run"}
 	for _, a := range RunArgs(c) {
 		words = append(words, shellQuote(a))
@@ -403,7 +405,7 @@ type StrategyResult struct {
 	// Skipped says why the strategy did not run, "" when it did.
 	Skipped string `json:"skipped,omitempty"`
 	// Reports are the runs' reports, in the order drawn.
-	Reports []*Report `json:"-"`
+	Reports []*lab.Report `json:"-"`
 }
 
 // HarmedRun is a run that did harm, with the command line that replays it.
@@ -412,16 +414,16 @@ type HarmedRun struct {
 	Harms   []string `json:"harms"`
 	// Excluded are the harms the strategy's label excludes; Disagreement
 	// the checker's disagreement with the store, if any.
-	Excluded     []string `json:"excluded"`
-	Disagreement string   `json:"disagreement,omitempty"`
-	Config       Config   `json:"-"`
+	Excluded     []string   `json:"excluded"`
+	Disagreement string     `json:"disagreement,omitempty"`
+	Config       lab.Config `json:"-"`
 }
 
 // CampaignRun is one run of a campaign as it ends, for progress lines.
 type CampaignRun struct {
 	N, Of  int // this is the Nth run to end of Of
-	Config Config
-	Report *Report
+	Config lab.Config
+	Report *lab.Report
 	Harms  []string
 	Agree  bool
 }
@@ -454,7 +456,7 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 	res := &CampaignResult{Seed: c.Seed, Runs: c.Runs, Strategies: []*StrategyResult{}}
 	names := c.Strategies
 	if len(names) == 0 {
-		names = StrategyNames()
+		names = lab.StrategyNames()
 	}
 	own := func(k servers.Kind) bool { return !s.given(k) }
 	s.logUndrawnFaults(names, own)
@@ -485,7 +487,7 @@ func (s *Session) RunCampaign(ctx context.Context, c Campaign, done func(Campaig
 func (s *Session) logUndrawnFaults(names []string, own func(servers.Kind) bool) {
 	for _, k := range faultKinds {
 		if k.kills != "" && !own(k.kills) && slices.ContainsFunc(names, func(n string) bool {
-			st, _ := LookupStrategy(n)
+			st, _ := lab.LookupStrategy(n)
 			return k.applies(st, func(servers.Kind) bool { return true })
 		}) {
 			fmt.Fprintf(s.opts.Log, "lab: campaign: no %s drawn: the %s servers were given, and the lab touches only its own\n", k.name, k.kills)
@@ -497,7 +499,7 @@ func (s *Session) logUndrawnFaults(names []string, own func(servers.Kind) bool) 
 type campaignJob struct {
 	row *StrategyResult
 	i   int
-	cfg Config
+	cfg lab.Config
 }
 
 // campaignJobs adds each named strategy's row to res and returns the runs
@@ -506,7 +508,7 @@ type campaignJob struct {
 // while asking. The error is a campaign that cannot draw its configs.
 func (s *Session) campaignJobs(ctx context.Context, c Campaign, names []string, own func(servers.Kind) bool, res *CampaignResult) (jobs []campaignJob, stopped bool, err error) {
 	for _, name := range names {
-		st, _ := LookupStrategy(name)
+		st, _ := lab.LookupStrategy(name)
 		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, HarmedRuns: []HarmedRun{}}
 		row.LabelledSafe = labelledSafe(st, row.Fenced)
 		row.Guarantee = st.Guarantee(row.Fenced).String()
@@ -522,7 +524,7 @@ func (s *Session) campaignJobs(ctx context.Context, c Campaign, names []string, 
 		if err != nil {
 			return nil, false, err
 		}
-		row.Reports = make([]*Report, len(cfgs))
+		row.Reports = make([]*lab.Report, len(cfgs))
 		for i, cfg := range cfgs {
 			cfg.OutDir = c.OutDir
 			jobs = append(jobs, campaignJob{row, i, cfg})
@@ -653,7 +655,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tharms\n")
 	for _, s := range r.Strategies {
-		st, _ := LookupStrategy(s.Strategy)
+		st, _ := lab.LookupStrategy(s.Strategy)
 		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
 		if !st.Fenceable() {
 			fenced = "n/a"
@@ -663,7 +665,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 			continue
 		}
 		var harms []string
-		for _, h := range []Harm{HarmDuplicate, HarmRetryDuplicate, HarmLostUpdate, HarmStaleAccepted} {
+		for _, h := range []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted} {
 			if n := s.Harms[string(h)]; n > 0 {
 				harms = append(harms, fmt.Sprintf("%s %d", h, n))
 			}

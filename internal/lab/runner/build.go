@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"cmp"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/lab/checker"
 )
@@ -36,7 +38,7 @@ const checkTimeout = 20 * time.Second
 // per job, the counts from the audit rows, the checker's verdict over the
 // nodes' history, and the store's own account of the harm, which the
 // verdict must agree with.
-func (r *Run) buildReport() (*Report, error) {
+func (r *Run) buildReport() (*lab.Report, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := r.readStore(ctx)
@@ -67,13 +69,13 @@ func (r *Run) buildReport() (*Report, error) {
 			jr.Checker, jr.Reason, jr.Visualisation = v.Verdict, v.Reason, v.HTML
 		}
 		r.judge(&jr, st.duplicates[j.Name], st.lost[j.Name], rep)
-		rep.add(jr)
+		rep.Add(jr)
 	}
 	if r.cfg.Standby > 0 {
 		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections))
 	}
 	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
-	if s, ok := LookupStrategy(r.cfg.Strategy); ok {
+	if s, ok := lab.LookupStrategy(r.cfg.Strategy); ok {
 		excluded := s.Excludes(r.cfg)
 		for _, h := range rep.Harms {
 			if slices.Contains(excluded, h) {
@@ -102,13 +104,13 @@ func (r *Run) readStore(ctx context.Context) (*storeAccount, error) {
 		return nil, err
 	}
 	st := &storeAccount{committed: map[string]bool{}, executions: map[jobTick][]auditRow{}}
-	if st.ledgers, err = readCounts[int64](ctx, r.db, ledgersSQL, r.ID); err != nil {
+	if st.ledgers, err = readCounts[int64](ctx, r.db, lab.LedgersSQL, r.ID); err != nil {
 		return nil, fmt.Errorf("lab: read the ledgers: %w", err)
 	}
-	if st.duplicates, err = readCounts[int](ctx, r.db, storeDuplicatesSQL, r.ID); err != nil {
+	if st.duplicates, err = readCounts[int](ctx, r.db, lab.StoreDuplicatesSQL, r.ID); err != nil {
 		return nil, fmt.Errorf("lab: count the duplicates: %w", err)
 	}
-	if st.lost, err = readCounts[int64](ctx, r.db, storeLostSQL, r.ID); err != nil {
+	if st.lost, err = readCounts[int64](ctx, r.db, lab.StoreLostSQL, r.ID); err != nil {
 		return nil, fmt.Errorf("lab: count the lost updates: %w", err)
 	}
 	for _, a := range audit {
@@ -132,7 +134,7 @@ func (r *Run) firesLocked(executions map[jobTick][]auditRow) map[string][]int {
 	}
 	fires := map[string][]int{}
 	for _, j := range r.jobs {
-		for _, t := range j.fires(r.start, r.cfg.Tick, ticks, r.edits) {
+		for _, t := range j.Fires(r.start, r.cfg.Tick, ticks, r.edits) {
 			fires[j.Name] = append(fires[j.Name], t)
 			if len(executions[jobTick{j.Name, t}]) == 0 {
 				r.missLocked(jobTick{j.Name, t})
@@ -152,14 +154,14 @@ func (r *Run) firesLocked(executions map[jobTick][]auditRow) map[string][]int {
 
 // newReportLocked is the report before its jobs: the run's config, its
 // events and its notes.
-func (r *Run) newReportLocked() *Report {
-	rep := &Report{
-		Scenario: r.cfg.Scenario, Strategy: r.cfg.Strategy, Fenced: r.cfg.fenced(), Nodes: r.cfg.Nodes,
-		DurationS: r.cfg.Duration.Seconds(), Run: r.ID, ConfigJSON: r.cfg.json(), Config: r.cfg,
-		Events: slices.Clone(r.events), Notes: slices.Clone(r.notes), Harms: []Harm{}, Unsafe: []Harm{}, StoreAgrees: true,
+func (r *Run) newReportLocked() *lab.Report {
+	rep := &lab.Report{
+		Scenario: r.cfg.Scenario, Strategy: r.cfg.Strategy, Fenced: r.cfg.Fenced(), Nodes: r.cfg.Nodes,
+		DurationS: r.cfg.Duration.Seconds(), Run: r.ID, ConfigJSON: r.cfg.JSON(), Config: r.cfg,
+		Events: slices.Clone(r.events), Notes: slices.Clone(r.notes), Harms: []lab.Harm{}, Unsafe: []lab.Harm{}, StoreAgrees: true,
 	}
 	if rep.Events == nil {
-		rep.Events = []Event{}
+		rep.Events = []lab.Event{}
 	}
 	if rep.Notes == nil {
 		rep.Notes = []string{}
@@ -168,7 +170,7 @@ func (r *Run) newReportLocked() *Report {
 		for _, np := range r.nodes {
 			if np.late > 0 && !np.faulted {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s node%d: a tick it could not start was %s past its fire time, and no fault was aimed at it or its servers; its dropped ticks count as missed",
-					MachineLate, np.n, np.late.Round(time.Millisecond)))
+					lab.MachineLate, np.n, np.late.Round(time.Millisecond)))
 			}
 		}
 	}
@@ -210,9 +212,9 @@ func (r *Run) historyLocked(committed map[string]bool, fenced bool) ([]checker.O
 // jobReportLocked counts a job's ticks (fired, missed, applied twice),
 // its critical sections and its refusals, and its lost updates: the
 // effects the store applied less what its ledger holds.
-func (r *Run) jobReportLocked(j JobSpec, fires []int, st *storeAccount, sections map[string]*sectionRecord) JobReport {
-	jr := JobReport{Name: j.Name, Every: j.Every.String(), Work: j.Work.String(), Ticks: len(fires),
-		Ledger: st.ledgers[j.Name], Checker: CheckOK, Harms: []Harm{}}
+func (r *Run) jobReportLocked(j lab.JobSpec, fires []int, st *storeAccount, sections map[string]*sectionRecord) lab.JobReport {
+	jr := lab.JobReport{Name: j.Name, Every: j.Every.String(), Work: j.Work.String(), Ticks: len(fires),
+		Ledger: st.ledgers[j.Name], Checker: lab.CheckOK, Harms: []lab.Harm{}}
 	var effects int64
 	for _, t := range fires {
 		ex := st.executions[jobTick{j.Name, t}]
@@ -257,7 +259,7 @@ func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
 		}
 	}
 	for _, e := range r.events {
-		if e.Kind == EventNotPrimary {
+		if e.Kind == lab.EventNotPrimary {
 			refused++
 		}
 	}
@@ -267,58 +269,33 @@ func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
 // judge classifies a job's harm, from the store and the checker, and
 // compares the two: the store's count of duplicates (dups) and lost
 // updates (lost) against the checker's verdict.
-func (r *Run) judge(jr *JobReport, dups int, lost int64, rep *Report) {
+func (r *Run) judge(jr *lab.JobReport, dups int, lost int64, rep *lab.Report) {
 	if jr.DuplicatesApplied > jr.Retries {
-		jr.Harms = append(jr.Harms, HarmDuplicate)
+		jr.Harms = append(jr.Harms, lab.HarmDuplicate)
 	}
 	if jr.Retries > 0 {
-		jr.Harms = append(jr.Harms, HarmRetryDuplicate)
+		jr.Harms = append(jr.Harms, lab.HarmRetryDuplicate)
 	}
 	if jr.LostUpdates != 0 {
-		jr.Harms = append(jr.Harms, HarmLostUpdate)
+		jr.Harms = append(jr.Harms, lab.HarmLostUpdate)
 	}
 	storeHarm := dups > 0 || lost != 0
 	disagree := ""
 	switch {
 	case int64(dups) != int64(jr.DuplicatesApplied) || lost != jr.LostUpdates:
 		disagree = fmt.Sprintf("%s: the audit counts %d duplicates and %d lost updates, SQL %d and %d", jr.Name, jr.DuplicatesApplied, jr.LostUpdates, dups, lost)
-	case storeHarm && jr.Checker == CheckOK:
+	case storeHarm && jr.Checker == lab.CheckOK:
 		disagree = fmt.Sprintf("%s: the store shows %d ticks applied twice and %d lost updates, the checker says ok", jr.Name, dups, lost)
-	case !storeHarm && jr.Checker == CheckViolation && r.fenceRule() == checker.FenceNone:
+	case !storeHarm && jr.Checker == lab.CheckViolation && r.fenceRule() == checker.FenceNone:
 		disagree = fmt.Sprintf("%s: the checker says %q, the store shows no duplicate and no lost update, and nothing was fenced", jr.Name, jr.Reason)
-	case !storeHarm && jr.Checker == CheckViolation:
+	case !storeHarm && jr.Checker == lab.CheckViolation:
 		// Fenced and the ledger adds up: the checker's violation is a
 		// token rule, which only it can see.
-		jr.Harms = append(jr.Harms, HarmStaleAccepted)
+		jr.Harms = append(jr.Harms, lab.HarmStaleAccepted)
 	}
 	if disagree != "" {
 		rep.StoreAgrees = false
 		rep.Disagreement = cmp.Or(rep.Disagreement, disagree)
-	}
-}
-
-// add adds a job's report to the run's: the sums and the worst verdict.
-func (rep *Report) add(jr JobReport) {
-	rep.Jobs = append(rep.Jobs, jr)
-	rep.Ticks += jr.Ticks
-	rep.Executions += jr.Executions
-	rep.DuplicateTicks += jr.DuplicateTicks
-	rep.DuplicatesApplied += jr.DuplicatesApplied
-	rep.StaleRejected += jr.StaleRejected
-	rep.MissedTicks += jr.MissedTicks
-	rep.LostUpdates += jr.LostUpdates
-	rep.Balance += jr.Ledger
-	for _, h := range jr.Harms {
-		if !slices.Contains(rep.Harms, h) {
-			rep.Harms = append(rep.Harms, h)
-		}
-	}
-	rank := map[string]int{"": 0, CheckOK: 1, CheckUnknown: 2, CheckViolation: 3}
-	if rank[jr.Checker] > rank[rep.Checker] {
-		rep.Checker = jr.Checker
-	}
-	if rep.Visualisation == "" {
-		rep.Visualisation = jr.Visualisation
 	}
 }
 
@@ -336,10 +313,10 @@ func retriesOnly(ex []auditRow) bool {
 
 // fenceRule is how the run's fence judges tokens, for the checker.
 func (r *Run) fenceRule() checker.FenceRule {
-	if !r.cfg.fenced() {
+	if !r.cfg.Fenced() {
 		return checker.FenceNone
 	}
-	if r.strat.Token == LeaseToken {
+	if r.strat.Token == lab.LeaseToken {
 		return checker.FenceOwner
 	}
 	return checker.FenceToken
@@ -362,7 +339,7 @@ func (s sectionRecord) ops(fenced bool) []checker.Op {
 }
 
 func readAudit(ctx context.Context, db *sql.DB, run string) ([]auditRow, error) {
-	rows, err := db.QueryContext(ctx, auditRowsSQL, run)
+	rows, err := db.QueryContext(ctx, lab.AuditRowsSQL, run)
 	if err != nil {
 		return nil, fmt.Errorf("lab: read the audit rows: %w", err)
 	}
@@ -402,13 +379,13 @@ func readCounts[N int | int64](ctx context.Context, db *sql.DB, query, run strin
 
 // tickTable is the per-tick table: for each job's tick, what each node's
 // critical sections came to.
-func tickTable(nodes int, jobs []JobSpec, fires map[string][]int, sections []*sectionRecord) []TickRow {
+func tickTable(nodes int, jobs []lab.JobSpec, fires map[string][]int, sections []*sectionRecord) []lab.TickRow {
 	index := map[jobTick]int{}
-	var rows []TickRow
+	var rows []lab.TickRow
 	for _, j := range jobs {
 		for _, t := range fires[j.Name] {
 			index[jobTick{j.Name, t}] = len(rows)
-			rows = append(rows, TickRow{Job: j.Name, Tick: t, Cells: make([]string, nodes)})
+			rows = append(rows, lab.TickRow{Job: j.Name, Tick: t, Cells: make([]string, nodes)})
 		}
 	}
 	slices.SortFunc(sections, func(a, b *sectionRecord) int { return cmp.Compare(a.ReadCall, b.ReadCall) })

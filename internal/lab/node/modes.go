@@ -1,4 +1,4 @@
-package lab
+package node
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -253,11 +255,11 @@ type optimistic struct{ n *node }
 
 func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	db := o.n.db
-	if _, err := db.ExecContext(ctx, optimisticRowSQL, key); err != nil {
+	if _, err := db.ExecContext(ctx, lab.OptimisticRowSQL, key); err != nil {
 		return nil, err
 	}
 	var version, until int64
-	if err := db.QueryRowContext(ctx, optimisticReadSQL, key).Scan(&version, &until); err != nil {
+	if err := db.QueryRowContext(ctx, lab.OptimisticReadSQL, key).Scan(&version, &until); err != nil {
 		return nil, err
 	}
 	now := o.n.clock.Now()
@@ -265,7 +267,7 @@ func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Durati
 		return nil, aegis.ErrHeld
 	}
 	call := time.Now()
-	res, err := db.ExecContext(ctx, optimisticClaimSQL, key, version, now.Add(ttl).UnixMilli(), o.n.c.Node)
+	res, err := db.ExecContext(ctx, lab.OptimisticClaimSQL, key, version, now.Add(ttl).UnixMilli(), o.n.c.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +278,7 @@ func (o *optimistic) TryAcquire(ctx context.Context, key string, ttl time.Durati
 	// grant the scheduler drops still moved the version on): the checker's
 	// history needs it.
 	_, job, _ := strings.Cut(key, "/")
-	o.n.emit(nodeEvent{Kind: evClaimed, Job: job, Token: version + 1, Since: call.UnixNano()})
+	o.n.emit(lab.NodeEvent{Kind: lab.EvClaimed, Job: job, Token: version + 1, Since: call.UnixNano()})
 	return &aegis.Lease{Key: key, Token: aegis.Token(version + 1), Owner: owner.New(), TTL: ttl, Deadline: driver.LocalDeadline(time.Now(), ttl)}, nil
 }
 
@@ -291,7 +293,7 @@ func (o *optimistic) Release(ctx context.Context, l *aegis.Lease) error {
 }
 
 func (o *optimistic) set(ctx context.Context, l *aegis.Lease, until int64, ok func()) error {
-	res, err := o.n.db.ExecContext(ctx, optimisticUntilSQL, l.Key, int64(l.Token), until)
+	res, err := o.n.db.ExecContext(ctx, lab.OptimisticUntilSQL, l.Key, int64(l.Token), until)
 	if err != nil {
 		return err
 	}

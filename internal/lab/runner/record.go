@@ -1,8 +1,10 @@
-package lab
+package runner
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/lab/checker"
 )
@@ -46,44 +48,44 @@ type claimRecord struct {
 }
 
 // onNodeEvent records a node's event and updates what the lab knows.
-func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
+func (r *Run) onNodeEvent(np *nodeProc, ev lab.NodeEvent, ready chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ev.Kind == evPong {
+	if ev.Kind == lab.EvPong {
 		select {
 		case np.pong <- ev.Ping:
 		default: // nobody waits for so many
 		}
 		return
 	}
-	e := Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Held: ev.Held, Detail: ev.Detail}
+	e := lab.Event{T: r.secs(ev.At), Kind: ev.Kind, Node: np.n, Job: ev.Job, Tick: ev.Tick, Token: ev.Token, Attempt: ev.Attempt, Value: ev.Value, Held: ev.Held, Detail: ev.Detail}
 	if ev.Until != 0 {
 		e.Until = r.secs(ev.Until)
 	}
 	jt := jobTick{ev.Job, ev.Tick}
-	var derived []Event
+	var derived []lab.Event
 	switch ev.Kind {
-	case evReady:
+	case lab.EvReady:
 		close(ready)
 		e.T = 0
 		e.Detail = fmt.Sprintf("ready %s after it was started (%s)", time.Unix(0, ev.At).Sub(np.spawned).Round(time.Millisecond), ev.Detail)
-	case evAcquired:
+	case lab.EvAcquired:
 		np.holding, np.tick, np.job = ev.Token, ev.Tick, ev.Job
 		r.open[runKey(np.n, jt, ev.RunAttempt)] = openRun{node: np.n, jt: jt}
-	case evClaimed:
+	case lab.EvClaimed:
 		r.claims = append(r.claims, claimRecord{Job: ev.Job, Node: np.n, Token: ev.Token, Call: min(ev.Since, ev.At), At: ev.At})
-	case evReleased:
+	case lab.EvReleased:
 		np.holding = -1
-	case evEnter, evEntered, evWriting, evExecuted, evStale, evAbandon:
+	case lab.EvEnter, lab.EvEntered, lab.EvWriting, lab.EvExecuted, lab.EvStale, lab.EvAbandon:
 		derived = r.onSectionLocked(np, ev, e.T)
-	case evFinished:
+	case lab.EvFinished:
 		np.finished = true
-	case evError:
+	case lab.EvError:
 		np.lastErr = ev.Detail
-	case evMisfired:
+	case lab.EvMisfired:
 		np.late = max(np.late, time.Duration(ev.Late))
 	}
-	if ev.Kind == evReleased {
+	if ev.Kind == lab.EvReleased {
 		delete(r.open, runKey(np.n, jt, ev.RunAttempt))
 	}
 	r.addLocked(e)
@@ -98,36 +100,36 @@ func (r *Run) onNodeEvent(np *nodeProc, ev nodeEvent, ready chan struct{}) {
 // onSectionLocked records an event of a critical section (enter, entered,
 // writing, and its outcome: executed, stale, abandoned) at t, and returns
 // the events it implies (a tick committed a second time).
-func (r *Run) onSectionLocked(np *nodeProc, ev nodeEvent, t float64) (derived []Event) {
+func (r *Run) onSectionLocked(np *nodeProc, ev lab.NodeEvent, t float64) (derived []lab.Event) {
 	jt := jobTick{ev.Job, ev.Tick}
 	sec := r.sections[ev.Attempt]
 	switch ev.Kind {
-	case evEnter:
+	case lab.EvEnter:
 		r.sections[ev.Attempt] = &sectionRecord{ID: ev.Attempt, Job: ev.Job, Node: np.n, Tick: ev.Tick, Token: ev.Token,
 			Owner: ev.Owner, Run: ev.RunAttempt, ReadCall: ev.At, ReadResult: checker.OpUnknown, Read: -1}
 		r.order = append(r.order, ev.Attempt)
 		np.critical, np.writing = ev.Attempt, false
-	case evEntered:
+	case lab.EvEntered:
 		if sec != nil && ev.Value != nil {
 			sec.Read, sec.ReadResult, sec.ReadReturn = *ev.Value, checker.OpOK, ev.At
 		}
 		r.entered[jt]++
-	case evWriting:
+	case lab.EvWriting:
 		np.writing = true
 		if sec != nil {
 			sec.WriteCall, sec.WriteResult = ev.At, checker.OpUnknown
 		}
-	case evExecuted:
+	case lab.EvExecuted:
 		if sec != nil {
 			sec.WriteResult, sec.WriteReturn = checker.OpOK, ev.At
 		}
 		np.critical, np.writing = "", false
 		r.executed[jt]++
 		if r.executed[jt] == 2 {
-			derived = append(derived, Event{T: t, Kind: EventDuplicate, Job: ev.Job, Tick: ev.Tick, Node: np.n,
+			derived = append(derived, lab.Event{T: t, Kind: lab.EventDuplicate, Job: ev.Job, Tick: ev.Tick, Node: np.n,
 				Detail: fmt.Sprintf("%s tick %d committed a second time", ev.Job, ev.Tick)})
 		}
-	case evStale:
+	case lab.EvStale:
 		if sec != nil {
 			if sec.WriteCall != 0 {
 				sec.WriteResult, sec.WriteReturn = checker.OpRefused, ev.At
@@ -137,7 +139,7 @@ func (r *Run) onSectionLocked(np *nodeProc, ev nodeEvent, t float64) (derived []
 		}
 		np.critical, np.writing = "", false
 		r.stale++
-	case evAbandon:
+	case lab.EvAbandon:
 		// Failed: a read or a commit whose answer was lost may still have
 		// landed; the outcome stays unknown, with a return time.
 		if sec != nil {

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 // A run's node processes: each node's proxies to its servers, its
 // process (started again after a kill), its events read from its
@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
+
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/tcpproxy"
@@ -28,7 +30,7 @@ import (
 // nodeProc is one node: its current process and its proxies.
 type nodeProc struct {
 	n       int
-	cfg     nodeConfig
+	cfg     lab.NodeConfig
 	env     []string
 	proxies map[servers.Kind][]*tcpproxy.Proxy
 	// origin is the server each proxy was made for (a failover switches
@@ -65,19 +67,19 @@ func (r *Run) startNodes(ctx context.Context) error {
 	env := nodeBaseEnv(r.s.opts.NodeEnv)
 	skews := map[int]time.Duration{}
 	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew {
+		if ch.Kind == lab.Skew {
 			skews[ch.Node()] = ch.Offset
 		}
 	}
 	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Latency {
+		if ch.Kind == lab.Latency {
 			r.serverFault = true
 		}
 	}
 	for n := 1; n <= r.cfg.Nodes; n++ {
 		np := &nodeProc{n: n, holding: -1, proxies: map[servers.Kind][]*tcpproxy.Proxy{}, origin: map[*tcpproxy.Proxy]string{},
 			pong: make(chan int64, 8), faulted: skews[n] != 0}
-		np.cfg = nodeConfig{
+		np.cfg = lab.NodeConfig{
 			Run: r.ID, Node: n, Strategy: r.cfg.Strategy, Fence: r.cfg.Fence,
 			Tick: r.cfg.Tick, TTL: r.cfg.TTL, Ticks: r.cfg.Ticks(), Window: r.cfg.Window(),
 			Skew: skews[n], Store: r.store, Incarnation: 1,
@@ -119,7 +121,7 @@ func (r *Run) startNodes(ctx context.Context) error {
 		r.sendStart(np)
 	}
 	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Latency {
+		if ch.Kind == lab.Latency {
 			r.setLatency(ch)
 		}
 	}
@@ -212,7 +214,7 @@ func (r *Run) spawn(np *nodeProc) error {
 	r.mu.Lock()
 	cfg := np.cfg
 	r.mu.Unlock()
-	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.args()...)...)
+	cmd := exec.Command(r.s.opts.Executable, append([]string{"node"}, cfg.Args()...)...)
 	cmd.Env = np.env
 	// Its own process group: a Ctrl-C reaches the lab, which stops the
 	// nodes in order; SIGKILL when the lab dies.
@@ -241,13 +243,13 @@ func (r *Run) spawn(np *nodeProc) error {
 	np.cmd, np.stdin, np.ready, np.exited, np.spawned = cmd, stdin, ready, exited, time.Now()
 	np.finished, np.killed, np.paused, np.critical, np.holding = false, false, false, "", -1
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
+	r.labEvent(lab.Event{Kind: lab.EventStarted, Node: np.n, Detail: fmt.Sprintf("pid %d, incarnation %d", cmd.Process.Pid, cfg.Incarnation)})
 	r.bg.Go(func() {
 		defer logf.Close()
 		lines := bufio.NewScanner(stdout)
 		lines.Buffer(make([]byte, 64<<10), 1<<20)
 		for lines.Scan() {
-			var ev nodeEvent
+			var ev lab.NodeEvent
 			if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
 				fmt.Fprintf(logf, "lab: bad event line %q\n", lines.Text())
 				continue
@@ -270,7 +272,7 @@ func (r *Run) spawn(np *nodeProc) error {
 		// woken by the event sees the node gone (closed after, it could miss
 		// it and sleep until its hard timeout).
 		close(exited)
-		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventExited, Node: np.n, Detail: how})
+		r.addLocked(lab.Event{T: r.secs(time.Now().UnixNano()), Kind: lab.EventExited, Node: np.n, Detail: how})
 		for id, a := range r.open {
 			if a.node == np.n {
 				delete(r.open, id)
@@ -316,7 +318,7 @@ func (r *Run) sendStart(np *nodeProc) {
 	r.mu.Lock()
 	stdin, start := np.stdin, r.start
 	r.mu.Unlock()
-	b, _ := json.Marshal(controlLine{Start: start.UnixNano()})
+	b, _ := json.Marshal(lab.ControlLine{Start: start.UnixNano()})
 	_, _ = stdin.Write(append(b, '\n'))
 }
 
@@ -362,7 +364,7 @@ func (r *Run) ping(ctx context.Context, seq int64) (time.Duration, int) {
 	r.mu.Lock()
 	nodes := slices.Clone(r.nodes)
 	r.mu.Unlock()
-	b, _ := json.Marshal(controlLine{Ping: seq})
+	b, _ := json.Marshal(lab.ControlLine{Ping: seq})
 	sent := time.Now()
 	for _, np := range nodes {
 		_, _ = np.stdin.Write(append(b, '\n'))

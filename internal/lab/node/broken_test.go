@@ -1,4 +1,4 @@
-package lab
+package node
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -181,7 +183,7 @@ func TestNoBumpKeepsTheTokenOnTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	url := testenv.PostgresURL(t)
-	l, closeFn, err := openNoBump(ctx, &node{c: nodeConfig{Store: url}})
+	l, closeFn, err := openNoBump(ctx, &node{c: lab.NodeConfig{Store: url}})
 	require.NoError(t, err)
 	t.Cleanup(closeFn)
 	key := testenv.Key(t)
@@ -228,7 +230,7 @@ func TestNoBumpKeepsTheTokenOnTakeover(t *testing.T) {
 
 func TestNoBumpNeedsPostgres(t *testing.T) {
 	t.Parallel()
-	_, _, err := openNoBump(t.Context(), &node{c: nodeConfig{Store: "sqlite:" + t.TempDir() + "/x.db"}})
+	_, _, err := openNoBump(t.Context(), &node{c: lab.NodeConfig{Store: "sqlite:" + t.TempDir() + "/x.db"}})
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	require.ErrorContains(t, err, "PostgreSQL")
 }
@@ -237,9 +239,9 @@ func TestNoBumpNeedsPostgres(t *testing.T) {
 // has the lab's prefix, and every lab Locker is a strategy's.
 func TestLabLockersAreTheLabBackends(t *testing.T) {
 	named := map[string]bool{}
-	for _, s := range Strategies {
-		if _, ok := labLockers[s.Backend]; ok != s.labLocked() {
-			t.Errorf("strategy %s: Backend %q is a lab Locker: %t; labLocked says %t", s.Name, s.Backend, ok, s.labLocked())
+	for _, s := range lab.Strategies {
+		if _, ok := labLockers[s.Backend]; ok != s.LabLocked() {
+			t.Errorf("strategy %s: Backend %q is a lab Locker: %t; labLocked says %t", s.Name, s.Backend, ok, s.LabLocked())
 		}
 		named[s.Backend] = true
 	}

@@ -1,4 +1,4 @@
-package lab
+package node
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
@@ -38,7 +40,7 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	if tick == 0 {
 		return nil // before the run's first tick, or after its last
 	}
-	var a jobArgs
+	var a lab.JobArgs
 	if err := json.Unmarshal(args, &a); err != nil {
 		return fmt.Errorf("lab: the schedule's args %s: %w", args, err)
 	}
@@ -53,22 +55,22 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	if !n.strat.Fenceable() {
 		s.token = 0 // a lab Locker's token means nothing
 	}
-	n.emit(nodeEvent{Kind: evAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Until: until})
+	n.emit(lab.NodeEvent{Kind: lab.EvAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: lab.OwnerHash(s.lease.Owner), Until: until})
 	n.critical(ctx, s)
-	n.emit(nodeEvent{Kind: evReleased, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run})
+	n.emit(lab.NodeEvent{Kind: lab.EvReleased, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run})
 	return nil
 }
 
 // event is the node event of s of kind.
-func (s section) event(kind string) nodeEvent {
-	return nodeEvent{Kind: kind, Job: s.job, Tick: s.tick, Token: int64(s.token), RunAttempt: s.run, Owner: ownerHash(s.lease.Owner), Attempt: s.attempt}
+func (s section) event(kind string) lab.NodeEvent {
+	return lab.NodeEvent{Kind: kind, Job: s.job, Tick: s.tick, Token: int64(s.token), RunAttempt: s.run, Owner: lab.OwnerHash(s.lease.Owner), Attempt: s.attempt}
 }
 
 // critical runs the critical section once: read the job's ledger (and,
 // fenced, present the token to the fence), work, then write ledger + 1 and
 // the EXECUTED row in one transaction (fenced: through the fence).
 func (n *node) critical(ctx context.Context, s section) {
-	n.emit(s.event(evEnter))
+	n.emit(s.event(lab.EvEnter))
 	value, err := n.read(ctx, s)
 	switch {
 	case isStale(err):
@@ -76,12 +78,12 @@ func (n *node) critical(ctx context.Context, s section) {
 		n.audit(ctx, s, "REFUSED", nil)
 		return
 	case err != nil:
-		e := s.event(evAbandon)
+		e := s.event(lab.EvAbandon)
 		e.Detail = "read failed: " + err.Error()
 		n.emit(e)
 		return
 	}
-	e := s.event(evEntered)
+	e := s.event(lab.EvEntered)
 	e.Value = &value
 	n.emit(e)
 
@@ -89,15 +91,15 @@ func (n *node) critical(ctx context.Context, s section) {
 	// before it writes: a check just before the write leaves the same gap
 	// as none, and a paused node resumes here.
 	backoff.Sleep(context.WithoutCancel(ctx), s.work)
-	n.emit(s.event(evWriting))
+	n.emit(s.event(lab.EvWriting))
 
 	// The write is retried on errors (a partition, a restarted server)
 	// until the tick's window ends, as a client with retries does.
 	next := value + 1
 	for {
 		err = n.write(context.WithoutCancel(ctx), s, next)
-		if err == nil || isUniqueViolation(err) { // a retry of a commit that landed
-			e := s.event(evExecuted)
+		if err == nil || lab.IsUniqueViolation(err) { // a retry of a commit that landed
+			e := s.event(lab.EvExecuted)
 			e.Value = &next
 			n.emit(e)
 			return
@@ -107,9 +109,9 @@ func (n *node) critical(ctx context.Context, s section) {
 			n.audit(ctx, s, "REFUSED", nil)
 			return
 		}
-		n.emit(nodeEvent{Kind: evError, Job: s.job, Tick: s.tick, Detail: "write: " + err.Error()})
+		n.emit(lab.NodeEvent{Kind: lab.EvError, Job: s.job, Tick: s.tick, Detail: "write: " + err.Error()})
 		if time.Now().After(s.deadline) {
-			e := s.event(evAbandon)
+			e := s.event(lab.EvAbandon)
 			e.Detail = "write failed: " + err.Error()
 			n.emit(e)
 			return
@@ -125,20 +127,20 @@ func (n *node) check(ctx context.Context, tx *sql.Tx, s section) error {
 	if !s.fenced {
 		return nil
 	}
-	resource := ledgerResource(n.c.Run, s.job)
+	resource := lab.LedgerResource(n.c.Run, s.job)
 	switch n.strat.Token {
-	case LeaseToken:
+	case lab.LeaseToken:
 		return fence.CheckLeaseSQL(ctx, tx, resource, s.lease)
-	case RunToken:
+	case lab.RunToken:
 		return fence.CheckSQL(ctx, tx, resource, s.token)
-	case VersionToken:
+	case lab.VersionToken:
 		key := optimisticKey(n.ns, s.job)
-		_, err := fence.ExecSQL(ctx, tx, optimisticCheckSQL, key, int64(s.token))
+		_, err := fence.ExecSQL(ctx, tx, lab.OptimisticCheckSQL, key, int64(s.token))
 		if isStale(err) {
 			// Which version refused it, read in the refusing transaction:
 			// versions only grow, so it is the refusing one or a later one.
 			var held int64
-			if tx.QueryRowContext(ctx, optimisticVersionSQL, key).Scan(&held) == nil {
+			if tx.QueryRowContext(ctx, lab.OptimisticVersionSQL, key).Scan(&held) == nil {
 				return &versionStale{held: held}
 			}
 		}
@@ -173,8 +175,8 @@ func heldOf(err error) int64 {
 
 // stale is the event of s refused by the fence at its read or write
 // (phase), with the token the store held and a reason in words.
-func (s section) stale(phase string, err error) nodeEvent {
-	e := s.event(evStale)
+func (s section) stale(phase string, err error) lab.NodeEvent {
+	e := s.event(lab.EvStale)
 	e.Held = heldOf(err)
 	switch {
 	case e.Held == 0:
@@ -203,7 +205,7 @@ func (n *node) read(ctx context.Context, s section) (int64, error) {
 		return 0, err
 	}
 	var value int64
-	if err := tx.QueryRowContext(ctx, readLedgerSQL, n.c.Run, s.job).Scan(&value); err != nil {
+	if err := tx.QueryRowContext(ctx, lab.ReadLedgerSQL, n.c.Run, s.job).Scan(&value); err != nil {
 		return 0, err
 	}
 	return value, tx.Commit()
@@ -228,7 +230,7 @@ func (n *node) write(ctx context.Context, s section, value int64) error {
 	if err := n.check(ctx, tx, s); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, writeLedgerSQL, n.c.Run, s.job, value); err != nil {
+	if _, err := tx.ExecContext(ctx, lab.WriteLedgerSQL, n.c.Run, s.job, value); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -236,8 +238,8 @@ func (n *node) write(ctx context.Context, s section, value int64) error {
 
 // auditIn writes s's audit row in tx.
 func (n *node) auditIn(ctx context.Context, tx *sql.Tx, s section, status string, value *int64) error {
-	_, err := tx.ExecContext(ctx, auditSQL, n.c.Run, s.attempt, s.job, s.tick, n.c.Node, int64(s.token),
-		ownerHash(s.lease.Owner), s.run, status, value, time.Now().UnixMilli())
+	_, err := tx.ExecContext(ctx, lab.AuditSQL, n.c.Run, s.attempt, s.job, s.tick, n.c.Node, int64(s.token),
+		lab.OwnerHash(s.lease.Owner), s.run, status, value, time.Now().UnixMilli())
 	return err
 }
 
@@ -254,7 +256,7 @@ func (n *node) audit(ctx context.Context, s section, status string, value *int64
 		}
 	}
 	if err != nil {
-		n.emit(nodeEvent{Kind: evError, Job: s.job, Tick: s.tick, Detail: "audit: " + err.Error()})
+		n.emit(lab.NodeEvent{Kind: lab.EvError, Job: s.job, Tick: s.tick, Detail: "audit: " + err.Error()})
 	}
 }
 

@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"fmt"

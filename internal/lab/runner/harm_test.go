@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
@@ -175,7 +176,7 @@ func grid(start time.Time, tick, every time.Duration, ticks int) []int {
 // ticks of its grid with none, its ledger the ledger row; a harm in the
 // store is a checker violation; the top-level counts are the jobs' sums;
 // and the lab's own SQL agrees with its checker.
-func requireConsistent(t *testing.T, r *lab.Run, rep *lab.Report) store {
+func requireConsistent(t *testing.T, r *runner.Run, rep *lab.Report) store {
 	t.Helper()
 	require.True(t, rep.StoreAgrees, "checker disagrees with the store: %s", rep.Disagreement)
 	st := readStore(t, r.ID)

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 // A run's supervision: its catalog, its faults at their times, the
 // ticks of its grid and their windows, and its end.
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/schedule"
@@ -23,8 +25,8 @@ func (r *Run) supervise() {
 	defer ticks.Wait()
 	ticks.Go(func() { r.tickEvents(ctx) })
 	for _, ch := range r.cfg.Chaos {
-		if ch.Kind == Skew || ch.Kind == Latency {
-			r.labEvent(Event{Kind: EventChaos, Node: ch.Node(), Detail: ch.String()})
+		if ch.Kind == lab.Skew || ch.Kind == lab.Latency {
+			r.labEvent(lab.Event{Kind: lab.EventChaos, Node: ch.Node(), Detail: ch.String()})
 			continue
 		}
 		r.chaos.Go(func() {
@@ -113,11 +115,11 @@ func (r *Run) tickEvents(ctx context.Context) {
 		if !m.window {
 			r.fired = m.tick
 			r.mu.Unlock()
-			r.labEvent(Event{Kind: EventTick, Tick: m.tick})
+			r.labEvent(lab.Event{Kind: lab.EventTick, Tick: m.tick})
 			continue
 		}
 		for _, j := range r.jobs {
-			if !j.firesAt(r.tickTime(m.tick), r.edits) {
+			if !j.FiresAt(r.tickTime(m.tick), r.edits) {
 				continue
 			}
 			// A write begun inside the window may commit just after it
@@ -174,7 +176,7 @@ func (r *Run) settleLocked() {
 func (r *Run) missLocked(jt jobTick) {
 	if r.executed[jt] == 0 && !r.missed[jt] {
 		r.missed[jt] = true
-		r.addLocked(Event{T: r.secs(time.Now().UnixNano()), Kind: EventMissed, Job: jt.Job, Tick: jt.Tick})
+		r.addLocked(lab.Event{T: r.secs(time.Now().UnixNano()), Kind: lab.EventMissed, Job: jt.Job, Tick: jt.Tick})
 	}
 }
 
@@ -184,20 +186,20 @@ func (r *Run) tickTime(t int) time.Time { return r.start.Add(time.Duration(t-1) 
 // putCatalog creates the run's catalog (its namespace, one row per job)
 // and the jobs' ledger rows, before any node starts.
 func (r *Run) putCatalog(ctx context.Context) error {
-	cat, err := schedule.NewCatalog(ctx, r.db, &schedule.CatalogConfig{Namespace: namespace(r.ID), EditDelay: editDelay})
+	cat, err := schedule.NewCatalog(ctx, r.db, &schedule.CatalogConfig{Namespace: lab.Namespace(r.ID), EditDelay: editDelay})
 	if err != nil {
 		return fmt.Errorf("lab: the run's catalog: %w", err)
 	}
 	r.catalog = cat
 	for _, j := range r.jobs {
-		e, err := cat.Put(ctx, j.entry(r.cfg))
+		e, err := cat.Put(ctx, j.Entry(r.cfg))
 		if err != nil {
 			return fmt.Errorf("lab: the run's catalog: %s: %w", j.Name, err)
 		}
 		if e.EffectiveAt.After(r.effective) {
 			r.effective = e.EffectiveAt
 		}
-		if _, err := r.db.ExecContext(ctx, insertLedgerSQL, r.ID, j.Name); err != nil {
+		if _, err := r.db.ExecContext(ctx, lab.InsertLedgerSQL, r.ID, j.Name); err != nil {
 			return fmt.Errorf("lab: the ledger of %s: %w", j.Name, err)
 		}
 	}

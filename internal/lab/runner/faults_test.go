@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
@@ -48,10 +49,10 @@ func executedAfter(events []lab.Event, at float64) int {
 
 // ownServers is a session that starts its own server of kind (the fault
 // kills it) and uses the shared test servers for the others.
-func ownServers(t *testing.T, own servers.Kind) *lab.Session {
+func ownServers(t *testing.T, own servers.Kind) *runner.Session {
 	t.Helper()
 	testenv.Reserve(t, 2, "a lab session's runs and its own "+string(own))
-	given := lab.Servers{
+	given := runner.Servers{
 		PostgresURL:   testenv.PostgresURL(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),
 		ZKServers:     testenv.ZKServers(t),
@@ -64,7 +65,7 @@ func ownServers(t *testing.T, own servers.Kind) *lab.Session {
 	case servers.KindZooKeeper:
 		given.ZKServers = nil
 	}
-	s, err := lab.NewSession(lab.Options{Dir: t.TempDir(), Servers: given, NodeEnv: []string{nodeEnv}})
+	s, err := runner.NewSession(runner.Options{Dir: t.TempDir(), Servers: given, NodeEnv: []string{nodeEnv}})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s

@@ -1,4 +1,4 @@
-package lab
+package node
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
@@ -33,11 +35,11 @@ import (
 // a lab run. It is started by the lab, not by hand. It returns the exit
 // code.
 func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c, err := parseNodeArgs(args, stderr)
+	c, err := lab.ParseNodeArgs(args, stderr)
 	if err != nil {
 		return 2
 	}
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "aegis node: %v\n", err)
 		return 2
 	}
@@ -50,8 +52,8 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 // node is a running node.
 type node struct {
-	c     nodeConfig
-	strat Strategy
+	c     lab.NodeConfig
+	strat lab.Strategy
 	db    *sql.DB
 	ns    string
 	out   *json.Encoder
@@ -74,12 +76,12 @@ type node struct {
 // from stdin, runs the catalog's ticks under its strategy until the run's
 // last window has closed, writing its events to stdout. It returns then,
 // or when ctx ends or stdin is closed (the lab aborting the run).
-func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Writer) error {
-	strat, ok := LookupStrategy(c.Strategy)
+func runNode(ctx context.Context, c lab.NodeConfig, stdin io.Reader, stdout io.Writer) error {
+	strat, ok := lab.LookupStrategy(c.Strategy)
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", c.Strategy)
 	}
-	n := &node{c: c, strat: strat, ns: namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1), untils: map[runID]int64{}}
+	n := &node{c: c, strat: strat, ns: lab.Namespace(c.Run), out: json.NewEncoder(stdout), clock: &nodeClock{}, fatal: make(chan error, 1), untils: map[runID]int64{}}
 	phases := newPhases()
 	var err error
 	if n.db, err = openStore(c.Store); err != nil {
@@ -100,7 +102,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 		return fmt.Errorf("strategy %s runs in %s mode, and its scheduler is in %s mode", n.strat.Name, n.strat.Mode, m)
 	}
 	phases.mark("scheduler")
-	if err := sched.Handle(labHandler, n.handle); err != nil {
+	if err := sched.Handle(lab.LabHandler, n.handle); err != nil {
 		return err
 	}
 
@@ -121,7 +123,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 
 	phases.mark("catalog bound")
 	lines := bufio.NewScanner(stdin)
-	n.emit(nodeEvent{Kind: evReady, Detail: phases.String()})
+	n.emit(lab.NodeEvent{Kind: lab.EvReady, Detail: phases.String()})
 	start, err := n.readStart(lines)
 	if err != nil {
 		return err
@@ -143,7 +145,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 	}
 	stop()
 	if done {
-		n.emit(nodeEvent{Kind: evFinished})
+		n.emit(lab.NodeEvent{Kind: lab.EvFinished})
 	}
 	return nil
 }
@@ -152,7 +154,7 @@ func runNode(ctx context.Context, c nodeConfig, stdin io.Reader, stdout io.Write
 // node's clock; the end of stdin (the lab aborting the run) cancels.
 func (n *node) follow(lines *bufio.Scanner, cancel context.CancelFunc) {
 	for lines.Scan() {
-		var cl controlLine
+		var cl lab.ControlLine
 		if json.Unmarshal(lines.Bytes(), &cl) == nil && cl.Skew != nil {
 			n.clock.skew.Store(*cl.Skew)
 		}
@@ -205,12 +207,12 @@ func (n *node) readStart(lines *bufio.Scanner) (int64, error) {
 		if !lines.Scan() {
 			return 0, errors.New("no start time on stdin")
 		}
-		var cl controlLine
+		var cl lab.ControlLine
 		if err := json.Unmarshal(lines.Bytes(), &cl); err != nil || cl.Ping == 0 && cl.Start == 0 {
 			return 0, fmt.Errorf("bad control line %q before the start", lines.Text())
 		}
 		if cl.Ping != 0 {
-			n.emit(nodeEvent{Kind: evPong, Ping: cl.Ping})
+			n.emit(lab.NodeEvent{Kind: lab.EvPong, Ping: cl.Ping})
 		}
 		start = cl.Start
 	}
@@ -270,7 +272,7 @@ func nodeLogger() *slog.Logger {
 func (n *node) onSchedule(e schedule.Event) {
 	switch e.Kind {
 	case schedule.EventError:
-		n.emit(nodeEvent{Kind: evError, Job: e.Job, Tick: n.tickOf(e.Fire), Detail: "schedule: " + errText(e)})
+		n.emit(lab.NodeEvent{Kind: lab.EvError, Job: e.Job, Tick: n.tickOf(e.Fire), Detail: "schedule: " + errText(e)})
 		if errors.Is(e.Err, aegis.ErrInvalid) {
 			select {
 			case n.fatal <- fmt.Errorf("%s: %w", e.Job, e.Err):
@@ -278,15 +280,15 @@ func (n *node) onSchedule(e schedule.Event) {
 			}
 		}
 	case schedule.EventUnhandled:
-		n.emit(nodeEvent{Kind: evError, Job: e.Job, Detail: "schedule: " + string(e.Kind) + ": " + errText(e)})
+		n.emit(lab.NodeEvent{Kind: lab.EvError, Job: e.Job, Detail: "schedule: " + string(e.Kind) + ": " + errText(e)})
 	case schedule.EventNotPrimary:
 		if t := n.tickOf(e.Fire); t > 0 {
-			n.emit(nodeEvent{Kind: evNotPrimary, Job: e.Job, Tick: t, Detail: e.Reason})
+			n.emit(lab.NodeEvent{Kind: lab.EvNotPrimary, Job: e.Job, Tick: t, Detail: e.Reason})
 		}
 	case schedule.EventReclaim:
-		n.emit(nodeEvent{Kind: evReclaim, Job: e.Job, Tick: n.tickOf(e.Fire), Token: int64(e.Token), Detail: e.Reason})
+		n.emit(lab.NodeEvent{Kind: lab.EvReclaim, Job: e.Job, Tick: n.tickOf(e.Fire), Token: int64(e.Token), Detail: e.Reason})
 	case schedule.EventElected:
-		n.emit(nodeEvent{Kind: evElected, Token: int64(e.Token)})
+		n.emit(lab.NodeEvent{Kind: lab.EvElected, Token: int64(e.Token)})
 	case schedule.EventRun:
 		if n.expires() && !e.Until.IsZero() {
 			n.untilMu.Lock()
@@ -299,7 +301,7 @@ func (n *node) onSchedule(e schedule.Event) {
 			if !n.strat.Fenceable() {
 				token = 0
 			}
-			n.emit(nodeEvent{Kind: evRenewed, Job: e.Job, Tick: t, Token: int64(token), RunAttempt: e.Attempt, Until: e.Until.UnixNano()})
+			n.emit(lab.NodeEvent{Kind: lab.EvRenewed, Job: e.Job, Tick: t, Token: int64(token), RunAttempt: e.Attempt, Until: e.Until.UnixNano()})
 		}
 	case schedule.EventSkipped:
 		// A tick this node could not start because its previous run of
@@ -309,11 +311,11 @@ func (n *node) onSchedule(e schedule.Event) {
 		// other skips (another node has the tick, the lease is held) are
 		// the coordination working and are not reported.
 		if t := n.tickOf(e.Fire); t > 0 && strings.HasPrefix(e.Reason, "overlap forbid") {
-			n.emit(nodeEvent{Kind: evMisfired, Job: e.Job, Tick: t, Token: int64(e.Token), Detail: e.Reason})
+			n.emit(lab.NodeEvent{Kind: lab.EvMisfired, Job: e.Job, Tick: t, Token: int64(e.Token), Detail: e.Reason})
 		}
 	case schedule.EventRefused, schedule.EventMisfired, schedule.EventLost:
 		if t := n.tickOf(e.Fire); t > 0 {
-			ev := nodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))}
+			ev := lab.NodeEvent{Kind: string(e.Kind), Job: e.Job, Tick: t, Token: int64(e.Token), Detail: cmpOr(e.Reason, errText(e))}
 			if e.Kind == schedule.EventMisfired {
 				// Past its starting deadline: the node (its timer, or the
 				// store's answer) was this late.
@@ -448,7 +450,7 @@ func (c *nodeClock) Wake(at time.Time) (<-chan struct{}, func()) {
 	return ch, func() { t.Stop() }
 }
 
-func (n *node) emit(e nodeEvent) {
+func (n *node) emit(e lab.NodeEvent) {
 	e.At = time.Now().UnixNano()
 	n.outMu.Lock()
 	defer n.outMu.Unlock()

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
+
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -20,8 +22,8 @@ import (
 // Subscribe and Status; inject faults with Inject; wait for its Report.
 type Run struct {
 	ID    string
-	cfg   Config
-	strat Strategy
+	cfg   lab.Config
+	strat lab.Strategy
 	s     *Session
 	db    *sql.DB
 	store string // the store URL nodes get (through their proxy)
@@ -32,18 +34,18 @@ type Run struct {
 	chaos    sync.WaitGroup // fault goroutines
 	bg       sync.WaitGroup // the run's other goroutines
 	done     chan struct{}
-	report   *Report
+	report   *lab.Report
 	err      error
 
 	mu         sync.Mutex
-	events     []Event
+	events     []lab.Event
 	changed    chan struct{} // closed and replaced at each event
 	nodes      []*nodeProc
-	jobs       []JobSpec
+	jobs       []lab.JobSpec
 	catalog    *schedule.Catalog // the run's namespace: the lab's edits
 	effective  time.Time         // when the catalog's rows take effect
 	standbyURL string            // the second region's store: a hot standby (Config.Standby)
-	edits      []catalogEdit     // the edit faults applied, in order
+	edits      []lab.CatalogEdit // the edit faults applied, in order
 	sections   map[string]*sectionRecord
 	order      []string // section ids in order of enter
 	claims     []claimRecord
@@ -64,15 +66,15 @@ type Run struct {
 }
 
 type waiter struct {
-	match func(Event) bool
-	ch    chan Event
+	match func(lab.Event) bool
+	ch    chan lab.Event
 }
 
 // Start starts a run: it starts the servers the strategy needs (the
 // first time), the proxies and the node processes, and returns once the
 // nodes are ready and the first tick is scheduled. The run goes on until
 // its ticks are done, ctx ends, or Stop.
-func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
+func (s *Session) Start(ctx context.Context, cfg lab.Config) (*Run, error) {
 	if err := s.check(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -126,7 +128,7 @@ func (s *Session) Start(ctx context.Context, cfg Config) (*Run, error) {
 
 // check admits cfg into the session: valid, the session open, the
 // strategy available, and its faults ones the session can apply.
-func (s *Session) check(ctx context.Context, cfg Config) error {
+func (s *Session) check(ctx context.Context, cfg lab.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -149,8 +151,8 @@ func (s *Session) check(ctx context.Context, cfg Config) error {
 
 // newRun is a run of cfg on the store db (at storeURL), with a new ID,
 // before its nodes start.
-func (s *Session) newRun(cfg Config, db *sql.DB, storeURL string) *Run {
-	strat, _ := LookupStrategy(cfg.Strategy)
+func (s *Session) newRun(cfg lab.Config, db *sql.DB, storeURL string) *Run {
+	strat, _ := lab.LookupStrategy(cfg.Strategy)
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	return &Run{
@@ -181,7 +183,7 @@ func (r *Run) prepareStandby(ctx context.Context) error {
 		return err
 	}
 	// The run table, which a standby cannot create.
-	if _, err := schedule.NewStore(ctx, r.db, &schedule.StoreConfig{Namespace: namespace(r.ID)}); err != nil {
+	if _, err := schedule.NewStore(ctx, r.db, &schedule.StoreConfig{Namespace: lab.Namespace(r.ID)}); err != nil {
 		return err
 	}
 	// The catalog's rows and the ledgers reach the standby before its
@@ -208,7 +210,7 @@ func (e *UnavailableError) Error() string {
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Config returns the run's configuration.
-func (r *Run) Config() Config { return r.cfg }
+func (r *Run) Config() lab.Config { return r.cfg }
 
 // StartTime returns when the run's first tick fired.
 func (r *Run) StartTime() time.Time { return r.start }
@@ -217,7 +219,7 @@ func (r *Run) StartTime() time.Time { return r.start }
 func (r *Run) Done() <-chan struct{} { return r.done }
 
 // Wait waits for the run to end and returns its report.
-func (r *Run) Wait(ctx context.Context) (*Report, error) {
+func (r *Run) Wait(ctx context.Context) (*lab.Report, error) {
 	select {
 	case <-r.done:
 		return r.report, r.err
@@ -255,7 +257,7 @@ func (r *Run) lifetime() (context.Context, context.CancelFunc) {
 }
 
 // Events returns a copy of the events so far.
-func (r *Run) Events() []Event {
+func (r *Run) Events() []lab.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
@@ -265,8 +267,8 @@ func (r *Run) Events() []Event {
 // (0: all of them, replayed) on, in order and without loss, and is closed
 // when the run ends (after its last event) or cancel is called. A slow
 // reader slows only itself.
-func (r *Run) Subscribe(from int) (<-chan Event, func()) {
-	out := make(chan Event, 64)
+func (r *Run) Subscribe(from int) (<-chan lab.Event, func()) {
+	out := make(chan lab.Event, 64)
 	stop := make(chan struct{})
 	var once sync.Once
 	cancel := func() { once.Do(func() { close(stop) }) }
@@ -406,7 +408,7 @@ func (r *Run) secs(at int64) float64 {
 }
 
 // add records an event and wakes subscribers and waiters. Caller holds mu.
-func (r *Run) addLocked(e Event) {
+func (r *Run) addLocked(e lab.Event) {
 	r.events = append(r.events, e)
 	close(r.changed)
 	r.changed = make(chan struct{})
@@ -421,7 +423,7 @@ func (r *Run) addLocked(e Event) {
 	r.waiters = kept
 }
 
-func (r *Run) labEvent(e Event) {
+func (r *Run) labEvent(e lab.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e.T = r.secs(time.Now().UnixNano())
@@ -436,8 +438,8 @@ func (r *Run) note(format string, args ...any) {
 }
 
 // waitEvent waits for the next event that matches, until ctx ends.
-func (r *Run) waitEvent(ctx context.Context, match func(Event) bool) (Event, error) {
-	w := &waiter{match: match, ch: make(chan Event, 1)}
+func (r *Run) waitEvent(ctx context.Context, match func(lab.Event) bool) (lab.Event, error) {
+	w := &waiter{match: match, ch: make(chan lab.Event, 1)}
 	r.mu.Lock()
 	r.waiters = append(r.waiters, w)
 	r.mu.Unlock()
@@ -453,6 +455,6 @@ func (r *Run) waitEvent(ctx context.Context, match func(Event) bool) (Event, err
 			return e, nil
 		default:
 		}
-		return Event{}, ctx.Err()
+		return lab.Event{}, ctx.Err()
 	}
 }

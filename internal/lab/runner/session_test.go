@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
@@ -112,7 +113,7 @@ func TestSessionStartsAndStopsItsServers(t *testing.T) {
 	t.Parallel()
 	testenv.Reserve(t, 1, "a lab session's runs and its own PostgreSQL")
 	dir := t.TempDir()
-	s, err := lab.NewSession(lab.Options{Dir: dir, NodeEnv: []string{nodeEnv}})
+	s, err := runner.NewSession(runner.Options{Dir: dir, NodeEnv: []string{nodeEnv}})
 	require.NoError(t, err)
 	closed := false
 	defer func() {

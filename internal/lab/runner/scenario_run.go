@@ -1,9 +1,11 @@
-package lab
+package runner
 
 import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 // RunScenario runs the scenario's runs, Parallel at a time, and returns a
@@ -12,8 +14,8 @@ import (
 // the scenario. When ctx ends, the runs stop and the reports so far (nil
 // for runs that did not start) come with ctx's error. done, when not nil,
 // is called as each run ends.
-func (s *Session) RunScenario(ctx context.Context, sc Scenario, outDir string, done func(*Report)) ([]*Report, error) {
-	reports := make([]*Report, len(sc.Runs))
+func (s *Session) RunScenario(ctx context.Context, sc lab.Scenario, outDir string, done func(*lab.Report)) ([]*lab.Report, error) {
+	reports := make([]*lab.Report, len(sc.Runs))
 	errs := make([]error, len(sc.Runs))
 	sem := make(chan struct{}, max(sc.Parallel, 1))
 	var wg sync.WaitGroup
@@ -49,13 +51,13 @@ func (s *Session) RunScenario(ctx context.Context, sc Scenario, outDir string, d
 	return reports, ctx.Err()
 }
 
-func (s *Session) runOne(ctx context.Context, c Config) (*Report, error) {
+func (s *Session) runOne(ctx context.Context, c lab.Config) (*lab.Report, error) {
 	r, err := s.Start(ctx, c)
 	var ue *UnavailableError
 	if errors.As(err, &ue) {
-		return &Report{Scenario: c.Scenario, Strategy: c.Strategy, Fenced: c.fenced(), Nodes: c.Nodes, DurationS: c.Duration.Seconds(),
-			Config: c, ConfigJSON: c.json(), Unavailable: ue.Err.Error(), Events: []Event{}, Harms: []Harm{}, Unsafe: []Harm{},
-			Jobs: []JobReport{}, Notes: []string{}, StoreAgrees: true}, nil
+		return &lab.Report{Scenario: c.Scenario, Strategy: c.Strategy, Fenced: c.Fenced(), Nodes: c.Nodes, DurationS: c.Duration.Seconds(),
+			Config: c, ConfigJSON: c.JSON(), Unavailable: ue.Err.Error(), Events: []lab.Event{}, Harms: []lab.Harm{}, Unsafe: []lab.Harm{},
+			Jobs: []lab.JobReport{}, Notes: []string{}, StoreAgrees: true}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/aegislab/aegis/internal/lab/node"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"go.uber.org/goleak"
 )
 
 // nodeEnv makes this test binary a lab node: the lab runs its own
@@ -23,7 +23,7 @@ const labParallel = "6"
 
 func TestMain(m *testing.M) {
 	if os.Getenv("AEGISLAB_TEST_NODE") == "1" && len(os.Args) > 1 && os.Args[1] == "node" {
-		os.Exit(lab.NodeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(node.NodeMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	// A race-detecting binary sleeps a second before it exits (the race
 	// runtime's atexit_sleep_ms): every node of every run would, and the

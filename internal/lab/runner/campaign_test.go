@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"bytes"
@@ -12,13 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aegislab/aegis/internal/lab"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
-func configs(t *testing.T, c Campaign, strategy string) []Config {
+func configs(t *testing.T, c Campaign, strategy string) []lab.Config {
 	t.Helper()
 	cfgs, err := c.Configs(strategy)
 	require.NoError(t, err)
@@ -31,10 +33,10 @@ func configs(t *testing.T, c Campaign, strategy string) []Config {
 // not depend on which other strategies the campaign has.
 func TestCampaignDeterministic(t *testing.T) {
 	t.Parallel()
-	for _, name := range StrategyNames() {
+	for _, name := range lab.StrategyNames() {
 		a := configs(t, Campaign{Seed: 7, Runs: 20, Fence: true}, name)
 		require.Equal(t, a, configs(t, Campaign{Seed: 7, Runs: 20, Fence: true, Strategies: []string{name}}, name), name)
-		others := slices.DeleteFunc(StrategyNames(), func(o string) bool { return o == name })
+		others := slices.DeleteFunc(lab.StrategyNames(), func(o string) bool { return o == name })
 		require.Equal(t, a, configs(t, Campaign{Seed: 7, Runs: 20, Fence: true, Strategies: append(others[:3], name)}, name), name)
 		require.NotEqual(t, a, configs(t, Campaign{Seed: 8, Runs: 20, Fence: true}, name), name)
 		require.Equal(t, a[:5], configs(t, Campaign{Seed: 7, Runs: 5, Fence: true}, name), name)
@@ -55,8 +57,8 @@ func TestCampaignConfigs(t *testing.T) {
 	t.Parallel()
 	drawn := map[string]bool{}
 	for seed := range uint64(10) {
-		for _, name := range StrategyNames() {
-			s, _ := LookupStrategy(name)
+		for _, name := range lab.StrategyNames() {
+			s, _ := lab.LookupStrategy(name)
 			for _, c := range configs(t, Campaign{Seed: seed, Runs: 20, Fence: seed%2 == 0}, name) {
 				require.NoError(t, c.Validate(), "%s", c)
 				require.Equal(t, seed%2 == 0 && s.Fenceable(), c.Fence)
@@ -82,7 +84,7 @@ func TestCampaignConfigs(t *testing.T) {
 					if row.kills != "" {
 						kills++
 					}
-					if ch.Kind == Pause || ch.Kind == Partition {
+					if ch.Kind == lab.Pause || ch.Kind == lab.Partition {
 						require.NotEqual(t, c.TTL, ch.For, "%s: %s is shorter or longer than the TTL", c, ch)
 					}
 					require.LessOrEqual(t, ch.At, c.Duration*4/5, "%s: %s", c, ch)
@@ -99,7 +101,7 @@ func TestCampaignConfigs(t *testing.T) {
 }
 
 // faultRow returns the table's row a chaos was drawn from.
-func faultRow(t *testing.T, ch Chaos) faultKind {
+func faultRow(t *testing.T, ch lab.Chaos) faultKind {
 	t.Helper()
 	name := string(ch.Kind)
 	switch {
@@ -122,7 +124,7 @@ func faultRow(t *testing.T, ch Chaos) faultKind {
 // drawn ones.
 func TestCampaignConfigsOwnServers(t *testing.T) {
 	t.Parallel()
-	s, _ := LookupStrategy("redis")
+	s, _ := lab.LookupStrategy("redis")
 	c := Campaign{Seed: 3, Runs: 50, Fence: true}
 	cfgs, err := c.configs(s, func(k servers.Kind) bool { return k != servers.KindRedis })
 	require.NoError(t, err)
@@ -134,7 +136,7 @@ func TestCampaignConfigsOwnServers(t *testing.T) {
 		require.NoError(t, cfg.Validate())
 	}
 	quick := Campaign{Seed: 3, Runs: 20, Fence: true, Tick: 300 * time.Millisecond, Ticks: 4}
-	for _, name := range StrategyNames() {
+	for _, name := range lab.StrategyNames() {
 		for _, cfg := range configs(t, quick, name) {
 			require.Equal(t, 300*time.Millisecond, cfg.Tick)
 			require.Equal(t, 4, cfg.Ticks())
@@ -147,7 +149,7 @@ func TestCampaignConfigsOwnServers(t *testing.T) {
 // which is how a run that must go alone is recognised.
 func TestFaultKindsKillsNamed(t *testing.T) {
 	t.Parallel()
-	c := DefaultConfig()
+	c := lab.DefaultConfig()
 	c.Strategy = "redis"
 	for _, k := range faultKinds {
 		if k.kills == "" {
@@ -246,15 +248,15 @@ func TestCampaignValidate(t *testing.T) {
 func TestJudgeRun(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		r               Report
+		r               lab.Report
 		harms, excluded []string
 		agree           bool
 	}{
-		{Report{Checker: CheckOK, StoreAgrees: true}, nil, nil, true},
-		{Report{Checker: CheckViolation, Harms: []Harm{HarmDuplicate}, StoreAgrees: true}, []string{"duplicate"}, nil, true},
-		{Report{Checker: CheckViolation, Harms: []Harm{HarmDuplicate, HarmLostUpdate}, Unsafe: []Harm{HarmLostUpdate}, StoreAgrees: true},
+		{lab.Report{Checker: lab.CheckOK, StoreAgrees: true}, nil, nil, true},
+		{lab.Report{Checker: lab.CheckViolation, Harms: []lab.Harm{lab.HarmDuplicate}, StoreAgrees: true}, []string{"duplicate"}, nil, true},
+		{lab.Report{Checker: lab.CheckViolation, Harms: []lab.Harm{lab.HarmDuplicate, lab.HarmLostUpdate}, Unsafe: []lab.Harm{lab.HarmLostUpdate}, StoreAgrees: true},
 			[]string{"duplicate", "lost-update"}, []string{"lost-update"}, true},
-		{Report{Checker: CheckOK, Harms: []Harm{HarmDuplicate}, StoreAgrees: false}, []string{"duplicate"}, nil, false},
+		{lab.Report{Checker: lab.CheckOK, Harms: []lab.Harm{lab.HarmDuplicate}, StoreAgrees: false}, []string{"duplicate"}, nil, false},
 	}
 	for _, tt := range tests {
 		harms, excluded, agree := judgeRun(&tt.r)
@@ -269,7 +271,7 @@ func TestJudgeRun(t *testing.T) {
 func TestLabelledSafe(t *testing.T) {
 	t.Parallel()
 	var safe []string
-	for _, s := range Strategies {
+	for _, s := range lab.Strategies {
 		require.False(t, labelledSafe(s, false), "%s unfenced", s.Name)
 		if labelledSafe(s, true) {
 			safe = append(safe, s.Name)
@@ -286,7 +288,7 @@ func TestReplayCommandShell(t *testing.T) {
 	require.NoError(t, err)
 	var args []string
 	var words []string
-	for _, name := range StrategyNames() {
+	for _, name := range lab.StrategyNames() {
 		for _, c := range configs(t, Campaign{Seed: 5, Runs: 3, Fence: name != "redis"}, name) {
 			line := replayCommand(c)
 			prefix := "aegis lab run " + strings.Join([]string{"--strategy", name}, " ") + " "
@@ -311,20 +313,20 @@ func TestReplayCommandShell(t *testing.T) {
 }
 
 func sampleCampaign() *CampaignResult {
-	unsafe := DefaultConfig()
+	unsafe := lab.DefaultConfig()
 	unsafe.Strategy, unsafe.Nodes, unsafe.Duration, unsafe.Tick, unsafe.Work, unsafe.TTL = "optimistic", 4, 5600*time.Millisecond, 700*time.Millisecond, 250*time.Millisecond, 1500*time.Millisecond
-	unsafe.Chaos = []Chaos{{Kind: Kill, Target: Holder, At: 2 * time.Second}, {Kind: Skew, Target: "node2", Offset: -1200 * time.Millisecond}, {Kind: Pause, Target: "node1", At: 3 * time.Second, For: 2 * time.Second}}
+	unsafe.Chaos = []lab.Chaos{{Kind: lab.Kill, Target: lab.Holder, At: 2 * time.Second}, {Kind: lab.Skew, Target: "node2", Offset: -1200 * time.Millisecond}, {Kind: lab.Pause, Target: "node1", At: 3 * time.Second, For: 2 * time.Second}}
 	rows := []*StrategyResult{
-		{Strategy: "none", Reports: []*Report{
-			{Checker: CheckOK, DuplicatesApplied: 6, Harms: []Harm{HarmDuplicate}, Disagreement: "invoice-export: the store shows 6 ticks applied twice and 0 lost updates, the checker says ok"},
-			{Checker: CheckViolation, DuplicatesApplied: 6, Harms: []Harm{HarmDuplicate}, StoreAgrees: true}}},
-		{Strategy: "sqlite", Fenced: true, Reports: []*Report{{Checker: CheckOK, StoreAgrees: true}, {Checker: CheckOK, StoreAgrees: true}}},
-		{Strategy: "optimistic", Fenced: true, Reports: []*Report{{Checker: CheckOK, StoreAgrees: true},
-			{Checker: CheckViolation, LostUpdates: 1, Harms: []Harm{HarmLostUpdate}, Unsafe: []Harm{HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
+		{Strategy: "none", Reports: []*lab.Report{
+			{Checker: lab.CheckOK, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, Disagreement: "invoice-export: the store shows 6 ticks applied twice and 0 lost updates, the checker says ok"},
+			{Checker: lab.CheckViolation, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, StoreAgrees: true}}},
+		{Strategy: "sqlite", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true}, {Checker: lab.CheckOK, StoreAgrees: true}}},
+		{Strategy: "optimistic", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true},
+			{Checker: lab.CheckViolation, LostUpdates: 1, Harms: []lab.Harm{lab.HarmLostUpdate}, Unsafe: []lab.Harm{lab.HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
 		{Strategy: "etcd", Fenced: true, Skipped: "etcd is not installed (apt-get install etcd-server)"},
 	}
 	for _, r := range rows {
-		s, _ := LookupStrategy(r.Strategy)
+		s, _ := lab.LookupStrategy(r.Strategy)
 		r.LabelledSafe = labelledSafe(s, r.Fenced)
 		r.Guarantee = s.Guarantee(r.Fenced).String()
 		r.Harms, r.HarmedRuns = map[string]int{}, []HarmedRun{}

@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"cmp"
@@ -16,17 +16,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 // session returns a lab session on the shared test servers (isolated by a
 // schema and the run's own keys), whose nodes are this test binary.
-func session(t *testing.T) *lab.Session {
+func session(t *testing.T) *runner.Session {
 	t.Helper()
 	testenv.Reserve(t, 1, "a lab session's runs")
-	s, err := lab.NewSession(lab.Options{
+	s, err := runner.NewSession(runner.Options{
 		Dir: t.TempDir(),
-		Servers: lab.Servers{
+		Servers: runner.Servers{
 			PostgresURL:   testenv.PostgresURL(t),
 			RedisAddrs:    testenv.RedisAddrs(t),
 			EtcdEndpoints: testenv.EtcdEndpoints(t),
@@ -73,7 +74,7 @@ var untargeted = regexp.MustCompile(`: nothing to target$`)
 // runUntil): a run whose fault found no target (no node entered the
 // critical section, or began a write, from the fault's time to the run's
 // end) has not exercised its case.
-func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
+func run(t *testing.T, s *runner.Session, c lab.Config) (*lab.Report, store) {
 	t.Helper()
 	return runUntil(t, s, c, func(rep *lab.Report) string {
 		for _, n := range rep.Notes {
@@ -93,7 +94,7 @@ func run(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, store) {
 // start), on a slower clock (see slower), up to maxSlower times slower;
 // without a cause, or when the slowest run cannot either, the test fails
 // with what the runs recorded.
-func runUntil(t *testing.T, s *lab.Session, c lab.Config, unexercised func(*lab.Report) string) (*lab.Report, store) {
+func runUntil(t *testing.T, s *runner.Session, c lab.Config, unexercised func(*lab.Report) string) (*lab.Report, store) {
 	t.Helper()
 	rep, r := runOnce(t, s, c)
 	rep, st := checked(t, s, r, rep)
@@ -172,7 +173,7 @@ func machineCause(rep *lab.Report) string {
 }
 
 // runOnce runs c to its end.
-func runOnce(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, *lab.Run) {
+func runOnce(t *testing.T, s *runner.Session, c lab.Config) (*lab.Report, *runner.Run) {
 	t.Helper()
 	c.OutDir = t.TempDir()
 	r, err := s.Start(t.Context(), c)
@@ -185,7 +186,7 @@ func runOnce(t *testing.T, s *lab.Session, c lab.Config) (*lab.Report, *lab.Run)
 }
 
 // checked checks a run's report against the store.
-func checked(t *testing.T, s *lab.Session, r *lab.Run, rep *lab.Report) (*lab.Report, store) {
+func checked(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) (*lab.Report, store) {
 	t.Helper()
 	rep, st := report(t, s, r, rep)
 	for _, n := range rep.Notes {
@@ -196,7 +197,7 @@ func checked(t *testing.T, s *lab.Session, r *lab.Run, rep *lab.Report) (*lab.Re
 
 // report logs a run's summary (and its events and the tails of its nodes'
 // logs, if the test fails) and checks it against the store.
-func report(t *testing.T, s *lab.Session, r *lab.Run, rep *lab.Report) (*lab.Report, store) {
+func report(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) (*lab.Report, store) {
 	t.Helper()
 	var b strings.Builder
 	_ = rep.WriteSummary(&b)

@@ -1,9 +1,11 @@
-package lab
+package runner
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/lab/checker"
 )
@@ -12,7 +14,7 @@ import (
 // doing its work inside the critical section now (it has read, and not
 // begun its write), or else the next one to enter it; for writer the node
 // inside its write now, or else the next one to begin a write.
-func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
+func (r *Run) target(ctx context.Context, ch lab.Chaos) (*nodeProc, string, error) {
 	np, detail, err := r.findTarget(ctx, ch)
 	if np != nil {
 		r.mu.Lock()
@@ -22,11 +24,11 @@ func (r *Run) target(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
 	return np, detail, err
 }
 
-func (r *Run) findTarget(ctx context.Context, ch Chaos) (*nodeProc, string, error) {
+func (r *Run) findTarget(ctx context.Context, ch lab.Chaos) (*nodeProc, string, error) {
 	switch ch.Target {
-	case Holder:
+	case lab.Holder:
 		return r.holder(ctx)
-	case Writer:
+	case lab.Writer:
 		return r.writer(ctx)
 	}
 	return r.node(ch.Node()), "", nil
@@ -44,8 +46,8 @@ func (r *Run) holder(ctx context.Context) (*nodeProc, string, error) {
 		}
 	}
 	r.mu.Unlock()
-	e, err := r.waitEvent(ctx, func(e Event) bool {
-		if e.Kind != EventEntered {
+	e, err := r.waitEvent(ctx, func(e lab.Event) bool {
+		if e.Kind != lab.EventEntered {
 			return false
 		}
 		return !r.nodes[e.Node-1].paused // r.mu is held by addLocked
@@ -70,14 +72,14 @@ func (r *Run) writer(ctx context.Context) (*nodeProc, string, error) {
 			continue
 		}
 		switch e.Kind {
-		case EventWriting:
+		case lab.EventWriting:
 			if inside[e.Node] == nil {
 				inside[e.Node] = map[string]int{}
 			}
 			inside[e.Node][e.Attempt] = i
-		case EventExecuted, EventStale, EventAbandon:
+		case lab.EventExecuted, lab.EventStale, lab.EventAbandon:
 			delete(inside[e.Node], e.Attempt)
-		case EventStarted, EventExited:
+		case lab.EventStarted, lab.EventExited:
 			delete(inside, e.Node)
 		}
 	}
@@ -97,8 +99,8 @@ func (r *Run) writer(ctx context.Context) (*nodeProc, string, error) {
 		return np, writerDetail(e.Job, e.Tick, e.Token), nil
 	}
 	r.mu.Unlock()
-	e, err := r.waitEvent(ctx, func(e Event) bool {
-		if e.Kind != EventWriting {
+	e, err := r.waitEvent(ctx, func(e lab.Event) bool {
+		if e.Kind != lab.EventWriting {
 			return false
 		}
 		np := r.nodes[e.Node-1] // r.mu is held by addLocked

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/tool/backend"
@@ -21,7 +23,7 @@ import (
 // work), the replica promoted, and every node's proxy switched to it. The
 // promoted replica never saw that grant, so a successor can be granted the
 // key while the holder still works.
-func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
+func (r *Run) failover(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	r.s.mu.Lock()
 	primary, replica, link := r.s.redis[0], r.s.replica, r.s.replLink
 	r.s.mu.Unlock()
@@ -30,15 +32,15 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 	r.failedOver = true // from here on, the end of the run heals Redis
 	cut := len(r.events)
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: replication from the primary %s to its replica %s cut; waiting for a node granted the lease from now on to enter the critical section", ch, primary.Addr(), replica.Addr())})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: replication from the primary %s to its replica %s cut; waiting for a node granted the lease from now on to enter the critical section", ch, primary.Addr(), replica.Addr())})
 	begin(nil)
-	e, err := r.waitEvent(ctx, func(e Event) bool {
+	e, err := r.waitEvent(ctx, func(e lab.Event) bool {
 		// r.mu is held by addLocked: the events since the cut are stable.
-		if e.Kind != EventEntered || e.Token == 0 || r.nodes[e.Node-1].paused {
+		if e.Kind != lab.EventEntered || e.Token == 0 || r.nodes[e.Node-1].paused {
 			return false
 		}
 		for _, g := range r.events[cut:] {
-			if g.Kind == EventAcquired && g.Node == e.Node && g.Job == e.Job && g.Tick == e.Tick && g.Token == e.Token {
+			if g.Kind == lab.EventAcquired && g.Node == e.Node && g.Job == e.Job && g.Tick == e.Tick && g.Token == e.Token {
 				return true
 			}
 		}
@@ -64,7 +66,7 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 		}
 	}
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventChaos, Node: e.Node, Job: e.Job, Tick: e.Tick, Token: e.Token, Detail: fmt.Sprintf(
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: e.Node, Job: e.Job, Tick: e.Tick, Token: e.Token, Detail: fmt.Sprintf(
 		"%s: primary %s killed while node%d, granted token %d for %s tick %d after replication was cut, works inside the critical section; replica %s, which never received that grant, promoted and the nodes switched to it",
 		ch, primary.Addr(), e.Node, e.Token, e.Job, e.Tick, replica.Addr())})
 	return nil
@@ -76,11 +78,11 @@ func (r *Run) failover(ctx context.Context, ch Chaos, begin func(error)) error {
 // failover the promoted replica, which comes back a primary; for redlock
 // the first Redlock node (the second address: of six or more, the first is
 // the single-node one), or a majority of them.
-func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
+func (r *Run) restartRedis(ctx context.Context, ch lab.Chaos) error {
 	// An empty Redis restarted shows nothing: the restart waits until a
 	// node has worked under a lease (and, fenced, registered its token),
 	// so that the counters it loses are ones a later grant repeats.
-	entered := func(e Event) bool { return e.Kind == EventEntered && e.Node > 0 }
+	entered := func(e lab.Event) bool { return e.Kind == lab.EventEntered && e.Node > 0 }
 	r.mu.Lock()
 	granted := slices.ContainsFunc(r.events, entered)
 	r.mu.Unlock()
@@ -94,7 +96,7 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 	}
 	r.s.mu.Lock()
 	primary := r.s.redis[0]
-	if r.strat.Redis == RedisQuorum {
+	if r.strat.Redis == lab.RedisQuorum {
 		var addrs []string
 		for _, rs := range r.s.redis {
 			addrs = append(addrs, rs.Addr())
@@ -107,7 +109,7 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 		}
 	}
 	restart := []*servers.Redis{primary}
-	if ch.Target == redlockMajority {
+	if ch.Target == lab.RedlockMajority {
 		var addrs []string
 		for _, rs := range r.s.redis {
 			addrs = append(addrs, rs.Addr())
@@ -152,7 +154,7 @@ func (r *Run) restartRedis(ctx context.Context, ch Chaos) error {
 		}
 		names = append(names, rs.Addr())
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence%s: their keys and token counters are gone", ch, strings.Join(names, ", "), waited)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: %s restarted without persistence%s: their keys and token counters are gone", ch, strings.Join(names, ", "), waited)})
 	return nil
 }
 
@@ -202,7 +204,7 @@ func (r *Run) healRedis() {
 // and restarts it at once on the same port and data directory, where it
 // runs crash recovery from its WAL. The session's PostgreSQL is durable,
 // so every commit a node was told of survives.
-func (r *Run) crashPostgres(ctx context.Context, ch Chaos, begin func(error)) error {
+func (r *Run) crashPostgres(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	r.s.mu.Lock()
 	pg := r.s.pg
 	r.s.mu.Unlock()
@@ -214,7 +216,7 @@ func (r *Run) crashPostgres(ctx context.Context, ch Chaos, begin func(error)) er
 	if err := pg.Kill(); err != nil {
 		return err
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: postgres (pid %d) killed with SIGKILL, its backends with it: every connection dropped; restarting it on the same port and data directory (crash recovery)", ch, pid)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: postgres (pid %d) killed with SIGKILL, its backends with it: every connection dropped; restarting it on the same port and data directory (crash recovery)", ch, pid)})
 	begin(nil)
 	// The store of record must come back even when the run ends meanwhile.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -222,7 +224,7 @@ func (r *Run) crashPostgres(ctx context.Context, ch Chaos, begin func(error)) er
 	if err := pg.Start(sctx); err != nil {
 		return fmt.Errorf("restart postgres after its crash: %w", err)
 	}
-	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("postgres crashed (SIGKILL) and restarted in %.1fs (crash recovery done; pid %d, on %s)", time.Since(killed).Seconds(), pg.Pid(), pg.Addr())})
+	r.labEvent(lab.Event{Kind: lab.EventHealed, Detail: fmt.Sprintf("postgres crashed (SIGKILL) and restarted in %.1fs (crash recovery done; pid %d, on %s)", time.Since(killed).Seconds(), pg.Pid(), pg.Addr())})
 	return nil
 }
 
@@ -238,7 +240,7 @@ type member interface {
 // equals) with SIGKILL, reports who leads once the others have elected,
 // and restarts the member serverDowntime after the kill, or when the run
 // ends if that is sooner.
-func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin func(error)) error {
+func (r *Run) killMember(ctx context.Context, ch lab.Chaos, k servers.Kind, begin func(error)) error {
 	r.s.mu.Lock()
 	var cluster member
 	switch {
@@ -271,18 +273,18 @@ func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin fu
 	if err := victim.Kill(); err != nil {
 		return err
 	}
-	r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s killed with SIGKILL; it restarts in %s", ch, what, serverDowntime)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: %s killed with SIGKILL; it restarts in %s", ch, what, lab.ServerDowntime)})
 	begin(nil)
 	next, err := waitLeader(ctx, cluster)
 	switch {
 	case err != nil:
-		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; no member leads %s later: %v", ch, k, victim.Name(), time.Since(killed).Round(time.Millisecond), err)})
+		r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; no member leads %s later: %v", ch, k, victim.Name(), time.Since(killed).Round(time.Millisecond), err)})
 	case victim == leader:
-		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s leader %s killed; %s leads, elected within %.1fs", ch, k, victim.Name(), next.Name(), time.Since(killed).Seconds())})
+		r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: %s leader %s killed; %s leads, elected within %.1fs", ch, k, victim.Name(), next.Name(), time.Since(killed).Seconds())})
 	default:
-		r.labEvent(Event{Kind: EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; %s still leads", ch, k, victim.Name(), next.Name())})
+		r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf("%s: %s %s killed; %s still leads", ch, k, victim.Name(), next.Name())})
 	}
-	backoff.Sleep(ctx, time.Until(killed.Add(serverDowntime)))
+	backoff.Sleep(ctx, time.Until(killed.Add(lab.ServerDowntime)))
 	// The member must come back even when the run has ended meanwhile:
 	// the session's next runs use the cluster.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -290,7 +292,7 @@ func (r *Run) killMember(ctx context.Context, ch Chaos, k servers.Kind, begin fu
 	if err := victim.Start(sctx); err != nil {
 		return fmt.Errorf("restart %s: %w", victim.Name(), err)
 	}
-	r.labEvent(Event{Kind: EventHealed, Detail: fmt.Sprintf("%s restarted after %.1fs down and serves again (pid %d)", victim.Name(), time.Since(killed).Seconds(), victim.Pid())})
+	r.labEvent(lab.Event{Kind: lab.EventHealed, Detail: fmt.Sprintf("%s restarted after %.1fs down and serves again (pid %d)", victim.Name(), time.Since(killed).Seconds(), victim.Pid())})
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/badinput"
@@ -23,11 +25,11 @@ import (
 // ctx ends); its end is reported as a healed event. A fault that kills,
 // restarts or fails over a server holds that server for the run until it
 // ends, and is refused while another run of the session holds it.
-func (r *Run) Inject(ctx context.Context, ch Chaos) error {
+func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 	if n := ch.Node(); n > r.cfg.Nodes {
 		return badinput.Errorf("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
 	}
-	if err := r.cfg.checkChaos(r.strat, ch); err != nil && ch.Kind != Skew {
+	if err := r.cfg.CheckChaos(r.strat, ch); err != nil && ch.Kind != lab.Skew {
 		return badinput.Errorf("--chaos %s: %v", ch, err)
 	}
 	if err := r.s.admitChaos(ch); err != nil {
@@ -58,13 +60,13 @@ func (r *Run) Inject(ctx context.Context, ch Chaos) error {
 }
 
 // apply applies a scheduled fault.
-func (r *Run) apply(ctx context.Context, ch Chaos) error {
+func (r *Run) apply(ctx context.Context, ch lab.Chaos) error {
 	return r.applyNotify(ctx, ch, make(chan error, 1))
 }
 
 // applyNotify applies ch, sends on began once it has begun (or failed),
 // and returns when it has ended.
-func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (err error) {
+func (r *Run) applyNotify(ctx context.Context, ch lab.Chaos, began chan<- error) (err error) {
 	sent := false
 	begin := func(err error) {
 		if !sent {
@@ -73,41 +75,41 @@ func (r *Run) applyNotify(ctx context.Context, ch Chaos, began chan<- error) (er
 		}
 	}
 	defer func() { begin(err) }()
-	if _, ok := ch.ServerKind(); ok || ch.Kind == Latency {
+	if _, ok := ch.ServerKind(); ok || ch.Kind == lab.Latency {
 		r.mu.Lock()
 		r.serverFault = true
 		r.mu.Unlock()
 	}
 	switch ch.Kind {
-	case Pause:
+	case lab.Pause:
 		return r.pause(ctx, ch, begin)
-	case Kill:
+	case lab.Kill:
 		if k, ok := ch.ServerKind(); ok {
 			return r.killMember(ctx, ch, k, begin)
 		}
 		return r.killNode(ctx, ch, begin)
-	case Partition:
+	case lab.Partition:
 		return r.partition(ctx, ch, begin)
-	case Skew:
+	case lab.Skew:
 		return r.skew(ch)
-	case Edit:
+	case lab.Edit:
 		return r.edit(ctx, ch)
-	case Latency:
+	case lab.Latency:
 		r.setLatency(ch)
-		r.labEvent(Event{Kind: EventChaos, Detail: ch.String()})
+		r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: ch.String()})
 		return nil
-	case Failover:
+	case lab.Failover:
 		return r.failover(ctx, ch, begin)
-	case Restart:
+	case lab.Restart:
 		return r.restartRedis(ctx, ch)
-	case Crash:
+	case lab.Crash:
 		return r.crashPostgres(ctx, ch, begin)
 	}
 	return fmt.Errorf("unknown fault %q", ch.Kind)
 }
 
 // pause stops the target node with SIGSTOP for ch.For, then resumes it.
-func (r *Run) pause(ctx context.Context, ch Chaos, begin func(error)) error {
+func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	np, detail, err := r.target(ctx, ch)
 	if err != nil {
 		return err
@@ -119,20 +121,20 @@ func (r *Run) pause(ctx context.Context, ch Chaos, begin func(error)) error {
 	r.mu.Lock()
 	np.paused = true
 	r.mu.Unlock()
-	r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) paused with SIGSTOP for %s%s", ch, np.n, pid, ch.For, detail)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) paused with SIGSTOP for %s%s", ch, np.n, pid, ch.For, detail)})
 	begin(nil)
 	backoff.Sleep(ctx, ch.For) // a stopped run resumes at once
 	r.mu.Lock()
 	np.paused = false
 	r.mu.Unlock()
 	_, _ = r.signal(np, syscall.SIGCONT)
-	r.labEvent(Event{Kind: EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d resumed with SIGCONT", np.n)})
+	r.labEvent(lab.Event{Kind: lab.EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d resumed with SIGCONT", np.n)})
 	return nil
 }
 
 // killNode kills the target node with SIGKILL and starts it again, a new
 // incarnation, once it has exited.
-func (r *Run) killNode(ctx context.Context, ch Chaos, begin func(error)) error {
+func (r *Run) killNode(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	np, detail, err := r.target(ctx, ch)
 	if err != nil {
 		return err
@@ -146,7 +148,7 @@ func (r *Run) killNode(ctx context.Context, ch Chaos, begin func(error)) error {
 		return err
 	}
 	<-exited
-	r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) killed with SIGKILL%s; restarting it", ch, np.n, pid, detail)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) killed with SIGKILL%s; restarting it", ch, np.n, pid, detail)})
 	begin(nil)
 	if ctx.Err() != nil {
 		r.mu.Lock()
@@ -171,7 +173,7 @@ func (r *Run) killNode(ctx context.Context, ch Chaos, begin func(error)) error {
 
 // partition cuts the target node's connections to ch.Server (to all its
 // servers when none is named) for ch.For, then heals them.
-func (r *Run) partition(ctx context.Context, ch Chaos, begin func(error)) error {
+func (r *Run) partition(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	np, detail, err := r.target(ctx, ch)
 	if err != nil {
 		return err
@@ -190,29 +192,29 @@ func (r *Run) partition(ctx context.Context, ch Chaos, begin func(error)) error 
 			from += " (" + strings.Join(kept, " and ") + " still reachable)"
 		}
 	}
-	r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from %s for %s (connections dropped, new ones refused)%s", ch, np.n, from, ch.For, detail)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d cut from %s for %s (connections dropped, new ones refused)%s", ch, np.n, from, ch.For, detail)})
 	begin(nil)
 	backoff.Sleep(ctx, ch.For)
 	for _, p := range cut {
 		p.Heal()
 	}
-	r.labEvent(Event{Kind: EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d's partition healed", np.n)})
+	r.labEvent(lab.Event{Kind: lab.EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d's partition healed", np.n)})
 	return nil
 }
 
 // skew tells a node that its clock is ch.Offset off from now on.
-func (r *Run) skew(ch Chaos) error {
+func (r *Run) skew(ch lab.Chaos) error {
 	np := r.node(ch.Node())
 	r.mu.Lock()
 	np.faulted = true
 	stdin := np.stdin
 	np.cfg.Skew = ch.Offset
 	r.mu.Unlock()
-	b, _ := json.Marshal(controlLine{Skew: ptr(int64(ch.Offset))})
+	b, _ := json.Marshal(lab.ControlLine{Skew: ptr(int64(ch.Offset))})
 	if _, err := stdin.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("tell node%d its skew: %w", np.n, err)
 	}
-	r.labEvent(Event{Kind: EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d's clock is now %s off", ch, np.n, ch.Offset)})
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d's clock is now %s off", ch, np.n, ch.Offset)})
 	return nil
 }
 
@@ -271,7 +273,7 @@ func (r *Run) proxiesOf(np *nodeProc, k servers.Kind) (cut []proxy, kept []strin
 	return cut, kept
 }
 
-func (r *Run) setLatency(ch Chaos) {
+func (r *Run) setLatency(ch lab.Chaos) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, np := range r.nodes {

@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
@@ -48,12 +49,12 @@ func TestRedisPause(t *testing.T) {
 
 // ownRedis is a session that starts its own Redis (six primaries and a
 // replica of the first, private), since the faults kill and restart it.
-func ownRedis(t *testing.T) *lab.Session {
+func ownRedis(t *testing.T) *runner.Session {
 	t.Helper()
 	testenv.Reserve(t, 1, "a lab session's runs and its own Redis")
-	s, err := lab.NewSession(lab.Options{
+	s, err := runner.NewSession(runner.Options{
 		Dir:     t.TempDir(),
-		Servers: lab.Servers{PostgresURL: testenv.PostgresURL(t)},
+		Servers: runner.Servers{PostgresURL: testenv.PostgresURL(t)},
 		NodeEnv: []string{nodeEnv},
 	})
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package lab
+package runner
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/backend"
@@ -357,7 +359,7 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 			return nil, "", backend.PostgresError("connect to the store,", url, err)
 		}
 	}
-	if err := migrateStore(ctx, db); err != nil {
+	if err := lab.MigrateStore(ctx, db); err != nil {
 		db.Close()
 		return nil, "", err
 	}
@@ -375,11 +377,11 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 // error that says what is missing and how to get it. It starts the
 // servers the strategy needs (which is how it finds out).
 func (s *Session) Availability(ctx context.Context, strategy string) error {
-	st, ok := LookupStrategy(strategy)
+	st, ok := lab.LookupStrategy(strategy)
 	if !ok {
-		return badinput.Errorf("unknown strategy %q (known: %s)", strategy, strings.Join(StrategyNames(), ", "))
+		return badinput.Errorf("unknown strategy %q (known: %s)", strategy, strings.Join(lab.StrategyNames(), ", "))
 	}
-	if st.Mode == schedule.ModeLease && !st.labLocked() && !slices.Contains(backend.Names(), st.Backend) {
+	if st.Mode == schedule.ModeLease && !st.LabLocked() && !slices.Contains(backend.Names(), st.Backend) {
 		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
 	}
 	for _, k := range st.Needs {
@@ -389,7 +391,7 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 	}
 	if _, url, err := s.openStore(ctx); err != nil {
 		return err
-	} else if st.needsPostgresStore() && strings.HasPrefix(url, "sqlite:") {
+	} else if st.NeedsPostgresStore() && strings.HasPrefix(url, "sqlite:") {
 		return fmt.Errorf("%s runs its SQL in the store of record, which is SQLite here: PostgreSQL is missing", st.Name)
 	}
 	return nil
@@ -407,14 +409,14 @@ var flags = map[servers.Kind]string{
 // kill or restart a server the lab did not start, or reach a PostgreSQL
 // it does not have (its store of record is SQLite). The strategy's part is
 // Config.checkChaos.
-func (s *Session) admitChaos(ch Chaos) error {
+func (s *Session) admitChaos(ch lab.Chaos) error {
 	if k, ok := ch.ServerKind(); ok && s.given(k) {
 		return badinput.Errorf("--chaos %s kills or restarts %s, and the lab never touches servers it did not start: leave %s unset so that it starts its own", ch, serverName(k), flags[k])
 	}
 	s.mu.Lock()
 	sqlite := strings.HasPrefix(s.storeURL, "sqlite:")
 	s.mu.Unlock()
-	if sqlite && (ch.Kind == Crash || (ch.Kind == Partition && ch.Server == string(servers.KindPostgres))) {
+	if sqlite && (ch.Kind == lab.Crash || (ch.Kind == lab.Partition && ch.Server == string(servers.KindPostgres))) {
 		return badinput.Errorf("--chaos %s: the store of record is SQLite here (PostgreSQL is not installed) and the strategy uses no PostgreSQL: there is none to reach", ch)
 	}
 	return nil
@@ -435,7 +437,7 @@ func serverName(k servers.Kind) string {
 // go through here (Start, Inject, Admit).
 
 // faulted lists the servers c's faults kill, restart or fail over.
-func faulted(cs []Chaos) []servers.Kind {
+func faulted(cs []lab.Chaos) []servers.Kind {
 	var ks []servers.Kind
 	for _, ch := range cs {
 		if k, ok := ch.ServerKind(); ok && !slices.Contains(ks, k) {
@@ -447,8 +449,8 @@ func faulted(cs []Chaos) []servers.Kind {
 
 // usesLocked reports whether a run of c uses server k: its strategy's,
 // or PostgreSQL as the store of record. Caller holds mu.
-func (s *Session) usesLocked(c Config, k servers.Kind) bool {
-	st, _ := LookupStrategy(c.Strategy)
+func (s *Session) usesLocked(c lab.Config, k servers.Kind) bool {
+	st, _ := lab.LookupStrategy(c.Strategy)
 	if slices.Contains(st.Needs, k) {
 		return true
 	}
@@ -460,7 +462,7 @@ var serverTitle = map[servers.Kind]string{servers.KindPostgres: "PostgreSQL", se
 // conflictLocked says why runs cs cannot go now beside the session's live
 // runs (self, when not nil, is one of them and adds its injected faults
 // ch): "" when they can. Caller holds mu.
-func (s *Session) conflictLocked(self *Run, cs []Config, ch []Chaos) string {
+func (s *Session) conflictLocked(self *Run, cs []lab.Config, ch []lab.Chaos) string {
 	for _, c := range cs {
 		for k, owner := range s.busy {
 			if owner != self && s.usesLocked(c, k) {
@@ -493,7 +495,7 @@ func (s *Session) conflictLocked(self *Run, cs []Config, ch []Chaos) string {
 // session's live runs: nil, or an error that says what is in the way (a
 // fault that kills a server another run uses, a server held by a run that
 // faulted it).
-func (s *Session) Admit(cs []Config) error {
+func (s *Session) Admit(cs []lab.Config) error {
 	for _, c := range cs {
 		for _, ch := range c.Chaos {
 			if err := s.admitChaos(ch); err != nil {
@@ -517,7 +519,7 @@ func (s *Session) admit(r *Run) error {
 	if s.closed {
 		return errors.New("lab: session closed")
 	}
-	if why := s.conflictLocked(nil, []Config{r.cfg}, nil); why != "" {
+	if why := s.conflictLocked(nil, []lab.Config{r.cfg}, nil); why != "" {
 		return errors.New(why)
 	}
 	s.runs[r] = struct{}{}
@@ -531,7 +533,7 @@ func (s *Session) admit(r *Run) error {
 // restarts or fails over (if any), once no other run uses it. It fails
 // once r has ended (then release has run or is about to, and would not
 // see the hold).
-func (s *Session) hold(r *Run, ch Chaos) error {
+func (s *Session) hold(r *Run, ch lab.Chaos) error {
 	k, ok := ch.ServerKind()
 	if !ok {
 		return nil
@@ -544,7 +546,7 @@ func (s *Session) hold(r *Run, ch Chaos) error {
 	if owner := s.busy[k]; owner != nil && owner != r {
 		return fmt.Errorf("another run of this session has a fault that kills or restarts %s (%s): run one at a time", serverName(k), owner.ID)
 	}
-	if why := s.conflictLocked(r, []Config{r.cfg}, []Chaos{ch}); why != "" {
+	if why := s.conflictLocked(r, []lab.Config{r.cfg}, []lab.Chaos{ch}); why != "" {
 		return errors.New(why)
 	}
 	s.busy[k] = r

@@ -1,4 +1,4 @@
-package lab_test
+package runner_test
 
 import (
 	"database/sql"
@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/schedule"
@@ -23,7 +23,7 @@ func TestInspectThroughOwners(t *testing.T) {
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 
-	answers, err := lab.Inspect(ctx, db, []string{"stuck", "expired"}, lab.InspectOptions{})
+	answers, err := runner.Inspect(ctx, db, []string{"stuck", "expired"}, runner.InspectOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "no table aegis_schedule_run here", answers[0].Skipped)
 	require.Equal(t, "no table aegis_lease here", answers[1].Skipped)
@@ -43,8 +43,8 @@ INSERT INTO aegis_lease (key, owner, holder, token, expires_at, granted_at) VALU
 	('live', 'secret', 'web-1', 7, now() + interval '1 minute', now());`)
 	require.NoError(t, err)
 
-	o := lab.InspectOptions{OlderThan: 10 * time.Minute, Limit: 20}
-	answers, err = lab.Inspect(ctx, db, []string{"stuck", "expired"}, o)
+	o := runner.InspectOptions{OlderThan: 10 * time.Minute, Limit: 20}
+	answers, err = runner.Inspect(ctx, db, []string{"stuck", "expired"}, o)
 	require.NoError(t, err)
 	require.Len(t, answers, 2)
 	stuck, expired := answers[0], answers[1]
