@@ -1,7 +1,6 @@
 package schedule
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -65,18 +64,9 @@ func NewRunReader(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*RunReader
 	if db == nil {
 		return nil, invalid("schedule: NewRunReader: db is nil")
 	}
-	var c StoreConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
-	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
-	if err := checkNamespace("schedule: StoreConfig.Namespace", c.Namespace); err != nil {
-		return nil, err
-	}
-	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
+	c, table, err := storeConfig(cfg)
 	if err != nil {
-		return nil, invalid("%w", err)
+		return nil, err
 	}
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {

@@ -45,6 +45,25 @@ type Store struct {
 	table   string // quoted
 }
 
+// storeConfig is cfg with its defaults, checked, and its table's name
+// quoted for SQL.
+func storeConfig(cfg *StoreConfig) (StoreConfig, string, error) {
+	var c StoreConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
+	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	if err := checkNamespace("schedule: StoreConfig.Namespace", c.Namespace); err != nil {
+		return c, "", err
+	}
+	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
+	if err != nil {
+		return c, "", invalid("%w", err)
+	}
+	return c, table, nil
+}
+
 // NewStore returns the run table on db (PostgreSQL through pgx's stdlib
 // driver — stdlib.OpenDBFromPool for a pool — or SQLite opened like
 // sqlitelease.Open), applying its numbered migrations. A nil cfg means
@@ -53,18 +72,9 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 	if db == nil {
 		return nil, invalid("schedule: NewStore: db is nil")
 	}
-	var c StoreConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	c.Table = cmp.Or(c.Table, "aegis_schedule_run")
-	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
-	if err := checkNamespace("schedule: StoreConfig.Namespace", c.Namespace); err != nil {
-		return nil, err
-	}
-	table, err := migrate.Table("schedule: StoreConfig.Table", c.Table)
+	c, table, err := storeConfig(cfg)
 	if err != nil {
-		return nil, invalid("%w", err)
+		return nil, err
 	}
 	parts := strings.Split(c.Table, ".")
 	name := parts[len(parts)-1]
