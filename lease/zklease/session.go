@@ -166,12 +166,12 @@ func (s *session) ready(ctx context.Context, conn *zk.Conn, stop <-chan struct{}
 const pollInterval = 20 * time.Millisecond
 
 // poll wakes the session's waits whenever conn's state or session id
-// changes, until stop is closed: the session events of a connection whose
-// event channel the Locker was not given.
-func (s *session) poll(conn *zk.Conn, stop <-chan struct{}) {
+// differs from the last it saw, from state and id (read by the caller
+// before the waits could begin), until stop is closed: the session events
+// of a connection whose event channel the Locker was not given.
+func (s *session) poll(conn *zk.Conn, state zk.State, id int64, stop <-chan struct{}) {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
-	state, id := conn.State(), conn.SessionID()
 	for {
 		select {
 		case <-stop:

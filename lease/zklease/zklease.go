@@ -203,7 +203,12 @@ func New(conn *zk.Conn, cfg *Config) (*Locker, error) {
 		if c.Events != nil {
 			l.wg.Go(func() { l.drain(c.Events) })
 		} else {
-			l.wg.Go(func() { l.sess.poll(conn, l.stop) })
+			// The state the poller compares with is read here, not in its
+			// goroutine: a session granted before that goroutine first ran
+			// would otherwise be its starting state, never a change, and a
+			// wait begun before it would sleep until its context ended.
+			state, id := conn.State(), conn.SessionID()
+			l.wg.Go(func() { l.sess.poll(conn, state, id, l.stop) })
 		}
 	}
 	return l, nil
