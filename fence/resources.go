@@ -63,13 +63,11 @@ func Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
 	if err != nil {
 		return false, false, fmt.Errorf("fence: tables: %w", err)
 	}
-	q := `SELECT to_regclass('aegis_fence') IS NOT NULL, to_regclass('aegis_fence_refusal') IS NOT NULL`
-	if d == migrate.SQLite {
-		q = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aegis_fence'),
-	EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aegis_fence_refusal')`
+	if fence, err = migrate.Exists(ctx, db, d, "aegis_fence"); err != nil {
+		return false, false, fmt.Errorf("fence: %w", err)
 	}
-	if err := db.QueryRowContext(ctx, q).Scan(&fence, &refusals); err != nil {
-		return false, false, fmt.Errorf("fence: look for the fence's tables: %w", err)
+	if refusals, err = migrate.Exists(ctx, db, d, "aegis_fence_refusal"); err != nil {
+		return false, false, fmt.Errorf("fence: %w", err)
 	}
 	return fence, refusals, nil
 }

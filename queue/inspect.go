@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/migrate"
 )
 
 // Inspector reads the queue's tables for an operator (aegis console's
@@ -39,11 +40,11 @@ func NewInspector(db *sql.DB) (*Inspector, error) {
 // (Migrate creates them), or "" when it has them all.
 func (i *Inspector) Missing(ctx context.Context) (string, error) {
 	for _, t := range []string{"aegis_job", "aegis_job_finished", "aegis_queue"} {
-		var n int
-		if err := i.db.QueryRowContext(ctx, missingSQL, t).Scan(&n); err != nil {
-			return "", fmt.Errorf("queue: look for table %s: %w", t, err)
+		ok, err := migrate.Exists(ctx, i.db, migrate.Postgres, t)
+		if err != nil {
+			return "", fmt.Errorf("queue: %w", err)
 		}
-		if n == 0 {
+		if !ok {
 			return t, nil
 		}
 	}

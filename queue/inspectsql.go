@@ -5,9 +5,6 @@ package queue
 // is on a hot path (the counts scan the tables, bounded by what the queue
 // keeps: live jobs, and the finished ones of the retention periods).
 const (
-	// missingSQL tells whether table $1 is in the current schema.
-	missingSQL = `SELECT count(*) FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`
-
 	// queueCountsSQL counts jobs per queue and state: the live ones with
 	// those waiting for a retry and those past their lease, then the
 	// finished ones.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/aegislab/aegis"
@@ -85,18 +84,11 @@ func (r *RunReader) Table() string { return r.name }
 
 // Exists tells whether the run table is there.
 func (r *RunReader) Exists(ctx context.Context) (bool, error) {
-	var n int
-	var err error
-	if r.dialect == migrate.SQLite {
-		name := r.name[strings.LastIndexByte(r.name, '.')+1:]
-		err = r.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n)
-	} else {
-		err = r.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`, r.table).Scan(&n)
-	}
+	ok, err := migrate.Exists(ctx, r.db, r.dialect, r.name)
 	if err != nil {
-		return false, fmt.Errorf("schedule: look for table %s: %w", r.name, err)
+		return false, fmt.Errorf("schedule: %w", err)
 	}
-	return n > 0, nil
+	return ok, nil
 }
 
 // RunStatus is a row of the run table as an operator reads it: the run's

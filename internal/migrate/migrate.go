@@ -153,6 +153,31 @@ func Detect(ctx context.Context, db *sql.DB) (Dialect, error) {
 	return 0, fmt.Errorf("detect the database: %q is neither PostgreSQL nor SQLite", v)
 }
 
+// Exists reports whether table (optionally schema-qualified, as Table
+// takes it) is on db of dialect d: on PostgreSQL where the connection's
+// search_path finds it, on SQLite in its schema (main when unqualified).
+// It reads the catalog only.
+func Exists(ctx context.Context, db *sql.DB, d Dialect, table string) (bool, error) {
+	if _, err := Table("table", table); err != nil {
+		return false, err
+	}
+	var ok bool
+	var err error
+	if d == SQLite {
+		schema, name, found := strings.Cut(table, ".")
+		if !found {
+			schema, name = "main", table
+		}
+		err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM "`+schema+`".sqlite_master WHERE type = 'table' AND name = ?)`, name).Scan(&ok)
+	} else {
+		err = db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok)
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for table %s: %w", table, err)
+	}
+	return ok, nil
+}
+
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // Table checks a table name, optionally schema-qualified ("billing.lease"),

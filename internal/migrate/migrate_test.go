@@ -1,10 +1,13 @@
 package migrate_test
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -119,4 +122,42 @@ func TestApplyUpToDateOnReadOnly(t *testing.T) {
 	t.Cleanup(func() { ro.Close() })
 	require.NoError(t, migrate.Apply(ctx, ro, migrate.Postgres, "test", ms), "up to date: nothing to write")
 	require.ErrorContains(t, migrate.Apply(ctx, ro, migrate.Postgres, "other", ms), "read-only", "a migration to apply fails on a read-only server")
+}
+
+// Exists finds a table where the statements that use it would, and not
+// one that is missing, on both dialects; a bad name is the caller's
+// mistake.
+func TestExists(t *testing.T) {
+	t.Parallel()
+	sqlite, err := sqlitelease.Open(filepath.Join(t.TempDir(), "e.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { sqlite.Close() })
+	pg := testenv.PostgresSQL(t)
+	for name, c := range map[string]struct {
+		db *sql.DB
+		d  migrate.Dialect
+	}{"postgres": {pg, migrate.Postgres}, "sqlite": {sqlite, migrate.SQLite}} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			// Unique: a second suite may run this test on the same server.
+			table := fmt.Sprintf("exists_%s_%d", name, time.Now().UnixNano())
+			ok, err := migrate.Exists(ctx, c.db, c.d, table)
+			require.NoError(t, err)
+			require.False(t, ok, "before it is created")
+			_, err = c.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+table+" (id integer)")
+			require.NoError(t, err)
+			t.Cleanup(func() { _, _ = c.db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table) })
+			schema := "main"
+			if c.d == migrate.Postgres {
+				require.NoError(t, c.db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema))
+			}
+			for _, n := range []string{table, schema + "." + table} {
+				ok, err = migrate.Exists(ctx, c.db, c.d, n)
+				require.NoError(t, err)
+				require.True(t, ok, "%s, once created", n)
+			}
+			_, err = migrate.Exists(ctx, c.db, c.d, `x"; DROP TABLE m; --`)
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/badinput"
+	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -193,8 +194,8 @@ func ask(ctx context.Context, db *sql.DB, q InspectQuery, o InspectOptions) (Ins
 		ans.Columns, ans.Rows = q.Columns, rows
 		return ans, nil
 	}
-	var exists bool
-	if err := db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", q.Table).Scan(&exists); err != nil {
+	exists, err := migrate.Exists(ctx, db, migrate.Postgres, q.Table)
+	if err != nil {
 		return ans, err
 	}
 	if !exists {

@@ -76,17 +76,7 @@ func newStore(ctx context.Context, db *sql.DB, d migrate.Dialect, ns string) (*s
 // exists reports whether a table is there: the schedule catalog's, which
 // schedule.NewCatalog would create.
 func (st *store) exists(ctx context.Context, table string) (bool, error) {
-	var n int
-	var err error
-	if st.dialect == migrate.SQLite {
-		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, table).Scan(&n)
-	} else {
-		err = st.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`, table).Scan(&n)
-	}
-	if err != nil {
-		return false, fmt.Errorf("look for table %s: %w", table, err)
-	}
-	return n > 0, nil
+	return migrate.Exists(ctx, st.db, st.dialect, table)
 }
 
 // now is the database's time (PostgreSQL), or this process's (SQLite,
