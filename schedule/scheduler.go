@@ -75,6 +75,7 @@ const (
 	EventError    EventKind = "error"    // a store or lock call failed
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
 	EventRenewed  EventKind = "renewed"  // the keep-alive renewed a running run's lease or run row (Until: its new expiry)
+	EventMissed   EventKind = "missed"   // a tick no replica started by its starting deadline, recorded by this replica (Cause: why)
 
 	// The catalog (Config.Catalog).
 	EventBound      EventKind = "bound"       // a catalog schedule was bound or unbound (Token: its version)
@@ -99,6 +100,8 @@ type Event struct {
 	Attempt int
 	Reason  string
 	Err     error
+	// Cause is, on EventMissed, why the tick was missed.
+	Cause MissCause
 	// Until is, on EventRun and EventRenewed, when the run's lease or run
 	// row expires on the store unless renewed again, by this process's
 	// real clock: the grant's, claim's or renewal's call start plus the TTL
@@ -377,6 +380,7 @@ func (s *Scheduler) emit(e Event) {
 	} else {
 		s.log.Debug("schedule: "+string(e.Kind), "job", e.Job, "fire", e.Fire, "token", e.Token, "reason", e.Reason, "err", e.Err)
 	}
+	s.metrics.observe(e)
 	if s.cfg.OnEvent != nil {
 		s.cfg.OnEvent(e)
 	}
