@@ -76,6 +76,7 @@ const (
 	EventReclaim  EventKind = "reclaim"  // this node took over a crashed run (or abandoned it)
 	EventRenewed  EventKind = "renewed"  // the keep-alive renewed a running run's lease or run row (Until: its new expiry)
 	EventMissed   EventKind = "missed"   // a tick no replica started by its starting deadline, recorded by this replica (Cause: why)
+	EventTwice    EventKind = "twice"    // a later attempt took this run's tick while it went on: the tick ran twice, and the store refused this run's outcome (after EventLost)
 
 	// The catalog (Config.Catalog).
 	EventBound      EventKind = "bound"       // a catalog schedule was bound or unbound (Token: its version)
