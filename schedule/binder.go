@@ -224,14 +224,17 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 	want := make(map[string]*row, len(rows))
 	gone := make(map[string]bool) // paused here, or deleted since this binder bound it
 	unhandled := 0
+	watch := make(map[string]watched) // not bound here: their missed ticks are swept still
 	for i := range rows {
 		r := &rows[i]
 		if !r.enabled {
 			gone[r.name] = true
+			b.watch(watch, r, CausePaused, "the schedule was paused")
 			continue
 		}
 		if b.s.codeJob(r.name) {
 			b.report(r, fmt.Sprintf("a job of this replica's code has the name %q: the catalog schedule is not bound here", r.name), nil)
+			b.watch(watch, r, CauseUnbound, fmt.Sprintf("no replica bound it: %s has a code job of the same name", b.s.cfg.Node))
 			continue
 		}
 		b.s.mu.Lock()
@@ -240,10 +243,12 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 		if h == nil && !b.s.claim.enqueues() { // a leader enqueues every schedule: its workers have the handlers
 			unhandled++
 			b.report(r, fmt.Sprintf("this replica has no handler %q: the replicas that have it run the schedule", r.handler), nil)
+			b.watch(watch, r, CauseUnbound, fmt.Sprintf("no replica bound it: %s has no handler %q", b.s.cfg.Node, r.handler))
 			continue
 		}
 		want[r.name] = r
 	}
+	b.s.misses.setWatched(watch)
 	b.s.metrics.setUnhandled(unhandled)
 	for name, j := range b.jobs {
 		if r := want[name]; r == nil || r.version != j.bound.version {
@@ -265,6 +270,22 @@ func (b *binder) reconcile(ctx context.Context, force bool) {
 	b.s.setBound(slices.Collect(maps.Values(b.jobs)))
 	b.fireRunsNow(ctx, want)
 	b.s.readyOnce.Do(func() { close(b.s.ready) })
+}
+
+// watch adds catalog row r, not bound here, to the schedules whose missed
+// ticks this replica sweeps, with the cause it knows. A row whose spec
+// does not parse is left out (the binder reports it).
+func (b *binder) watch(w map[string]watched, r *row, cause MissCause, detail string) {
+	e, next, err := r.parsed(b.s.ns)
+	if err != nil {
+		return
+	}
+	sw, err := r.schedule(next)
+	if err != nil {
+		return
+	}
+	j := &job{Job: e.job(sw, nil), sched: sw}
+	w[r.name] = watched{sched: sw, deadline: j.deadline, cause: cause, detail: detail}
 }
 
 // report emits EventUnhandled once per schedule version.

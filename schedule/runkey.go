@@ -100,6 +100,7 @@ func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff b
 	switch {
 	case refused:
 		j.s.emit(Event{Kind: EventRefused, Job: j.Name, Fire: f, Reason: refusal(oneOff)})
+		j.s.misses.note(j.Name, f, f, CausePaused, "the catalog refused the tick: "+refusal(oneOff))
 		j.s.lookBack()
 		return nil, false, nil
 	case won && state == "running" && j.runContext(ctx).Err() != nil:
@@ -145,12 +146,30 @@ func (rk *runKeyClaimer) startRun(ctx context.Context, j *job, f time.Time, toke
 		}
 		if err := st.finish(fctx, j.Name, f, token, state, text); errors.Is(err, aegis.ErrLost) {
 			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "the run was reclaimed or replaced: its outcome is not recorded", Err: err})
+			rk.refused(fctx, j, f, token, attempt, state, text)
 		} else if err != nil {
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Err: err})
 		} else if err := st.prune(fctx, j.Name, f.Add(-j.s.cfg.Retention)); err != nil {
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "prune", Err: err})
 		}
 	})
+}
+
+// refused records on its attempt the end of a run whose outcome the run
+// row refused; when a later attempt had taken the tick (not a replace or
+// an abandon), the tick ran twice: EventTwice.
+func (rk *runKeyClaimer) refused(ctx context.Context, j *job, f time.Time, token aegis.Token, attempt int, state, text string) {
+	end := "the run ended " + state
+	if text != "" {
+		end += ": " + text
+	}
+	twice, err := rk.st.refuse(ctx, j.Name, f, token, end+"; a later attempt had taken the tick, and the store kept its outcome")
+	switch {
+	case err != nil:
+		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "record a refused outcome", Err: err})
+	case twice:
+		j.s.emit(Event{Kind: EventTwice, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: end + " after a later attempt had taken the tick"})
+	}
 }
 
 // claimCatalog is run-key mode's claim of a catalog schedule's tick: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aegislab/aegis"
@@ -53,6 +54,8 @@ type RunReader struct {
 	table   string // quoted
 	latest  string
 	stuck   string
+	// The attempt history's and the missed ticks' reads.
+	attempts, missed string
 }
 
 // NewRunReader returns a reader of the run table of cfg (its Table and
@@ -71,10 +74,15 @@ func NewRunReader(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*RunReader
 	if err != nil {
 		return nil, fmt.Errorf("schedule: run reader: %w", err)
 	}
+	an, mn := historyTables(c.Table)
+	at, _ := migrate.Table("schedule: the attempt table", an)
+	mt, _ := migrate.Table("schedule: the missed table", mn)
 	r := &RunReader{db: db, dialect: d, ns: c.Namespace, name: c.Table, table: table,
-		latest: fmt.Sprintf(latestRunsPG, table), stuck: fmt.Sprintf(stuckRunsPG, table)}
+		latest: fmt.Sprintf(latestRunsPG, table), stuck: fmt.Sprintf(stuckRunsPG, table),
+		attempts: fmt.Sprintf(attemptsPG, at), missed: fmt.Sprintf(missedPG, mt)}
 	if d == migrate.SQLite {
 		r.latest, r.stuck = fmt.Sprintf(latestRunsSQLite, table), fmt.Sprintf(stuckRunsSQLite, table)
+		r.attempts, r.missed = fmt.Sprintf(attemptsSQLite, at), fmt.Sprintf(missedSQLite, mt)
 	}
 	return r, nil
 }
@@ -178,6 +186,137 @@ func (r *RunReader) Stuck(ctx context.Context, olderThan time.Duration, limit in
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("schedule: read the stuck runs: %w", err)
+	}
+	return out, nil
+}
+
+// The reads of the attempt history and the missed ticks. %[1]s is the
+// quoted attempt (or missed) table.
+const (
+	attemptsPG = `SELECT job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, coalesce(error, '')
+		FROM %[1]s WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job, token DESC LIMIT $3`
+	attemptsSQLite = `SELECT job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, coalesce(error, '')
+		FROM %[1]s WHERE namespace = ?1 AND (?2 = '' OR job = ?2) ORDER BY fire_ms DESC, job, token DESC LIMIT ?3`
+	missedPG = `SELECT job, fire_at, cause, detail, node, recorded_at
+		FROM %[1]s WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job LIMIT $3`
+	missedSQLite = `SELECT job, fire_ms, cause, detail, node, recorded_ms
+		FROM %[1]s WHERE namespace = ?1 AND (?2 = '' OR job = ?2) ORDER BY fire_ms DESC, job LIMIT ?3`
+)
+
+// Attempt is one attempt of a tick, from the attempt history: the claim
+// (attempt 1), each reclaim of a crashed or paused run (attempt 2, 3, …),
+// in leader mode the leader's enqueue (attempt 0) and each worker's
+// outcome. Written by the database in the transaction of every write of
+// the run row, so that no attempt is overwritten by the next.
+type Attempt struct {
+	Namespace string
+	Job       string
+	Fire      time.Time
+	Token     aegis.Token // the attempt's, as claimed
+	Attempt   int
+	Node      string
+	// Outcome is running, succeeded, failed, skipped (overlap forbid),
+	// replaced, abandoned, enqueued (leader mode), lost (a later attempt
+	// took the tick while this one was running: its run row had expired)
+	// or refused (a lost attempt that ran to its end: the store refused
+	// its outcome, and the tick ran twice; Error says how it ended).
+	Outcome string
+	Claimed time.Time // the claim, which starts the run
+	Ended   time.Time // zero while running
+	Error   string
+}
+
+// MissedTick is a tick no replica started by its starting deadline, as
+// the first replica to see it recorded it.
+type MissedTick struct {
+	Namespace string
+	Job       string
+	Fire      time.Time
+	Cause     MissCause
+	Detail    string
+	Node      string    // the replica that recorded it
+	Recorded  time.Time // when
+}
+
+// historyTables are the names of the run table's attempt and missed
+// tables.
+func historyTables(name string) (attempts, missed string) {
+	parts := strings.Split(name, ".")
+	parts[len(parts)-1] += "_attempt"
+	attempts = strings.Join(parts, ".")
+	parts[len(parts)-1] = strings.TrimSuffix(parts[len(parts)-1], "_attempt") + "_missed"
+	return attempts, strings.Join(parts, ".")
+}
+
+// Attempts returns the namespace's latest attempts of job, or of every
+// job when job is "", newest tick first, then by job and newest attempt,
+// at most limit (at least 1).
+func (r *RunReader) Attempts(ctx context.Context, job string, limit int) ([]Attempt, error) {
+	if limit < 1 {
+		return nil, invalid("schedule: attempts: limit %d is not positive", limit)
+	}
+	rows, err := r.db.QueryContext(ctx, r.attempts, r.ns, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		a := Attempt{Namespace: r.ns}
+		var token int64
+		if r.dialect == migrate.SQLite {
+			var fire, claimed int64
+			var ended sql.NullInt64
+			if err := rows.Scan(&a.Job, &fire, &token, &a.Attempt, &a.Node, &a.Outcome, &claimed, &ended, &a.Error); err != nil {
+				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
+			}
+			a.Fire, a.Claimed = time.UnixMilli(fire), time.UnixMilli(claimed)
+			if ended.Valid {
+				a.Ended = time.UnixMilli(ended.Int64)
+			}
+		} else {
+			var ended sql.NullTime
+			if err := rows.Scan(&a.Job, &a.Fire, &token, &a.Attempt, &a.Node, &a.Outcome, &a.Claimed, &ended, &a.Error); err != nil {
+				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
+			}
+			a.Ended = ended.Time
+		}
+		a.Token = aegis.Token(token)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
+	}
+	return out, nil
+}
+
+// Missed returns the namespace's latest missed ticks of job, or of every
+// job when job is "", newest first, at most limit (at least 1).
+func (r *RunReader) Missed(ctx context.Context, job string, limit int) ([]MissedTick, error) {
+	if limit < 1 {
+		return nil, invalid("schedule: missed ticks: limit %d is not positive", limit)
+	}
+	rows, err := r.db.QueryContext(ctx, r.missed, r.ns, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: read the missed ticks: %w", err)
+	}
+	defer rows.Close()
+	var out []MissedTick
+	for rows.Next() {
+		m := MissedTick{Namespace: r.ns}
+		if r.dialect == migrate.SQLite {
+			var fire, rec int64
+			if err := rows.Scan(&m.Job, &fire, &m.Cause, &m.Detail, &m.Node, &rec); err != nil {
+				return nil, fmt.Errorf("schedule: read the missed ticks: %w", err)
+			}
+			m.Fire, m.Recorded = time.UnixMilli(fire), time.UnixMilli(rec)
+		} else if err := rows.Scan(&m.Job, &m.Fire, &m.Cause, &m.Detail, &m.Node, &m.Recorded); err != nil {
+			return nil, fmt.Errorf("schedule: read the missed ticks: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("schedule: read the missed ticks: %w", err)
 	}
 	return out, nil
 }

@@ -125,6 +125,7 @@ type Scheduler struct {
 	boundJob []*job               // the catalog jobs bound now (the reaper's)
 	ticks    map[string]time.Time // the last tick an unbound catalog job's loop saw
 	gone     map[string]bool      // catalog schedules paused or deleted: the reaper abandons their crashed runs
+	misses   *misses              // the missed ticks' sweep (missed.go)
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -159,7 +160,8 @@ func New(cfg *Config) (*Scheduler, error) {
 		return nil, invalid("%w", err)
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool), handlers: make(map[string]Handler),
-		rebind: make(chan struct{}, 1), ready: make(chan struct{}), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace}
+		rebind: make(chan struct{}, 1), ready: make(chan struct{}), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace,
+		misses: &misses{notes: make(map[string][]missNote), swept: make(map[string]time.Time)}}
 	set := 0
 	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
 		if ok {
@@ -249,6 +251,9 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.wg.Go(func() { s.beat(ctx) })
 	}
 	s.claim.start(ctx)
+	if st := s.claim.runStore(); st != nil {
+		s.wg.Go(func() { s.sweepMissed(ctx, st) })
+	}
 	if own {
 		return nil
 	}

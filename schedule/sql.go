@@ -19,6 +19,10 @@ type runSQL struct {
 	reclaim, last, prune, list, abandon        string
 	// Leader mode (PostgreSQL only).
 	enqueue, skip, record string
+	// The attempt history and the missed ticks (%[1]s the run table,
+	// %[2]s the missed table, %[3]s the attempt table): refuse, miss,
+	// lastRecorded, pruneAttempts, pruneMissed.
+	refuse, miss, lastRecorded, pruneAttempts, pruneMissed string
 }
 
 var runPostgres = runSQL{
@@ -44,6 +48,61 @@ var runPostgres = runSQL{
 		{Version: 5, SQL: `ALTER TABLE %[1]s ADD PRIMARY KEY (namespace, job, fire_at)`},
 		{Version: 6, SQL: `DROP INDEX IF EXISTS %[5]s`},
 		{Version: 7, SQL: `CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (namespace, job, expires_at) WHERE state = 'running'`},
+		// The attempt history: a row per attempt of a tick, kept by the
+		// trigger below in the transaction of every write of a run row.
+		{Version: 8, SQL: `CREATE TABLE IF NOT EXISTS %[8]s (
+	namespace  text        NOT NULL,
+	job        text        NOT NULL,
+	fire_at    timestamptz NOT NULL,
+	token      bigint      NOT NULL, -- the attempt's token, as claimed (a replace or abandon bumps the run row's, not this)
+	attempt    integer     NOT NULL, -- 1 for the claim, +1 per reclaim; 0 for a leader's enqueue
+	node       text        NOT NULL,
+	outcome    text        NOT NULL, -- running, succeeded, failed, skipped, replaced, abandoned, enqueued, lost, refused
+	claimed_at timestamptz NOT NULL, -- the claim, which starts the run
+	ended_at   timestamptz,
+	error      text,
+	PRIMARY KEY (namespace, job, fire_at, token)
+)`},
+		{Version: 9, SQL: `CREATE OR REPLACE FUNCTION %[11]s"%[12]s_attempt"() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'UPDATE' AND OLD.attempt = NEW.attempt THEN
+		-- The same attempt ended (finish, replace, abandon, skip): its row says how.
+		UPDATE %[8]s SET outcome = NEW.state, ended_at = NEW.ended_at, error = NEW.error
+		WHERE namespace = OLD.namespace AND job = OLD.job AND fire_at = OLD.fire_at AND token = OLD.token;
+		RETURN NULL;
+	END IF;
+	IF TG_OP = 'UPDATE' THEN
+		-- A new attempt (a reclaim, a leader-mode worker's outcome): the one
+		-- it took over from is lost if it was still running.
+		UPDATE %[8]s SET outcome = CASE outcome WHEN 'running' THEN 'lost' ELSE outcome END,
+		       ended_at = coalesce(ended_at, NEW.started_at),
+		       error = CASE outcome WHEN 'running' THEN 'its run row expired: attempt ' || NEW.attempt || ' on ' || NEW.node || ' took the tick' ELSE error END
+		WHERE namespace = OLD.namespace AND job = OLD.job AND fire_at = OLD.fire_at AND token = OLD.token;
+	END IF;
+	INSERT INTO %[8]s (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, error)
+	VALUES (NEW.namespace, NEW.job, NEW.fire_at, NEW.token, NEW.attempt, NEW.node, NEW.state, NEW.started_at, NEW.ended_at, NEW.error)
+	ON CONFLICT DO NOTHING;
+	RETURN NULL;
+END
+$$`},
+		{Version: 10, SQL: `CREATE TRIGGER "%[12]s_attempt" AFTER INSERT OR UPDATE OF token, attempt, state ON %[1]s
+FOR EACH ROW EXECUTE FUNCTION %[11]s"%[12]s_attempt"()`},
+		// The runs recorded before the history: one attempt each, their last.
+		{Version: 11, SQL: `INSERT INTO %[8]s (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, error)
+SELECT namespace, job, fire_at, token, attempt, node, state, started_at, ended_at, error FROM %[1]s
+ON CONFLICT DO NOTHING`},
+		// Missed ticks: a tick no replica started by its starting deadline,
+		// once (the first replica to see it records it), with its cause.
+		{Version: 12, SQL: `CREATE TABLE IF NOT EXISTS %[9]s (
+	namespace   text        NOT NULL,
+	job         text        NOT NULL,
+	fire_at     timestamptz NOT NULL,
+	cause       text        NOT NULL, -- held, unbound, paused, misfire, store, down
+	detail      text        NOT NULL,
+	node        text        NOT NULL, -- the replica that recorded it
+	recorded_at timestamptz NOT NULL,
+	PRIMARY KEY (namespace, job, fire_at)
+)`},
 	},
 	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
 	// $7 namespace.
@@ -122,6 +181,34 @@ WHERE namespace = $3 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * inter
 	record: `UPDATE %[1]s SET token = $3, node = $4, attempt = $5, state = $6, started_at = $7, ended_at = now(), error = $8
 WHERE namespace = $9 AND job = $1 AND fire_at = timestamptz 'epoch' + $2 * interval '1 millisecond'
   AND token < $3 -- fence: an earlier claim's outcome never overwrites a later claim's`,
+
+	// A run whose finish the run row refused (a later attempt took the
+	// tick while it went on) records its end on its own attempt, which
+	// the reclaim marked lost. $1 namespace, $2 job, $3 fire ms, $4 its
+	// token, $5 the text.
+	refuse: `UPDATE %[3]s SET outcome = 'refused', ended_at = now(), error = $5
+WHERE namespace = $1 AND job = $2 AND fire_at = timestamptz 'epoch' + $3 * interval '1 millisecond' AND token = $4 AND outcome = 'lost'`,
+	// Ticks past their starting deadline that no replica started, recorded
+	// once: a tick with a run row is no miss, unless overlap forbid
+	// skipped it (the key was held). $1 namespace, $2 job, $3 node, $4 the
+	// ticks as a JSON array of {"f": fire ms, "c": cause, "d": detail}.
+	miss: `INSERT INTO %[2]s (namespace, job, fire_at, cause, detail, node, recorded_at)
+SELECT $1, $2, timestamptz 'epoch' + t.f * interval '1 millisecond',
+       CASE WHEN r.state = 'skipped' THEN 'held' ELSE t.c END,
+       CASE WHEN r.state = 'skipped' THEN 'skipped by ' || r.node || ': a run of an earlier tick was still going (overlap forbid)' ELSE t.d END,
+       $3, now()
+FROM jsonb_to_recordset($4::jsonb) AS t(f bigint, c text, d text)
+LEFT JOIN %[1]s r ON r.namespace = $1 AND r.job = $2 AND r.fire_at = timestamptz 'epoch' + t.f * interval '1 millisecond'
+WHERE r.job IS NULL OR r.state = 'skipped'
+ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the tick's key: recorded once, by the first to see it
+RETURNING (extract(epoch FROM fire_at) * 1000)::bigint, cause, detail`,
+	// $1 namespace, $2 job: the latest tick on record, run or missed.
+	lastRecorded: `SELECT (extract(epoch FROM max(f)) * 1000)::bigint FROM (
+	SELECT max(fire_at) AS f FROM %[1]s WHERE namespace = $1 AND job = $2
+	UNION ALL SELECT max(fire_at) FROM %[2]s WHERE namespace = $1 AND job = $2) AS t`,
+	// $1 namespace, $2 job, $3 cutoff ms.
+	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond' AND outcome <> 'running'`,
+	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond'`,
 }
 
 const sqliteNow = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
@@ -163,6 +250,52 @@ SELECT 'default', job, fire_ms, token, node, attempt, state, started_ms, ended_m
 		{Version: 5, SQL: `DROP TABLE %[1]s`},
 		{Version: 6, SQL: `ALTER TABLE %[6]s RENAME TO %[7]s`},
 		{Version: 7, SQL: `CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (namespace, job, expires_ms) WHERE state = 'running'`},
+		// The attempt history and its triggers (see runPostgres). A
+		// trigger's body names its tables unqualified: they are in its
+		// table's schema.
+		{Version: 8, SQL: `CREATE TABLE IF NOT EXISTS %[8]s (
+	namespace  TEXT    NOT NULL,
+	job        TEXT    NOT NULL,
+	fire_ms    INTEGER NOT NULL,
+	token      INTEGER NOT NULL,
+	attempt    INTEGER NOT NULL,
+	node       TEXT    NOT NULL,
+	outcome    TEXT    NOT NULL,
+	claimed_ms INTEGER NOT NULL,
+	ended_ms   INTEGER,
+	error      TEXT,
+	PRIMARY KEY (namespace, job, fire_ms, token)
+) WITHOUT ROWID`},
+		{Version: 9, SQL: `CREATE TRIGGER IF NOT EXISTS %[11]s"%[12]s_attempt_insert" AFTER INSERT ON %[7]s BEGIN
+	INSERT OR IGNORE INTO %[10]s (namespace, job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, error)
+	VALUES (NEW.namespace, NEW.job, NEW.fire_ms, NEW.token, NEW.attempt, NEW.node, NEW.state, NEW.started_ms, NEW.ended_ms, NEW.error);
+END`},
+		{Version: 10, SQL: `CREATE TRIGGER IF NOT EXISTS %[11]s"%[12]s_attempt_end" AFTER UPDATE OF token, attempt, state ON %[7]s
+WHEN OLD.attempt = NEW.attempt BEGIN
+	UPDATE %[10]s SET outcome = NEW.state, ended_ms = NEW.ended_ms, error = NEW.error
+	WHERE namespace = OLD.namespace AND job = OLD.job AND fire_ms = OLD.fire_ms AND token = OLD.token;
+END`},
+		{Version: 11, SQL: `CREATE TRIGGER IF NOT EXISTS %[11]s"%[12]s_attempt_next" AFTER UPDATE OF token, attempt, state ON %[7]s
+WHEN OLD.attempt <> NEW.attempt BEGIN
+	UPDATE %[10]s SET outcome = CASE outcome WHEN 'running' THEN 'lost' ELSE outcome END,
+	       ended_ms = coalesce(ended_ms, NEW.started_ms),
+	       error = CASE outcome WHEN 'running' THEN 'its run row expired: attempt ' || NEW.attempt || ' on ' || NEW.node || ' took the tick' ELSE error END
+	WHERE namespace = OLD.namespace AND job = OLD.job AND fire_ms = OLD.fire_ms AND token = OLD.token;
+	INSERT OR IGNORE INTO %[10]s (namespace, job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, error)
+	VALUES (NEW.namespace, NEW.job, NEW.fire_ms, NEW.token, NEW.attempt, NEW.node, NEW.state, NEW.started_ms, NEW.ended_ms, NEW.error);
+END`},
+		{Version: 12, SQL: `INSERT OR IGNORE INTO %[8]s (namespace, job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, error)
+SELECT namespace, job, fire_ms, token, attempt, node, state, started_ms, ended_ms, error FROM %[1]s`},
+		{Version: 13, SQL: `CREATE TABLE IF NOT EXISTS %[9]s (
+	namespace   TEXT    NOT NULL,
+	job         TEXT    NOT NULL,
+	fire_ms     INTEGER NOT NULL,
+	cause       TEXT    NOT NULL,
+	detail      TEXT    NOT NULL,
+	node        TEXT    NOT NULL,
+	recorded_ms INTEGER NOT NULL,
+	PRIMARY KEY (namespace, job, fire_ms)
+) WITHOUT ROWID`},
 	},
 	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
 SELECT $7, $1, $2, $3, $4, 1,
@@ -202,4 +335,21 @@ WHERE namespace = $2 AND job IN (SELECT value FROM json_each($1)) AND state = 'r
 	prune: `DELETE FROM %[1]s WHERE namespace = $3 AND job = $1 AND fire_ms < $2 AND state <> 'running'`,
 	list: `SELECT fire_ms, token, node, attempt, state, started_ms, coalesce(ended_ms, 0), coalesce(error, '')
 FROM %[1]s WHERE namespace = $3 AND job = $1 ORDER BY fire_ms DESC LIMIT $2`,
+	refuse: `UPDATE %[3]s SET outcome = 'refused', ended_ms = ` + sqliteNow + `, error = $5
+WHERE namespace = $1 AND job = $2 AND fire_ms = $3 AND token = $4 AND outcome = 'lost'`,
+	miss: `INSERT INTO %[2]s (namespace, job, fire_ms, cause, detail, node, recorded_ms)
+SELECT $1, $2, json_extract(t.value, '$.f'),
+       CASE WHEN r.state = 'skipped' THEN 'held' ELSE json_extract(t.value, '$.c') END,
+       CASE WHEN r.state = 'skipped' THEN 'skipped by ' || r.node || ': a run of an earlier tick was still going (overlap forbid)' ELSE json_extract(t.value, '$.d') END,
+       $3, ` + sqliteNow + `
+FROM json_each($4) AS t
+LEFT JOIN %[1]s r ON r.namespace = $1 AND r.job = $2 AND r.fire_ms = json_extract(t.value, '$.f')
+WHERE r.job IS NULL OR r.state = 'skipped'
+ON CONFLICT (namespace, job, fire_ms) DO NOTHING
+RETURNING fire_ms, cause, detail`,
+	lastRecorded: `SELECT max(f) FROM (
+	SELECT max(fire_ms) AS f FROM %[1]s WHERE namespace = $1 AND job = $2
+	UNION ALL SELECT max(fire_ms) FROM %[2]s WHERE namespace = $1 AND job = $2)`,
+	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3 AND outcome <> 'running'`,
+	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3`,
 }

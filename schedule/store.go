@@ -83,7 +83,9 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		schema = `"` + parts[0] + `".`
 	}
 	index := `"` + name + `_running"`
-	names := []any{table, index, `"` + name + `_pkey"`, `"` + name + `_running_ns"`, schema + index, schema + `"` + name + `_v3"`, `"` + name + `"`}
+	attempts, missed := schema+`"`+name+`_attempt"`, schema+`"`+name+`_missed"`
+	names := []any{table, index, `"` + name + `_pkey"`, `"` + name + `_running_ns"`, schema + index, schema + `"` + name + `_v3"`, `"` + name + `"`,
+		attempts, missed, `"` + name + `_attempt"`, schema, name}
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: store: %w", err)
@@ -100,12 +102,16 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		if s == "" {
 			return "" // a statement this dialect does not have (leader mode is PostgreSQL's)
 		}
+		if strings.Contains(s, "%[2]s") || strings.Contains(s, "%[3]s") {
+			return fmt.Sprintf(s, table, missed, attempts)
+		}
 		return fmt.Sprintf(s, table)
 	}
 	q = runSQL{
 		claim: f(q.claim), replace: f(q.replace), heartbeat: f(q.heartbeat), finish: f(q.finish), handBack: f(q.handBack),
 		expired: f(q.expired), abandon: f(q.abandon), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
+		refuse: f(q.refuse), miss: f(q.miss), lastRecorded: f(q.lastRecorded), pruneAttempts: f(q.pruneAttempts), pruneMissed: f(q.pruneMissed),
 	}
 	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
 }
@@ -291,10 +297,73 @@ func (s *Store) last(ctx context.Context, job string) (time.Time, error) {
 	return time.UnixMilli(ms.Int64).UTC(), nil
 }
 
-// prune deletes the job's ended runs that fired before cutoff.
+// prune deletes the job's ended runs, ended attempts and missed ticks
+// that fired before cutoff.
 func (s *Store) prune(ctx context.Context, job string, cutoff time.Time) error {
-	_, err := s.exec(ctx, s.q.prune, job, cutoff.UnixMilli(), s.ns)
+	if _, err := s.exec(ctx, s.q.prune, job, cutoff.UnixMilli(), s.ns); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, s.q.pruneAttempts, s.ns, job, cutoff.UnixMilli()); err != nil {
+		return err
+	}
+	_, err := s.exec(ctx, s.q.pruneMissed, s.ns, job, cutoff.UnixMilli())
 	return err
+}
+
+// lastRecorded returns the job's latest tick on record, run or missed, or
+// zero.
+func (s *Store) lastRecorded(ctx context.Context, job string) (time.Time, error) {
+	var ms sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.q.lastRecorded, s.ns, job).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("schedule: last tick on record of %q: %w", job, err)
+	}
+	if !ms.Valid {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(ms.Int64).UTC(), nil
+}
+
+// miss records the ticks of job that have no run row (or an overlap
+// forbid's skip) as missed, unless recorded already, and returns those it
+// recorded.
+func (s *Store) miss(ctx context.Context, job, node string, ticks []missRow) ([]MissedTick, error) {
+	arg, err := json.Marshal(ticks)
+	if err != nil {
+		return nil, err
+	}
+	var out []MissedTick
+	err = s.write(ctx, func(e execer) error {
+		rows, err := e.QueryContext(ctx, s.q.miss, s.ns, job, node, string(arg))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			m := MissedTick{Namespace: s.ns, Job: job, Node: node}
+			var ms int64
+			if err := rows.Scan(&ms, &m.Cause, &m.Detail); err != nil {
+				return err
+			}
+			m.Fire = time.UnixMilli(ms).UTC()
+			out = append(out, m)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("schedule: record missed ticks of %q: %w", job, err)
+	}
+	return out, nil
+}
+
+// refuse records the end of a run whose finish the run row refused on
+// its attempt, if a later attempt took the tick while it went on (its
+// attempt said lost): twice is true then.
+func (s *Store) refuse(ctx context.Context, job string, fire time.Time, token aegis.Token, text string) (twice bool, err error) {
+	n, err := s.exec(ctx, s.q.refuse, s.ns, job, fire.UnixMilli(), int64(token), text)
+	if err != nil {
+		return false, fmt.Errorf("schedule: record the refused end of %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return n > 0, nil
 }
 
 // exec runs a write statement and returns the rows it affected. On SQLite
@@ -324,6 +393,7 @@ func (s *Store) row(ctx context.Context, stmt string, args []any, dest ...any) e
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 func (s *Store) write(ctx context.Context, fn func(execer) error) (err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -143,7 +144,18 @@ func (j *job) plan(first time.Time, due []time.Time, skipped int, now time.Time)
 		run = append(run, missed[len(missed)-keep:]...)
 	}
 	if dropped > 0 {
-		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: first, Reason: fmt.Sprintf("%d ticks dropped by policy %s", dropped, j.Misfire), Attempt: dropped})
+		reason := fmt.Sprintf("%d ticks dropped by policy %s", dropped, j.Misfire)
+		j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: first, Reason: reason, Attempt: dropped})
+		last := first
+		if len(due) > 0 {
+			last = due[0].Add(-time.Nanosecond) // the older ticks not kept
+		}
+		for _, f := range missed {
+			if !slices.Contains(run, f) {
+				last = f
+			}
+		}
+		j.s.misses.note(j.Name, first, last, CauseMisfire, fmt.Sprintf("%s: %s woke %s after the tick, past its starting deadline", reason, j.s.cfg.Node, now.Sub(first).Round(time.Millisecond)))
 	}
 	return append(run, onTime...)
 }
@@ -183,6 +195,7 @@ func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan s
 			// runs the next ticks once its server is promoted.
 			j.s.metrics.notPrimary.Inc()
 			j.s.emit(Event{Kind: EventNotPrimary, Job: j.Name, Fire: f, Reason: "the store is a read-only standby: this replica is not the primary's and runs nothing", Err: err})
+			j.s.misses.note(j.Name, f, f, CauseStore, j.s.cfg.Node+"'s store is a read-only standby")
 			return nil
 		}
 		// The store is unreachable: fail closed, and retry while the tick
@@ -190,6 +203,7 @@ func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan s
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Err: err})
 		if j.s.cfg.Clock.Now().Sub(f) > j.startBy(f, oneOff) {
 			j.s.emit(Event{Kind: EventMisfired, Job: j.Name, Fire: f, Reason: "the store did not answer before the starting deadline", Err: err, Attempt: 1})
+			j.s.misses.note(j.Name, f, f, CauseStore, "the store did not answer "+j.s.cfg.Node+"'s claim before the starting deadline: "+err.Error())
 			return nil
 		}
 		t := time.NewTimer(retry.Delay(attempt))
@@ -221,6 +235,7 @@ func (j *job) overlap(f time.Time) bool {
 	switch j.Overlap {
 	case OverlapForbid:
 		j.s.emit(Event{Kind: EventSkipped, Job: j.Name, Fire: f, Reason: "overlap forbid: a run of the job is still going on this node"})
+		j.s.misses.note(j.Name, f, f, CauseHeld, "a run of an earlier tick was still going on "+j.s.cfg.Node+" (overlap forbid)")
 		return false
 	case OverlapReplace:
 		// Before the claim (lease mode), or once the claim has ended the

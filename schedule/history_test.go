@@ -1,0 +1,145 @@
+package schedule_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// A holder that stops past its run row's expiry (as SIGSTOP would stop
+// it) and a successor that reclaims the tick leave two attempts of that
+// tick on record: the successor's succeeded, the holder's lost and, once
+// it ran to its end, refused; the holder's scheduler reports the tick ran
+// twice.
+func TestAttemptHistoryKeepsEveryAttempt(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var r *replica
+			if db == "postgres" {
+				r = pgReplica(t, pgURL(t))
+			} else {
+				r = sqliteReplica(t, sqlitePath(t))
+			}
+			ctx := t.Context()
+			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			resume := make(chan struct{})
+			var resumeOnce sync.Once
+			t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
+			started := make(chan struct{}, 1)
+			holderLog := &runLog{}
+			// The holder's run row expires after 300ms (no keep-alive, as a
+			// stopped process renews nothing); its job goes on until resumed.
+			holder := start(t, &schedule.Config{Node: "holder", Store: r.store, Clock: clock, ReapInterval: time.Hour, OnEvent: holderLog.onEvent}, schedule.Job{
+				Name: "nightly", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
+				Run: func(context.Context) error { started <- struct{}{}; block(resume, time.Minute); return nil },
+			})
+			advanceWhenWaiting(t, clock, time.Hour)
+			testenv.Recv(t, started, 10*time.Second, "the holder's run")
+
+			successorLog := &runLog{}
+			start(t, &schedule.Config{Node: "successor", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: successorLog.onEvent}, schedule.Job{
+				Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second,
+				Run: func(ctx context.Context) error { successorLog.record(ctx); return nil },
+			})
+			reader, err := schedule.NewRunReader(ctx, r.db, nil)
+			require.NoError(t, err)
+			var as []schedule.Attempt
+			waitFor(t, 10*time.Second, func() bool {
+				as, err = reader.Attempts(ctx, "nightly", 10)
+				return err == nil && len(as) == 2 && as[0].Outcome == "succeeded"
+			}, "the successor's attempt succeeded: %+v %v", &as, &err)
+			require.Equal(t, "successor", as[0].Node)
+			require.Equal(t, 2, as[0].Attempt)
+			require.Equal(t, "holder", as[1].Node)
+			require.Equal(t, 1, as[1].Attempt)
+			require.Equal(t, "lost", as[1].Outcome, "the holder's attempt, taken over while it went on")
+			require.Contains(t, as[1].Error, "attempt 2 on successor took the tick")
+			require.Equal(t, as[0].Fire, as[1].Fire, "one tick, two attempts")
+			require.Greater(t, as[0].Token, as[1].Token)
+
+			resumeOnce.Do(func() { close(resume) })
+			waitFor(t, 10*time.Second, func() bool {
+				as, err = reader.Attempts(ctx, "nightly", 10)
+				return err == nil && len(as) == 2 && as[1].Outcome == "refused"
+			}, "the holder's end, refused: %+v %v", &as, &err)
+			require.Contains(t, as[1].Error, "the run ended succeeded")
+			require.False(t, as[1].Ended.IsZero())
+			waitFor(t, 5*time.Second, func() bool { return len(holderLog.eventsOf(schedule.EventTwice)) == 1 }, "EventTwice on the holder")
+			stop(t, holder)
+
+			runs, err := r.store.Runs(ctx, "nightly", 10)
+			require.NoError(t, err)
+			require.Len(t, runs, 1, "the run table keeps one row per tick")
+			require.Equal(t, "succeeded", runs[0].State)
+			require.Equal(t, "successor", runs[0].Node)
+		})
+	}
+}
+
+// A catalog schedule that no replica binds (none has its handler) is
+// missed at every tick, each recorded once with cause unbound, whichever
+// replica saw it first.
+func TestMissedTicksOfAnUnboundSchedule(t *testing.T) {
+	t.Parallel()
+	path := sqlitePath(t)
+	r1, r2 := sqliteReplica(t, path), sqliteReplica(t, path)
+	ctx := t.Context()
+	cat1, err := schedule.NewCatalog(ctx, r1.db, nil)
+	require.NoError(t, err)
+	cat2, err := schedule.NewCatalog(ctx, r2.db, nil)
+	require.NoError(t, err)
+	_, err = cat1.Put(ctx, schedule.Entry{Name: "orphan", Every: time.Minute, Handler: "absent"})
+	require.NoError(t, err)
+	// The clock starts at a minute after the schedule's effective time
+	// (the store's, now): its ticks are the next minutes from there.
+	t0 := time.Now().Truncate(time.Minute).Add(2 * time.Minute)
+	clock := schedule.NewManualClock(t0)
+	var mu sync.Mutex
+	var missed []schedule.Event
+	onEvent := func(e schedule.Event) {
+		if e.Kind == schedule.EventMissed {
+			mu.Lock()
+			missed = append(missed, e)
+			mu.Unlock()
+		}
+	}
+	for i, rc := range []struct {
+		r   *replica
+		cat *schedule.Catalog
+	}{{r1, cat1}, {r2, cat2}} {
+		s, err := schedule.New(&schedule.Config{Node: []string{"r1", "r2"}[i], Store: rc.r.store, Catalog: rc.cat, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: onEvent})
+		require.NoError(t, err)
+		require.NoError(t, s.Start(ctx))
+		t.Cleanup(func() { stop(t, s) })
+		testenv.Recv(t, s.Ready(), 10*time.Second, "the catalog read")
+	}
+	// Three ticks and their starting deadlines (10s) twice over, as a
+	// replica without the schedule waits: the fourth is not yet due.
+	clock.Advance(3*time.Minute + 30*time.Second)
+	reader, err := schedule.NewRunReader(ctx, r1.db, nil)
+	require.NoError(t, err)
+	var ms []schedule.MissedTick
+	waitFor(t, 10*time.Second, func() bool {
+		ms, err = reader.Missed(ctx, "orphan", 10)
+		return err == nil && len(ms) == 3
+	}, "three missed ticks: %+v %v", &ms, &err)
+	for i, m := range ms {
+		require.Equal(t, t0.Add(time.Duration(3-i)*time.Minute).UTC(), m.Fire.UTC(), "tick %d", i)
+		require.Equal(t, schedule.CauseUnbound, m.Cause)
+		require.True(t, strings.HasPrefix(m.Detail, "no replica bound it: "), m.Detail)
+		require.Contains(t, m.Detail, `has no handler "absent"`)
+	}
+	waitFor(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(missed) == 3 }, "one EventMissed per tick, from the replica that recorded it")
+	as, err := reader.Attempts(ctx, "orphan", 10)
+	require.NoError(t, err)
+	require.Empty(t, as)
+}
