@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -142,4 +143,98 @@ func TestMissedTicksOfAnUnboundSchedule(t *testing.T) {
 	as, err := reader.Attempts(ctx, "orphan", 10)
 	require.NoError(t, err)
 	require.Empty(t, as)
+}
+
+// missedOf waits until the reader has n missed ticks of job, and returns
+// them, newest first.
+func missedOf(t *testing.T, reader *schedule.RunReader, job string, n int) []schedule.MissedTick {
+	t.Helper()
+	var (
+		ms  []schedule.MissedTick
+		err error
+	)
+	waitFor(t, 10*time.Second, func() bool {
+		ms, err = reader.Missed(t.Context(), job, 100)
+		return err == nil && len(ms) >= n
+	}, "%d missed ticks of %s: %+v %v", n, job, &ms, &err)
+	require.Len(t, ms, n)
+	return ms
+}
+
+// A replica that starts after the last run on record records the ticks
+// in between as missed, cause down (none was running), and runs the tick
+// that is on time.
+func TestMissedTicksWhileNoReplicaRan(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := schedule.NewManualClock(t0)
+	log := &runLog{}
+	job := schedule.Job{Name: "report", Every: time.Minute, Misfire: schedule.MisfireSkip, Run: func(ctx context.Context) error { log.record(ctx); return nil }}
+	first := start(t, &schedule.Config{Node: "first", Store: r.store, Clock: clock}, job)
+	advanceWhenWaiting(t, clock, time.Minute)
+	waitFor(t, 10*time.Second, func() bool { return log.count() == 1 }, "the first tick's run")
+	stop(t, first)
+
+	clock.Advance(5 * time.Minute) // no replica runs: t0+2m … t0+5m pass, t0+6m is now
+	later := start(t, &schedule.Config{Node: "later", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond}, job)
+	reader, err := schedule.NewRunReader(t.Context(), r.db, nil)
+	require.NoError(t, err)
+	ms := missedOf(t, reader, "report", 4)
+	for i, m := range ms {
+		require.Equal(t, t0.Add(time.Duration(5-i)*time.Minute), m.Fire.UTC())
+		require.Equal(t, schedule.CauseDown, m.Cause, "tick %s", m.Fire)
+		require.Equal(t, "later", m.Node)
+	}
+	waitFor(t, 10*time.Second, func() bool { return log.count() == 2 }, "the tick on time runs")
+	stop(t, later)
+}
+
+// A tick skipped because a run of an earlier tick was still going (overlap
+// forbid) is missed, cause held; a paused catalog schedule's ticks are
+// missed, cause paused.
+func TestMissedTicksHeldAndPaused(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	ctx := t.Context()
+	cat, err := schedule.NewCatalog(ctx, r.db, nil)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, schedule.Entry{Name: "paused", Every: time.Minute, Handler: "noop"})
+	require.NoError(t, err)
+	_, err = cat.Pause(ctx, "paused")
+	require.NoError(t, err)
+	t0 := time.Now().Truncate(time.Minute).Add(2 * time.Minute)
+	clock := schedule.NewManualClock(t0)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	started := make(chan struct{}, 1)
+	s, err := schedule.New(&schedule.Config{Node: "n1", Store: r.store, Catalog: cat, Clock: clock, ReapInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, s.Handle("noop", func(context.Context, json.RawMessage) error { return nil }))
+	require.NoError(t, s.Add(schedule.Job{Name: "slow", Every: time.Minute, LockAtMostFor: time.Hour, Overlap: schedule.OverlapForbid,
+		Run: func(ctx context.Context) error {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}}))
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { stop(t, s) })
+	testenv.Recv(t, s.Ready(), 10*time.Second, "the catalog read")
+	advanceWhenWaiting(t, clock, time.Minute)
+	testenv.Recv(t, started, 10*time.Second, "the first tick's run")
+	advanceWhenWaiting(t, clock, time.Minute+30*time.Second) // the second tick, skipped, and its deadline twice over
+
+	reader, err := schedule.NewRunReader(ctx, r.db, nil)
+	require.NoError(t, err)
+	held := missedOf(t, reader, "slow", 1)
+	require.Equal(t, t0.Add(2*time.Minute).UTC(), held[0].Fire.UTC())
+	require.Equal(t, schedule.CauseHeld, held[0].Cause)
+	require.Contains(t, held[0].Detail, "a run of an earlier tick was still going")
+	paused := missedOf(t, reader, "paused", 2)
+	for _, m := range paused {
+		require.Equal(t, schedule.CausePaused, m.Cause)
+	}
 }

@@ -165,15 +165,17 @@ type missRow struct {
 }
 
 // sweep records tg's missed ticks since the last swept (at first: since
-// the last tick on record, run or missed, but not before this scheduler
-// started less its retention).
+// the last tick on record before this scheduler started, run or missed,
+// but not before that start less the retention; or since the start).
 func (s *Scheduler) sweep(ctx context.Context, st *Store, tg sweepTarget) error {
 	now := s.cfg.Clock.Now()
 	s.misses.mu.Lock()
 	from, ok := s.misses.swept[tg.name]
 	s.misses.mu.Unlock()
 	if !ok {
-		last, err := st.lastRecorded(ctx, tg.name)
+		// Before this replica started: a tick since, its own loop (or
+		// another replica's) may have run before this first sweep.
+		last, err := st.lastRecorded(ctx, tg.name, s.startedAt)
 		if err != nil {
 			return err
 		}

@@ -202,10 +202,11 @@ LEFT JOIN %[1]s r ON r.namespace = $1 AND r.job = $2 AND r.fire_at = timestamptz
 WHERE r.job IS NULL OR r.state = 'skipped'
 ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the tick's key: recorded once, by the first to see it
 RETURNING (extract(epoch FROM fire_at) * 1000)::bigint, cause, detail`,
-	// $1 namespace, $2 job: the latest tick on record, run or missed.
+	// $1 namespace, $2 job, $3 ms: the latest tick on record before $3,
+	// run or missed.
 	lastRecorded: `SELECT (extract(epoch FROM max(f)) * 1000)::bigint FROM (
-	SELECT max(fire_at) AS f FROM %[1]s WHERE namespace = $1 AND job = $2
-	UNION ALL SELECT max(fire_at) FROM %[2]s WHERE namespace = $1 AND job = $2) AS t`,
+	SELECT max(fire_at) AS f FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond'
+	UNION ALL SELECT max(fire_at) FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond') AS t`,
 	// $1 namespace, $2 job, $3 cutoff ms.
 	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond' AND outcome <> 'running'`,
 	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_at < timestamptz 'epoch' + $3 * interval '1 millisecond'`,
@@ -348,8 +349,8 @@ WHERE r.job IS NULL OR r.state = 'skipped'
 ON CONFLICT (namespace, job, fire_ms) DO NOTHING
 RETURNING fire_ms, cause, detail`,
 	lastRecorded: `SELECT max(f) FROM (
-	SELECT max(fire_ms) AS f FROM %[1]s WHERE namespace = $1 AND job = $2
-	UNION ALL SELECT max(fire_ms) FROM %[2]s WHERE namespace = $1 AND job = $2)`,
+	SELECT max(fire_ms) AS f FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3
+	UNION ALL SELECT max(fire_ms) FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3)`,
 	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3 AND outcome <> 'running'`,
 	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3`,
 }

@@ -310,11 +310,11 @@ func (s *Store) prune(ctx context.Context, job string, cutoff time.Time) error {
 	return err
 }
 
-// lastRecorded returns the job's latest tick on record, run or missed, or
-// zero.
-func (s *Store) lastRecorded(ctx context.Context, job string) (time.Time, error) {
+// lastRecorded returns the job's latest tick on record before t, run or
+// missed, or zero.
+func (s *Store) lastRecorded(ctx context.Context, job string, t time.Time) (time.Time, error) {
 	var ms sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.q.lastRecorded, s.ns, job).Scan(&ms); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.lastRecorded, s.ns, job, t.UnixMilli()).Scan(&ms); err != nil {
 		return time.Time{}, fmt.Errorf("schedule: last tick on record of %q: %w", job, err)
 	}
 	if !ms.Valid {

@@ -155,7 +155,15 @@ func (j *job) plan(first time.Time, due []time.Time, skipped int, now time.Time)
 				last = f
 			}
 		}
-		j.s.misses.note(j.Name, first, last, CauseMisfire, fmt.Sprintf("%s: %s woke %s after the tick, past its starting deadline", reason, j.s.cfg.Node, now.Sub(first).Round(time.Millisecond)))
+		// A tick before this replica started is no misfire of its: the
+		// sweep records it as down, none running at its time.
+		from := first
+		if from.Before(j.s.startedAt) {
+			from = j.s.startedAt
+		}
+		if !last.Before(from) {
+			j.s.misses.note(j.Name, from, last, CauseMisfire, fmt.Sprintf("%s: %s woke %s after the tick, past its starting deadline", reason, j.s.cfg.Node, now.Sub(from).Round(time.Millisecond)))
+		}
 	}
 	return append(run, onTime...)
 }
