@@ -464,14 +464,32 @@ func (l *leaderClaimer) work(ctx context.Context, qj *queue.Job[runArgs]) error 
 		}
 		result = queue.Cancel(jobErr)
 	}
+	if refused := jobErr == nil && errors.Is(result, aegis.ErrStale); refused || lost {
+		s.takenOver(wctx, st, run, qj.Args.FireMS, started, refused)
+	}
 	if jobErr == nil && errors.Is(result, aegis.ErrStale) {
 		s.emit(Event{Kind: EventLost, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt,
 			Reason: "the run was reclaimed: its outcome and completion are refused", Err: result})
+		s.emit(Event{Kind: EventTwice, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt,
+			Reason: "the run ended succeeded after a later claim had taken the tick"})
 	} else if jobErr == nil && result != nil {
 		s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome; the queue runs it again", Err: result})
 	}
 	s.emit(Event{Kind: EventDone, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	return result
+}
+
+// takenOver records a worker's attempt whose claim a later one took over
+// (refused: it ran to its end and its outcome was refused; else lost: its
+// context ended), which the run row's fence keeps out of the run table.
+func (s *Scheduler) takenOver(ctx context.Context, st *Store, run Run, fireMS int64, started time.Time, refused bool) {
+	outcome, text := "lost", "the queue's lease of the run was lost: a later claim runs the tick"
+	if refused {
+		outcome, text = "refused", "the run ended succeeded after a later claim had taken the tick; the store kept that claim's outcome"
+	}
+	if _, err := st.db.ExecContext(ctx, st.q.takenOver, st.ns, run.Job, fireMS, int64(run.Token), run.Attempt, s.cfg.Node, outcome, started, text); err != nil {
+		s.emit(Event{Kind: EventError, Job: run.Job, Fire: run.Fire, Token: run.Token, Reason: "record a taken-over attempt", Err: err})
+	}
 }
 
 // catalogWork is a catalog run's job on a worker, from the schedule's row

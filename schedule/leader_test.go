@@ -481,6 +481,27 @@ func TestLeaderWorkerPausedPastLease(t *testing.T) {
 	var live int
 	require.NoError(t, setup.QueryRow(t.Context(), `SELECT count(*) FROM aegis_job`).Scan(&live))
 	require.Zero(t, live, "B completed the job")
+
+	// Every attempt of the tick is on record: the leader's enqueue, B's
+	// success, and A's refused outcome.
+	db := stdlib.OpenDBFromPool(setup)
+	defer db.Close()
+	reader, err := schedule.NewRunReader(t.Context(), db, nil)
+	require.NoError(t, err)
+	as, err := reader.Attempts(t.Context(), "reconcile", 10)
+	require.NoError(t, err)
+	byNode := make(map[string]schedule.Attempt)
+	for _, a := range as {
+		require.Equal(t, fire.UTC(), a.Fire.UTC())
+		byNode[a.Node] = a
+	}
+	require.Len(t, as, 3, "%+v", as)
+	require.Equal(t, "enqueued", byNode["leader"].Outcome)
+	require.Equal(t, "succeeded", byNode["B"].Outcome)
+	require.Equal(t, baseToken(fire)+3, byNode["B"].Token)
+	require.Equal(t, "refused", byNode["A"].Outcome, "%+v", byNode["A"])
+	require.Equal(t, tokenA, byNode["A"].Token)
+	require.Len(t, logA.eventsOf(schedule.EventTwice), 1, "A's run ended after B's claim took the tick")
 }
 
 // Leader mode's configuration errors name what is wrong.

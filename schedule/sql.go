@@ -23,6 +23,9 @@ type runSQL struct {
 	// %[2]s the missed table, %[3]s the attempt table): refuse, miss,
 	// lastRecorded, pruneAttempts, pruneMissed.
 	refuse, miss, lastRecorded, pruneAttempts, pruneMissed string
+	// Leader mode: a worker's attempt whose outcome the run row refused
+	// (its claim was taken over) is recorded on its own.
+	takenOver string
 }
 
 var runPostgres = runSQL{
@@ -202,6 +205,12 @@ LEFT JOIN %[1]s r ON r.namespace = $1 AND r.job = $2 AND r.fire_at = timestamptz
 WHERE r.job IS NULL OR r.state = 'skipped'
 ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the tick's key: recorded once, by the first to see it
 RETURNING (extract(epoch FROM fire_at) * 1000)::bigint, cause, detail`,
+	// $1 namespace, $2 job, $3 fire ms, $4 the claim's run token, $5
+	// attempt, $6 worker node, $7 outcome (lost, refused), $8 the claim's
+	// time, $9 error.
+	takenOver: `INSERT INTO %[3]s (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, error)
+VALUES ($1, $2, timestamptz 'epoch' + $3 * interval '1 millisecond', $4, $5, $6, $7, $8, now(), $9)
+ON CONFLICT DO NOTHING`,
 	// $1 namespace, $2 job, $3 ms: the latest tick on record before $3,
 	// run or missed.
 	lastRecorded: `SELECT (extract(epoch FROM max(f)) * 1000)::bigint FROM (

@@ -112,6 +112,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		expired: f(q.expired), abandon: f(q.abandon), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 		refuse: f(q.refuse), miss: f(q.miss), lastRecorded: f(q.lastRecorded), pruneAttempts: f(q.pruneAttempts), pruneMissed: f(q.pruneMissed),
+		takenOver: f(q.takenOver),
 	}
 	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
 }
