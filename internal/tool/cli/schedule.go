@@ -58,9 +58,15 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	        own fencing token, recorded as a run; its regular ticks stay.
 	        Refused for a paused schedule
 	rm      delete NAME; its runs stay in the run table
-	runs    NAME's latest runs, newest first: fire time, node, fencing
-	        token, attempt, start, end and outcome (also of a deleted
-	        schedule or a job defined in code)
+	runs    NAME's latest attempts and missed ticks, newest tick first:
+	        fire time, node, fencing token, attempt, start (the claim), end
+	        and outcome (also of a deleted schedule or a job defined in
+	        code). A tick has a line per attempt: a reclaim of a crashed or
+	        stopped run is a second one, and the first then says lost (or
+	        refused, when it ran to its end: the tick ran twice). A tick no
+	        replica started by its starting deadline says missed, with its
+	        cause (held, unbound, paused, misfire, store, down) and the
+	        replica that recorded it
 
 Flags may come before or after NAME; every subcommand takes --store and
 --namespace (default "default").
@@ -142,11 +148,16 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer closeDB()
 
 	if c.sub == "runs" {
-		store, err := schedule.NewStore(ctx, db, &schedule.StoreConfig{Namespace: c.f.ns})
+		// NewStore creates the tables (and the history's) when missing.
+		cfg := &schedule.StoreConfig{Namespace: c.f.ns}
+		if _, err := schedule.NewStore(ctx, db, cfg); err != nil {
+			return catalogError(err, c.name, c.f.ns)
+		}
+		reader, err := schedule.NewRunReader(ctx, db, cfg)
 		if err != nil {
 			return catalogError(err, c.name, c.f.ns)
 		}
-		return scheduleRuns(ctx, store, c.name, c.f, stdout)
+		return scheduleRuns(ctx, reader, c.name, c.f, stdout)
 	}
 	cat, err := schedule.NewCatalog(ctx, db, &schedule.CatalogConfig{Namespace: c.f.ns})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -128,53 +129,75 @@ func replicasText(e schedule.Entry) string {
 	}
 }
 
-// runJSON is a RunRecord in `runs --json`: the field names are a contract.
+// runJSON is an attempt or a missed tick in `runs --json`: the field
+// names are a contract.
 type runJSON struct {
 	Job       string     `json:"job"`
 	Namespace string     `json:"namespace"`
 	Fire      time.Time  `json:"fire"`
-	Node      string     `json:"node"`
+	Node      string     `json:"node"` // of a missed tick: the replica that recorded it
 	Token     int64      `json:"token"`
 	Attempt   int        `json:"attempt"`
-	Outcome   string     `json:"outcome"` // RunRecord.State
-	Started   time.Time  `json:"started"`
-	Ended     *time.Time `json:"ended"` // null while running
+	Outcome   string     `json:"outcome"` // Attempt.Outcome, or "missed"
+	Started   *time.Time `json:"started"` // the claim; null for a missed tick
+	Ended     *time.Time `json:"ended"`   // null while running
 	Error     string     `json:"error"`
+	Cause     string     `json:"cause,omitempty"`  // of a missed tick
+	Detail    string     `json:"detail,omitempty"` // of a missed tick
 }
 
-func scheduleRuns(ctx context.Context, store *schedule.Store, name string, f scheduleFlags, stdout io.Writer) error {
-	runs, err := store.Runs(ctx, name, f.limit)
+// scheduleRuns prints name's latest attempts and missed ticks, newest tick
+// first, at most --limit in all.
+func scheduleRuns(ctx context.Context, reader *schedule.RunReader, name string, f scheduleFlags, stdout io.Writer) error {
+	as, err := reader.Attempts(ctx, name, f.limit)
 	if err != nil {
 		return err
 	}
+	ms, err := reader.Missed(ctx, name, f.limit)
+	if err != nil {
+		return err
+	}
+	var out []runJSON
+	for _, a := range as {
+		j := runJSON{Job: a.Job, Namespace: f.ns, Fire: a.Fire.UTC(), Node: a.Node, Token: int64(a.Token), Attempt: a.Attempt,
+			Outcome: a.Outcome, Started: &a.Claimed, Error: a.Error}
+		if !a.Ended.IsZero() {
+			j.Ended = &a.Ended
+		}
+		out = append(out, j)
+	}
+	for _, m := range ms {
+		out = append(out, runJSON{Job: m.Job, Namespace: f.ns, Fire: m.Fire.UTC(), Node: m.Node, Outcome: "missed", Cause: string(m.Cause), Detail: m.Detail})
+	}
+	// Newest tick first; a tick's attempts newest first (as read).
+	slices.SortStableFunc(out, func(a, b runJSON) int { return b.Fire.Compare(a.Fire) })
+	out = out[:min(len(out), f.limit)]
 	if f.json {
-		out := make([]runJSON, 0, len(runs))
-		for _, r := range runs {
-			j := runJSON{Job: r.Job, Namespace: f.ns, Fire: r.Fire, Node: r.Node, Token: int64(r.Token), Attempt: r.Attempt,
-				Outcome: r.State, Started: r.Started, Error: r.Error}
-			if !r.Ended.IsZero() {
-				j.Ended = &r.Ended
-			}
-			out = append(out, j)
+		if out == nil {
+			out = []runJSON{}
 		}
 		return writeJSON(stdout, out)
 	}
-	if len(runs) == 0 {
+	if len(out) == 0 {
 		fmt.Fprintf(stdout, "no runs of %q in namespace %q\n", name, f.ns)
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIRE\tNODE\tTOKEN\tATTEMPT\tSTARTED\tENDED\tOUTCOME")
-	for _, r := range runs {
-		ended := "-"
-		if !r.Ended.IsZero() {
-			ended = stamp(r.Ended)
+	for _, r := range out {
+		if r.Outcome == "missed" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tmissed (%s): %s\n", stamp(r.Fire), r.Node, r.Cause, oneLine(r.Detail, 120))
+			continue
 		}
-		outcome := r.State
+		ended := "-"
+		if r.Ended != nil {
+			ended = stamp(*r.Ended)
+		}
+		outcome := r.Outcome
 		if r.Error != "" {
 			outcome += ": " + oneLine(r.Error, 120)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", stamp(r.Fire), r.Node, r.Token, r.Attempt, stamp(r.Started), ended, outcome)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", stamp(r.Fire), r.Node, r.Token, r.Attempt, stamp(*r.Started), ended, outcome)
 	}
 	return tw.Flush()
 }

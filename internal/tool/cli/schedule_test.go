@@ -393,9 +393,11 @@ type ranRun struct {
 	Token     int64      `json:"token"`
 	Attempt   int        `json:"attempt"`
 	Outcome   string     `json:"outcome"`
-	Started   time.Time  `json:"started"`
+	Started   *time.Time `json:"started"`
 	Ended     *time.Time `json:"ended"`
 	Error     string     `json:"error"`
+	Cause     string     `json:"cause"`
+	Detail    string     `json:"detail"`
 }
 
 func (s scheduleStore) runs(t *testing.T, args ...string) []ranRun {
@@ -442,9 +444,9 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		require.Positive(t, ok.Token)
 		require.Equal(t, 1, ok.Attempt)
 		require.Zero(t, ok.Fire.UnixMilli()%1000, "an @every 1s tick is on a second: %s", ok.Fire)
-		require.False(t, ok.Started.IsZero())
+		require.NotNil(t, ok.Started)
 		require.NotNil(t, ok.Ended)
-		require.False(t, ok.Ended.Before(ok.Started), "ended %s before started %s", ok.Ended, ok.Started)
+		require.False(t, ok.Ended.Before(*ok.Started), "ended %s before started %s", ok.Ended, ok.Started)
 		require.Empty(t, ok.Error)
 
 		require.Eventually(t, func() bool { return len(s.runs(t, "tick")) >= 2 }, 30*time.Second, 100*time.Millisecond, "two runs of tick")
@@ -506,6 +508,25 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		require.Contains(t, table, "\nwarning: orphan does not run: no live replica has handler \"nobody\" (missing on h2-node-a, h2-node-b)\n")
 		require.Contains(t, table, "\nwarning: tick: handler \"echo\" is missing on h2-node-b (its ticks run on the others)\n")
 		require.NotContains(t, table, "warning: boom")
+
+		// A schedule no replica has the handler of: its ticks are missed,
+		// cause unbound, each once (whichever replica recorded it).
+		code, out, stderr = s.sched(t, "put", "lonely", "--every", "1s", "--handler", "nobody")
+		require.Equal(t, 0, code, "%s%s", out, stderr)
+		var missed []ranRun
+		require.Eventually(t, func() bool {
+			missed = s.runs(t, "lonely")
+			return len(missed) >= 2
+		}, 30*time.Second, 100*time.Millisecond, "two missed ticks of lonely")
+		for _, m := range missed {
+			require.Equal(t, "missed", m.Outcome)
+			require.Equal(t, "unbound", m.Cause)
+			require.Regexp(t, `^no replica bound it: h2-node-[ab] has no handler "nobody"$`, m.Detail)
+			require.Nil(t, m.Started)
+		}
+		require.True(t, missed[0].Fire.After(missed[1].Fire), "one line per tick, newest first")
+		require.Regexp(t, `\n\S+\s+h2-node-[ab]\s+-\s+-\s+-\s+-\s+missed \(unbound\): no replica bound it: `, s.ok(t, "runs", "lonely"))
+		s.ok(t, "rm", "lonely")
 
 		// An edit of a spec in effect: the previous one until the new one
 		// takes effect.
