@@ -193,9 +193,9 @@ func (r *RunReader) Stuck(ctx context.Context, olderThan time.Duration, limit in
 // The reads of the attempt history and the missed ticks. %[1]s is the
 // quoted attempt (or missed) table.
 const (
-	attemptsPG = `SELECT job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, coalesce(error, '')
+	attemptsPG = `SELECT job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, coalesce(error, ''), coalesce(trace_id, '')
 		FROM %[1]s WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job, token DESC LIMIT $3`
-	attemptsSQLite = `SELECT job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, coalesce(error, '')
+	attemptsSQLite = `SELECT job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, coalesce(error, ''), coalesce(trace_id, '')
 		FROM %[1]s WHERE namespace = ?1 AND (?2 = '' OR job = ?2) ORDER BY fire_ms DESC, job, token DESC LIMIT ?3`
 	missedPG = `SELECT job, fire_at, cause, detail, node, recorded_at
 		FROM %[1]s WHERE namespace = $1 AND ($2 = '' OR job = $2) ORDER BY fire_at DESC, job LIMIT $3`
@@ -224,6 +224,9 @@ type Attempt struct {
 	Claimed time.Time // the claim, which starts the run
 	Ended   time.Time // zero while running
 	Error   string
+	// TraceID is the OpenTelemetry trace id (hex) of the attempt's run
+	// when its scheduler traced it (Config.TracerProvider), else "".
+	TraceID string
 }
 
 // MissedTick is a tick no replica started by its starting deadline, as
@@ -267,7 +270,7 @@ func (r *RunReader) Attempts(ctx context.Context, job string, limit int) ([]Atte
 		if r.dialect == migrate.SQLite {
 			var fire, claimed int64
 			var ended sql.NullInt64
-			if err := rows.Scan(&a.Job, &fire, &token, &a.Attempt, &a.Node, &a.Outcome, &claimed, &ended, &a.Error); err != nil {
+			if err := rows.Scan(&a.Job, &fire, &token, &a.Attempt, &a.Node, &a.Outcome, &claimed, &ended, &a.Error, &a.TraceID); err != nil {
 				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
 			}
 			a.Fire, a.Claimed = time.UnixMilli(fire), time.UnixMilli(claimed)
@@ -276,7 +279,7 @@ func (r *RunReader) Attempts(ctx context.Context, job string, limit int) ([]Atte
 			}
 		} else {
 			var ended sql.NullTime
-			if err := rows.Scan(&a.Job, &a.Fire, &token, &a.Attempt, &a.Node, &a.Outcome, &a.Claimed, &ended, &a.Error); err != nil {
+			if err := rows.Scan(&a.Job, &a.Fire, &token, &a.Attempt, &a.Node, &a.Outcome, &a.Claimed, &ended, &a.Error, &a.TraceID); err != nil {
 				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
 			}
 			a.Ended = ended.Time

@@ -26,6 +26,8 @@ type runSQL struct {
 	// Leader mode: a worker's attempt whose outcome the run row refused
 	// (its claim was taken over) is recorded on its own.
 	takenOver string
+	// An attempt's trace id, when its scheduler traces.
+	traced string
 }
 
 var runPostgres = runSQL{
@@ -106,6 +108,8 @@ ON CONFLICT DO NOTHING`},
 	recorded_at timestamptz NOT NULL,
 	PRIMARY KEY (namespace, job, fire_at)
 )`},
+		// The trace of an attempt's run, when its scheduler traces.
+		{Version: 13, SQL: `ALTER TABLE %[8]s ADD COLUMN IF NOT EXISTS trace_id text`},
 	},
 	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
 	// $7 namespace.
@@ -211,6 +215,9 @@ RETURNING (extract(epoch FROM fire_at) * 1000)::bigint, cause, detail`,
 	takenOver: `INSERT INTO %[3]s (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, error)
 VALUES ($1, $2, timestamptz 'epoch' + $3 * interval '1 millisecond', $4, $5, $6, $7, $8, now(), $9)
 ON CONFLICT DO NOTHING`,
+	// $1 namespace, $2 job, $3 fire ms, $4 token, $5 trace id.
+	traced: `UPDATE %[3]s SET trace_id = $5
+WHERE namespace = $1 AND job = $2 AND fire_at = timestamptz 'epoch' + $3 * interval '1 millisecond' AND token = $4`,
 	// $1 namespace, $2 job, $3 ms: the latest tick on record before $3,
 	// run or missed.
 	lastRecorded: `SELECT (extract(epoch FROM max(f)) * 1000)::bigint FROM (
@@ -306,6 +313,7 @@ SELECT namespace, job, fire_ms, token, attempt, node, state, started_ms, ended_m
 	recorded_ms INTEGER NOT NULL,
 	PRIMARY KEY (namespace, job, fire_ms)
 ) WITHOUT ROWID`},
+		{Version: 14, SQL: `ALTER TABLE %[8]s ADD COLUMN trace_id TEXT`},
 	},
 	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
 SELECT $7, $1, $2, $3, $4, 1,
@@ -360,6 +368,7 @@ RETURNING fire_ms, cause, detail`,
 	lastRecorded: `SELECT max(f) FROM (
 	SELECT max(fire_ms) AS f FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3
 	UNION ALL SELECT max(fire_ms) FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3)`,
+	traced: `UPDATE %[3]s SET trace_id = $5 WHERE namespace = $1 AND job = $2 AND fire_ms = $3 AND token = $4`,
 	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3 AND outcome <> 'running'`,
 	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3`,
 }

@@ -112,7 +112,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		expired: f(q.expired), abandon: f(q.abandon), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 		refuse: f(q.refuse), miss: f(q.miss), lastRecorded: f(q.lastRecorded), pruneAttempts: f(q.pruneAttempts), pruneMissed: f(q.pruneMissed),
-		takenOver: f(q.takenOver),
+		takenOver: f(q.takenOver), traced: f(q.traced),
 	}
 	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
 }
@@ -354,6 +354,14 @@ func (s *Store) miss(ctx context.Context, job, node string, ticks []missRow) ([]
 		return nil, fmt.Errorf("schedule: record missed ticks of %q: %w", job, err)
 	}
 	return out, nil
+}
+
+// traced records the trace id of a run's attempt.
+func (s *Store) traced(ctx context.Context, job string, fire time.Time, token aegis.Token, traceID string) error {
+	if _, err := s.exec(ctx, s.q.traced, s.ns, job, fire.UnixMilli(), int64(token), traceID); err != nil {
+		return fmt.Errorf("schedule: record the trace of %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return nil
 }
 
 // refuse records the end of a run whose finish the run row refused on
