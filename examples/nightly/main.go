@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/schedule"
 )
 
 func main() {
@@ -66,6 +67,8 @@ type result struct {
 	// Console is the command that opens aegis console on the demo's
 	// schema, the URL's password masked.
 	Console string
+	// Attempts is the tick's attempt history, newest first.
+	Attempts []schedule.Attempt
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -110,6 +113,9 @@ func demo(ctx context.Context, args []string, out io.Writer) (*result, error) {
 		return nil, err
 	}
 	if err := tally(ctx, conn, tl, res); err != nil {
+		return nil, err
+	}
+	if res.Attempts, err = attempts(ctx, replicaURL, tl); err != nil {
 		return nil, err
 	}
 	res.Console = consoleCommand(replicaURL)
@@ -285,7 +291,9 @@ func (s *story) direct(l line) (bool, error) {
 		}
 		s.resumed = true
 	}
-	if s.resumed && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
+	// Its run's end, once its outcome is on record: the attempt history
+	// says refused, the tick ran twice.
+	if s.resumed && l.Node == holder && l.Kind == "done" {
 		return true, nil
 	}
 	if !s.paused && l.Node == holder && (l.Kind == "done" || l.Kind == "lost") {
@@ -315,6 +323,34 @@ func tally(ctx context.Context, conn *pgx.Conn, tl *timeline, res *result) error
 		tl.say("demo", "without the fence, the resumed replica applied an order a second time")
 	}
 	return nil
+}
+
+// attempts reads the tick's attempt history through package schedule,
+// and says it: the paused runner's attempt, taken over (lost) and refused
+// when it ended, and the reclaimer's.
+func attempts(ctx context.Context, replicaURL string, tl *timeline) ([]schedule.Attempt, error) {
+	cfg, err := pgx.ParseConfig(replicaURL)
+	if err != nil {
+		return nil, err
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	reader, err := schedule.NewRunReader(ctx, db, nil)
+	if err != nil {
+		return nil, err
+	}
+	as, err := reader.Attempts(ctx, "nightly-reconciliation", 10)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range as {
+		text := a.Outcome
+		if a.Error != "" {
+			text += ": " + a.Error
+		}
+		tl.say("demo", "attempt %d of the tick on %s, token %d: %s", a.Attempt, a.Node, a.Token, text)
+	}
+	return as, nil
 }
 
 // printConsole prints command, which opens the operator's console on the

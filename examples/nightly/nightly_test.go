@@ -38,6 +38,19 @@ func TestPausedHolderAppliesNothingTwice(t *testing.T) {
 			t.Log("\n" + out.String())
 			require.NoError(t, err)
 			require.Equal(t, 10, res.Orders, "every order reconciled")
+			// Both attempts of the one tick are on record: the paused
+			// runner's, refused when it ended, and the reclaimer's.
+			require.Len(t, res.Attempts, 2, "%+v", res.Attempts)
+			last, first := res.Attempts[0], res.Attempts[1]
+			require.Equal(t, first.Fire, last.Fire)
+			require.Equal(t, res.Runner, first.Node)
+			require.Equal(t, res.RunnerToken, int64(first.Token))
+			require.Equal(t, 1, first.Attempt)
+			require.Equal(t, "refused", first.Outcome, "%+v", first)
+			require.Equal(t, res.Reclaimer, last.Node)
+			require.Equal(t, res.ReclaimToken, int64(last.Token))
+			require.Equal(t, 2, last.Attempt)
+			require.Equal(t, "succeeded", last.Outcome, "%+v", last)
 			if fenced {
 				require.Zero(t, res.Duplicates, "no order applied twice")
 				require.Equal(t, 10, res.Ledger)
