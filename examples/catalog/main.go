@@ -27,6 +27,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -35,6 +37,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -53,6 +57,7 @@ func run() error {
 	node := flag.String("node", "", "this replica's name (default HOSTNAME-PID)")
 	ns := flag.String("namespace", schedule.DefaultNamespace, "the catalog's namespace")
 	handlers := flag.String("handlers", "echo,report", `the handlers this replica has, comma-separated, or "none"`)
+	metricsAddr := flag.String("metrics", "", "serve the scheduler's Prometheus metrics on this address's /metrics (e.g. 127.0.0.1:9101)")
 	flag.Parse()
 
 	// Stop on SIGINT or SIGTERM: Stop below waits for the runs going.
@@ -71,9 +76,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	s, err := schedule.New(&schedule.Config{Node: *node, Store: st, Catalog: cat, OnEvent: printEvent})
+	reg := prometheus.NewRegistry()
+	s, err := schedule.New(&schedule.Config{Node: *node, Store: st, Catalog: cat, OnEvent: printEvent, Registerer: reg})
 	if err != nil {
 		return err
+	}
+	if *metricsAddr != "" {
+		stop, err := serveMetrics(*metricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, h := range strings.Split(*handlers, ",") {
 		switch h = strings.TrimSpace(h); h {
@@ -82,7 +95,7 @@ func run() error {
 			err = s.Handle("echo", echo)
 		case "report":
 			if err = migrate(ctx, db); err == nil {
-				err = s.Handle("report", func(ctx context.Context, _ json.RawMessage) error { return report(ctx, db) })
+				err = s.Handle("report", func(ctx context.Context, args json.RawMessage) error { return report(ctx, db, args) })
 			}
 		default:
 			err = fmt.Errorf("-handlers: unknown handler %q (known: echo, report, none)", h)
@@ -97,6 +110,19 @@ func run() error {
 	<-ctx.Done()
 	s.Stop()
 	return nil
+}
+
+// serveMetrics serves reg's metrics on addr's /metrics until stop.
+func serveMetrics(addr string, reg *prometheus.Registry) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, nil
 }
 
 // open connects to PostgreSQL (a postgres:// URL) or SQLite (a file path).
@@ -186,9 +212,31 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // report records the run in catalog_report. The fence check and the insert
 // commit together: a run whose token is lower than one the schedule's
 // resource already accepted (a retried run's stale first attempt) gets
-// aegis.ErrStale, and its insert is rolled back.
-func report(ctx context.Context, db *sql.DB) error {
+// aegis.ErrStale, and its insert is rolled back. Args {"work": "5s"} make
+// it work that long first (until its context ends), long enough to stop
+// its process mid-run (kill -STOP) and watch another replica take the
+// tick over.
+func report(ctx context.Context, db *sql.DB, args json.RawMessage) error {
 	r, _ := schedule.RunFrom(ctx)
+	var a struct {
+		Work string `json:"work"`
+	}
+	if len(args) > 0 {
+		if err := json.Unmarshal(args, &a); err != nil {
+			return fmt.Errorf("report: args: %w", err)
+		}
+	}
+	if a.Work != "" {
+		d, err := time.ParseDuration(a.Work)
+		if err != nil {
+			return fmt.Errorf("report: args: work: %w", err)
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
