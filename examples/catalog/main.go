@@ -205,7 +205,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := fence.MigrateSQL(ctx, db); err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, reportTable)
+	// Replicas started together race to create it: PostgreSQL's IF NOT
+	// EXISTS can still fail the loser (a duplicate pg_type row), whose
+	// next try sees the table.
+	var err error
+	for range 3 {
+		if _, err = db.ExecContext(ctx, reportTable); err == nil {
+			return nil
+		}
+	}
 	return err
 }
 
