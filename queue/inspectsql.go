@@ -1,7 +1,8 @@
 package queue
 
 // The Inspector's statements: what an operator reads of the queue's tables
-// (aegis console's queue pages), in database time. They read only; none
+// (aegis console's queue pages, and the metrics counted at scrape time), in
+// database time. They read only; none
 // is on a hot path (the counts scan the tables, bounded by what the queue
 // keeps: live jobs, and the finished ones of the retention periods).
 const (
@@ -15,6 +16,16 @@ FROM aegis_job GROUP BY queue, state
 UNION ALL
 SELECT queue, state, count(*), 0, 0 FROM aegis_job_finished GROUP BY queue, state`
 	queuePausedSQL = `SELECT name FROM aegis_queue WHERE paused`
+	// metricsJobsSQL is the metrics' scrape (metrics.go): the live jobs per
+	// queue, kind and state, with the age of the oldest available one per
+	// queue and kind (from its due time, database time; NULL on the other
+	// states), then the dead letters per queue and kind. A scrape scans
+	// the live jobs and the dead letters kept (the heap, for their kind).
+	metricsJobsSQL = `SELECT queue, kind, state, count(*),
+	CASE WHEN state = 'available' THEN greatest(0, extract(epoch FROM now() - min(run_at)))::float8 END
+FROM aegis_job GROUP BY queue, kind, state
+UNION ALL
+SELECT queue, kind, 'dead', count(*), NULL FROM aegis_job_finished WHERE state <> 'completed' GROUP BY queue, kind`
 	// queueHourSQL counts the jobs finished in the last hour.
 	queueHourSQL = `SELECT queue, count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed')
 FROM aegis_job_finished WHERE finalized_at >= now() - interval '1 hour' GROUP BY queue`

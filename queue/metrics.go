@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,17 +16,30 @@ import (
 // The metrics a client exports when Config.Registerer is set. Counters are
 // per queue; several clients may share one registry (they add up).
 //
-//	aegis_queue_claimed_total{queue}            jobs claimed
-//	aegis_queue_completed_total{queue}          jobs completed (the completion landed)
-//	aegis_queue_failed_total{queue}             handler errors and panics (retried or discarded)
-//	aegis_queue_snoozed_total{queue}            snoozes
-//	aegis_queue_cancelled_total{queue}          jobs cancelled by their handler
-//	aegis_queue_discarded_total{queue}          jobs discarded after their last attempt
-//	aegis_queue_reaped_total{queue}             expired leases reclaimed by this client's reaper
-//	aegis_queue_leases_lost_total{queue}        running jobs whose lease was found lost (context cancelled)
-//	aegis_queue_stale_writes_total{queue,op}    writes the fence rejected (op: heartbeat, complete, complete_tx, retry, snooze, cancel, discard, hand_back)
-//	aegis_queue_claim_seconds{queue}            claim statement latency (histogram)
-//	aegis_queue_jobs{queue,state}               jobs per state, counted in the database at scrape time (state "dead": dead letters)
+//	aegis_queue_claimed_total{queue}                 jobs claimed
+//	aegis_queue_completed_total{queue}               jobs completed (the completion landed)
+//	aegis_queue_failed_total{queue}                  handler errors and panics (retried or discarded)
+//	aegis_queue_snoozed_total{queue}                 snoozes
+//	aegis_queue_cancelled_total{queue}               jobs cancelled by their handler
+//	aegis_queue_discarded_total{queue}               jobs discarded after their last attempt
+//	aegis_queue_reaped_total{queue}                  expired leases reclaimed by this client's reaper
+//	aegis_queue_leases_lost_total{queue}             running jobs whose lease was found lost (context cancelled)
+//	aegis_queue_stale_writes_total{queue,op}         writes the fence rejected (op: heartbeat, complete, complete_tx, retry, snooze, cancel, discard, hand_back)
+//	aegis_queue_claim_seconds{queue}                 claim statement latency (histogram)
+//	aegis_queue_jobs{queue,state}                    jobs per state, counted in the database at scrape time (state "dead": dead letters)
+//	aegis_queue_jobs_by_kind{queue,kind,state}       the same per kind (every state of a queue and kind with a job, zeros included)
+//	aegis_queue_oldest_available_seconds{queue,kind} age of the oldest available job, from its due time (none: no job available)
+//	aegis_queue_paused{queue}                        1 while the queue is paused (every queue with a job or ever paused)
+//
+// The last four are read from the database when the registry is scraped
+// (the jobs in one statement, the paused queues in a second), by one
+// collector per registry whatever the number of clients; every process on
+// one database reports the same values: aggregate them with max, not sum.
+// aegis_queue_jobs keeps its series as they were, without kind: it is
+// aegis_queue_jobs_by_kind summed over kind, so a panel, a recording rule
+// or an alert on it keeps its meaning and a queue with many kinds stays one
+// series per state; the kind breakdown (River's and Oban's per-worker view)
+// is a metric of its own. Cardinality: queues times kinds times four states.
 type metrics struct {
 	claimedV, completedV, failedV, snoozedV, cancelledV, discardedV, reapedV, leasesLostV *prometheus.CounterVec
 	staleV                                                                                *prometheus.CounterVec
@@ -86,34 +100,110 @@ func (m *metrics) claimSeconds(q string) prometheus.Observer {
 	return m.claimSecondsV.WithLabelValues(q)
 }
 
-// depthCollector counts jobs per queue and state in the database when
-// scraped.
+// depthCollector counts jobs per queue, kind and state in the database
+// when scraped.
 type depthCollector struct{ pool *pgxpool.Pool }
 
-var depthDesc = prometheus.NewDesc("aegis_queue_jobs", "Jobs per queue and state in the database (state dead: cancelled and discarded jobs kept).",
-	[]string{"queue", "state"}, nil)
+var (
+	depthDesc = prometheus.NewDesc("aegis_queue_jobs", "Jobs per queue and state in the database (state dead: cancelled and discarded jobs kept).",
+		[]string{"queue", "state"}, nil)
+	kindDesc = prometheus.NewDesc("aegis_queue_jobs_by_kind", "Jobs per queue, kind and state in the database (state dead: cancelled and discarded jobs kept).",
+		[]string{"queue", "kind", "state"}, nil)
+	oldestDesc = prometheus.NewDesc("aegis_queue_oldest_available_seconds", "Age of the oldest available job per queue and kind, from its due time (database time).",
+		[]string{"queue", "kind"}, nil)
+	pausedDesc = prometheus.NewDesc("aegis_queue_paused", "1 while the queue is paused, else 0.", []string{"queue"}, nil)
+)
 
-func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- depthDesc }
+// kindStates are the states of aegis_queue_jobs_by_kind, each exported for
+// every queue and kind that has a job in any of them.
+var kindStates = []string{"available", "scheduled", "running", "dead"}
+
+func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, desc := range []*prometheus.Desc{depthDesc, kindDesc, oldestDesc, pausedDesc} {
+		ch <- desc
+	}
+}
+
+// queueKind is a queue and a kind of job.
+type queueKind struct{ queue, kind string }
+
+// jobCounts is a scrape's reading of the jobs.
+type jobCounts struct {
+	byKind map[queueKind]map[string]int64 // state to count
+	oldest map[queueKind]float64
+	paused map[string]bool // every queue seen, and whether it is paused
+}
 
 func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, depthSQL)
+	c, err := d.read(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(depthDesc, fmt.Errorf("queue: count jobs: %w", translate(err)))
+		for _, desc := range []*prometheus.Desc{depthDesc, kindDesc, oldestDesc, pausedDesc} {
+			ch <- prometheus.NewInvalidMetric(desc, fmt.Errorf("queue: count jobs: %w", err))
+		}
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var queue, state string
-		var n int64
-		if err := rows.Scan(&queue, &state, &n); err != nil {
-			ch <- prometheus.NewInvalidMetric(depthDesc, err)
-			return
+	perQueue := map[[2]string]int64{}
+	for qk, states := range c.byKind {
+		for _, state := range kindStates {
+			ch <- prometheus.MustNewConstMetric(kindDesc, prometheus.GaugeValue, float64(states[state]), qk.queue, qk.kind, state)
 		}
-		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), queue, state)
+		for state, n := range states {
+			perQueue[[2]string{qk.queue, state}] += n
+		}
 	}
-	if err := rows.Err(); err != nil {
-		ch <- prometheus.NewInvalidMetric(depthDesc, fmt.Errorf("queue: count jobs: %w", err))
+	for qs, n := range perQueue {
+		if n > 0 {
+			ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(n), qs[0], qs[1])
+		}
 	}
+	for qk, age := range c.oldest {
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, qk.queue, qk.kind)
+	}
+	for q, paused := range c.paused {
+		v := 0.0
+		if paused {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, v, q)
+	}
+}
+
+// read runs the scrape's two statements.
+func (d *depthCollector) read(ctx context.Context) (*jobCounts, error) {
+	c := &jobCounts{byKind: map[queueKind]map[string]int64{}, oldest: map[queueKind]float64{}, paused: map[string]bool{}}
+	rows, err := d.pool.Query(ctx, metricsJobsSQL)
+	if err != nil {
+		return nil, translate(err)
+	}
+	var (
+		qk    queueKind
+		state string
+		n     int64
+		age   *float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&qk.queue, &qk.kind, &state, &n, &age}, func() error {
+		if c.byKind[qk] == nil {
+			c.byKind[qk] = map[string]int64{}
+		}
+		c.byKind[qk][state] += n
+		if age != nil {
+			c.oldest[qk] = *age
+		}
+		c.paused[qk.queue] = false
+		return nil
+	})
+	if err != nil {
+		return nil, translate(err)
+	}
+	rows, err = d.pool.Query(ctx, queuePausedSQL)
+	if err != nil {
+		return nil, translate(err)
+	}
+	var q string
+	if _, err := pgx.ForEachRow(rows, []any{&q}, func() error { c.paused[q] = true; return nil }); err != nil {
+		return nil, translate(err)
+	}
+	return c, nil
 }

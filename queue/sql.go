@@ -431,11 +431,6 @@ const jobSQL = `SELECT ` + jobColumns + `, NULL::timestamptz FROM aegis_job WHER
 UNION ALL
 SELECT ` + finishedColumns + ` FROM aegis_job_finished WHERE id = $1`
 
-// depthSQL counts live jobs per queue and state, and dead letters per queue.
-const depthSQL = `SELECT queue, state, count(*) FROM aegis_job GROUP BY queue, state
-UNION ALL
-SELECT queue, 'dead', count(*) FROM aegis_job_finished WHERE state <> 'completed' GROUP BY queue`
-
 // checkSchemaSQL fails when the tables are missing.
 const checkSchemaSQL = `SELECT ` + channelSQL + ` FROM aegis_job, aegis_job_finished, aegis_queue LIMIT 0`
 
