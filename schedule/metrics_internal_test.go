@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/alerts"
+	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
 // perSchedule reads one schedule's counters: name (without aegis_schedule_
@@ -232,4 +235,57 @@ func TestMetricsRegistration(t *testing.T) {
 	n, err := testutil.GatherAndCount(other)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the clashing collector is left registered")
+}
+
+// The alerts on events the scheduler does not emit yet (EventMissed,
+// EventTwice; internal/tool/alerts runs the others on a real scheduler's
+// faults) run on scrapes of a real run-key scheduler on SQLite whose emit,
+// the path of every event to the metrics, is fed those events. Each fires
+// on its schedule and cause; a paused schedule's misses fire nothing.
+func TestMetricsAlertsOnMissedAndTwice(t *testing.T) {
+	t.Parallel()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "schedule.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	store, err := NewStore(t.Context(), db, nil)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	s, err := New(&Config{Node: "n1", Store: store, Registerer: reg})
+	require.NoError(t, err)
+	f := time.Now().Truncate(time.Second)
+	for _, job := range []string{"nightly", "hourly", "orphan", "paused"} {
+		s.emit(Event{Kind: EventSkipped, Job: job, Fire: f, Reason: "another node has the tick"})
+	}
+	before, err := alerts.Scrape(reg)
+	require.NoError(t, err)
+	for _, e := range []Event{
+		{Kind: EventMissed, Job: "nightly", Cause: CauseHeld},
+		{Kind: EventMissed, Job: "nightly", Cause: CauseDown},
+		{Kind: EventMissed, Job: "hourly", Cause: CauseMisfire},
+		{Kind: EventMissed, Job: "hourly", Cause: CauseStore},
+		{Kind: EventMissed, Job: "orphan", Cause: CauseUnbound},
+		{Kind: EventMissed, Job: "paused", Cause: CausePaused},
+		{Kind: EventLost, Job: "nightly", Token: 7, Attempt: 1, Err: aegis.ErrLost},
+		{Kind: EventTwice, Job: "nightly", Token: 7, Attempt: 1},
+	} {
+		e.Fire = f
+		s.emit(e)
+	}
+	after, err := alerts.Scrape(reg)
+	require.NoError(t, err)
+	missed := func(job string, cause MissCause) map[string]string {
+		return map[string]string{"namespace": DefaultNamespace, "schedule": job, "cause": string(cause)}
+	}
+	of := func(job string) map[string]string {
+		return map[string]string{"namespace": DefaultNamespace, "schedule": job}
+	}
+	require.NoError(t, alerts.Test("../docs/alerts/aegis-rules.yml",
+		alerts.Case{Name: "missed and twice", Scrapes: [][]alerts.Sample{before, after}, Fire: map[string][]map[string]string{
+			"AegisScheduleMissedTicks": {missed("nightly", CauseHeld), missed("nightly", CauseDown), missed("hourly", CauseMisfire), missed("hourly", CauseStore)},
+			"AegisScheduleUnbound":     {of("orphan")},
+			"AegisScheduleRunLost":     {of("nightly")},
+			"AegisScheduleRanTwice":    {of("nightly")},
+		}},
+		alerts.Case{Name: "healthy", Scrapes: [][]alerts.Sample{before, before}},
+	))
 }
