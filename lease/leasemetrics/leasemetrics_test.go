@@ -158,7 +158,9 @@ func TestInvalid(t *testing.T) {
 }
 
 // The Grafana dashboard in docs/ asks only for metrics that exist: the
-// lease metrics Wrap registers, and the queue's (named in queue/metrics.go).
+// lease metrics Wrap registers, and the queue's and the scheduler's (named
+// in their metrics.go; internal/tool/alerts checks those against real
+// scrapes).
 func TestGrafanaDashboardNamesRealMetrics(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../docs/grafana-aegis.json")
@@ -191,10 +193,12 @@ func TestGrafanaDashboardNamesRealMetrics(t *testing.T) {
 			known[mf.GetName()+"_bucket"] = true
 		}
 	}
-	src, err := os.ReadFile("../../queue/metrics.go")
-	require.NoError(t, err)
-	for _, m := range regexp.MustCompile(`//\t(aegis_queue_[a-z_]+)\{`).FindAllStringSubmatch(string(src), -1) {
-		known[m[1]], known[m[1]+"_bucket"] = true, true
+	for _, file := range []string{"../../queue/metrics.go", "../../schedule/metrics.go"} {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range regexp.MustCompile(`//\t(aegis_(?:queue|schedule)_[a-z_]+)\{`).FindAllStringSubmatch(string(src), -1) {
+			known[m[1]], known[m[1]+"_bucket"] = true, true
+		}
 	}
 	exprs := 0
 	for _, p := range d.Panels {
