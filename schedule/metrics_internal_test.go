@@ -237,11 +237,12 @@ func TestMetricsRegistration(t *testing.T) {
 	require.Equal(t, 1, n, "only the clashing collector is left registered")
 }
 
-// The alerts on events the scheduler does not emit yet (EventMissed,
-// EventTwice; internal/tool/alerts runs the others on a real scheduler's
-// faults) run on scrapes of a real run-key scheduler on SQLite whose emit,
-// the path of every event to the metrics, is fed those events. Each fires
-// on its schedule and cause; a paused schedule's misses fire nothing.
+// The missed-tick alerts for every cause, and the ran-twice alert, run on
+// scrapes of a real run-key scheduler on SQLite whose emit, the path of
+// every event to the metrics, is fed those events: causes a test cannot
+// produce at will (misfire, store, down) beside those internal/tool/alerts
+// produces for real (held, unbound, twice). Each fires on its schedule and
+// cause; a paused schedule's misses fire nothing.
 func TestMetricsAlertsOnMissedAndTwice(t *testing.T) {
 	t.Parallel()
 	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "schedule.db"))
