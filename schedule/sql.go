@@ -368,7 +368,7 @@ RETURNING fire_ms, cause, detail`,
 	lastRecorded: `SELECT max(f) FROM (
 	SELECT max(fire_ms) AS f FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3
 	UNION ALL SELECT max(fire_ms) FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3)`,
-	traced: `UPDATE %[3]s SET trace_id = $5 WHERE namespace = $1 AND job = $2 AND fire_ms = $3 AND token = $4`,
+	traced:        `UPDATE %[3]s SET trace_id = $5 WHERE namespace = $1 AND job = $2 AND fire_ms = $3 AND token = $4`,
 	pruneAttempts: `DELETE FROM %[3]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3 AND outcome <> 'running'`,
 	pruneMissed:   `DELETE FROM %[2]s WHERE namespace = $1 AND job = $2 AND fire_ms < $3`,
 }
