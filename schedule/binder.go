@@ -336,6 +336,7 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 		from = old
 	}
 	b.jobs[r.name] = j
+	b.s.metrics.series(r.name) // its series, at zero, before its first tick
 	b.s.emit(Event{Kind: EventBound, Job: r.name, Token: aegis.Token(r.version), Reason: "bound " + e.Spec() + " (version " + fmt.Sprint(r.version) + ")"})
 	go func() {
 		defer close(j.bound.done)

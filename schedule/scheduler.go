@@ -219,6 +219,7 @@ func (s *Scheduler) Add(j Job) error {
 		return invalid("schedule: job %q: Job.Name is already added", j.Name)
 	}
 	s.names[j.Name] = true
+	s.metrics.series(j.Name) // its series, at zero, before its first tick
 	s.jobs = append(s.jobs, &job{Job: v, sched: sched, s: s, running: make(map[*active]struct{})})
 	return nil
 }
