@@ -47,8 +47,8 @@ import (
 //
 // Cardinality: one set of series per schedule this replica has seen an
 // event of (about 30 with the histogram's buckets and the causes), per
-// node; all are created, at zero, when the job is added or bound (or at its first event), so that
-// the first failure is an increase. A deleted schedule's series stay until
+// node; all are created, at zero, when the job is added or bound (or at
+// its first event), so that the first failure is an increase. A deleted schedule's series stay until
 // the process restarts.
 type metrics struct {
 	bound, unhandled prometheus.Gauge
@@ -170,8 +170,8 @@ func (m *metrics) observe(e Event) {
 	}
 }
 
-// series returns the schedule's series, creating them (at zero) when the job is added or bound, or at its
-// first event.
+// series returns the schedule's series, creating them (at zero) when the
+// job is added or bound, or at its first event.
 func (m *metrics) series(job string) *series {
 	if s, ok := m.schedules.Load(job); ok {
 		return s.(*series)
