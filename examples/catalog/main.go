@@ -13,6 +13,18 @@
 // The store is -store (a postgres:// URL or a SQLite file), else
 // $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH, as for the aegis CLI.
 //
+// On call: start the three with -metrics 127.0.0.1:9101 (9102, 9103), put
+// a schedule whose run works a while, stop the replica that runs it past
+// its lease, and see both attempts of the tick; put one whose handler no
+// replica has, and see its missed ticks:
+//
+//	aegis schedule put nightly --every 20s --handler report --args '{"work":"6s"}' --lock-at-most-for 2s
+//	kill -STOP <the pid of the replica that printed its run>; sleep 5; kill -CONT <it>
+//	aegis schedule runs nightly        # attempt 1 refused, attempt 2 succeeded
+//	aegis schedule put orphan --every 5s --handler nobody
+//	aegis schedule runs orphan         # missed (unbound): no replica bound it
+//	curl -s 127.0.0.1:9101/metrics | grep aegis_schedule_
+//
 // Two handlers: "echo" prints each run as a JSON line; "report" writes a
 // row into catalog_report, fenced by the run's token, which is how a
 // handler's side effect stays exactly-once when a run is retried after a
