@@ -1,0 +1,168 @@
+// Package tracing is Aegis's OpenTelemetry tracing: [Locker] wraps any
+// aegis.Locker so that its acquires, renewals and releases are spans, and
+// [Start] and the attribute constructors are what the other packages
+// (fence, queue) start their spans with, under one set of names.
+//
+// Tracing is off unless a trace.TracerProvider is given, and off costs
+// nothing: Locker(l, nil) returns l itself, queue.Config.TracerProvider nil
+// starts no span, and the fence traces a check only when the context it is
+// given carries a span (it starts a child with that span's provider). No
+// package of Aegis reads the global provider (otel.GetTracerProvider);
+// pass it explicitly to trace with it.
+//
+// # Spans
+//
+//	aegis.lease.acquire   one TryAcquire (also each attempt of aegis.Acquire)
+//	aegis.lease.wait      the blocking Acquire of a Locker that queues waiters in its store (aegis.Waiter)
+//	aegis.lease.renew     one Renew, also the renewals of aegis.Hold and aegis.Keep
+//	aegis.lease.release   one Release (Held.Release, Held.ReleaseAfter's Renew is a renew)
+//	aegis.fence.check     fence.Check, CheckSQL, CheckLease, CheckLeaseSQL
+//	aegis.queue.claim     one claim statement of a queue client (up to n jobs)
+//	aegis.queue.work      one job's handler run; its context carries the span
+//	aegis.queue.complete  one job's completion (also retry, snooze, cancel, discard: aegis.queue.<op>)
+//
+// # Attributes and events
+//
+//	aegis.key              the lease key
+//	aegis.token            the fencing token: the grant's, the writer's, the job's claim's
+//	aegis.node             the process's name where one exists (a Locker's, given to [Locker]; a queue client's ID)
+//	aegis.backend          the Locker's package (pglease, redislease, …), or the name given to [Locker]
+//	aegis.lease.held       true on an acquire refused because another owner's lease is live (aegis.ErrHeld)
+//	aegis.fence.resource   the fenced resource
+//	aegis.fence.current    on the event aegis.fence.refused: the token the store held
+//	aegis.queue.name, aegis.queue.kind, aegis.queue.job_id, aegis.queue.attempt, aegis.queue.claimed
+//
+// An error is recorded on its span (span.RecordError, status Error), with
+// two exceptions that are answers, not failures: an acquire refused with
+// aegis.ErrHeld (aegis.lease.held, status unset) and a blocking wait ended
+// by its own context. A write the fence refused is status Error with the
+// event aegis.fence.refused, whose attributes are aegis.token (the
+// writer's) and aegis.fence.current (the one the store held).
+//
+// # What is never recorded
+//
+// A lease's Owner: for Redis and Redlock it is the secret that renews and
+// releases the lease. No span attribute, event or recorded error carries
+// it (an error text that contained the owner would have it replaced by
+// "[owner]"), nor a DSN or a password: Aegis's errors never contain those.
+//
+// # What it does not do
+//
+// Carry a trace across processes: a queued job's work span starts a trace
+// of its own (linked to its claim's span), not a child of the span that
+// enqueued it. Trace fence.Exec and ExecSQL: their token is an argument of
+// your statement, which the fence does not read.
+package tracing
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aegislab/aegis"
+)
+
+// The attribute keys of Aegis's spans and events, all under "aegis.".
+const (
+	AttrKey      attribute.Key = "aegis.key"
+	AttrToken    attribute.Key = "aegis.token"
+	AttrNode     attribute.Key = "aegis.node"
+	AttrBackend  attribute.Key = "aegis.backend"
+	AttrHeld     attribute.Key = "aegis.lease.held"
+	AttrResource attribute.Key = "aegis.fence.resource"
+	AttrCurrent  attribute.Key = "aegis.fence.current"
+	AttrQueue    attribute.Key = "aegis.queue.name"
+	AttrKind     attribute.Key = "aegis.queue.kind"
+	AttrJobID    attribute.Key = "aegis.queue.job_id"
+	AttrAttempt  attribute.Key = "aegis.queue.attempt"
+	AttrClaimed  attribute.Key = "aegis.queue.claimed"
+)
+
+// EventRefused is the name of the event a fence refusal adds to its span.
+const EventRefused = "aegis.fence.refused"
+
+// Token is the aegis.token attribute: a fencing token.
+func Token(t aegis.Token) attribute.KeyValue { return AttrToken.Int64(int64(t)) }
+
+// Key is the aegis.key attribute: a lease key.
+func Key(key string) attribute.KeyValue { return AttrKey.String(key) }
+
+// Node is the aegis.node attribute: the name of the process (a scheduler's
+// or a candidate's Config.Node, a queue client's ID). Never pass a lease's
+// Owner: for Redis it is a secret.
+func Node(name string) attribute.KeyValue { return AttrNode.String(name) }
+
+// Backend is the aegis.backend attribute: the kind of store a Locker
+// uses.
+func Backend(name string) attribute.KeyValue { return AttrBackend.String(name) }
+
+// Resource is the aegis.fence.resource attribute: a fenced resource.
+func Resource(name string) attribute.KeyValue { return AttrResource.String(name) }
+
+// Start starts a span named name, a child of ctx's span if it has one,
+// with attrs, and returns it with a context that carries it. The caller
+// ends the span.
+//
+// A nil tracer starts nothing: Start returns ctx and a span that records
+// nothing (its End and every other method do nothing), never ctx's own
+// span, so ending it cannot end the caller's. The attrs are still built by
+// the caller, so a hot path that may run untraced checks its tracer before
+// it calls Start.
+func Start(ctx context.Context, tracer trace.Tracer, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if tracer == nil {
+		return ctx, noSpan
+	}
+	return tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+// noSpan records nothing: the span of a context that carries none.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// Fail records err on span as an error (span.RecordError) and sets the
+// span's status to Error with err's text. A nil err does nothing.
+func Fail(span trace.Span, err error) {
+	if err == nil || !span.IsRecording() {
+		return
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// Refused records a write the fence refused on span: the event
+// aegis.fence.refused with the writer's token (aegis.token) and the one
+// the store held (aegis.fence.current, 0 when it is not known), and the
+// status Error.
+func Refused(span trace.Span, writer, current aegis.Token) {
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(EventRefused, trace.WithAttributes(Token(writer), AttrCurrent.Int64(int64(current))))
+	span.SetStatus(codes.Error, aegis.ErrStale.Error())
+}
+
+// failHiding is Fail for an error of a call that was given a lease: its
+// owner, if the text contains it, is replaced by "[owner]". Aegis's
+// backends never put the owner in an error; this holds for a Locker that
+// does.
+func failHiding(span trace.Span, err error, owner string) {
+	if err == nil || !span.IsRecording() {
+		return
+	}
+	if owner != "" && strings.Contains(err.Error(), owner) {
+		err = hidden{err, strings.ReplaceAll(err.Error(), owner, "[owner]")}
+	}
+	Fail(span, err)
+}
+
+// hidden is an error whose text had the owner replaced; it still wraps
+// the original, for errors.Is.
+type hidden struct {
+	err  error
+	text string
+}
+
+func (h hidden) Error() string { return h.text }
+func (h hidden) Unwrap() error { return h.err }
