@@ -29,6 +29,21 @@
 // MaxResource, not UTF-8 or contains NUL. A missing fence table, or one
 // created before the owner column, is an error that says to run Migrate.
 //
+// # Tracing
+//
+// Check, CheckSQL, CheckLease and CheckLeaseSQL start a span,
+// aegis.fence.check, when the context they are given carries one (an
+// OpenTelemetry span, such as a traced handler's or a queue job's): a
+// child of it, made with that span's TracerProvider, with the resource
+// (aegis.fence.resource), the token (aegis.token) and, for a lease, its
+// key (aegis.key); never its owner. A refusal is status Error with the
+// event aegis.fence.refused, which carries the writer's token and the
+// one the table held (aegis.fence.current); another error is recorded on
+// the span. A context without a span traces nothing, and the fence has no
+// TracerProvider of its own to configure: it takes part in the caller's
+// trace or in none. Exec, ExecSQL and the object functions make no span
+// (package tracing).
+//
 // What the fence does not do: stop a stale holder's side effects outside the
 // fenced store (an e-mail, a call to a service that does not check the
 // token). Those need idempotency on the receiving side.
@@ -145,7 +160,9 @@ const MaxResource = 1024
 // schedule.TokenFrom): anything else is an error wrapping aegis.ErrInvalid,
 // returned before any SQL is sent. When the fence table is missing, or
 // predates the owner column, the error says to run Migrate.
-func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) error {
+func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (err error) {
+	ctx, span := startCheck(ctx, resource, token)
+	defer endCheck(span, &err)
 	if tx == nil {
 		return fmt.Errorf("%w: fence: check: tx is nil", aegis.ErrInvalid)
 	}
@@ -157,7 +174,9 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) e
 
 // CheckSQL is Check for a database/sql transaction (PostgreSQL or SQLite),
 // with the same validation.
-func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) error {
+func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) (err error) {
+	ctx, span := startCheck(ctx, resource, token)
+	defer endCheck(span, &err)
 	if tx == nil {
 		return fmt.Errorf("%w: fence: check: tx is nil", aegis.ErrInvalid)
 	}

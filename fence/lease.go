@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // CheckLease records lease.Token for resource inside tx, with a one-way
@@ -32,7 +33,9 @@ import (
 // nil tx, an empty lease.Owner, a lease.Token that is not positive, a
 // resource Check would refuse. When the fence table is missing, or predates
 // the owner column, the error says to run Migrate.
-func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lease) error {
+func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lease) (err error) {
+	ctx, span := startCheck(ctx, resource, lease.Token, tracing.Key(lease.Key))
+	defer endCheck(span, &err)
 	if tx == nil {
 		return fmt.Errorf("%w: fence: check lease: tx is nil", aegis.ErrInvalid)
 	}
@@ -44,7 +47,9 @@ func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lea
 
 // CheckLeaseSQL is CheckLease for a database/sql transaction (PostgreSQL
 // or SQLite), with the same validation.
-func CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis.Lease) error {
+func CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis.Lease) (err error) {
+	ctx, span := startCheck(ctx, resource, lease.Token, tracing.Key(lease.Key))
+	defer endCheck(span, &err)
 	if tx == nil {
 		return fmt.Errorf("%w: fence: check lease: tx is nil", aegis.ErrInvalid)
 	}
