@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis/internal/migrate"
 )
@@ -44,6 +45,7 @@ type Client struct {
 	log     *slog.Logger
 	metrics *metrics
 	sql     statements
+	tracer  trace.Tracer // nil: not traced
 
 	started atomic.Bool
 	stopped atomic.Bool
@@ -98,6 +100,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		log:           c.Logger.With("queue_client", c.ID),
 		metrics:       m,
 		sql:           newStatements(c),
+		tracer:        newTracer(c.TracerProvider),
 		runs:          map[int64]*run{},
 		nextScheduled: make(chan time.Time, 1),
 	}
@@ -304,6 +307,10 @@ type run struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer // the local deadline: cancels ctx with ErrLeaseExpired
 	phase  atomic.Int32
+
+	// Traced clients only.
+	claim trace.SpanContext // the span of the claim that got the job
+	span  trace.Span        // the handler's run: the parent of the outcome's write
 }
 
 // completeInTx moves the claim to phaseInTx, if its handler still runs.

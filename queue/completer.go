@@ -65,6 +65,7 @@ func (k *completer) flush(batch []*run) {
 		ids[i], tokens[i] = r.row.ID, int64(r.row.Token)
 	}
 	retry := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
+	start := time.Now()
 	var res []error
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
@@ -77,6 +78,9 @@ func (k *completer) flush(batch []*run) {
 		if attempt == 5 {
 			c.log.Error("queue: completions not written; the jobs run again when their leases expire", "jobs", len(batch), "err", err)
 			for _, r := range batch {
+				if c.tracer != nil {
+					c.traceWrite(r, "complete", start, len(batch), err)
+				}
 				c.forget(r)
 			}
 			return
@@ -86,6 +90,9 @@ func (k *completer) flush(batch []*run) {
 	}
 	for i, r := range batch {
 		j := r.row
+		if c.tracer != nil {
+			c.traceWrite(r, "complete", start, len(batch), res[i])
+		}
 		if res[i] == nil {
 			c.metrics.completed(j.Queue).Inc()
 		} else {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/backoff"
@@ -112,6 +113,15 @@ type Config struct {
 
 	// Logger receives the client's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// TracerProvider traces the client's claims, its jobs' handler runs
+	// and the writes of their outcomes (package tracing): aegis.queue.claim,
+	// aegis.queue.work, aegis.queue.complete (or .retry, .snooze, .cancel,
+	// .discard). A handler's context carries its job's work span, so the
+	// handler's own spans and its fence checks are children of it. Default
+	// nil: no spans, at no cost. The global provider is not read: pass
+	// otel.GetTracerProvider() to trace with it.
+	TracerProvider trace.TracerProvider
 
 	hooks *testHooks // tests only
 }

@@ -86,5 +86,20 @@
 // stuck jobs, dead letters, one job) through database/sql: aegis console's
 // queue pages read only through it. Metrics go to
 // Config.Registerer (see the metrics listed in metrics.go), logs to
-// Config.Logger.
+// Config.Logger, spans to Config.TracerProvider.
+//
+// # Tracing
+//
+// With Config.TracerProvider set, a claim that got jobs (or failed) is a
+// span, aegis.queue.claim; each job's handler run is a span,
+// aegis.queue.work, that starts a trace of its own linked to its claim's
+// and is carried by the handler's context (a fence.Check in the handler
+// is its child); the write of its outcome is a child of it,
+// aegis.queue.complete (or .retry, .snooze, .cancel, .discard), an error
+// with the event aegis.fence.refused when the fence refused it. Each
+// carries the job's queue, kind, id, attempt and token, and the client's
+// ID (package tracing). Heartbeats, the reaper and Stop's hand-backs are
+// not traced, and a job's trace does not continue the one that enqueued
+// it. Without a TracerProvider nothing is traced, at the cost of a nil
+// check per job.
 package queue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
@@ -30,13 +31,21 @@ func (c *Client) work(p *producer, r *run) {
 		c.record(r, context.Cause(r.ctx))
 		return
 	}
-	err := c.invoke(r)
+	ctx := r.ctx
+	if c.tracer != nil {
+		ctx = c.startWork(r)
+	}
+	err := c.invoke(ctx, r)
+	if r.span != nil {
+		endWork(r.span, err)
+	}
 	r.timer.Stop()
 	c.record(r, err)
 }
 
-// invoke runs the handler; a panic is an error.
-func (c *Client) invoke(r *run) (err error) {
+// invoke runs the handler with ctx (the job's, with its work span when
+// traced); a panic is an error.
+func (c *Client) invoke(ctx context.Context, r *run) (err error) {
 	h := c.cfg.Workers.lookup(r.row.Kind)
 	if h == nil {
 		return fmt.Errorf("queue: no worker for kind %q on client %s", r.row.Kind, c.cfg.ID)
@@ -46,7 +55,7 @@ func (c *Client) invoke(r *run) (err error) {
 			err = fmt.Errorf("queue: handler panicked: %v\n%s", v, debug.Stack())
 		}
 	}()
-	return h(r.ctx, r.row)
+	return h(ctx, r.row)
 }
 
 // record writes the outcome of a handler, unless the lease is lost.
@@ -65,7 +74,11 @@ func (c *Client) record(r *run, err error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
+	start := time.Now()
 	op, delay, werr := c.writeOutcome(ctx, r.row, err, log)
+	if c.tracer != nil {
+		c.traceWrite(r, op, start, 0, werr)
+	}
 	c.wroteOutcome(r.row, log, op, werr, delay)
 	c.forget(r)
 }
@@ -178,9 +191,14 @@ func (c *Client) writeDone() {
 }
 
 // completeTx is JobRow.CompleteTx.
-func (c *Client) completeTx(ctx context.Context, tx pgx.Tx, r *run) error {
+func (c *Client) completeTx(ctx context.Context, tx pgx.Tx, r *run) (err error) {
 	j := r.row
-	err := c.sql.completeOne(ctx, tx, j.ID, int64(j.Token))
+	if c.tracer != nil {
+		var span trace.Span
+		ctx, span = c.startCompleteTx(ctx, r)
+		defer func() { endWrite(span, j.Token, err) }()
+	}
+	err = c.sql.completeOne(ctx, tx, j.ID, int64(j.Token))
 	switch {
 	case errors.Is(err, aegis.ErrStale):
 		r.phase.Store(phaseLost)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aegislab/aegis/internal/backoff"
 )
 
@@ -187,6 +189,10 @@ func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 	start := time.Now()
 	jobs, err := c.sql.claim(qctx, c.pool, p.queue, n)
 	c.metrics.claimSeconds(p.queue).Observe(time.Since(start).Seconds())
+	var claim trace.SpanContext
+	if c.tracer != nil {
+		claim = c.traceClaim(p.queue, start, len(jobs), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +204,7 @@ func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 	runs := make([]*run, len(jobs))
 	c.mu.Lock()
 	for i, j := range jobs {
-		r := &run{client: c, row: j}
+		r := &run{client: c, row: j, claim: claim}
 		r.ctx, r.cancel = context.WithCancelCause(c.base)
 		j.run = r
 		r.timer = time.AfterFunc(time.Until(localDeadline(start, c.cfg.Lease)), r.expired)

@@ -30,7 +30,13 @@
 //	aegis.lease.held       true on an acquire refused because another owner's lease is live (aegis.ErrHeld)
 //	aegis.fence.resource   the fenced resource
 //	aegis.fence.current    on the event aegis.fence.refused: the token the store held
-//	aegis.queue.name, aegis.queue.kind, aegis.queue.job_id, aegis.queue.attempt, aegis.queue.claimed
+//	aegis.queue.name       a job's queue
+//	aegis.queue.kind       a job's kind
+//	aegis.queue.job_id     a job's id
+//	aegis.queue.attempt    a job's attempt, 1 for the first
+//	aegis.queue.claimed    on a claim: the jobs it got
+//	aegis.queue.batch      on a batched completion: the completions written in its statement
+//	aegis.queue.in_tx      on a completion: true when CompleteTx wrote it in the handler's transaction
 //
 // An error is recorded on its span (span.RecordError, status Error), with
 // two exceptions that are answers, not failures: an acquire refused with
@@ -79,6 +85,8 @@ const (
 	AttrJobID    attribute.Key = "aegis.queue.job_id"
 	AttrAttempt  attribute.Key = "aegis.queue.attempt"
 	AttrClaimed  attribute.Key = "aegis.queue.claimed"
+	AttrBatch    attribute.Key = "aegis.queue.batch"
+	AttrInTx     attribute.Key = "aegis.queue.in_tx"
 )
 
 // EventRefused is the name of the event a fence refusal adds to its span.
