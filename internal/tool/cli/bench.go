@@ -29,7 +29,7 @@ var benchmarks = map[string]func(ctx context.Context, args []string, stdout, std
 }
 
 const benchLeaseUsage = `
-usage: aegis bench lease --backend B [--goroutines 16] [--duration 5s] [--json]
+usage: aegis bench lease --backend B [--goroutines 16] [--duration 5s] [--tracing [--rounds 10] [--round 1s]] [--json]
 
 Bench lease measures TryAcquire followed by Release of a free key, each
 goroutine on a key of its own, against the backend's real servers (found
@@ -38,6 +38,18 @@ throughput and the p50 and p99 latency of one acquire+release. With --json
 it prints one object:
 
 	{"backend": "postgres", "goroutines": 16, "ops_per_sec": 9100.5, "p50_us": 1650, "p99_us": 4210}
+
+With --tracing it measures what OpenTelemetry tracing (package tracing)
+costs, in three arms on the same Locker: off (no TracerProvider: the
+Locker itself), never (traced, a sampler that never samples) and always
+(traced, every span sampled and exported in batches to an exporter that
+discards it). The arms run in --rounds rounds of --round each, in a
+rotating order, and it prints per arm the throughput, the p50 and p99
+latency, the process's CPU time per operation and the throughput's ratio
+to off; --duration is not used. With --json it prints one object:
+
+	{"backend": "postgres", "goroutines": 16, "rounds": 10, "round_ms": 1000, "loadavg_start": "0.12 0.30 0.41", "loadavg_end": "…",
+	 "arms": [{"arm": "off", "ops": 91005, "ops_per_sec": 9100.5, "p50_us": 1650, "p99_us": 4210, "cpu_us_per_op": 61.2, "ops_ratio_to_off": 1}, …]}
 `
 
 func subjects() string { return strings.Join(slices.Sorted(maps.Keys(benchmarks)), ", ") }
@@ -72,6 +84,9 @@ func runBenchLease(ctx context.Context, args []string, stdout, stderr io.Writer)
 	goroutines := fs.Int("goroutines", 16, "concurrent `goroutines`")
 	duration := fs.Duration("duration", 5*time.Second, "how long to measure")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	traced := fs.Bool("tracing", false, "compare tracing off, never sampled and always sampled, in interleaved rounds")
+	rounds := fs.Int("rounds", 10, "with --tracing: `rounds` of every arm")
+	round := fs.Duration("round", time.Second, "with --tracing: how long each arm runs per round")
 	servers := serverFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -83,6 +98,10 @@ func runBenchLease(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usagef("--goroutines %d: must be at least 1", *goroutines)
 	case *duration <= 0:
 		return usagef("--duration %s: must be positive", *duration)
+	case *rounds < 1:
+		return usagef("--rounds %d: must be at least 1", *rounds)
+	case *round <= 0:
+		return usagef("--round %s: must be positive", *round)
 	case !slices.Contains(backend.Names(), *name):
 		return usagef("unknown backend %q (known: %s)", *name, strings.Join(backend.Names(), ", "))
 	case fs.NArg() > 0:
@@ -99,6 +118,9 @@ func runBenchLease(ctx context.Context, args []string, stdout, stderr io.Writer)
 	keys := make([]string, *goroutines)
 	for g := range keys {
 		keys[g] = fmt.Sprintf("aegis-bench/%x/%d", run, g)
+	}
+	if *traced {
+		return benchTracing(ctx, l, *name, keys, *rounds, *round, *asJSON, stdout)
 	}
 	const ttl = time.Minute
 	res, err := measure.Run(ctx, *goroutines, *duration, func(g int) error {

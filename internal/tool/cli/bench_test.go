@@ -23,6 +23,49 @@ func TestBenchLeaseJSON(t *testing.T) {
 	require.Len(t, got, 5)
 }
 
+// TestBenchLeaseTracingJSON: --tracing runs the three arms and reports
+// each, off first.
+func TestBenchLeaseTracingJSON(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, "bench", "lease", "--backend", "memory", "--goroutines", "2", "--tracing", "--rounds", "2", "--round", "20ms", "--json")
+	require.Equal(t, 0, code, stderr)
+	var got struct {
+		Backend    string `json:"backend"`
+		Goroutines int    `json:"goroutines"`
+		Rounds     int    `json:"rounds"`
+		RoundMS    int    `json:"round_ms"`
+		LoadStart  string `json:"loadavg_start"`
+		Arms       []struct {
+			Arm       string  `json:"arm"`
+			Ops       int     `json:"ops"`
+			OpsPerSec float64 `json:"ops_per_sec"`
+			P50us     float64 `json:"p50_us"`
+			Ratio     float64 `json:"ops_ratio_to_off"`
+		} `json:"arms"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got), "stdout is one JSON object: %s", stdout)
+	require.Equal(t, "memory", got.Backend)
+	require.Equal(t, 2, got.Goroutines)
+	require.Equal(t, 2, got.Rounds)
+	require.Equal(t, 20, got.RoundMS)
+	require.NotEmpty(t, got.LoadStart)
+	require.Len(t, got.Arms, 3)
+	for i, want := range []string{"off", "never", "always"} {
+		a := got.Arms[i]
+		require.Equal(t, want, a.Arm)
+		require.GreaterOrEqual(t, a.Ops, 2*2, "%s: each goroutine makes one call a round at least", want)
+		require.Positive(t, a.OpsPerSec, want)
+		require.Positive(t, a.Ratio, want)
+	}
+	require.EqualValues(t, 1, got.Arms[0].Ratio)
+
+	code, stdout, stderr = run(t, "bench", "lease", "--backend", "memory", "--goroutines", "2", "--tracing", "--rounds", "1", "--round", "10ms")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "| arm | acquire+release/s | p50 µs | p99 µs | client CPU µs/op | ratio to off |")
+	require.Contains(t, stdout, "| off: the Locker as it is")
+	require.Contains(t, stdout, "| always: traced, every span sampled")
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -35,6 +78,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "lease", "--backend", "nope"}, `unknown backend "nope"`},
 		{[]string{"bench", "lease", "--backend", "memory", "--goroutines", "0"}, "--goroutines 0: must be at least 1"},
 		{[]string{"bench", "lease", "--backend", "memory", "--duration", "-1s"}, "--duration -1s: must be positive"},
+		{[]string{"bench", "lease", "--backend", "memory", "--tracing", "--rounds", "0"}, "--rounds 0: must be at least 1"},
+		{[]string{"bench", "lease", "--backend", "memory", "--tracing", "--round", "0s"}, "--round 0s: must be positive"},
 		{[]string{"bench", "queue", "--jobs", "0"}, "--jobs 0: must be between 1 and 10000000"},
 		{[]string{"bench", "queue", "--workers", "-3"}, "--workers -3: must be between 1 and 10000"},
 		{[]string{"bench", "queue", "extra"}, `unexpected argument "extra"`},
