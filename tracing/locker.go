@@ -98,15 +98,20 @@ type locker struct {
 
 var _ aegis.Locker = (*locker)(nil)
 
-// start starts the span of one call on key.
-func (t *locker) start(ctx context.Context, name, key string, more ...attribute.KeyValue) (context.Context, trace.Span) {
-	attrs := make([]attribute.KeyValue, 0, len(t.attrs)+1+len(more))
-	attrs = append(append(append(attrs, Key(key)), t.attrs...), more...)
+// start starts the span of one call on key, with the lease's token when
+// the call has a lease (token > 0). The attributes are given at the start,
+// where a sampler sees them; they are built in one allocation.
+func (t *locker) start(ctx context.Context, name, key string, token aegis.Token) (context.Context, trace.Span) {
+	attrs := make([]attribute.KeyValue, 0, len(t.attrs)+2)
+	attrs = append(append(attrs, Key(key)), t.attrs...)
+	if token > 0 {
+		attrs = append(attrs, Token(token))
+	}
 	return t.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
 }
 
 func (t *locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
-	ctx, span := t.start(ctx, "aegis.lease.acquire", key)
+	ctx, span := t.start(ctx, "aegis.lease.acquire", key, 0)
 	defer span.End()
 	lease, err := t.l.TryAcquire(ctx, key, ttl)
 	granted(span, lease, err)
@@ -115,6 +120,9 @@ func (t *locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 
 // granted records the outcome of an acquire on its span.
 func granted(span trace.Span, lease *aegis.Lease, err error) {
+	if !span.IsRecording() {
+		return
+	}
 	switch {
 	case err == nil && lease != nil:
 		span.SetAttributes(Token(lease.Token))
@@ -127,7 +135,7 @@ func granted(span trace.Span, lease *aegis.Lease, err error) {
 
 func (t *locker) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
 	key, token, owner := leaseOf(l)
-	ctx, span := t.start(ctx, "aegis.lease.renew", key, Token(token))
+	ctx, span := t.start(ctx, "aegis.lease.renew", key, token)
 	defer span.End()
 	err := t.l.Renew(ctx, l, ttl)
 	failHiding(span, err, owner)
@@ -136,7 +144,7 @@ func (t *locker) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) e
 
 func (t *locker) Release(ctx context.Context, l *aegis.Lease) error {
 	key, token, owner := leaseOf(l)
-	ctx, span := t.start(ctx, "aegis.lease.release", key, Token(token))
+	ctx, span := t.start(ctx, "aegis.lease.release", key, token)
 	defer span.End()
 	err := t.l.Release(ctx, l)
 	failHiding(span, err, owner)
@@ -157,7 +165,7 @@ func (t *locker) Unwrap() aegis.Locker { return t.l }
 
 // wait is the traced blocking Acquire of a Waiter.
 func (t *locker) wait(ctx context.Context, w aegis.Waiter, key string, ttl time.Duration) (*aegis.Lease, error) {
-	ctx, span := t.start(ctx, "aegis.lease.wait", key)
+	ctx, span := t.start(ctx, "aegis.lease.wait", key, 0)
 	defer span.End()
 	lease, err := w.Acquire(ctx, key, ttl)
 	if err != nil && ctx.Err() != nil {
