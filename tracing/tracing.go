@@ -15,9 +15,9 @@
 //	aegis.lease.acquire   one TryAcquire (also each attempt of aegis.Acquire)
 //	aegis.lease.wait      the blocking Acquire of a Locker that queues waiters in its store (aegis.Waiter)
 //	aegis.lease.renew     one Renew, also the renewals of aegis.Hold and aegis.Keep
-//	aegis.lease.release   one Release (Held.Release, Held.ReleaseAfter's Renew is a renew)
+//	aegis.lease.release   one Release, also Held.Release's (Held.ReleaseAfter's is a renew)
 //	aegis.fence.check     fence.Check, CheckSQL, CheckLease, CheckLeaseSQL
-//	aegis.queue.claim     one claim statement of a queue client (up to n jobs)
+//	aegis.queue.claim     one claim statement of a queue client that got jobs or failed (an idle poll is none)
 //	aegis.queue.work      one job's handler run; its context carries the span
 //	aegis.queue.complete  one job's completion (also retry, snooze, cancel, discard: aegis.queue.<op>)
 //
@@ -29,7 +29,7 @@
 //	aegis.backend          the Locker's package (pglease, redislease, …), or the name given to [Locker]
 //	aegis.lease.held       true on an acquire refused because another owner's lease is live (aegis.ErrHeld)
 //	aegis.fence.resource   the fenced resource
-//	aegis.fence.current    on the event aegis.fence.refused: the token the store held
+//	aegis.fence.current    on the event aegis.fence.refused: the token the store held (0: not read, as for the queue's writes)
 //	aegis.queue.name       a job's queue
 //	aegis.queue.kind       a job's kind
 //	aegis.queue.job_id     a job's id
@@ -48,9 +48,11 @@
 // # What is never recorded
 //
 // A lease's Owner: for Redis and Redlock it is the secret that renews and
-// releases the lease. No span attribute, event or recorded error carries
-// it (an error text that contained the owner would have it replaced by
-// "[owner]"), nor a DSN or a password: Aegis's errors never contain those.
+// releases the lease. No span attribute or event carries it, and no error
+// Aegis records does (its errors never contain it; should a Locker's
+// Renew or Release error contain the owner of the lease it was given, the
+// recorded text has it replaced by "[owner]"). Nor a DSN or a password,
+// which Aegis's errors never contain either.
 //
 // # What it does not do
 //
