@@ -51,9 +51,9 @@ func ExampleLocker() {
 		for _, kv := range s.Attributes {
 			switch kv.Key {
 			case tracing.AttrToken:
-				token = " token " + kv.Value.Emit()
+				token = " token " + kv.Value.String()
 			case tracing.AttrKey:
-				key = " key " + kv.Value.Emit()
+				key = " key " + kv.Value.String()
 			}
 		}
 		fmt.Printf("%s%s%s: %s\n", s.Name, key, token, parent)
