@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // writeTimeout bounds a write the client makes on its own (a completion, a
@@ -100,7 +101,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		log:           c.Logger.With("queue_client", c.ID),
 		metrics:       m,
 		sql:           newStatements(c),
-		tracer:        newTracer(c.TracerProvider),
+		tracer:        tracing.Tracer(c.TracerProvider, scopeName),
 		runs:          map[int64]*run{},
 		nextScheduled: make(chan time.Time, 1),
 	}

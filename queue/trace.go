@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/tracing"
@@ -26,17 +25,6 @@ import (
 
 // scopeName is the instrumentation scope of the queue's spans.
 const scopeName = "github.com/aegislab/aegis/queue"
-
-// newTracer is tp's tracer, or nil when tp traces nothing.
-func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		return nil
-	}
-	if _, ok := tp.(noop.TracerProvider); ok {
-		return nil
-	}
-	return tp.Tracer(scopeName)
-}
 
 // traceClaim records the span of a claim of the queue that began at
 // start and got n jobs or err, and returns its span context (invalid when

@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aegislab/aegis"
 )
@@ -46,13 +45,11 @@ func Locker(l aegis.Locker, tp trace.TracerProvider, attrs ...attribute.KeyValue
 	if l == nil {
 		return nilLocker{}
 	}
-	if tp == nil {
+	tracer := Tracer(tp, ScopeName)
+	if tracer == nil {
 		return l
 	}
-	if _, ok := tp.(noop.TracerProvider); ok {
-		return l
-	}
-	t := &locker{l: l, tracer: tp.Tracer(ScopeName)}
+	t := &locker{l: l, tracer: tracer}
 	if !slices.ContainsFunc(attrs, func(kv attribute.KeyValue) bool { return kv.Key == AttrBackend }) {
 		t.attrs = append(t.attrs, Backend(backendName(l)))
 	}

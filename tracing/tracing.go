@@ -69,6 +69,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aegislab/aegis"
 )
@@ -111,6 +112,21 @@ func Backend(name string) attribute.KeyValue { return AttrBackend.String(name) }
 
 // Resource is the aegis.fence.resource attribute: a fenced resource.
 func Resource(name string) attribute.KeyValue { return AttrResource.String(name) }
+
+// Tracer returns tp's tracer for the instrumentation scope (the importing
+// package's path, as "github.com/aegislab/aegis/queue"), or nil when tp is
+// nil or OpenTelemetry's no-op provider: a package keeps the result and
+// checks it for nil on its hot paths, so that tracing off costs a nil
+// check. Start takes the nil tracer too.
+func Tracer(tp trace.TracerProvider, scope string) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return nil
+	}
+	return tp.Tracer(scope)
+}
 
 // Start starts a span named name, a child of ctx's span if it has one,
 // with attrs, and returns it with a context that carries it. The caller

@@ -317,6 +317,18 @@ func TestNilLocker(t *testing.T) {
 	require.Empty(t, rec.Ended())
 }
 
+// TestTracer: nil and the no-op provider give no tracer; a provider, its
+// tracer for the scope.
+func TestTracer(t *testing.T) {
+	t.Parallel()
+	tp, rec := newProvider(t)
+	require.Nil(t, tracing.Tracer(nil, "s"))
+	require.Nil(t, tracing.Tracer(noop.NewTracerProvider(), "s"))
+	_, span := tracing.Start(t.Context(), tracing.Tracer(tp, "github.com/aegislab/aegis/schedule"), "aegis.schedule.fire")
+	span.End()
+	require.Equal(t, "github.com/aegislab/aegis/schedule", requireOne(t, rec, "aegis.schedule.fire").InstrumentationScope().Name)
+}
+
 // TestStart: Start with a tracer starts a child of ctx's span with the
 // attributes; with a nil one it returns ctx and a span that records
 // nothing, whose End cannot end the caller's.
