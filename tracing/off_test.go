@@ -47,7 +47,7 @@ func TestNothingWithoutProvider(t *testing.T) {
 	require.Same(t, raw, l, "no TracerProvider: the Locker itself")
 
 	key := testenv.Key(t)
-	h, err := aegis.Hold(ctx, l, key, 300*time.Millisecond)
+	h, err := aegis.Hold(ctx, l, key, 2*time.Second) // a renewal every ~667ms
 	require.NoError(t, err)
 	first := h.Lease().Deadline
 	require.Eventually(t, func() bool { return h.Lease().Deadline.After(first) }, 30*time.Second, time.Millisecond,

@@ -214,7 +214,7 @@ func TestAcquireAndHold(t *testing.T) {
 		t.Fatal("Acquire was not granted within 30s of the release")
 	}
 
-	const ttl = 60 * time.Millisecond // renewals every 20ms
+	const ttl = 300 * time.Millisecond // renewals every 100ms
 	h, err := aegis.Hold(ctx, l, "held", ttl)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(named(rec, "aegis.lease.renew")) >= 2 }, 30*time.Second, time.Millisecond,
