@@ -73,7 +73,7 @@ func TestConfigValidate(t *testing.T) {
 // default catalog's one-second job).
 func TestStrategyExcludes(t *testing.T) {
 	t.Parallel()
-	all := []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate, lab.HarmRetryDuplicate}
+	all := []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmRefire}
 	run := func(strategy string, fence bool, skews ...string) lab.Config {
 		c := lab.DefaultConfig()
 		c.Strategy, c.Fence = strategy, fence
@@ -92,14 +92,14 @@ func TestStrategyExcludes(t *testing.T) {
 		{run("none", true), nil},
 		{run("pg-advisory", true), nil},
 		{run("pg-lease", true), all},
-		{run("pg-lease", false), []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate}},
+		{run("pg-lease", false), []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmRefire}},
 		{run("pg-lease", true, "skew:node2=+499ms"), all},
 		{run("pg-lease", true, "skew:node2=+300ms", "skew:node3=-200ms"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
 		{run("pg-lease", false, "skew:node1=+500ms"), nil},
 		{run("etcd", true, "skew:node1=-1s"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
-		{run("pg-unique", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate}},
-		{run("pg-unique", false), []lab.Harm{lab.HarmDuplicate}},
-		{run("queue", true, "skew:node1=+5s"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate}},
+		{run("pg-unique", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate, lab.HarmRefire}},
+		{run("pg-unique", false), []lab.Harm{lab.HarmDuplicate, lab.HarmRefire}},
+		{run("queue", true, "skew:node1=+5s"), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmDuplicate, lab.HarmRefire}},
 		{run("optimistic", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},
 		{run("optimistic", false), nil},
 		{run("redis", true), []lab.Harm{lab.HarmLostUpdate, lab.HarmStaleAccepted}},

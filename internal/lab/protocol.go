@@ -21,7 +21,7 @@ const (
 	EvPong     = "pong"     // the answer to a ping (Ping: its number); the lab keeps no event of it
 	EvAcquired = "acquired" // runs tick of job under token: the lease, claim or run is this node's
 	EvRenewed  = "renewed"  // the keep-alive renewed a running tick's lease or run row (until: its new expiry)
-	EvEnter    = "enter"    // about to read the job's ledger: the read's invocation
+	EvEnter    = "enter"    // about to read the job's ledger: the read's invocation (its at is the audit row's entered_ms)
 	EvEntered  = "entered"  // read the ledger (value): in the critical section
 	EvWriting  = "writing"  // the work is done; the write begins
 	EvStale    = "stale"    // the fence refused the attempt (detail: read or write)
@@ -65,7 +65,11 @@ type NodeEvent struct {
 	// Late: on misfired, how long after the tick's fire time the node saw
 	// it could not start it (ns); 0 for a tick its own previous run held
 	// up (overlap forbid).
-	Late   int64  `json:"late,omitempty"`
+	Late int64 `json:"late,omitempty"`
+	// Stamp: on executed, the at_ms of the EXECUTED row that committed
+	// (Unix ms, stamped in its write transaction); 0 when the node does not
+	// know which of its tries landed (a retry found the row there).
+	Stamp  int64  `json:"stamp,omitempty"`
 	Ping   int64  `json:"ping,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }

@@ -42,6 +42,12 @@ type Report struct {
 	MissedTicks int `json:"missed_ticks"`
 	// LostUpdates is committed effects minus the final ledger values.
 	LostUpdates int64 `json:"lost_updates"`
+	// Refires counts job ticks run again after they had succeeded: commits
+	// whose critical section entered after another commit of the same
+	// tick; RetriedRefires those of them by a reaper's retry of a run
+	// whose end was lost (or the run it retried).
+	Refires        int `json:"refires"`
+	RetriedRefires int `json:"retried_refires"`
 	// Checker is ok, violation or unknown (a check timed out).
 	Checker string `json:"checker"`
 	// Harms lists the harms the run showed (HarmDuplicate, …), from the
@@ -82,15 +88,18 @@ type JobReport struct {
 	DuplicatesApplied int    `json:"duplicates_applied"`
 	// Retries counts the duplicates applied by a reaper's retry of a run
 	// that had crashed after its commit.
-	Retries       int    `json:"retried_duplicates"`
-	LostUpdates   int64  `json:"lost_updates"`
-	MissedTicks   int    `json:"missed_ticks"`
-	StaleRejected int    `json:"stale_rejected"`
-	Ledger        int64  `json:"ledger"` // the final ledger value
-	Checker       string `json:"checker"`
-	Reason        string `json:"reason,omitempty"` // the checker's, for a violation
-	Harms         []Harm `json:"harms"`
-	Visualisation string `json:"visualisation,omitempty"`
+	Retries     int   `json:"retried_duplicates"`
+	LostUpdates int64 `json:"lost_updates"`
+	// Refires and RetriedRefires are the report's, for this job.
+	Refires        int    `json:"refires"`
+	RetriedRefires int    `json:"retried_refires"`
+	MissedTicks    int    `json:"missed_ticks"`
+	StaleRejected  int    `json:"stale_rejected"`
+	Ledger         int64  `json:"ledger"` // the final ledger value
+	Checker        string `json:"checker"`
+	Reason         string `json:"reason,omitempty"` // the checker's, for a violation
+	Harms          []Harm `json:"harms"`
+	Visualisation  string `json:"visualisation,omitempty"`
 }
 
 // ConfigJSON is a run's configuration in the report: every flag of `aegis
@@ -130,6 +139,11 @@ const (
 	// HarmStaleAccepted: a write accepted with a token lower than one
 	// already accepted, or equal to one from another holder.
 	HarmStaleAccepted Harm = "stale-accepted"
+	// HarmRefire: a tick run again, and committed, after a run of it had
+	// committed, not by a reaper's retry: a second run of one attempt (a
+	// lease granted again, a run key claimed again). Every such tick is a
+	// duplicate too.
+	HarmRefire Harm = "re-fire"
 )
 
 // TickRow is one job tick of the per-tick table: what each node did.
@@ -171,15 +185,15 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	jw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(jw, "job\tevery\tticks\texecutions\tduplicates_applied\tstale_rejected\tmissed_ticks\tlost_updates\tledger\tchecker\t\n")
+	fmt.Fprint(jw, "job\tevery\tticks\texecutions\tduplicates_applied\trefires\tstale_rejected\tmissed_ticks\tlost_updates\tledger\tchecker\t\n")
 	for _, j := range r.Jobs {
-		fmt.Fprintf(jw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", j.Name, j.Every, j.Ticks, j.Executions,
-			j.DuplicatesApplied, j.StaleRejected, j.MissedTicks, j.LostUpdates, j.Ledger, j.Checker)
+		fmt.Fprintf(jw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", j.Name, j.Every, j.Ticks, j.Executions,
+			j.DuplicatesApplied, j.Refires, j.StaleRejected, j.MissedTicks, j.LostUpdates, j.Ledger, j.Checker)
 	}
 	_ = jw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "ticks %d, executions %d, duplicate_ticks %d, duplicates_applied %d, stale_rejected %d, missed_ticks %d, lost_updates %d\n",
-		r.Ticks, r.Executions, r.DuplicateTicks, r.DuplicatesApplied, r.StaleRejected, r.MissedTicks, r.LostUpdates)
+	fmt.Fprintf(w, "ticks %d, executions %d, duplicate_ticks %d, duplicates_applied %d, refires %d (retried %d), stale_rejected %d, missed_ticks %d, lost_updates %d\n",
+		r.Ticks, r.Executions, r.DuplicateTicks, r.DuplicatesApplied, r.Refires, r.RetriedRefires, r.StaleRejected, r.MissedTicks, r.LostUpdates)
 	fmt.Fprintf(w, "checker: %s", r.Checker)
 	switch r.Checker {
 	case CheckOK:
@@ -286,6 +300,8 @@ func (rep *Report) Add(jr JobReport) {
 	rep.StaleRejected += jr.StaleRejected
 	rep.MissedTicks += jr.MissedTicks
 	rep.LostUpdates += jr.LostUpdates
+	rep.Refires += jr.Refires
+	rep.RetriedRefires += jr.RetriedRefires
 	rep.Balance += jr.Ledger
 	for _, h := range jr.Harms {
 		if !slices.Contains(rep.Harms, h) {

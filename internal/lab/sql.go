@@ -68,14 +68,21 @@ CREATE TABLE IF NOT EXISTS aegis_lab_optimistic (
 DROP TABLE IF EXISTS aegis_lab_balance;
 DROP TABLE IF EXISTS aegis_lab_claim`}
 
+// Version 3: when each audit row's critical section entered (began its
+// read), by the writer's real clock, so that SQL can tell a tick run again
+// after it had committed (a re-fire) from two runs at once. Rows written
+// before it have 0: never after anything.
+var storeMigrationsV3 = migrate.Migration{Version: 3, SQL: `
+ALTER TABLE aegis_lab_audit ADD COLUMN entered_ms bigint NOT NULL DEFAULT 0`}
+
 const (
 	InsertLedgerSQL = `INSERT INTO aegis_lab_ledger (run, job, value) VALUES ($1, $2, 0)`
 	ReadLedgerSQL   = `SELECT value FROM aegis_lab_ledger WHERE run = $1 AND job = $2`
 	WriteLedgerSQL  = `UPDATE aegis_lab_ledger SET value = $3 WHERE run = $1 AND job = $2`
 	LedgersSQL      = `SELECT job, value FROM aegis_lab_ledger WHERE run = $1`
-	AuditSQL        = `INSERT INTO aegis_lab_audit (run, attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
-	AuditRowsSQL = `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
+	AuditSQL        = `INSERT INTO aegis_lab_audit (run, attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms, entered_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	AuditRowsSQL = `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms, entered_ms
 FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
 
 	// The store's own account of a run's harm, per job: what the
@@ -88,6 +95,21 @@ FROM aegis_lab_audit WHERE run = $1 ORDER BY at_ms, attempt`
 	StoreLostSQL = `SELECT l.job, (SELECT count(*) FROM aegis_lab_audit a
 	WHERE a.run = l.run AND a.job = l.job AND a.status = 'EXECUTED') - l.value
 FROM aegis_lab_ledger l WHERE l.run = $1`
+	// StoreRefiresSQL counts, per job, the re-fires: EXECUTED rows whose
+	// critical section entered after another EXECUTED row of its (job,
+	// tick) was stamped (at_ms is stamped in the write transaction, just
+	// before its commit); and of them the retried ones, which share their
+	// run attempt with none of those earlier rows (a reaper's retry and
+	// the run it retried, not two runs of one attempt).
+	StoreRefiresSQL = `SELECT a.job, count(*), coalesce(sum(CASE WHEN NOT EXISTS (
+		SELECT 1 FROM aegis_lab_audit b WHERE b.run = a.run AND b.job = a.job AND b.tick = a.tick
+		AND b.status = 'EXECUTED' AND b.attempt <> a.attempt AND b.at_ms < a.entered_ms -- committed before a entered
+		AND b.run_attempt = a.run_attempt) THEN 1 ELSE 0 END), 0)
+FROM aegis_lab_audit a
+WHERE a.run = $1 AND a.status = 'EXECUTED' AND EXISTS (
+	SELECT 1 FROM aegis_lab_audit b WHERE b.run = a.run AND b.job = a.job AND b.tick = a.tick
+	AND b.status = 'EXECUTED' AND b.attempt <> a.attempt AND b.at_ms < a.entered_ms)
+GROUP BY a.job`
 
 	// optimistic: a row per job's lease key, claimed by compare-and-set
 	// on its version.
@@ -111,7 +133,7 @@ func MigrateStore(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("lab: store: %w", err)
 	}
-	if err := migrate.Apply(ctx, db, d, "lab", append(slices.Clone(storeMigrations), storeMigrationsV2)); err != nil {
+	if err := migrate.Apply(ctx, db, d, "lab", append(slices.Clone(storeMigrations), storeMigrationsV2, storeMigrationsV3)); err != nil {
 		return fmt.Errorf("lab: store: %w", err)
 	}
 	if err := fence.MigrateSQL(ctx, db); err != nil {

@@ -249,12 +249,14 @@ func (s Strategy) Excludes(cfg Config) []Harm {
 	if g.Ledger {
 		out = append(out, HarmLostUpdate, HarmStaleAccepted)
 	}
+	// A fresh re-fire (a tick run again after it committed, not by a
+	// retry) is a duplicate: excluded wherever duplicates are.
 	switch g.Once {
 	case OnceRetry:
-		out = append(out, HarmDuplicate)
+		out = append(out, HarmDuplicate, HarmRefire)
 	case OnceSkew:
 		if cfg.maxSkewApart() < cfg.minLockAtLeastFor() {
-			out = append(out, HarmDuplicate, HarmRetryDuplicate)
+			out = append(out, HarmDuplicate, HarmRetryDuplicate, HarmRefire)
 		}
 	}
 	return out

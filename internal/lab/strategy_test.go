@@ -37,16 +37,16 @@ func TestExcludes(t *testing.T) {
 		c.Strategy, c.Fence, c.Chaos = strategy, fence, chaos
 		return c
 	}
-	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate, HarmRetryDuplicate}, mustLookup(t, "etcd").Excludes(cfg("etcd", true)))
-	require.ElementsMatch(t, []Harm{HarmDuplicate, HarmRetryDuplicate}, mustLookup(t, "etcd").Excludes(cfg("etcd", false)))
+	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate, HarmRetryDuplicate, HarmRefire}, mustLookup(t, "etcd").Excludes(cfg("etcd", true)))
+	require.ElementsMatch(t, []Harm{HarmDuplicate, HarmRetryDuplicate, HarmRefire}, mustLookup(t, "etcd").Excludes(cfg("etcd", false)))
 	// LockAtLeastFor is half the shortest cadence (1s): 500ms.
-	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate, HarmRetryDuplicate},
+	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate, HarmRetryDuplicate, HarmRefire},
 		mustLookup(t, "etcd").Excludes(cfg("etcd", true, Chaos{Kind: Skew, Target: "node2", Offset: 400 * 1e6})))
 	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted},
 		mustLookup(t, "etcd").Excludes(cfg("etcd", true, Chaos{Kind: Skew, Target: "node2", Offset: 300 * 1e6}, Chaos{Kind: Skew, Target: "node3", Offset: -300 * 1e6})),
 		"600ms apart: a tick may run twice")
-	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate}, mustLookup(t, "pg-unique").Excludes(cfg("pg-unique", true)))
-	require.ElementsMatch(t, []Harm{HarmDuplicate}, mustLookup(t, "queue").Excludes(cfg("queue", false)))
+	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted, HarmDuplicate, HarmRefire}, mustLookup(t, "pg-unique").Excludes(cfg("pg-unique", true)))
+	require.ElementsMatch(t, []Harm{HarmDuplicate, HarmRefire}, mustLookup(t, "queue").Excludes(cfg("queue", false)))
 	require.Empty(t, mustLookup(t, "none").Excludes(cfg("none", true)))
 	require.ElementsMatch(t, []Harm{HarmLostUpdate, HarmStaleAccepted}, mustLookup(t, "redis").Excludes(cfg("redis", true)))
 	require.Empty(t, mustLookup(t, "pg-nobump").Excludes(cfg("pg-nobump", true)))

@@ -29,6 +29,9 @@ type section struct {
 	fenced  bool
 	// deadline is when a failing write gives up (the tick's window).
 	deadline time.Time
+	// enteredMS is when the section entered (its enter event's time, Unix
+	// ms), written in its audit row.
+	enteredMS int64
 }
 
 // handle is the catalog handler every node registers: the job's critical
@@ -70,7 +73,10 @@ func (s section) event(kind string) lab.NodeEvent {
 // fenced, present the token to the fence), work, then write ledger + 1 and
 // the EXECUTED row in one transaction (fenced: through the fence).
 func (n *node) critical(ctx context.Context, s section) {
-	n.emit(s.event(lab.EvEnter))
+	enter := s.event(lab.EvEnter)
+	enter.At = time.Now().UnixNano()
+	s.enteredMS = enter.At / int64(time.Millisecond)
+	n.emit(enter)
 	value, err := n.read(ctx, s)
 	switch {
 	case isStale(err):
@@ -97,10 +103,14 @@ func (n *node) critical(ctx context.Context, s section) {
 	// until the tick's window ends, as a client with retries does.
 	next := value + 1
 	for {
-		err = n.write(context.WithoutCancel(ctx), s, next)
+		var stamp int64
+		stamp, err = n.write(context.WithoutCancel(ctx), s, next)
 		if err == nil || lab.IsUniqueViolation(err) { // a retry of a commit that landed
 			e := s.event(lab.EvExecuted)
 			e.Value = &next
+			if err == nil {
+				e.Stamp = stamp // else an earlier try's row landed, stamped then
+			}
 			n.emit(e)
 			return
 		}
@@ -211,36 +221,39 @@ func (n *node) read(ctx context.Context, s section) (int64, error) {
 	return value, tx.Commit()
 }
 
-// write is the critical section's second transaction.
-func (n *node) write(ctx context.Context, s section, value int64) error {
+// write is the critical section's second transaction. It returns the
+// at_ms its audit row was stamped with.
+func (n *node) write(ctx context.Context, s section, value int64) (stamp int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tx, err := n.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	// The audit row first: a retry of a commit that landed (its answer lost
 	// to a cut connection) then fails on the attempt's primary key, which
 	// the caller reads as executed, before the fence, which a successor may
 	// have moved on since, can call the landed commit stale.
-	if err := n.auditIn(ctx, tx, s, "EXECUTED", &value); err != nil {
-		return err
+	if stamp, err = n.auditIn(ctx, tx, s, "EXECUTED", &value); err != nil {
+		return 0, err
 	}
 	if err := n.check(ctx, tx, s); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, lab.WriteLedgerSQL, n.c.Run, s.job, value); err != nil {
-		return err
+		return 0, err
 	}
-	return tx.Commit()
+	return stamp, tx.Commit()
 }
 
-// auditIn writes s's audit row in tx.
-func (n *node) auditIn(ctx context.Context, tx *sql.Tx, s section, status string, value *int64) error {
+// auditIn writes s's audit row in tx, stamped now (at_ms, which it
+// returns).
+func (n *node) auditIn(ctx context.Context, tx *sql.Tx, s section, status string, value *int64) (int64, error) {
+	at := time.Now().UnixMilli()
 	_, err := tx.ExecContext(ctx, lab.AuditSQL, n.c.Run, s.attempt, s.job, s.tick, n.c.Node, int64(s.token),
-		lab.OwnerHash(s.lease.Owner), s.run, status, value, time.Now().UnixMilli())
-	return err
+		lab.OwnerHash(s.lease.Owner), s.run, status, value, at, s.enteredMS)
+	return at, err
 }
 
 // audit records a refused attempt; it is informational (aegis inspect), so
@@ -251,7 +264,7 @@ func (n *node) audit(ctx context.Context, s section, status string, value *int64
 	tx, err := n.db.BeginTx(actx, nil)
 	if err == nil {
 		defer tx.Rollback()
-		if err = n.auditIn(actx, tx, s, status, value); err == nil {
+		if _, err = n.auditIn(actx, tx, s, status, value); err == nil {
 			err = tx.Commit()
 		}
 	}

@@ -451,7 +451,9 @@ func (c *nodeClock) Wake(at time.Time) (<-chan struct{}, func()) {
 }
 
 func (n *node) emit(e lab.NodeEvent) {
-	e.At = time.Now().UnixNano()
+	if e.At == 0 { // else the caller's: a time it also wrote to the store
+		e.At = time.Now().UnixNano()
+	}
 	n.outMu.Lock()
 	defer n.outMu.Unlock()
 	_ = n.out.Encode(e) // os.Stdout is unbuffered: a SIGKILL loses no line

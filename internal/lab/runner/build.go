@@ -28,6 +28,7 @@ type auditRow struct {
 	Status     string
 	Value      sql.NullInt64
 	AtMS       int64
+	EnteredMS  int64
 }
 
 // checkTimeout bounds each job's linearizability check; past it the job's
@@ -69,6 +70,7 @@ func (r *Run) buildReport() (*lab.Report, error) {
 			jr.Checker, jr.Reason, jr.Visualisation = v.Verdict, v.Reason, v.HTML
 		}
 		r.judge(&jr, st.duplicates[j.Name], st.lost[j.Name], rep)
+		r.judgeRefiresLocked(&jr, st.refires[j.Name], rep)
 		rep.Add(jr)
 	}
 	if r.cfg.Standby > 0 {
@@ -95,6 +97,7 @@ type storeAccount struct {
 	lost       map[string]int64
 	committed  map[string]bool // by attempt
 	executions map[jobTick][]auditRow
+	refires    map[string]refireCount
 }
 
 // readStore reads the store's account of the run.
@@ -112,6 +115,9 @@ func (r *Run) readStore(ctx context.Context) (*storeAccount, error) {
 	}
 	if st.lost, err = readCounts[int64](ctx, r.db, lab.StoreLostSQL, r.ID); err != nil {
 		return nil, fmt.Errorf("lab: count the lost updates: %w", err)
+	}
+	if st.refires, err = readRefires(ctx, r.db, r.ID); err != nil {
+		return nil, err
 	}
 	for _, a := range audit {
 		if a.Status == "EXECUTED" {
@@ -246,6 +252,8 @@ func (r *Run) jobReportLocked(j lab.JobSpec, fires []int, st *storeAccount, sect
 		}
 	}
 	jr.LostUpdates = effects - jr.Ledger
+	rc := refiresOf(st.executions, j.Name)
+	jr.Refires, jr.RetriedRefires = rc.all, rc.retried
 	return jr
 }
 
@@ -299,6 +307,25 @@ func (r *Run) judge(jr *lab.JobReport, dups int, lost int64, rep *lab.Report) {
 	}
 }
 
+// judgeRefiresLocked names a job's fresh re-fires as a harm and compares
+// its re-fires in the store with SQL's count and with the nodes' record
+// (the sections as they reported them, before the audit completed them).
+func (r *Run) judgeRefiresLocked(jr *lab.JobReport, sqlCount refireCount, rep *lab.Report) {
+	if jr.Refires > jr.RetriedRefires {
+		jr.Harms = append(jr.Harms, lab.HarmRefire)
+	}
+	var secs []*sectionRecord
+	for _, id := range r.order {
+		if s := r.sections[id]; s.Job == jr.Name {
+			secs = append(secs, s)
+		}
+	}
+	if disagree := judgeRefires(jr, sqlCount, recordRefires(secs)); disagree != "" {
+		rep.StoreAgrees = false
+		rep.Disagreement = cmp.Or(rep.Disagreement, disagree)
+	}
+}
+
 // retriesOnly reports whether every execution of a tick after its first
 // was a reaper's retry (run attempt 2 and up).
 func retriesOnly(ex []auditRow) bool {
@@ -347,7 +374,7 @@ func readAudit(ctx context.Context, db *sql.DB, run string) ([]auditRow, error) 
 	var audit []auditRow
 	for rows.Next() {
 		var a auditRow
-		if err := rows.Scan(&a.Attempt, &a.Job, &a.Tick, &a.Node, &a.Token, &a.Owner, &a.RunAttempt, &a.Status, &a.Value, &a.AtMS); err != nil {
+		if err := rows.Scan(&a.Attempt, &a.Job, &a.Tick, &a.Node, &a.Token, &a.Owner, &a.RunAttempt, &a.Status, &a.Value, &a.AtMS, &a.EnteredMS); err != nil {
 			return nil, fmt.Errorf("lab: read the audit rows: %w", err)
 		}
 		audit = append(audit, a)

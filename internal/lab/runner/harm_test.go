@@ -37,6 +37,7 @@ type auditRow struct {
 	status     string
 	value      sql.NullInt64
 	atMS       int64
+	enteredMS  int64
 }
 
 // jobStore is what the store of record says about one job of a run.
@@ -92,6 +93,30 @@ func (j *jobStore) duplicates() (all, retries int) {
 	return all, retries
 }
 
+// refires counts j's EXECUTED rows whose section entered after another
+// EXECUTED row of its tick was stamped (a tick run again after it had
+// committed), and those of them that share their run attempt with none of
+// those rows (a reaper's retry, or the run it retried).
+func (j *jobStore) refires() (all, retried int) {
+	for _, rows := range j.executed {
+		for _, t := range rows {
+			var before []int
+			for _, s := range rows {
+				if s.attempt != t.attempt && s.atMS < t.enteredMS {
+					before = append(before, s.runAttempt)
+				}
+			}
+			if len(before) > 0 {
+				all++
+				if !slices.Contains(before, t.runAttempt) {
+					retried++
+				}
+			}
+		}
+	}
+	return all, retried
+}
+
 // lost is EXECUTED rows minus the ledger.
 func (j *jobStore) lost() int64 { return int64(len(j.rows)) - j.ledger }
 
@@ -121,14 +146,14 @@ func readStore(t *testing.T, run string) store {
 	require.NoError(t, err)
 	defer db.Close()
 	s := store{}
-	rows, err := db.QueryContext(t.Context(), `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms
+	rows, err := db.QueryContext(t.Context(), `SELECT attempt, job, tick, node, token, owner, run_attempt, status, value, at_ms, entered_ms
 FROM aegis_lab_audit WHERE run = $1`, run)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
 		var a auditRow
 		var job string
-		require.NoError(t, rows.Scan(&a.attempt, &job, &a.tick, &a.node, &a.token, &a.owner, &a.runAttempt, &a.status, &a.value, &a.atMS))
+		require.NoError(t, rows.Scan(&a.attempt, &job, &a.tick, &a.node, &a.token, &a.owner, &a.runAttempt, &a.status, &a.value, &a.atMS, &a.enteredMS))
 		j := s.job(job)
 		switch a.status {
 		case "EXECUTED":
@@ -254,6 +279,10 @@ func requireConsistent(t *testing.T, r *runner.Run, rep *lab.Report) store {
 		require.Equal(t, dups, jr.DuplicatesApplied, "%s: duplicates_applied: the ticks with more than one EXECUTED row", jr.Name)
 		require.Equal(t, retries, jr.Retries, "%s: retried_duplicates: the duplicates whose later rows are a reaper's retries", jr.Name)
 		require.Equal(t, j.lost(), jr.LostUpdates, "%s: lost_updates: EXECUTED rows (%d) minus the ledger (%d)", jr.Name, len(j.rows), j.ledger)
+		refires, retriedRefires := j.refires()
+		require.Equal(t, refires, jr.Refires, "%s: refires: the EXECUTED rows that entered after another of their tick was stamped", jr.Name)
+		require.Equal(t, retriedRefires, jr.RetriedRefires, "%s: retried_refires: of them, those of another run attempt than every earlier commit", jr.Name)
+		require.Equal(t, refires > retriedRefires, slices.Contains(jr.Harms, lab.HarmRefire), "%s: harms %v: %d re-fires, %d of them retried", jr.Name, jr.Harms, refires, retriedRefires)
 		require.Equal(t, j.ledger, jr.Ledger, "%s: the ledger", jr.Name)
 		require.Equal(t, len(sqlMissed), jr.MissedTicks, "%s: missed_ticks: the grid ticks with no EXECUTED row (%v)", jr.Name, sqlMissed)
 		require.ElementsMatch(t, append(slices.Clone(sqlMissed), late[jr.Name]...), missed[jr.Name], "%s: a missed event for each tick the store has no EXECUTED row of (and for each that began after its window and committed late: %v)", jr.Name, late[jr.Name])
@@ -301,6 +330,7 @@ func requireConsistent(t *testing.T, r *runner.Run, rep *lab.Report) store {
 		sum.StaleRejected += jr.StaleRejected
 		sum.MissedTicks += jr.MissedTicks
 		sum.LostUpdates += jr.LostUpdates
+		sum.Refires += jr.Refires
 		sum.Balance += jr.Ledger
 	}
 	require.Equal(t, sum.Ticks, rep.Ticks, "ticks: the jobs' sum")
@@ -310,6 +340,7 @@ func requireConsistent(t *testing.T, r *runner.Run, rep *lab.Report) store {
 	require.Equal(t, sum.StaleRejected, rep.StaleRejected, "stale_rejected: the jobs' sum")
 	require.Equal(t, sum.MissedTicks, rep.MissedTicks, "missed_ticks: the jobs' sum")
 	require.Equal(t, sum.LostUpdates, rep.LostUpdates, "lost_updates: the jobs' sum")
+	require.Equal(t, sum.Refires, rep.Refires, "refires: the jobs' sum")
 	require.Equal(t, sum.Balance, rep.Balance, "the ledgers' sum")
 	worst := lab.CheckOK
 	for _, jr := range rep.Jobs {
@@ -344,7 +375,7 @@ func requireLabelKept(t *testing.T, rep *lab.Report, st store) {
 	for _, h := range rep.Harms {
 		require.NotContains(t, excluded, h, "%s (fenced %t) excludes %s", rep.Strategy, rep.Fenced, h)
 	}
-	if !slices.ContainsFunc([]lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted},
+	if !slices.ContainsFunc([]lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted, lab.HarmRefire},
 		func(h lab.Harm) bool { return !slices.Contains(excluded, h) }) {
 		require.Equal(t, lab.CheckOK, rep.Checker, "%s (fenced %t) excludes every harm", rep.Strategy, rep.Fenced)
 	}
@@ -358,6 +389,9 @@ func requireLabelKept(t *testing.T, rep *lab.Report, st store) {
 		}
 		if slices.Contains(excluded, lab.HarmRetryDuplicate) {
 			require.Zero(t, retries, "%s: a tick applied twice by a retry", name)
+		}
+		if refires, retried := j.refires(); slices.Contains(excluded, lab.HarmRefire) {
+			require.Equal(t, retried, refires, "%s: a tick run again after it committed, other than by a reaper's retry", name)
 		}
 		if slices.Contains(excluded, lab.HarmStaleAccepted) {
 			a, b, bad := j.staleAccepted()

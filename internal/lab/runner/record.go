@@ -36,6 +36,9 @@ type sectionRecord struct {
 	// WriteCall 0 when it never began.
 	WriteCall, WriteReturn int64
 	WriteResult            checker.OpResult
+	// Stamp is its EXECUTED row's at_ms as the node reported it (0 when
+	// it did not know it: a retry found the row there).
+	Stamp int64
 }
 
 // claimRecord is an optimistic grant: it registered its version.
@@ -121,7 +124,7 @@ func (r *Run) onSectionLocked(np *nodeProc, ev lab.NodeEvent, t float64) (derive
 		}
 	case lab.EvExecuted:
 		if sec != nil {
-			sec.WriteResult, sec.WriteReturn = checker.OpOK, ev.At
+			sec.WriteResult, sec.WriteReturn, sec.Stamp = checker.OpOK, ev.At, ev.Stamp
 		}
 		np.critical, np.writing = "", false
 		r.executed[jt]++

@@ -30,11 +30,11 @@ func TestLabRunJSON(t *testing.T) {
 	}
 	slices.Sort(keys)
 	require.Subset(t, keys, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy",
-		"ticks", "unsafe"})
+		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
+		"store_agrees", "strategy", "ticks", "unsafe"})
 	require.Subset(t, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy",
-		"ticks", "unsafe", "visualisation"}, keys, "nothing else (visualisation on a violation)")
+		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
+		"store_agrees", "strategy", "ticks", "unsafe", "visualisation"}, keys, "nothing else (visualisation on a violation)")
 	require.Equal(t, true, got["store_agrees"], "the checker agrees with SQL over the audit and ledger tables")
 	jobs := got["jobs"].([]any)
 	require.Len(t, jobs, 1)
