@@ -1,0 +1,166 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aegislab/aegis/internal/lab"
+)
+
+// A campaign's result: a row per strategy, tallied from its runs' reports,
+// and the table and JSON that show it.
+
+// CampaignResult is what a campaign found. Its JSON form is the output of
+// `aegis lab campaign --json`.
+type CampaignResult struct {
+	Seed       uint64            `json:"seed"`
+	Runs       int               `json:"runs"` // per strategy
+	Strategies []*StrategyResult `json:"strategies"`
+	DurationS  float64           `json:"duration_s"`
+}
+
+// StrategyResult is one strategy's row of a campaign.
+type StrategyResult struct {
+	Strategy string `json:"strategy"`
+	// Fenced is whether its runs wrote through the fence (false for a
+	// strategy without a token).
+	Fenced bool `json:"fenced"`
+	// LabelledSafe: the lab claims no harm reaches the store with this
+	// strategy, so an unsafe run fails the campaign.
+	LabelledSafe bool `json:"labelled_safe"`
+	Runs         int  `json:"runs"`
+	// Harmed counts runs with a harm; Agree runs whose checker verdict
+	// agreed with the store.
+	Harmed int `json:"harmed"`
+	// Unsafe counts runs with a harm the strategy's label excludes in that
+	// run (Strategy.Excludes): a run that refutes the label.
+	Unsafe int `json:"unsafe"`
+	Agree  int `json:"agree"`
+	// Guarantee is what the label claims.
+	Guarantee string `json:"guarantee"`
+	// Harms counts the runs that showed each harm.
+	Harms      map[string]int `json:"harms"`
+	HarmedRuns []HarmedRun    `json:"harmed_runs"`
+	// Skipped says why the strategy did not run, "" when it did.
+	Skipped string `json:"skipped,omitempty"`
+	// Reports are the runs' reports, in the order drawn.
+	Reports []*lab.Report `json:"-"`
+}
+
+// HarmedRun is a run that did harm, with the command line that replays it.
+type HarmedRun struct {
+	Command string   `json:"command"`
+	Harms   []string `json:"harms"`
+	// Excluded are the harms the strategy's label excludes; Disagreement
+	// the checker's disagreement with the store, if any.
+	Excluded     []string   `json:"excluded"`
+	Disagreement string     `json:"disagreement,omitempty"`
+	Config       lab.Config `json:"-"`
+}
+
+// CampaignRun is one run of a campaign as it ends, for progress lines.
+type CampaignRun struct {
+	N, Of  int // this is the Nth run to end of Of
+	Config lab.Config
+	Report *lab.Report
+	Harms  []string
+	Agree  bool
+}
+
+// Refuted returns the strategies that had a run with a harm their label
+// excludes, or a run whose checker disagreed with the store (a lab bug):
+// the campaign's failure.
+func (r *CampaignResult) Refuted() []*StrategyResult {
+	var out []*StrategyResult
+	for _, s := range r.Strategies {
+		if s.Unsafe > 0 || s.Agree < s.Runs {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// tally counts the row's runs from its reports.
+func (row *StrategyResult) tally() {
+	for _, rep := range row.Reports {
+		if rep == nil {
+			continue
+		}
+		if rep.Unavailable != "" { // the session lost a server after Availability
+			row.Skipped = rep.Unavailable
+			continue
+		}
+		row.Runs++
+		harms, excluded, agree := judgeRun(rep)
+		if agree {
+			row.Agree++
+		}
+		for _, h := range harms {
+			row.Harms[h]++
+		}
+		if len(excluded) > 0 {
+			row.Unsafe++
+		}
+		if len(harms) > 0 || !agree {
+			row.Harmed++
+			row.HarmedRuns = append(row.HarmedRuns, HarmedRun{Command: replayCommand(rep.Config), Harms: harms, Excluded: excluded, Disagreement: rep.Disagreement, Config: rep.Config})
+		}
+	}
+}
+
+// WriteTable writes the campaign's table (strategy, fenced, whether the
+// lab labels it safe, runs, unsafe runs, checker/store agreement, harms),
+// then each unsafe run's replay command line and the strategies skipped.
+func (r *CampaignResult) WriteTable(w io.Writer) error {
+	total := 0
+	for _, s := range r.Strategies {
+		total += s.Runs
+	}
+	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second))
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tharms\n")
+	for _, s := range r.Strategies {
+		st, _ := lab.LookupStrategy(s.Strategy)
+		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
+		if !st.Fenceable() {
+			fenced = "n/a"
+		}
+		if s.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
+			continue
+		}
+		var harms []string
+		for _, h := range []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted} {
+			if n := s.Harms[string(h)]; n > 0 {
+				harms = append(harms, fmt.Sprintf("%s %d", h, n))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, strings.Join(harms, ", "))
+	}
+	_ = tw.Flush()
+	header := "\nruns with a harm, each replayed by its command line:\n"
+	for _, s := range r.Strategies {
+		for _, u := range s.HarmedRuns {
+			what := strings.Join(u.Harms, ", ")
+			if len(u.Excluded) > 0 {
+				what += "; the label excludes " + strings.Join(u.Excluded, ", ")
+			}
+			if u.Disagreement != "" {
+				what += "; checker disagrees with the store: " + u.Disagreement
+			}
+			fmt.Fprintf(w, "%s  %s (%s)\n    %s\n", header, s.Strategy, what, u.Command)
+			header = ""
+		}
+	}
+	header = "\nskipped:\n"
+	for _, s := range r.Strategies {
+		if s.Skipped != "" {
+			fmt.Fprintf(w, "%s  %s: %s\n", header, s.Strategy, s.Skipped)
+			header = ""
+		}
+	}
+	return nil
+}
