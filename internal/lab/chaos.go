@@ -37,7 +37,22 @@ const (
 	// moment (between its writing event and its outcome), or else the
 	// next node to begin one.
 	Writer = "writer"
+	// Committer targets the next node to commit a tick, right after it
+	// reports its commit: its run succeeded, and its scheduler may not
+	// have recorded the run's end yet. A kill of it is the restart of a
+	// replica whose tick must not run again.
+	Committer = "committer"
+	// Leader targets the node that leads (leader mode: the last elected,
+	// still in the process it was elected in), or else the next one
+	// elected.
+	Leader = "leader"
 )
+
+// movingTarget reports whether target names a node by what it is doing
+// (holder, writer, committer, leader), not by its number.
+func movingTarget(target string) bool {
+	return target == Holder || target == Writer || target == Committer || target == Leader
+}
 
 // RedlockMajority is the target of restart:redlock@AT: a majority of the
 // Redlock nodes restarted at once without persistence.
@@ -52,8 +67,8 @@ const ServerDowntime = 2 * time.Second
 // Chaos is one fault of a run. Parse it from its spec with [ParseChaos].
 type Chaos struct {
 	Kind ChaosKind
-	// Target is "holder", "writer" or "nodeN" for pause, kill and
-	// partition; "nodeN" for skew; "etcd" or "zookeeper" for a kill of a
+	// Target is "holder", "writer", "committer", "leader" or "nodeN" for
+	// pause, kill and partition; "nodeN" for skew; "etcd" or "zookeeper" for a kill of a
 	// server member; "redis" for failover and restart; "postgres" for
 	// crash; a server kind (postgres, redis, etcd, zookeeper) for latency.
 	Target string
@@ -149,7 +164,8 @@ const maxChaosDuration = 24 * time.Hour
 //	skew:nodeN=±D         latency:SERVER=D      crash:postgres@AT
 //	kill:etcd@AT          kill:zookeeper@AT     edit:JOB@AT=SPEC
 //
-// TARGET is "holder", "writer" or "nodeN" (N from 1). SERVER is postgres,
+// TARGET is "holder", "writer", "committer", "leader" (leader mode) or
+// "nodeN" (N from 1). SERVER is postgres,
 // redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
 // durations ("3s", "1.5s", "250ms"). kill:etcd kills the cluster's
 // leader, kill:zookeeper the member most of the nodes' sessions are on;
@@ -316,8 +332,8 @@ func (c *Chaos) setServerTarget(target string) error {
 	k, err := servers.ParseKind(target)
 	if err != nil {
 		if c.Kind == Kill {
-			if _, ok := parseNode(target); !ok && target != Holder && target != Writer {
-				return fmt.Errorf("target %q: want holder, writer, nodeN (N from 1), etcd or zookeeper", target)
+			if _, ok := parseNode(target); !ok && !movingTarget(target) {
+				return fmt.Errorf("target %q: want holder, writer, committer, leader, nodeN (N from 1), etcd or zookeeper", target)
 			}
 			c.Target = target
 			return nil
@@ -348,10 +364,10 @@ func (c *Chaos) setServerTarget(target string) error {
 	return fmt.Errorf("target %q: %s can be %s (want %s:%s@AT)", target, only, verb, c.Kind, want[0])
 }
 
-// setTarget sets a node target: "holder" or "writer" (when anyOK) or
-// "nodeN".
+// setTarget sets a node target: "holder", "writer", "committer" or
+// "leader" (when anyOK) or "nodeN".
 func (c *Chaos) setTarget(target string, anyOK bool) error {
-	if target == Holder || target == Writer {
+	if movingTarget(target) {
 		if !anyOK {
 			return fmt.Errorf("target %q: %s needs a node (nodeN), the %s changes during a run", target, c.Kind, target)
 		}
@@ -360,7 +376,7 @@ func (c *Chaos) setTarget(target string, anyOK bool) error {
 	}
 	if _, ok := parseNode(target); !ok {
 		if anyOK {
-			return fmt.Errorf("target %q: want holder, writer or nodeN (N from 1)", target)
+			return fmt.Errorf("target %q: want holder, writer, committer, leader or nodeN (N from 1)", target)
 		}
 		return fmt.Errorf("target %q: want nodeN (N from 1)", target)
 	}

@@ -46,6 +46,11 @@ func TestParseChaos(t *testing.T) {
 		{"partition:node2@0s+500ms/pg", lab.Chaos{Kind: lab.Partition, Target: "node2", For: 500 * time.Millisecond, Server: "postgres"}},
 		{"partition:writer@1s+1s/zk", lab.Chaos{Kind: lab.Partition, Target: "writer", At: time.Second, For: time.Second, Server: "zookeeper"}},
 		{"partition:node1@1s+1s/redis", lab.Chaos{Kind: lab.Partition, Target: "node1", At: time.Second, For: time.Second, Server: "redis"}},
+		{"kill:committer@2s", lab.Chaos{Kind: lab.Kill, Target: "committer", At: 2 * time.Second}},
+		{"pause:committer@1s+2s", lab.Chaos{Kind: lab.Pause, Target: "committer", At: time.Second, For: 2 * time.Second}},
+		{"kill:leader@3s", lab.Chaos{Kind: lab.Kill, Target: "leader", At: 3 * time.Second}},
+		{"pause:leader@1s+2s", lab.Chaos{Kind: lab.Pause, Target: "leader", At: time.Second, For: 2 * time.Second}},
+		{"partition:leader@1s+1s/pg", lab.Chaos{Kind: lab.Partition, Target: "leader", At: time.Second, For: time.Second, Server: "postgres"}},
 	}
 	for _, tt := range tests {
 		got, err := lab.ParseChaos(tt.spec)
@@ -69,14 +74,14 @@ func TestParseChaosErrors(t *testing.T) {
 		{"pause:holder@3s+0s", "FOR 0s must be positive"},
 		{"pause:holder@-1s+1s", "AT -1s is negative"},
 		{"pause:holder@soon+1s", `AT "soon" is not a duration`},
-		{"pause:node0@1s+1s", `target "node0": want holder, writer or nodeN`},
-		{"pause:node@1s+1s", `target "node": want holder, writer or nodeN`},
+		{"pause:node0@1s+1s", `target "node0": want holder, writer, committer, leader or nodeN`},
+		{"pause:node@1s+1s", `target "node": want holder, writer, committer, leader or nodeN`},
 		{"pause:redis@1s+1s", `target "redis"`},
 		{"pause:holder@1s+48h", "longer than 24h0m0s"},
 		{"edit:nightly@1s=3s/soon", `SPEC "3s/soon": a schedule to add is EVERY/WORK`},
 		{"edit:nightly@1s=3s/1s/keep", `SPEC "3s/1s/keep"`},
 		{"kill:holder", "missing @AT (want kill:TARGET@AT)"},
-		{"kill:node-1@1s", `target "node-1": want holder, writer, nodeN (N from 1), etcd or zookeeper`},
+		{"kill:node-1@1s", `target "node-1": want holder, writer, committer, leader, nodeN (N from 1), etcd or zookeeper`},
 		{"kill:redis@1s", `target "redis": of the servers, only etcd and zookeeper can be killed (redis's fault is failover:redis@AT or restart:redis@AT)`},
 		{"kill:postgres@1s", `(postgres's fault is crash:postgres@AT)`},
 		{"kill:etcd", "missing @AT (want kill:TARGET@AT)"},
@@ -91,7 +96,7 @@ func TestParseChaosErrors(t *testing.T) {
 		{"partition:holder@1s+1s/", `server "": want postgres`},
 		{"partition:holder@1s+/etcd", "FOR is empty"},
 		{"partition:holder@1s/etcd", "missing +FOR (want partition:TARGET@AT+FOR[/SERVER])"},
-		{"partition:etcd@1s+1s", `target "etcd": want holder, writer or nodeN`},
+		{"partition:etcd@1s+1s", `target "etcd": want holder, writer, committer, leader or nodeN`},
 		{"pause:holder@1s+1s/etcd", "only a partition is to one server"},
 		{"skew:writer=+1s", `target "writer": skew needs a node`},
 		{"failover:etcd@1s", `target "etcd": only redis can be failed over`},
@@ -99,6 +104,7 @@ func TestParseChaosErrors(t *testing.T) {
 		{"failover:redis", "missing @AT (want failover:redis@AT)"},
 		{"partition:holder@1s", "missing +FOR"},
 		{"skew:holder=+1s", `skew needs a node`},
+		{"skew:leader=+1s", `target "leader": skew needs a node (nodeN), the leader changes during a run`},
 		{"skew:node1", "missing =±D"},
 		{"skew:node1=+-1s", "more than one sign"},
 		{"skew:node1=0s", "must be positive"},
@@ -159,6 +165,10 @@ func TestChaosNeedsTheStrategysServers(t *testing.T) {
 		{"etcd", "partition:holder@1s+1s/etcd", ""},
 		{"redis", "partition:writer@1s+1s/postgres", ""},
 		{"queue", "partition:node1@1s+1s/postgres", ""},
+		{"queue", "kill:leader@1s", ""},
+		{"pg-unique", "kill:committer@1s", ""},
+		{"pg-lease", "kill:leader@1s", "--chaos kill:leader@1s: pg-lease has no leader: the leader target is for leader mode (queue), not lease mode"},
+		{"pg-unique", "pause:leader@1s+1s", "pg-unique has no leader"},
 	}
 	for _, tt := range tests {
 		ch, err := lab.ParseChaos(tt.spec)

@@ -145,6 +145,9 @@ func (c Config) CheckChaos(s Strategy, ch Chaos) error {
 	if ch.At > c.Duration {
 		return fmt.Errorf("@%s is after the run's %s", ch.At, c.Duration)
 	}
+	if (ch.Kind == Pause || ch.Kind == Kill || ch.Kind == Partition) && ch.Target == Leader && s.Mode != schedule.ModeLeader {
+		return fmt.Errorf("%s has no leader: the leader target is for leader mode (queue), not %s mode", s.Name, s.Mode)
+	}
 	switch ch.Kind {
 	case Edit:
 		i := slices.IndexFunc(c.Jobs(), func(j JobSpec) bool { return j.Name == ch.Target })

@@ -139,12 +139,22 @@ func (r *Run) killNode(ctx context.Context, ch lab.Chaos, begin func(error)) err
 	if err != nil {
 		return err
 	}
+	// Two faults can name one node (two kills waiting for the next
+	// commit see the same one): one kills and restarts it, the other
+	// would start a second process for it.
 	r.mu.Lock()
+	if np.killed {
+		r.mu.Unlock()
+		return fmt.Errorf("node%d%s is being killed and restarted by another fault already", np.n, detail)
+	}
 	np.killed = true
 	exited := np.exited
 	r.mu.Unlock()
 	pid, err := r.signal(np, syscall.SIGKILL)
 	if err != nil {
+		r.mu.Lock()
+		np.killed = false // not being restarted: the run's end waits for it no more
+		r.mu.Unlock()
 		return err
 	}
 	<-exited

@@ -56,6 +56,7 @@ type Run struct {
 	deferred   map[jobTick]bool   // window ended while an attempt was still inside: missed if it does not commit
 	open       map[string]openRun // runs begun and not ended, by runKey
 	waiters    []*waiter
+	struck     map[string]bool // the commits (attempts) a committer fault took
 	notes      []string
 	failedOver bool
 	// serverFault: a fault reached every node (a server's, or latency):
