@@ -16,6 +16,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // A campaign (aegis lab campaign) draws runs per strategy from a seed, runs
@@ -106,6 +107,18 @@ var faultKinds = []faultKind{
 	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		return lab.Chaos{Kind: lab.Kill, Target: string(servers.KindZooKeeper), At: drawAt(rng, c)}
 	}},
+	// The faults after which a tick that ran must not run again: a
+	// replica restarted right after its run succeeded (every mode), the
+	// leader killed or paused past its lease (leader mode).
+	{name: "kill:committer", gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Kill, Target: lab.Committer, At: drawAt(rng, c)}
+	}},
+	{name: "kill:leader", only: leaderMode(), gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Kill, Target: lab.Leader, At: drawAt(rng, c)}
+	}},
+	{name: "pause:leader", only: leaderMode(), gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+		return lab.Chaos{Kind: lab.Pause, Target: lab.Leader, At: drawAt(rng, c), For: drawPeriod(rng, c)}
+	}},
 	{name: "edit", gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		jobs := c.Jobs()
 		j := jobs[rng.IntN(len(jobs))]
@@ -121,6 +134,18 @@ var faultKinds = []faultKind{
 		}
 		return ch
 	}},
+}
+
+// leaderMode lists the strategies in leader mode: the ones with a leader
+// to kill.
+func leaderMode() []string {
+	var out []string
+	for _, s := range lab.Strategies {
+		if s.Mode == schedule.ModeLeader {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }
 
 // usedServers are the servers a strategy's nodes reach: its own, and

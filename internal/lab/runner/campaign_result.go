@@ -3,6 +3,7 @@ package runner
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,6 +40,11 @@ type StrategyResult struct {
 	// run (Strategy.Excludes): a run that refutes the label.
 	Unsafe int `json:"unsafe"`
 	Agree  int `json:"agree"`
+	// Refires counts its runs' re-fires (ticks run again after they had
+	// committed); RefiresExcluded those of them its label excludes in
+	// their run: 0 for a strategy labelled safe, or its run is unsafe.
+	Refires         int `json:"refires"`
+	RefiresExcluded int `json:"refires_excluded"`
 	// Guarantee is what the label claims.
 	Guarantee string `json:"guarantee"`
 	// Harms counts the runs that showed each harm.
@@ -94,6 +100,8 @@ func (row *StrategyResult) tally() {
 			continue
 		}
 		row.Runs++
+		row.Refires += rep.Refires
+		row.RefiresExcluded += excludedRefires(rep)
 		harms, excluded, agree := judgeRun(rep)
 		if agree {
 			row.Agree++
@@ -111,8 +119,39 @@ func (row *StrategyResult) tally() {
 	}
 }
 
+// excludedRefires counts the re-fires of a run its strategy's label
+// excludes: the fresh ones where it excludes re-fires, the retried ones
+// where it excludes retried duplicates.
+func excludedRefires(rep *lab.Report) int {
+	s, ok := lab.LookupStrategy(rep.Strategy)
+	if !ok {
+		return 0
+	}
+	excluded, n := s.Excludes(rep.Config), 0
+	if slices.Contains(excluded, lab.HarmRefire) {
+		n += rep.Refires - rep.RetriedRefires
+	}
+	if slices.Contains(excluded, lab.HarmRetryDuplicate) {
+		n += rep.RetriedRefires
+	}
+	return n
+}
+
+// refiresCell is a row's re-fires, as the table shows them: their number,
+// and for a strategy labelled safe how many of them its label allows (a
+// reaper's retry of a run whose end was lost, or a run whose clocks were
+// set further apart than LockAtLeastFor).
+func (row *StrategyResult) refiresCell() string {
+	cell := fmt.Sprint(row.Refires)
+	if allowed := row.Refires - row.RefiresExcluded; row.LabelledSafe && allowed > 0 {
+		cell += fmt.Sprintf(" (%d allowed)", allowed)
+	}
+	return cell
+}
+
 // WriteTable writes the campaign's table (strategy, fenced, whether the
-// lab labels it safe, runs, unsafe runs, checker/store agreement, harms),
+// lab labels it safe, runs, unsafe runs, checker/store agreement,
+// re-fires, harms),
 // then each unsafe run's replay command line and the strategies skipped.
 func (r *CampaignResult) WriteTable(w io.Writer) error {
 	total := 0
@@ -121,7 +160,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tharms\n")
+	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tre-fires\tharms\n")
 	for _, s := range r.Strategies {
 		st, _ := lab.LookupStrategy(s.Strategy)
 		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
@@ -129,16 +168,16 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 			fenced = "n/a"
 		}
 		if s.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
 			continue
 		}
 		var harms []string
-		for _, h := range []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmLostUpdate, lab.HarmStaleAccepted} {
+		for _, h := range []lab.Harm{lab.HarmDuplicate, lab.HarmRetryDuplicate, lab.HarmRefire, lab.HarmLostUpdate, lab.HarmStaleAccepted} {
 			if n := s.Harms[string(h)]; n > 0 {
 				harms = append(harms, fmt.Sprintf("%s %d", h, n))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, strings.Join(harms, ", "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, s.refiresCell(), strings.Join(harms, ", "))
 	}
 	_ = tw.Flush()
 	header := "\nruns with a harm, each replayed by its command line:\n"

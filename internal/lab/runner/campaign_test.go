@@ -316,13 +316,18 @@ func sampleCampaign() *CampaignResult {
 	unsafe := lab.DefaultConfig()
 	unsafe.Strategy, unsafe.Nodes, unsafe.Duration, unsafe.Tick, unsafe.Work, unsafe.TTL = "optimistic", 4, 5600*time.Millisecond, 700*time.Millisecond, 250*time.Millisecond, 1500*time.Millisecond
 	unsafe.Chaos = []lab.Chaos{{Kind: lab.Kill, Target: lab.Holder, At: 2 * time.Second}, {Kind: lab.Skew, Target: "node2", Offset: -1200 * time.Millisecond}, {Kind: lab.Pause, Target: "node1", At: 3 * time.Second, For: 2 * time.Second}}
+	// sqlite, node2's clock 1.2 s behind, further than LockAtLeastFor: a
+	// tick run again is one its label allows.
+	skewed := unsafe
+	skewed.Strategy, skewed.Chaos = "sqlite", unsafe.Chaos[1:2]
 	rows := []*StrategyResult{
 		{Strategy: "none", Reports: []*lab.Report{
 			{Checker: lab.CheckOK, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, Disagreement: "invoice-export: the store shows 6 ticks applied twice and 0 lost updates, the checker says ok"},
 			{Checker: lab.CheckViolation, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, StoreAgrees: true}}},
-		{Strategy: "sqlite", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true}, {Checker: lab.CheckOK, StoreAgrees: true}}},
+		{Strategy: "sqlite", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true},
+			{Strategy: "sqlite", Checker: lab.CheckViolation, DuplicatesApplied: 1, Refires: 1, Harms: []lab.Harm{lab.HarmDuplicate, lab.HarmRefire}, StoreAgrees: true, Config: skewed}}},
 		{Strategy: "optimistic", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true},
-			{Checker: lab.CheckViolation, LostUpdates: 1, Harms: []lab.Harm{lab.HarmLostUpdate}, Unsafe: []lab.Harm{lab.HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
+			{Strategy: "optimistic", Checker: lab.CheckViolation, LostUpdates: 1, Refires: 2, Harms: []lab.Harm{lab.HarmLostUpdate}, Unsafe: []lab.Harm{lab.HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
 		{Strategy: "etcd", Fenced: true, Skipped: "etcd is not installed (apt-get install etcd-server)"},
 	}
 	for _, r := range rows {
@@ -359,6 +364,13 @@ func TestCampaignResult(t *testing.T) {
 	require.Equal(t, 2, opt.Agree)
 	require.Equal(t, 1, opt.Unsafe, "a lost update, which its label (fenced: the ledger kept) excludes")
 	require.Equal(t, map[string]int{"lost-update": 1}, opt.Harms)
+	require.Equal(t, 2, opt.Refires)
+	require.Zero(t, opt.RefiresExcluded, "optimistic may run a tick twice")
+	sqlite := r.Strategies[1]
+	require.Equal(t, 1, sqlite.Refires)
+	require.Zero(t, sqlite.RefiresExcluded, "its clocks were set apart by more than LockAtLeastFor")
+	require.Zero(t, sqlite.Unsafe)
+	require.Equal(t, "1 (1 allowed)", sqlite.refiresCell())
 	refuted := r.Refuted()
 	require.Len(t, refuted, 2, "optimistic refuted; none did the harm its label allows, but its checker disagreed once with the store")
 	require.Equal(t, "none", refuted[0].Strategy)

@@ -23,8 +23,10 @@ random generator seeded by N and the strategy's name: 3 to 5 nodes, 6 to
 work + tick, and 3 to 5 faults from the kinds the strategy's servers allow
 (pause and partition shorter or longer than the TTL, a partition to one
 server, kill, skew, latency, a catalog edit, the holder, writer or a node
-as target, and, when the lab started the server itself, Redis failover and
-restart, crash:postgres, kill:etcd and kill:zookeeper). The same seed
+as target; a kill of the next node to commit, right after its commit;
+in leader mode a kill or a pause of the leader; and, when the lab started
+the server itself, Redis failover and restart, crash:postgres, kill:etcd
+and kill:zookeeper). The same seed
 draws the same runs. At most two runs go at once; a run that kills or
 restarts a server goes alone.
 
@@ -33,12 +35,16 @@ guarantees, the runs, the harmed runs (a tick applied twice, a lost
 update, a stale token accepted, or a checker that disagreed with the
 store), the unsafe runs (a harm the strategy's label excludes in that run:
 Strategy.Excludes), how many runs' checker verdict agreed with the store,
-and the harms seen; then each harmed run's 'aegis lab run' command line,
-which replays it. With --json it prints one JSON object instead:
-{"seed", "runs", "strategies": [{"strategy", "fenced", "labelled_safe",
-"guarantee", "runs", "harmed", "unsafe", "agree", "harms", "harmed_runs":
-[{"command", "harms", "excluded", "disagreement"}], "skipped"}],
-"duration_s"}.
+the re-fires (ticks run again after they had committed, counted from the
+store and from the nodes' events, which must agree; for a strategy
+labelled safe, "(N allowed)" counts the ones its label allows: a reaper's
+retry, or clocks set apart by more than LockAtLeastFor) and the harms
+seen; then each harmed run's 'aegis lab run' command line, which replays
+it. With --json it prints one JSON object instead: {"seed", "runs",
+"strategies": [{"strategy", "fenced", "labelled_safe", "guarantee",
+"runs", "harmed", "unsafe", "agree", "refires", "refires_excluded",
+"harms", "harmed_runs": [{"command", "harms", "excluded",
+"disagreement"}], "skipped"}], "duration_s"}.
 
 Exit status 1 when a run showed a harm its strategy's label excludes, or a
 checker that disagreed with the store (a lab bug), or when no strategy

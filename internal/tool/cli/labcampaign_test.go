@@ -74,6 +74,8 @@ type campaignJSON struct {
 		Harmed       int            `json:"harmed"`
 		Unsafe       int            `json:"unsafe"`
 		Agree        int            `json:"agree"`
+		Refires      int            `json:"refires"`
+		RefiresOut   int            `json:"refires_excluded"`
 		Harms        map[string]int `json:"harms"`
 		UnsafeRuns   []struct {
 			Command string   `json:"command"`
@@ -132,6 +134,10 @@ func TestLabCampaign(t *testing.T) {
 		require.Len(t, s.UnsafeRuns, s.Harmed)
 		require.LessOrEqual(t, s.Agree, 2)
 		require.NotNil(t, s.Harms)
+		require.LessOrEqual(t, s.RefiresOut, s.Refires)
+		if s.RefiresOut > 0 {
+			require.Positive(t, s.Unsafe, "a re-fire sqlite's label excludes makes its run unsafe")
+		}
 		for _, u := range s.UnsafeRuns {
 			require.NotEmpty(t, u.Harms)
 			require.Regexp(t, `^aegis lab run --strategy sqlite --fence=true --nodes [345] --duration 1.2s --tick 300ms `, u.Command)
