@@ -363,6 +363,8 @@ type reportView struct {
 	StaleRejected     int             `json:"stale_rejected"`
 	MissedTicks       int             `json:"missed_ticks"`
 	LostUpdates       int64           `json:"lost_updates"`
+	Refires           int             `json:"refires"`
+	RetriedRefires    int             `json:"retried_refires"`
 	Balance           int64           `json:"balance"`
 	Checker           string          `json:"checker"`
 	Visualisation     string          `json:"visualisation,omitempty"` // its URL, on a violation
@@ -380,7 +382,7 @@ func viewReport(id string, rep *lab.Report) *reportView {
 	}
 	v := &reportView{
 		Ticks: rep.Ticks, Executions: rep.Executions, DuplicateTicks: rep.DuplicateTicks, DuplicatesApplied: rep.DuplicatesApplied,
-		StaleRejected: rep.StaleRejected, MissedTicks: rep.MissedTicks, LostUpdates: rep.LostUpdates, Balance: rep.Balance,
+		StaleRejected: rep.StaleRejected, MissedTicks: rep.MissedTicks, LostUpdates: rep.LostUpdates, Refires: rep.Refires, RetriedRefires: rep.RetriedRefires, Balance: rep.Balance,
 		Checker: rep.Checker, Notes: append([]string{}, rep.Notes...),
 		Harms: append([]lab.Harm{}, rep.Harms...), Unsafe: append([]lab.Harm{}, rep.Unsafe...), StoreAgrees: rep.StoreAgrees, Disagreement: rep.Disagreement, Jobs: append([]lab.JobReport{}, rep.Jobs...),
 	}

@@ -390,7 +390,9 @@ function makePanel(rv, g) {
   p.className = 'run';
   p.dataset.strategy = c.strategy;
   p.dataset.fenced = String(c.fenced);
-  const targets = ['holder', 'writer'].concat(Array.from({ length: c.nodes }, (_, i) => `node${i + 1}`));
+  // committer: the next node to commit, right after its commit; leader
+  // (leader mode): the node that enqueues the ticks.
+  const targets = ['holder', 'writer', 'committer'].concat(s.holds === 'queue job' ? ['leader'] : []).concat(Array.from({ length: c.nodes }, (_, i) => `node${i + 1}`));
   // Side by side with others, a run's panel starts compact: its catalog
   // and guidance fold away.
   const many = g.runs.length > 2;
@@ -466,7 +468,7 @@ async function inject(p, kind) {
     case 'partition': spec = `partition:${target}@0s+${dur}${server ? '/' + server : ''}`; break;
     case 'kill': spec = `kill:${target}@0s`; break;
     case 'skew': {
-      if (target === 'holder' || target === 'writer') {
+      if (!target.startsWith('node')) {
         const h = rs && rs.status ? rs.status.holder : 0;
         if (!h) { panelMsg(p, 'No node holds right now: pick a node for the clock skew.', true); return; }
         target = `node${h}`;
@@ -486,7 +488,8 @@ async function inject(p, kind) {
   }
   const waits = kind === 'failover' ? ': waiting for the next holder to be granted its lease…'
     : target === 'holder' && kind !== 'skew' ? ': waiting for a node inside the critical section…'
-      : target === 'writer' ? ': waiting for a node inside its write…' : '…';
+      : target === 'writer' ? ': waiting for a node inside its write…'
+        : target === 'committer' && kind !== 'skew' ? ': waiting for the next node to commit…' : '…';
   await post(p, spec, waits);
 }
 
@@ -587,6 +590,7 @@ function countTitles(src, ticks, final) {
     stale_rejected: 'writes (or reads) the fence refused: a token lower than the one the store holds, or an equal one from another holder',
     missed_ticks: "ticks nobody executed within their window: the liveness a refusal or a dead holder costs",
     lost_updates: final ? 'committed effects minus the final ledger: an update overwritten by a write that had not read it' : 'counted from the store when the run ends',
+    refires: final ? `ticks run again after they had committed (a new leader, a restarted replica, a lease that forgot), ${n(src.retried_refires)} of them by a reaper's retry; counted from the store and from the nodes' events` : 'counted from the store when the run ends',
   };
 }
 
@@ -636,7 +640,8 @@ function drawRun(rs) {
     count('duplicates_applied', 'duplicates applied', src.duplicates_applied, src.duplicates_applied ? 'bad' : '', tt.duplicates_applied) +
     count('stale_rejected', 'stale rejected', src.stale_rejected, src.stale_rejected ? 'warn' : '', tt.stale_rejected) +
     count('missed_ticks', 'missed ticks', src.missed_ticks, '', tt.missed_ticks) +
-    count('lost_updates', 'lost updates', r ? r.lost_updates : null, r && r.lost_updates ? 'bad' : '', tt.lost_updates);
+    count('lost_updates', 'lost updates', r ? r.lost_updates : null, r && r.lost_updates ? 'bad' : '', tt.lost_updates) +
+    count('refires', 're-fires', r ? r.refires : null, r && r.refires ? 'bad' : '', tt.refires);
 
   const v = $('.verdict', p);
   if (rs.end && rs.end.error) {
@@ -650,11 +655,11 @@ function drawRun(rs) {
     const words = { ok: 'checker: ok — every job\'s ledger history is linearizable', violation: 'checker: violation — a tick applied twice, an update lost or a stale token accepted', unknown: 'checker: unknown — the check timed out' };
     v.innerHTML = esc(words[r.checker] || r.checker) + (r.visualisation ? ` <a href="${esc(r.visualisation)}" target="_blank" rel="noopener">visualisation</a>` : '') +
       ` <a href="/api/runs/${esc(rs.id)}/report" target="_blank" rel="noopener">JSON report</a>` +
-      (r.store_agrees ? ' <span class="agree" title="SQL over the audit and ledger tables counts the same duplicates and lost updates">· the store agrees</span>' : ` <span class="disagree">· the store disagrees: ${esc(r.disagreement || '')}</span>`);
+      (r.store_agrees ? ' <span class="agree" title="SQL over the audit and ledger tables counts the same duplicates, lost updates and re-fires">· the store agrees</span>' : ` <span class="disagree">· the store disagrees: ${esc(r.disagreement || '')}</span>`);
   }
   p.classList.toggle('violation', !!(r && r.checker === 'violation'));
   const extra = $('.extra', p);
-  const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
+  const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 're-fire': 'a tick run again after it had committed', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
   const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
   extra.innerHTML = harms + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
