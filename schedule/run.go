@@ -8,7 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // active is a run in progress on this node.
@@ -24,6 +27,7 @@ type active struct {
 // without), which end must release. The job's context has ctx's values
 // (lease mode puts the lease there: LeaseFrom) and the run's (RunFrom).
 func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until time.Time, keeper aegis.Locker, end func(error, *aegis.Held)) <-chan struct{} {
+	ctx, span := j.runSpan(ctx, run)
 	rctx, cancel := context.WithCancelCause(ctx)
 	a := &active{fire: run.Fire, cancel: cancel, done: make(chan struct{})}
 	j.mu.Lock()
@@ -33,6 +37,8 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until tim
 	j.s.metrics.runs.Inc()
 	j.s.wg.Go(func() {
 		defer close(a.done)
+		defer span.End()
+		j.traced(ctx, run, span)
 		var (
 			jctx context.Context
 			held *aegis.Held
@@ -55,6 +61,7 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until tim
 		}
 		jctx = context.WithValue(jctx, runKey{}, run)
 		jobErr := j.call(jctx)
+		tracing.Fail(span, jobErr)
 		if rk != nil {
 			rk.running.Store(false) // end's LockAtLeastFor renewal is no keep-alive
 		}
@@ -71,6 +78,37 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until tim
 		j.s.emit(Event{Kind: EventDone, Job: j.Name, Fire: run.Fire, Token: run.Token, Attempt: run.Attempt, Err: jobErr})
 	})
 	return a.done
+}
+
+// runSpan starts the run's span, when the scheduler traces: a trace of
+// its own (a run outlives its tick's claim, and a retry is another run),
+// linked to the span of the claim in ctx.
+func (j *job) runSpan(ctx context.Context, run Run) (context.Context, trace.Span) {
+	tr := j.s.tracer
+	if tr == nil {
+		return ctx, trace.SpanFromContext(context.Background()) // records nothing
+	}
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(tracing.Key(run.Job), tracing.Token(run.Token), tracing.Node(run.Node),
+		tracing.AttrRunAttempt.Int(run.Attempt), tracing.AttrFire.String(run.Fire.UTC().Format(time.RFC3339Nano)))}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	return tr.Start(ctx, "aegis.schedule.run", opts...)
+}
+
+// traced writes a sampled run's trace id on its attempt (run-key mode):
+// the console links the attempt to its trace.
+func (j *job) traced(ctx context.Context, run Run, span trace.Span) {
+	sc := span.SpanContext()
+	st := j.s.claim.runStore()
+	if !sc.IsSampled() || st == nil || j.s.claim.enqueues() {
+		return
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := st.traced(tctx, run.Job, run.Fire, run.Token, sc.TraceID().String()); err != nil {
+		j.s.emit(Event{Kind: EventError, Job: run.Job, Fire: run.Fire, Token: run.Token, Reason: "record the run's trace id", Err: err})
+	}
 }
 
 // renewals reports each keep-alive renewal of a running run as

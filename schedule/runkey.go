@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // runKeyClaimer is run-key mode's claimer (Config.Store): a tick is a run
@@ -298,9 +301,17 @@ func (rk *runKeyClaimer) reap(ctx context.Context) {
 				return
 			}
 			start := time.Now()
-			cctx, cancel := claimContext(ctx)
+			rctx, span := ctx, trace.SpanFromContext(context.Background())
+			if s.tracer != nil {
+				rctx, span = tracing.Start(ctx, s.tracer, "aegis.schedule.reclaim", tracing.Key(j.Name), tracing.Node(s.cfg.Node),
+					tracing.AttrFire.String(f.UTC().Format(time.RFC3339Nano)))
+			}
+			cctx, cancel := claimContext(rctx)
 			token, state, attempt, ok, err := rk.st.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
 			cancel()
+			tracing.Fail(span, err)
+			span.SetAttributes(tracing.AttrClaimedTick.Bool(ok && state == "running"), tracing.Token(token))
+			span.End()
 			switch {
 			case isReadOnly(err): // a standby: the primary's reapers retry it
 			case err != nil:
@@ -314,7 +325,7 @@ func (rk *runKeyClaimer) reap(ctx context.Context) {
 				if j.bound != nil {
 					c = claimed{args: j.bound.args, version: j.bound.version}
 				}
-				rk.startRun(ctx, j, f, token, attempt, start, c)
+				rk.startRun(rctx, j, f, token, attempt, start, c)
 			default:
 				s.emit(Event{Kind: EventReclaim, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "abandoned: out of attempts, or a later tick started"})
 			}

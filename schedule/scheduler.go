@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/node"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // Config configures a Scheduler. Exactly one of Store (run-key mode),
@@ -61,6 +63,15 @@ type Config struct {
 	// Logger receives events at debug level and failures at warn level.
 	// Default: none.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces the scheduler (package tracing's
+	// conventions): a span per tick this replica handles
+	// (aegis.schedule.fire, its claim inside), and a span per run
+	// (aegis.schedule.run: a trace of its own, linked to the claim's span,
+	// with the job's name, the run's token, attempt and node), which the
+	// job's context carries, so that the job's fenced writes are its
+	// children. In run-key mode a sampled run's trace id is written on its
+	// attempt (Attempt.TraceID). Nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // EventKind says what happened.
@@ -126,6 +137,7 @@ type Scheduler struct {
 	ticks    map[string]time.Time // the last tick an unbound catalog job's loop saw
 	gone     map[string]bool      // catalog schedules paused or deleted: the reaper abandons their crashed runs
 	misses   *misses              // the missed ticks' sweep (missed.go)
+	tracer   trace.Tracer         // nil: no tracing
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -161,7 +173,8 @@ func New(cfg *Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{cfg: c, log: c.Logger, names: make(map[string]bool), handlers: make(map[string]Handler),
 		rebind: make(chan struct{}, 1), ready: make(chan struct{}), ticks: make(map[string]time.Time), gone: make(map[string]bool), ns: DefaultNamespace,
-		misses: &misses{notes: make(map[string][]missNote), swept: make(map[string]time.Time)}}
+		misses: &misses{notes: make(map[string][]missNote), swept: make(map[string]time.Time)},
+		tracer: tracing.Tracer(c.TracerProvider, "github.com/aegislab/aegis/schedule")}
 	set := 0
 	for _, ok := range []bool{c.Store != nil, c.Locker != nil, c.Leader != nil} {
 		if ok {

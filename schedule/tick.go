@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/tracing"
 )
 
 // job is a registered job and its runs on this node.
@@ -187,6 +190,12 @@ var retry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 // exclusion (its claimer's). It returns a channel that is closed when the run ends, or nil
 // when this node does not run it.
 func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan struct{}) {
+	if tr := j.s.tracer; tr != nil {
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, tr, "aegis.schedule.fire", tracing.Key(j.Name), tracing.Node(j.s.cfg.Node),
+			tracing.AttrFire.String(f.UTC().Format(time.RFC3339Nano)), tracing.AttrScheduleMode.String(string(j.s.claim.mode())))
+		defer func() { span.SetAttributes(tracing.AttrClaimedTick.Bool(done != nil)); span.End() }()
+	}
 	if !j.overlap(f) {
 		return nil
 	}

@@ -90,6 +90,12 @@ const (
 	AttrClaimed  attribute.Key = "aegis.queue.claimed"
 	AttrBatch    attribute.Key = "aegis.queue.batch"
 	AttrInTx     attribute.Key = "aegis.queue.in_tx"
+	// The scheduler's (package schedule): a tick's fire time (RFC 3339),
+	// a run's attempt, and whether this replica claimed the tick.
+	AttrFire         attribute.Key = "aegis.schedule.fire"
+	AttrRunAttempt   attribute.Key = "aegis.schedule.attempt"
+	AttrScheduleMode attribute.Key = "aegis.schedule.mode"
+	AttrClaimedTick  attribute.Key = "aegis.schedule.claimed"
 )
 
 // EventRefused is the name of the event a fence refusal adds to its span.

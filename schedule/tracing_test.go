@@ -1,0 +1,183 @@
+package schedule_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/schedule"
+	"github.com/aegislab/aegis/tracing"
+)
+
+// A fenced refusal, traced end to end through the scheduler: a holder's
+// run row expires while it is stopped, a successor reclaims the tick and
+// writes through the fence, and the holder's late write is refused. Each
+// run is a trace (aegis.schedule.run with the job, the run's token, attempt
+// and node), its fence check a child span, the refusal an event with both
+// tokens; each attempt on record carries its run's trace id.
+func TestTracedRefusalEndToEnd(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	ctx := t.Context()
+	require.NoError(t, fence.MigrateSQL(ctx, r.db))
+	exp := tracetest.NewInMemoryExporter()
+	provider := func() *sdktrace.TracerProvider {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		return tp
+	}
+	write := func(ctx context.Context) error {
+		token, _ := schedule.TokenFrom(ctx)
+		wctx := context.WithoutCancel(ctx) // a stopped process writes after its context ended
+		tx, err := r.db.BeginTx(wctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := fence.CheckSQL(wctx, tx, "nightly", token); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	resume := make(chan struct{})
+	var resumeOnce sync.Once
+	t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
+	started := make(chan struct{}, 1)
+	var holderWrite error
+	holder := start(t, &schedule.Config{Node: "holder", Store: r.store, Clock: clock, ReapInterval: time.Hour, TracerProvider: provider()}, schedule.Job{
+		Name: "nightly", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
+		Run: func(ctx context.Context) error {
+			started <- struct{}{}
+			block(resume, time.Minute)
+			holderWrite = write(ctx)
+			return holderWrite
+		},
+	})
+	advanceWhenWaiting(t, clock, time.Hour)
+	testenv.Recv(t, started, 10*time.Second, "the holder's run")
+	wrote := make(chan error, 1)
+	successor := start(t, &schedule.Config{Node: "successor", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond, TracerProvider: provider()}, schedule.Job{
+		Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second,
+		Run: func(ctx context.Context) error { err := write(ctx); wrote <- err; return err },
+	})
+	require.NoError(t, testenv.Recv(t, wrote, 10*time.Second, "the successor's write"))
+	resumeOnce.Do(func() { close(resume) })
+	reader, err := schedule.NewRunReader(ctx, r.db, nil)
+	require.NoError(t, err)
+	var as []schedule.Attempt
+	waitFor(t, 10*time.Second, func() bool {
+		as, err = reader.Attempts(ctx, "nightly", 10)
+		return err == nil && len(as) == 2 && as[1].Outcome == "refused"
+	}, "the holder's end on record: %+v %v", &as, &err)
+	stop(t, holder)
+	stop(t, successor) // its run's span has ended
+	require.ErrorIs(t, holderWrite, aegis.ErrStale)
+
+	spans := exp.GetSpans()
+	runs := map[string]tracetest.SpanStub{} // by node
+	for _, s := range spans {
+		if s.Name == "aegis.schedule.run" {
+			runs[attr(s, tracing.AttrNode)] = s
+		}
+	}
+	require.Len(t, runs, 2, "a run span per attempt")
+	for i, a := range as {
+		run := runs[a.Node]
+		require.Equal(t, run.SpanContext.TraceID().String(), a.TraceID, "attempt %d carries its run's trace id", i)
+		require.Equal(t, "nightly", attr(run, tracing.AttrKey))
+		require.Equal(t, int64(a.Token), attrInt(run, tracing.AttrToken))
+		require.Equal(t, int64(a.Attempt), attrInt(run, tracing.AttrRunAttempt))
+		require.Len(t, run.Links, 1, "linked to the claim's span")
+	}
+	var checks []tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == "aegis.fence.check" {
+			checks = append(checks, s)
+		}
+	}
+	require.Len(t, checks, 2, "a fence check in each run")
+	for _, c := range checks {
+		owner, ok := byID(spans, c.Parent.SpanID())
+		require.True(t, ok, "the fence check's parent is a span of the test")
+		require.Equal(t, "aegis.schedule.run", owner.Name)
+		require.Equal(t, owner.SpanContext.TraceID(), c.SpanContext.TraceID())
+		node := attr(owner, tracing.AttrNode)
+		if node == "successor" {
+			require.Empty(t, c.Events, "the successor's write is not refused")
+			continue
+		}
+		require.Len(t, c.Events, 1, "the holder's late write is refused")
+		ev := c.Events[0]
+		require.Equal(t, tracing.EventRefused, ev.Name)
+		vals := map[string]int64{}
+		for _, kv := range ev.Attributes {
+			vals[string(kv.Key)] = kv.Value.AsInt64()
+		}
+		require.Equal(t, attrInt(runs["holder"], tracing.AttrToken), vals[string(tracing.AttrToken)], "the writer's token")
+		require.Equal(t, attrInt(runs["successor"], tracing.AttrToken), vals[string(tracing.AttrCurrent)], "the token the fence held")
+	}
+	var claimed int
+	for _, s := range spans {
+		if s.Name == "aegis.schedule.fire" && attrBool(s, tracing.AttrClaimedTick) {
+			claimed++
+			require.Equal(t, "holder", attr(s, tracing.AttrNode), "the tick's claim (the successor's was a reclaim)")
+		}
+	}
+	require.Equal(t, 1, claimed)
+}
+
+// Without a TracerProvider, a run's attempt has no trace id.
+func TestUntracedAttemptHasNoTraceID(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := &runLog{}
+	start(t, &schedule.Config{Node: "n", Store: r.store, Clock: clock}, schedule.Job{
+		Name: "plain", Every: time.Hour, Run: func(ctx context.Context) error { log.record(ctx); return nil }})
+	advanceWhenWaiting(t, clock, time.Hour)
+	reader, err := schedule.NewRunReader(t.Context(), r.db, nil)
+	require.NoError(t, err)
+	var as []schedule.Attempt
+	waitFor(t, 10*time.Second, func() bool {
+		as, err = reader.Attempts(t.Context(), "plain", 10)
+		return err == nil && len(as) == 1 && as[0].Outcome == "succeeded"
+	}, "the run: %+v %v", &as, &err)
+	require.Empty(t, as[0].TraceID)
+}
+
+// attr, attrInt and attrBool read a span's attribute.
+func attr(s tracetest.SpanStub, k attribute.Key) string { return value(s, k).AsString() }
+
+func attrInt(s tracetest.SpanStub, k attribute.Key) int64 { return value(s, k).AsInt64() }
+
+func attrBool(s tracetest.SpanStub, k attribute.Key) bool { return value(s, k).AsBool() }
+
+func value(s tracetest.SpanStub, k attribute.Key) attribute.Value {
+	for _, kv := range s.Attributes {
+		if kv.Key == k {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// byID finds the span whose id is id.
+func byID(spans tracetest.SpanStubs, id trace.SpanID) (tracetest.SpanStub, bool) {
+	for _, s := range spans {
+		if s.SpanContext.SpanID() == id {
+			return s, true
+		}
+	}
+	return tracetest.SpanStub{}, false
+}
