@@ -142,8 +142,9 @@ type runJSON struct {
 	Started   *time.Time `json:"started"` // the claim; null for a missed tick
 	Ended     *time.Time `json:"ended"`   // null while running
 	Error     string     `json:"error"`
-	Cause     string     `json:"cause,omitempty"`  // of a missed tick
-	Detail    string     `json:"detail,omitempty"` // of a missed tick
+	Cause     string     `json:"cause,omitempty"`    // of a missed tick
+	Detail    string     `json:"detail,omitempty"`   // of a missed tick
+	TraceID   string     `json:"trace_id,omitempty"` // the run's trace, when its scheduler traced it
 }
 
 // scheduleRuns prints name's latest attempts and missed ticks, newest tick
@@ -160,7 +161,7 @@ func scheduleRuns(ctx context.Context, reader *schedule.RunReader, name string, 
 	var out []runJSON
 	for _, a := range as {
 		j := runJSON{Job: a.Job, Namespace: f.ns, Fire: a.Fire.UTC(), Node: a.Node, Token: int64(a.Token), Attempt: a.Attempt,
-			Outcome: a.Outcome, Started: &a.Claimed, Error: a.Error}
+			Outcome: a.Outcome, Started: &a.Claimed, Error: a.Error, TraceID: a.TraceID}
 		if !a.Ended.IsZero() {
 			j.Ended = &a.Ended
 		}
