@@ -1,8 +1,9 @@
 // Package console is `aegis console`: an operator's web console over a
 // production database of Aegis (PostgreSQL, or SQLite for one host). It
 // shows who holds which lease key with which token, the schedule catalog
-// with its runs (stuck ones first), the queue's jobs, and the fence's
-// resources, and lets an operator pause, resume and run now a schedule,
+// with its stuck runs, every attempt of its ticks (linked to their traces
+// with Config.TraceURL) and its missed ticks with their cause, the queue's
+// jobs, and the fence's resources, and lets an operator pause, resume and run now a schedule,
 // and retry, cancel or discard a job, after a confirmation.
 //
 // Access: a console on a loopback address serves loopback names only; on
@@ -50,6 +51,12 @@ type Config struct {
 	// ReadOnly hides every control that changes something, and refuses
 	// the changes.
 	ReadOnly bool
+	// TraceURL, when set, links an attempt of a schedule to its trace: an
+	// http or https URL with TracePlaceholder where the attempt's trace id
+	// goes, such as http://localhost:16686/trace/{trace_id} (Jaeger's UI).
+	// It may not carry a user or password (every page would show them).
+	// Default: none, the trace id is shown as text.
+	TraceURL string
 	// Logger logs refused requests and failed queries (never a secret).
 	// Default: discard.
 	Logger *slog.Logger
@@ -96,6 +103,9 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: console: Config.User may not contain ':'", aegis.ErrInvalid)
 	case c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
 		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
+	}
+	if err := checkTraceURL(c.TraceURL); err != nil {
+		return nil, err
 	}
 	c.Namespace = cmp.Or(c.Namespace, schedule.DefaultNamespace)
 	if c.Logger == nil {
@@ -227,7 +237,15 @@ type section[T any] struct {
 
 type overviewData struct {
 	Leases, LiveLeases, Schedules, Paused, Unhandled, Stuck, Resources int
-	Missing                                                            []string
+	// RunTable: the schedule's run table is there. Missed are the missed
+	// ticks of the last hour by schedule, the most missed first, and
+	// MissedTotal their sum; NoMissed is the missed table when it is
+	// missing (an old database's).
+	RunTable    bool
+	Missed      []missedCount
+	MissedTotal int
+	NoMissed    string
+	Missing     []string
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
@@ -256,43 +274,9 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Missing = append(d.Missing, leaseTable)
 	}
-	cat, err := s.st.catalog(ctx)
-	if err != nil {
+	if err := s.scheduleCounts(ctx, now, &d); err != nil {
 		s.fail(w, err)
 		return
-	}
-	if cat != nil {
-		es, err := cat.List(ctx)
-		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
-			s.fail(w, err)
-			return
-		}
-		d.Schedules = len(es)
-		for _, e := range es {
-			if e.Paused {
-				d.Paused++
-			}
-			if len(e.MissingOn) > 0 {
-				d.Unhandled++
-			}
-		}
-	} else {
-		d.Missing = append(d.Missing, "aegis_schedule")
-	}
-	if ok, err := s.st.runTable.Exists(ctx); err != nil {
-		s.fail(w, err)
-		return
-	} else if ok {
-		runs, err := s.st.runs(ctx, now, "", 500)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		for _, r := range runs {
-			if r.Stuck {
-				d.Stuck++
-			}
-		}
 	}
 	if ok, refusals, err := fence.Tables(ctx, s.st.db); err != nil {
 		s.fail(w, err)
@@ -308,6 +292,60 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "overview", "Overview", d)
 }
 
+// missedWindow is how far back the overview counts missed ticks.
+const missedWindow = time.Hour
+
+// scheduleCounts fills the overview's counts of the schedules: the
+// catalog's, the stuck runs, the last hour's missed ticks.
+func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *overviewData) error {
+	cat, err := s.st.catalog(ctx)
+	if err != nil {
+		return err
+	}
+	if cat != nil {
+		es, err := cat.List(ctx)
+		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+			return err
+		}
+		d.Schedules = len(es)
+		for _, e := range es {
+			if e.Paused {
+				d.Paused++
+			}
+			if len(e.MissingOn) > 0 {
+				d.Unhandled++
+			}
+		}
+	} else {
+		d.Missing = append(d.Missing, "aegis_schedule")
+	}
+	if ok, err := s.st.runTable.Exists(ctx); err != nil || !ok {
+		return err
+	}
+	runs, err := s.st.runs(ctx, now, "", 500)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if r.Stuck {
+			d.Stuck++
+		}
+	}
+	d.RunTable = true
+	counts, found, err := s.st.missedSince(ctx, now.Add(-missedWindow))
+	if err != nil {
+		return err
+	}
+	if !found {
+		d.NoMissed = missedTable
+	}
+	d.Missed = counts
+	for _, c := range counts {
+		d.MissedTotal += c.N
+	}
+	return nil
+}
+
 // scheduleRow is an entry of the catalog as the page shows it.
 type scheduleRow struct {
 	schedule.Entry
@@ -315,11 +353,14 @@ type scheduleRow struct {
 }
 
 type schedulesData struct {
-	Missing  string
-	NoRuns   bool
-	Entries  []scheduleRow
-	Stuck    []runRow
-	Runs     []runRow
+	Missing string
+	NoRuns  bool
+	Entries []scheduleRow
+	Stuck   []runRow
+	// Runs are the run table's latest rows, shown when the attempt history
+	// is missing (an old database).
+	Runs []runRow
+	history
 	Selected string
 }
 
@@ -362,6 +403,9 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 			}
 		}
 		d.Runs = runs
+		if d.history, err = s.st.history(ctx, job, s.cfg.TraceURL); err != nil {
+			return d, err
+		}
 	}
 	d.Selected = job
 	return d, nil
@@ -383,7 +427,10 @@ func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if len(d.Entries) == 0 {
+	// A schedule its replicas declare in code is not in the catalog: it
+	// has a page when the store has a run, an attempt or a missed tick of
+	// it.
+	if len(d.Entries) == 0 && len(d.Runs) == 0 && len(d.Attempts) == 0 && len(d.Missed) == 0 {
 		http.Error(w, fmt.Sprintf("no schedule %q in namespace %q", name, s.cfg.Namespace), http.StatusNotFound)
 		return
 	}

@@ -86,8 +86,9 @@ func requireRunNowRuns(t *testing.T, ts string, db *sql.DB) {
 	require.Contains(t, body, "Run now requested: one replica runs it")
 	require.Contains(t, body, `id="run-now" data-fire="`+fire+`"`)
 
-	// The run appears, done, with its node and token.
-	row := regexp.MustCompile(`data-job="rebuild" data-state="succeeded" data-token="(\d+)"><td>rebuild</td><td>` + regexp.QuoteMeta(fire) + `</td><td>([^<]+)</td>`)
+	// The run appears, done, with its node and token: its attempt, the
+	// claim.
+	row := regexp.MustCompile(`data-job="rebuild" data-state="succeeded" data-token="(\d+)" data-attempt="1"><td><a href="/schedules/rebuild">rebuild</a></td><td>` + regexp.QuoteMeta(fire) + `</td><td class="num">1</td><td>([^<]+)</td>`)
 	var got []string
 	require.Eventually(t, func() bool {
 		// Not get: its require would end this polling goroutine, not the test.
