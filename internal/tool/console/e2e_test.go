@@ -65,3 +65,58 @@ func TestEndToEndInChromium(t *testing.T) {
 	shoot("console-fence.png")
 	require.Empty(t, exceptions())
 }
+
+// An operator in Chromium: the overview counts the missed ticks; a
+// schedule whose tick ran twice shows its two attempts, the refused one
+// marked and the successor's linked to its trace; a schedule no replica
+// runs shows its missed ticks with their cause. Real schedulers made them.
+func TestAttemptHistoryInChromium(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := makeHistory(t, openPostgres(t))
+	// A scheduler that traces writes its attempts' trace ids; these did
+	// not trace: the successor's attempt gets the id one would have.
+	_, err := f.db.Exec(`UPDATE aegis_schedule_run_attempt SET trace_id = $1 WHERE job = 'nightly' AND token = $2`, traceID, int64(h.successor.Token))
+	require.NoError(t, err)
+	ts := serve(t, &console.Config{DB: f.db, TraceURL: "http://localhost:16686/trace/{trace_id}"})
+	page := chromium.Open(t, 60*time.Second)
+	ctx, exceptions, text, do := page.Ctx, page.Exceptions, page.Text, page.Do
+	eval := func(what, js string) []string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+		require.NoError(t, err, what)
+		return v
+	}
+
+	do("open the overview", chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`#missed-hour`)))
+	require.Contains(t, text(), fmt.Sprintf("%d\nmissed ticks in the last hour: orphan %d", h.allMissed, len(h.missed)), "orphan the most missed")
+
+	do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/schedules"]`)), chromedp.WaitVisible(chromedp.CSS(`#history`)))
+	if *screenshots {
+		page.Screenshot("../../../docs/console-attempts.png")
+	}
+	do("open nightly from its attempt", chromedp.Click(chromedp.CSS(`table.attempts tr[data-job="nightly"] a`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr.lost[data-job="nightly"][data-state="refused"]`)))
+	require.Equal(t, []string{
+		fmt.Sprintf("succeeded 2 successor %d", h.successor.Token),
+		fmt.Sprintf("refused 1 holder %d", h.holder.Token),
+	}, eval("the attempts", `[...document.querySelectorAll('table.attempts tbody tr')].map(r => [r.dataset.state, r.cells[2].innerText, r.cells[3].innerText, r.cells[4].innerText].join(' '))`),
+		"one tick, two attempts, the successor's first")
+	require.Equal(t, []string{"rgb(255, 241, 240)", "rgb(179, 38, 30)"},
+		eval("the lost row's colours", `[getComputedStyle(document.querySelector('tr.lost td')).backgroundColor, getComputedStyle(document.querySelector('tr.lost b.warn')).color]`),
+		"the refused attempt is marked as a stuck run is")
+	require.Equal(t, []string{"http://localhost:16686/trace/" + traceID, traceID},
+		eval("the trace link", `[...document.querySelectorAll('a.trace')].flatMap(a => [a.href, a.innerText])`))
+	require.Contains(t, text(), "No missed tick on record.")
+
+	do("open orphan from its missed tick", chromedp.Navigate(ts.URL+"/schedules"), chromedp.WaitVisible(chromedp.CSS(`#missed`)),
+		chromedp.Click(chromedp.CSS(`table.missed tr[data-job="orphan"] a`)), chromedp.WaitVisible(chromedp.CSS(`tr.missed[data-job="orphan"]`)))
+	missed := eval("the missed ticks", `[...document.querySelectorAll('table.missed tbody tr')].map(r => [r.cells[1].innerText, r.cells[2].innerText, r.cells[4].innerText].join(' '))`)
+	require.Len(t, missed, len(h.missed))
+	for i, m := range h.missed {
+		require.Equal(t, instant(m.Fire)+" unbound watcher", missed[i])
+	}
+	require.Contains(t, text(), `has no handler "absent"`)
+	require.Contains(t, text(), "No attempt yet.")
+	require.Empty(t, exceptions())
+}

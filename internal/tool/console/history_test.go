@@ -74,6 +74,9 @@ func advanceWhenWaiting(t *testing.T, clock *schedule.ManualClock, d time.Durati
 type history struct {
 	successor, holder schedule.Attempt      // nightly's tick's two attempts
 	missed            []schedule.MissedTick // orphan's, newest first
+	// allMissed counts every schedule's missed ticks: the catalog's other
+	// schedules without a handler too, when the test ran long enough.
+	allMissed int
 }
 
 // makeHistory runs real schedulers, each on a connection of its own from
@@ -146,7 +149,9 @@ func makeHistory(t *testing.T, open func() *sql.DB) history {
 	stopWatcher()
 	ms, err := reader.Missed(ctx, "orphan", 100)
 	require.NoError(t, err)
-	return history{successor: as[0], holder: as[1], missed: ms}
+	all, err := reader.Missed(ctx, "", 100)
+	require.NoError(t, err)
+	return history{successor: as[0], holder: as[1], missed: ms, allMissed: len(all)}
 }
 
 // openPostgres opens a connection pool of its own to the test's schema.
