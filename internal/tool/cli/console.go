@@ -26,18 +26,20 @@ var consoleCommand = command{
 const DefaultConsoleAddr = "127.0.0.1:7080"
 
 const consoleUsage = `
-usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only]
+usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only] [--trace-url URL]
 
 Console serves a web console over the database Aegis keeps its state in:
 every lease key with its token, holder and expiry (database time) and,
 when the Lockers keep it, its last grants; the schedule catalog with each
-schedule's next fire and the replicas missing its handler, the runs with
-node, token, attempt and outcome (stuck ones first); the queue's jobs by
-queue and state, a job's attempts with their tokens and errors, the last
-hour's throughput and waits, dead letters; and the fence's resources with
-their last accepted token and the refusals counted. After a confirmation,
-a schedule can be paused, resumed or run now, and a dead job retried or
-discarded, a live one cancelled.
+schedule's next fire and the replicas missing its handler, the stuck
+runs, every attempt of each tick with node, token and outcome (a lost or
+refused one marked: the tick ran twice), and the missed ticks with their
+cause and the replica that recorded them (the overview counts the last
+hour's); the queue's jobs by queue and state, a job's attempts with their
+tokens and errors, the last hour's throughput and waits, dead letters;
+and the fence's resources with their last accepted token and the
+refusals counted. After a confirmation, a schedule can be paused, resumed
+or run now, and a dead job retried or discarded, a live one cancelled.
 
 The store is --store (postgres://…, or a SQLite file), else
 $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH; it is never printed. On a
@@ -46,6 +48,12 @@ loopback address the console needs no credentials; on any other it needs
 or --user with the password in $AEGIS_CONSOLE_PASSWORD (never a flag,
 which other users of the machine can read). --read-only hides and refuses
 every change.
+
+--trace-url links each attempt that has a trace id (its scheduler traced
+it) to a trace viewer: an http or https URL with {trace_id} where the id
+goes, such as http://localhost:16686/trace/{trace_id} (Jaeger's UI).
+Without it the id is shown as text. It may not carry a user or password,
+which every page would show.
 `
 
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,6 +64,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	token := fs.String("token", "", "the `token` every request must carry (default: none on loopback, else generated and printed)")
 	user := fs.String("user", "", "basic authentication's `user`; the password is $AEGIS_CONSOLE_PASSWORD")
 	readOnly := fs.Bool("read-only", false, "hide and refuse every change")
+	traceURL := fs.String("trace-url", "", "link attempts to their traces: a `URL` with "+console.TracePlaceholder+" where the trace id goes (default: the id as text)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -64,6 +73,9 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return usagef("--addr %q: want host:port, such as %s", *addr, DefaultConsoleAddr)
+	}
+	if err := console.CheckTraceURL(*traceURL); err != nil {
+		return usagef("--trace-url %v", err)
 	}
 	password := os.Getenv("AEGIS_CONSOLE_PASSWORD")
 	switch {
@@ -87,7 +99,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer closeDB()
-	srv, err := console.New(ctx, &console.Config{DB: db, Addr: *addr, Namespace: *ns, Token: *token, User: *user, Password: password, ReadOnly: *readOnly,
+	srv, err := console.New(ctx, &console.Config{DB: db, Addr: *addr, Namespace: *ns, Token: *token, User: *user, Password: password, ReadOnly: *readOnly, TraceURL: *traceURL,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err

@@ -104,8 +104,8 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	case c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
 		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
 	}
-	if err := checkTraceURL(c.TraceURL); err != nil {
-		return nil, err
+	if err := CheckTraceURL(c.TraceURL); err != nil {
+		return nil, fmt.Errorf("%w: console: Config.TraceURL %w", aegis.ErrInvalid, err)
 	}
 	c.Namespace = cmp.Or(c.Namespace, schedule.DefaultNamespace)
 	if c.Logger == nil {

@@ -3,13 +3,12 @@ package console
 import (
 	"cmp"
 	"context"
-	"fmt"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -31,25 +30,27 @@ const (
 // goes.
 const TracePlaceholder = "{trace_id}"
 
-// checkTraceURL checks Config.TraceURL: an http or https URL with the
-// placeholder, and no user or password, which every page would show. The
-// URL is not quoted: it is the operator's, and a page or a log is not the
-// place for it.
-func checkTraceURL(tmpl string) error {
+// CheckTraceURL says what is wrong with tmpl as a Config.TraceURL, in a
+// phrase that follows the setting's name ("has no {trace_id}, …"); nil
+// when it is fine or "" (no links). It wants an http or https URL with
+// TracePlaceholder and no user or password, which every page would show.
+// The phrase does not quote the URL: it is the operator's, and an error
+// is printed and logged.
+func CheckTraceURL(tmpl string) error {
 	if tmpl == "" {
 		return nil
 	}
 	if !strings.Contains(tmpl, TracePlaceholder) {
-		return fmt.Errorf("%w: console: Config.TraceURL has no %s, where an attempt's trace id goes", aegis.ErrInvalid, TracePlaceholder)
+		return errors.New("has no " + TracePlaceholder + ", where an attempt's trace id goes")
 	}
 	u, err := url.Parse(strings.ReplaceAll(tmpl, TracePlaceholder, "0"))
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: console: Config.TraceURL does not parse as a URL", aegis.ErrInvalid)
+		return errors.New("does not parse as a URL")
 	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("%w: console: Config.TraceURL is not an http or https URL with a host", aegis.ErrInvalid)
+		return errors.New("is not an http or https URL with a host")
 	case u.User != nil:
-		return fmt.Errorf("%w: console: Config.TraceURL carries a user or password, which every page would show", aegis.ErrInvalid)
+		return errors.New("carries a user or password, which every page would show")
 	}
 	return nil
 }
