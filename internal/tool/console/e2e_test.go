@@ -11,6 +11,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/tool/chromium"
 	"github.com/aegislab/aegis/internal/tool/console"
+	"github.com/aegislab/aegis/internal/tool/console/historytest"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -73,10 +74,10 @@ func TestEndToEndInChromium(t *testing.T) {
 func TestAttemptHistoryInChromium(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	h := makeHistory(t, openPostgres(t))
+	h := historytest.Make(t, historytest.OpenPostgres(t))
 	// A scheduler that traces writes its attempts' trace ids; these did
 	// not trace: the successor's attempt gets the id one would have.
-	_, err := f.db.Exec(`UPDATE aegis_schedule_run_attempt SET trace_id = $1 WHERE job = 'nightly' AND token = $2`, traceID, int64(h.successor.Token))
+	_, err := f.db.Exec(`UPDATE aegis_schedule_run_attempt SET trace_id = $1 WHERE job = 'nightly' AND token = $2`, traceID, int64(h.Successor.Token))
 	require.NoError(t, err)
 	ts := serve(t, &console.Config{DB: f.db, TraceURL: "http://localhost:16686/trace/{trace_id}"})
 	page := chromium.Open(t, 60*time.Second)
@@ -89,7 +90,7 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 	}
 
 	do("open the overview", chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`#missed-hour`)))
-	require.Contains(t, text(), fmt.Sprintf("%d\nmissed ticks in the last hour: orphan %d", h.allMissed, len(h.missed)), "orphan the most missed")
+	require.Contains(t, text(), fmt.Sprintf("%d\nmissed ticks in the last hour: orphan %d", h.AllMissed, len(h.Missed)), "orphan the most missed")
 
 	do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/schedules"]`)), chromedp.WaitVisible(chromedp.CSS(`#history`)))
 	if *screenshots {
@@ -98,8 +99,8 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 	do("open nightly from its attempt", chromedp.Click(chromedp.CSS(`table.attempts tr[data-job="nightly"] a`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr.lost[data-job="nightly"][data-state="refused"]`)))
 	require.Equal(t, []string{
-		fmt.Sprintf("succeeded 2 successor %d", h.successor.Token),
-		fmt.Sprintf("refused 1 holder %d", h.holder.Token),
+		fmt.Sprintf("succeeded 2 successor %d", h.Successor.Token),
+		fmt.Sprintf("refused 1 holder %d", h.Holder.Token),
 	}, eval("the attempts", `[...document.querySelectorAll('table.attempts tbody tr')].map(r => [r.dataset.state, r.cells[2].innerText, r.cells[3].innerText, r.cells[4].innerText].join(' '))`),
 		"one tick, two attempts, the successor's first")
 	require.Equal(t, []string{"rgb(255, 241, 240)", "rgb(179, 38, 30)"},
@@ -112,8 +113,8 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 	do("open orphan from its missed tick", chromedp.Navigate(ts.URL+"/schedules"), chromedp.WaitVisible(chromedp.CSS(`#missed`)),
 		chromedp.Click(chromedp.CSS(`table.missed tr[data-job="orphan"] a`)), chromedp.WaitVisible(chromedp.CSS(`tr.missed[data-job="orphan"]`)))
 	missed := eval("the missed ticks", `[...document.querySelectorAll('table.missed tbody tr')].map(r => [r.cells[1].innerText, r.cells[2].innerText, r.cells[4].innerText].join(' '))`)
-	require.Len(t, missed, len(h.missed))
-	for i, m := range h.missed {
+	require.Len(t, missed, len(h.Missed))
+	for i, m := range h.Missed {
 		require.Equal(t, instant(m.Fire)+" unbound watcher", missed[i])
 	}
 	require.Contains(t, text(), `has no handler "absent"`)

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"html/template"
@@ -10,170 +9,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/console"
+	"github.com/aegislab/aegis/internal/tool/console/historytest"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
 )
-
-// startScheduler starts a run-key scheduler on its own connection db with
-// jobs, and returns its stop, which waits (bounded) and runs once; the
-// test's end calls it too.
-func startScheduler(t *testing.T, db *sql.DB, cfg schedule.Config, jobs ...schedule.Job) (*schedule.Scheduler, func()) {
-	t.Helper()
-	st, err := schedule.NewStore(t.Context(), db, nil)
-	require.NoError(t, err)
-	cfg.Store = st
-	s, err := schedule.New(&cfg)
-	require.NoError(t, err)
-	for _, j := range jobs {
-		require.NoError(t, s.Add(j))
-	}
-	require.NoError(t, s.Start(context.Background()))
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			done := make(chan struct{})
-			go func() { s.Stop(); close(done) }()
-			testenv.Recv(t, done, 30*time.Second, cfg.Node+" to stop")
-		})
-	}
-	t.Cleanup(stop)
-	return s, stop
-}
-
-// advanceWhenWaiting advances clock by d once a scheduler waits on it.
-func advanceWhenWaiting(t *testing.T, clock *schedule.ManualClock, d time.Duration) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		n, changed := clock.Waiters()
-		if n > 0 {
-			clock.Advance(d)
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatal("no scheduler waited on the clock within 10s")
-		}
-	}
-}
-
-// history is what makeHistory leaves on record, as schedule.RunReader
-// reads it.
-type history struct {
-	successor, holder schedule.Attempt      // nightly's tick's two attempts
-	missed            []schedule.MissedTick // orphan's, newest first
-	// allMissed counts every schedule's missed ticks: the catalog's other
-	// schedules without a handler too, when the test ran long enough.
-	allMissed int
-}
-
-// makeHistory runs real schedulers, each on a connection of its own from
-// open, until the store has the attempt history and the missed ticks an
-// operator looks for, then stops them (the pages stay as they are):
-//
-//   - "nightly" (code, every hour on a manual clock): its holder stops past
-//     its run row's expiry (no keep-alive, as a SIGSTOPped process renews
-//     nothing), a successor reclaims the tick and succeeds, then the holder
-//     runs to its end: two attempts of one tick, the holder's refused (the
-//     tick ran twice), the successor's succeeded.
-//   - "orphan" (catalog, every second, handler "absent" that no replica
-//     has): missed at each tick, cause unbound, recorded by "watcher".
-func makeHistory(t *testing.T, open func() *sql.DB) history {
-	t.Helper()
-	ctx := t.Context()
-	wdb := open()
-	cat, err := schedule.NewCatalog(ctx, wdb, nil)
-	require.NoError(t, err)
-	_, err = cat.Put(ctx, schedule.Entry{Name: "orphan", Every: time.Second, Handler: "absent"})
-	require.NoError(t, err)
-	watcher, stopWatcher := startScheduler(t, wdb, schedule.Config{Node: "watcher", Catalog: cat, ReapInterval: 50 * time.Millisecond})
-	testenv.Recv(t, watcher.Ready(), 20*time.Second, "the watcher to read the catalog")
-
-	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	resume := make(chan struct{})
-	var resumeOnce sync.Once
-	release := func() { resumeOnce.Do(func() { close(resume) }) }
-	started := make(chan struct{}, 1)
-	_, stopHolder := startScheduler(t, open(), schedule.Config{Node: "holder", Clock: clock, ReapInterval: time.Hour}, schedule.Job{
-		Name: "nightly", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
-		// It ignores its context, as a stopped process would; bounded.
-		Run: func(context.Context) error {
-			started <- struct{}{}
-			select {
-			case <-resume:
-			case <-time.After(time.Minute):
-			}
-			return nil
-		},
-	})
-	t.Cleanup(release) // before the holder's stop: cleanups run last first
-	advanceWhenWaiting(t, clock, time.Hour)
-	testenv.Recv(t, started, 20*time.Second, "the holder's run")
-	_, stopSuccessor := startScheduler(t, open(), schedule.Config{Node: "successor", Clock: clock, ReapInterval: 20 * time.Millisecond}, schedule.Job{
-		Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second, Run: func(context.Context) error { return nil },
-	})
-
-	reader, err := schedule.NewRunReader(ctx, wdb, nil)
-	require.NoError(t, err)
-	var as []schedule.Attempt
-	require.Eventually(t, func() bool {
-		as, err = reader.Attempts(ctx, "nightly", 10)
-		return err == nil && len(as) == 2 && as[0].Outcome == "succeeded"
-	}, 20*time.Second, 10*time.Millisecond, "the successor reclaims nightly's tick and succeeds")
-	release()
-	require.Eventually(t, func() bool {
-		as, err = reader.Attempts(ctx, "nightly", 10)
-		return err == nil && len(as) == 2 && as[1].Outcome == "refused"
-	}, 20*time.Second, 10*time.Millisecond, "the holder runs to its end, refused")
-	stopHolder()
-	stopSuccessor()
-	require.Equal(t, "successor", as[0].Node)
-	require.Equal(t, "holder", as[1].Node)
-
-	require.Eventually(t, func() bool {
-		ms, err := reader.Missed(ctx, "orphan", 10)
-		return err == nil && len(ms) >= 2
-	}, 20*time.Second, 10*time.Millisecond, "the watcher records two of orphan's ticks missed")
-	stopWatcher()
-	ms, err := reader.Missed(ctx, "orphan", 100)
-	require.NoError(t, err)
-	all, err := reader.Missed(ctx, "", 100)
-	require.NoError(t, err)
-	return history{successor: as[0], holder: as[1], missed: ms, allMissed: len(all)}
-}
-
-// openPostgres opens a connection pool of its own to the test's schema.
-func openPostgres(t *testing.T) func() *sql.DB {
-	u := testenv.PostgresURL(t)
-	return func() *sql.DB {
-		pool, err := pgxpool.New(t.Context(), u)
-		require.NoError(t, err)
-		db := stdlib.OpenDBFromPool(pool)
-		t.Cleanup(func() { db.Close(); pool.Close() })
-		return db
-	}
-}
-
-func openSQLite(t *testing.T, path string) func() *sql.DB {
-	return func() *sql.DB {
-		db, err := sqlitelease.Open(path)
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
-}
 
 // instant is how the pages print a time.
 func instant(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") }
@@ -199,46 +46,46 @@ func TestScheduleHistory(t *testing.T) {
 			var open func() *sql.DB
 			var secret string
 			if dbName == "postgres" {
-				open = openPostgres(t)
+				open = historytest.OpenPostgres(t)
 				u, err := url.Parse(testenv.PostgresURL(t))
 				require.NoError(t, err)
 				secret = u.Host
 			} else {
 				secret = filepath.Join(t.TempDir(), "aegis.db")
-				open = openSQLite(t, secret)
+				open = historytest.OpenSQLite(t, secret)
 			}
-			h := makeHistory(t, open)
+			h := historytest.Make(t, open)
 			ts := serve(t, &console.Config{DB: open()})
 			c := client(t)
 
 			code, body := get(t, c, ts.URL+"/schedules/nightly")
 			require.Equal(t, http.StatusOK, code, body)
-			require.Regexp(t, `(?s)`+attemptRE(h.successor, "")+`.*`+attemptRE(h.holder, ` class="lost"`), body, "both attempts of the tick, the successor's first")
+			require.Regexp(t, `(?s)`+attemptRE(h.Successor, "")+`.*`+attemptRE(h.Holder, ` class="lost"`), body, "both attempts of the tick, the successor's first")
 			require.Contains(t, body, `<b class="warn" title="taken over while it ran, it ran to its end: the store refused its outcome, and the tick ran twice">refused</b>`)
-			require.Contains(t, body, `<td class="error">`+template.HTMLEscapeString(h.holder.Error)+`</td>`)
-			require.Contains(t, h.holder.Error, "the run ended succeeded")
+			require.Contains(t, body, `<td class="error">`+template.HTMLEscapeString(h.Holder.Error)+`</td>`)
+			require.Contains(t, h.Holder.Error, "the run ended succeeded")
 			require.Contains(t, body, "No missed tick on record.")
 			require.NotContains(t, body, secret)
 
 			code, body = get(t, c, ts.URL+"/schedules/orphan")
 			require.Equal(t, http.StatusOK, code, body)
 			require.Contains(t, body, "No attempt yet.")
-			for _, m := range h.missed {
+			for _, m := range h.Missed {
 				require.Equal(t, schedule.CauseUnbound, m.Cause)
 				require.Equal(t, "watcher", m.Node)
 				require.Contains(t, body, fmt.Sprintf(`<tr data-job="orphan" data-cause="unbound" class="missed"><td><a href="/schedules/orphan">orphan</a></td><td>%s</td><td><b class="warn">unbound</b></td><td>%s</td><td>watcher</td><td>%s</td></tr>`,
 					instant(m.Fire), template.HTMLEscapeString(m.Detail), instant(m.Recorded)))
 			}
-			require.Contains(t, h.missed[0].Detail, `has no handler "absent"`)
+			require.Contains(t, h.Missed[0].Detail, `has no handler "absent"`)
 
 			code, body = get(t, c, ts.URL+"/schedules")
 			require.Equal(t, http.StatusOK, code, body)
-			require.Regexp(t, attemptRE(h.holder, ` class="lost"`), body, "every schedule's attempts")
+			require.Regexp(t, attemptRE(h.Holder, ` class="lost"`), body, "every schedule's attempts")
 			require.Contains(t, body, `data-job="orphan" data-cause="unbound" class="missed"`)
 
 			code, body = get(t, c, ts.URL+"/")
 			require.Equal(t, http.StatusOK, code, body)
-			n := len(h.missed)
+			n := len(h.Missed)
 			require.Contains(t, body, fmt.Sprintf(`class="warn" title="ticks no replica started by their starting deadline, by fire time"><b>%d</b> missed ticks in the last hour: orphan %d</a>`, n, n))
 			require.NotContains(t, body, secret)
 		})
