@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,25 +17,36 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 var inspectCommand = command{
 	name:    "inspect",
-	summary: "the runbook's queries on a PostgreSQL store (stuck, expired, tokens, duplicates)",
+	summary: "the runbook's queries on a PostgreSQL store (stuck, missed, lost, expired, tokens, duplicates)",
 	run:     runInspect,
 }
 
 const inspectUsage = `
-usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [QUERY...]
+usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [--namespace NS] [QUERY...]
 
 Inspect asks a PostgreSQL database the runbook's questions
 about the tables Aegis keeps there: the schedule's run
-table, pglease's lease table, the lab's audit. QUERY is one of
+table, its attempt history and missed ticks, pglease's
+lease table, the lab's audit. QUERY is one of
 
 	stuck       runs RUNNING past their lease, started longer than
 	            --older-than ago: a crashed winner the reaper must retry
+	missed      the latest ticks of --namespace's schedules that no
+	            replica started by their starting deadline, with their
+	            cause (held, unbound, paused, misfire, store, down) and
+	            the replica that recorded them
+	lost        the latest attempts of --namespace's schedules that a
+	            later attempt took over, their run row expired: lost
+	            while it ran, or refused when it ran to its end (the tick
+	            ran twice), with the attempt that took the tick
 	expired     leases that ran out instead of being released
 	tokens      the token history of --key (lab-RUN/JOB for a lab run's
 	            job, in lower case; every run's when unset)
@@ -50,13 +62,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&o.OlderThan, "older-than", 10*time.Minute, "how long a claim may stay RUNNING before it is stuck")
 	fs.StringVar(&o.Key, "key", "", "the lease `key` whose token history to show")
 	fs.IntVar(&o.Limit, "limit", 20, "rows per answer")
+	ns := fs.String("namespace", schedule.DefaultNamespace, "the schedules' `namespace` that missed and lost read")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	var known []string
-	for _, q := range runner.InspectQueries {
-		known = append(known, q.Name)
-	}
+	known := inspectOrder()
 	for _, a := range fs.Args() {
 		if !slices.Contains(known, a) {
 			return usagef("unknown query %q (known: %s)", a, strings.Join(known, ", "))
@@ -76,6 +86,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("--older-than %s: must be positive", o.OlderThan)
 	case o.Limit < 1:
 		return usagef("--limit %d: must be at least 1", o.Limit)
+	case *ns == "":
+		return usagef("--namespace is empty")
 	}
 	db, err := sql.Open("pgx", *url)
 	if err != nil {
@@ -85,10 +97,17 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := db.PingContext(ctx); err != nil {
 		return backend.PostgresError("connect to", *url, err)
 	}
-	answers, err := runner.Inspect(ctx, db, fs.Args(), o)
+	answers, err := inspect(ctx, db, fs.Args(), o, *ns)
 	if err != nil {
 		return err
 	}
+	printAnswers(stdout, answers)
+	return nil
+}
+
+// printAnswers prints each answer under its query's name and title, its
+// rows aligned.
+func printAnswers(stdout io.Writer, answers []runner.InspectAnswer) {
 	for i, a := range answers {
 		if i > 0 {
 			fmt.Fprintln(stdout)
@@ -109,5 +128,150 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		_ = tw.Flush()
 	}
-	return nil
+}
+
+// historyQuery is a question of the schedule's attempt history or missed
+// ticks, which the lab's runbook does not ask: read through
+// schedule.RunReader, in one namespace (the reader's).
+type historyQuery struct {
+	name, title, table string
+	columns            []string
+	read               func(ctx context.Context, r *schedule.RunReader, limit int) ([][]string, error)
+}
+
+// historyQueries are asked after stuck, in this order.
+var historyQueries = []historyQuery{
+	{
+		name: "missed", title: "missed ticks: ticks no replica started by their starting deadline, the newest first, with their cause",
+		table:   "aegis_schedule_run_missed",
+		columns: []string{"namespace", "job", "fire_at", "cause", "recorded_by", "recorded_at", "detail"},
+		read:    missedTicks,
+	},
+	{
+		name: "lost", title: "lost attempts: a later attempt took the tick over while they ran (refused: it ran to its end, the tick ran twice), the newest first",
+		table:   "aegis_schedule_run_attempt",
+		columns: []string{"namespace", "job", "fire_at", "node", "token", "attempt", "outcome", "ended_at", "taken_by", "error"},
+		read:    lostAttempts,
+	},
+}
+
+// inspectOrder is every query's name, in the order they are asked.
+func inspectOrder() []string {
+	var out []string
+	for _, q := range runner.InspectQueries {
+		out = append(out, q.Name)
+		if q.Name == "stuck" {
+			for _, h := range historyQueries {
+				out = append(out, h.name)
+			}
+		}
+	}
+	return out
+}
+
+// inspect asks the queries named (all when none) of db: the lab's
+// runbook's through runner.Inspect, the history's through ns's
+// schedule.RunReader, and returns their answers in inspectOrder.
+func inspect(ctx context.Context, db *sql.DB, names []string, o runner.InspectOptions, ns string) ([]runner.InspectAnswer, error) {
+	asked := func(name string) bool { return len(names) == 0 || slices.Contains(names, name) }
+	var labNames []string
+	for _, q := range runner.InspectQueries {
+		if asked(q.Name) {
+			labNames = append(labNames, q.Name)
+		}
+	}
+	byName := map[string]runner.InspectAnswer{}
+	if len(labNames) > 0 {
+		answers, err := runner.Inspect(ctx, db, labNames, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range answers {
+			byName[a.Query.Name] = a
+		}
+	}
+	reader, err := schedule.NewRunReader(ctx, db, &schedule.StoreConfig{Namespace: ns})
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range historyQueries {
+		if !asked(q.name) {
+			continue
+		}
+		a := runner.InspectAnswer{Query: runner.InspectQuery{Name: q.name, Title: q.title, Table: q.table, Columns: q.columns}}
+		ok, err := migrate.Exists(ctx, db, migrate.Postgres, q.table)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("query %s: %w", q.name, err)
+		case !ok:
+			a.Skipped = "no table " + q.table + " here"
+		default:
+			a.Columns = q.columns
+			if a.Rows, err = q.read(ctx, reader, o.Limit); err != nil {
+				return nil, fmt.Errorf("query %s: %w", q.name, err)
+			}
+		}
+		byName[q.name] = a
+	}
+	var out []runner.InspectAnswer
+	for _, n := range inspectOrder() {
+		if a, ok := byName[n]; ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// inspectTime prints a time as the lab's runbook answers do.
+func inspectTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
+// missedTicks lists the latest missed ticks, the newest first.
+func missedTicks(ctx context.Context, r *schedule.RunReader, limit int) ([][]string, error) {
+	ms, err := r.Missed(ctx, "", limit)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([][]string, 0, len(ms))
+	for _, m := range ms {
+		rows = append(rows, []string{m.Namespace, m.Job, inspectTime(m.Fire), string(m.Cause), m.Node, inspectTime(m.Recorded), oneLine(m.Detail, 120)})
+	}
+	return rows, nil
+}
+
+// attemptsScanned is how many of the latest attempts lost looks through:
+// RunReader reads attempts by tick, not by outcome.
+const attemptsScanned = 1000
+
+// lostAttempts lists the lost and refused attempts among the latest
+// attemptsScanned, each with the attempt that took its tick (the next
+// one of the tick, when it is among them).
+func lostAttempts(ctx context.Context, r *schedule.RunReader, limit int) ([][]string, error) {
+	as, err := r.Attempts(ctx, "", attemptsScanned)
+	if err != nil {
+		return nil, err
+	}
+	var rows [][]string
+	for i, a := range as {
+		if a.Outcome != "lost" && a.Outcome != "refused" {
+			continue
+		}
+		// A tick's attempts are read newest first: the one before this is
+		// its successor, when it is of the same tick.
+		takenBy := "-"
+		if i > 0 && as[i-1].Job == a.Job && as[i-1].Fire.Equal(a.Fire) {
+			s := as[i-1]
+			takenBy = fmt.Sprintf("%s:%d (attempt %d, %s)", s.Node, s.Token, s.Attempt, s.Outcome)
+		}
+		rows = append(rows, []string{a.Namespace, a.Job, inspectTime(a.Fire), a.Node, strconv.FormatInt(int64(a.Token), 10),
+			strconv.Itoa(a.Attempt), a.Outcome, inspectTime(a.Ended), takenBy, oneLine(a.Error, 120)})
+		if len(rows) == limit {
+			break
+		}
+	}
+	return rows, nil
 }
