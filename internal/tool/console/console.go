@@ -239,11 +239,13 @@ type overviewData struct {
 	Leases, LiveLeases, Schedules, Paused, Unhandled, Stuck, Resources int
 	// RunTable: the schedule's run table is there. Missed are the missed
 	// ticks of the last hour by schedule, the most missed first, and
-	// MissedTotal their sum; NoMissed is the missed table when it is
-	// missing (an old database's).
+	// MissedTotal their sum (at least, with MissedMore: the overview
+	// counts the latest missedScanned); NoMissed is the missed table when
+	// it is missing (an old database's).
 	RunTable    bool
 	Missed      []missedCount
 	MissedTotal int
+	MissedMore  bool
 	NoMissed    string
 	Missing     []string
 }
@@ -332,14 +334,14 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *overviewD
 		}
 	}
 	d.RunTable = true
-	counts, found, err := s.st.missedSince(ctx, now.Add(-missedWindow))
+	counts, more, found, err := s.st.missedSince(ctx, now.Add(-missedWindow))
 	if err != nil {
 		return err
 	}
 	if !found {
 		d.NoMissed = missedTable
 	}
-	d.Missed = counts
+	d.Missed, d.MissedMore = counts, more
 	for _, c := range counts {
 		d.MissedTotal += c.N
 	}

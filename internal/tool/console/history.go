@@ -126,16 +126,18 @@ type missedCount struct {
 }
 
 // missedSince counts the missed ticks whose fire time is at or after
-// since, by schedule, the most missed first. found is false when the
-// missed table is missing.
-func (st *store) missedSince(ctx context.Context, since time.Time) (counts []missedCount, found bool, err error) {
+// since, by schedule, the most missed first, among the latest
+// missedScanned: more is true when there may be more. found is false when
+// the missed table is missing.
+func (st *store) missedSince(ctx context.Context, since time.Time) (counts []missedCount, more, found bool, err error) {
 	if found, err = st.exists(ctx, missedTable); err != nil || !found {
-		return nil, found, err
+		return nil, false, found, err
 	}
 	ms, err := st.runTable.Missed(ctx, "", missedScanned)
 	if err != nil {
-		return nil, true, err
+		return nil, false, true, err
 	}
+	more = len(ms) == missedScanned && !ms[len(ms)-1].Fire.Before(since)
 	at := map[string]int{}
 	for _, m := range ms {
 		if m.Fire.Before(since) {
@@ -152,5 +154,5 @@ func (st *store) missedSince(ctx context.Context, since time.Time) (counts []mis
 	slices.SortStableFunc(counts, func(a, b missedCount) int {
 		return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Job, b.Job))
 	})
-	return counts, true, nil
+	return counts, more, true, nil
 }
