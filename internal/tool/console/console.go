@@ -3,8 +3,9 @@
 // shows who holds which lease key with which token, the schedule catalog
 // with its stuck runs, every attempt of its ticks (linked to their traces
 // with Config.TraceURL) and its missed ticks with their cause, the queue's
-// jobs, and the fence's resources, and lets an operator pause, resume and run now a schedule,
-// and retry, cancel or discard a job, after a confirmation.
+// jobs, and the fence's resources, and lets an operator pause, resume and
+// run now a schedule, and retry, cancel or discard a job, after a
+// confirmation.
 //
 // Access: a console on a loopback address serves loopback names only; on
 // any other address it needs a token or a user and password on every
@@ -23,6 +24,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -407,6 +409,11 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 		d.Runs = runs
 		if d.history, err = s.st.history(ctx, job, s.cfg.TraceURL); err != nil {
 			return d, err
+		}
+		for i, a := range d.Attempts {
+			d.Attempts[i].Stuck = a.Outcome == "running" && slices.ContainsFunc(d.Stuck, func(r runRow) bool {
+				return r.Job == a.Job && r.Fire.Equal(a.Fire) && r.Token == a.Token
+			})
 		}
 	}
 	d.Selected = job

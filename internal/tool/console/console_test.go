@@ -152,6 +152,7 @@ func TestPagesShowTheStore(t *testing.T) {
 	require.Contains(t, body, `data-schedule="export" data-paused="false"`)
 	require.Contains(t, body, "@every 1m0s")
 	require.Regexp(t, `(?s)id="stuck".*data-job="export" data-state="running" data-token="73" class="stuck"`, body)
+	require.Regexp(t, `(?s)id="history".*data-job="export" data-state="running" data-token="73" data-attempt="1" class="stuck">.*running \(stuck\)`, body, "its attempt, marked")
 	require.Contains(t, body, `href="/schedules/export/pause"`)
 
 	code, body = get(t, c, ts.URL+"/fence")

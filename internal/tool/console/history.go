@@ -59,7 +59,8 @@ func CheckTraceURL(tmpl string) error {
 // of the placeholder; "" without tmpl, or for an id that is not hex (an
 // OpenTelemetry trace id is), which is then shown as text only.
 func traceLink(tmpl, id string) string {
-	if tmpl == "" || id == "" || strings.Trim(strings.ToLower(id), "0123456789abcdef") != "" {
+	notHex := func(r rune) bool { return !strings.ContainsRune("0123456789abcdefABCDEF", r) }
+	if tmpl == "" || id == "" || strings.ContainsFunc(id, notHex) {
 		return ""
 	}
 	return strings.ReplaceAll(tmpl, TracePlaceholder, id)
@@ -77,6 +78,8 @@ type attemptRow struct {
 	// Trace is the link to its trace, when the console has a TraceURL and
 	// the attempt a trace id.
 	Trace string
+	// Stuck: running, its run row past its lease (the reaper's).
+	Stuck bool
 }
 
 // history is the attempt history and the missed ticks of a page.
