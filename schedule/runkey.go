@@ -166,7 +166,7 @@ func (rk *runKeyClaimer) refused(ctx context.Context, j *job, f time.Time, token
 	if text != "" {
 		end += ": " + text
 	}
-	twice, err := rk.st.refuse(ctx, j.Name, f, token, end+"; a later attempt had taken the tick, and the store kept its outcome")
+	twice, err := rk.st.refuse(ctx, j.Name, f, token, end+"; a later attempt had taken the tick, and the store kept that attempt's outcome")
 	switch {
 	case err != nil:
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "record a refused outcome", Err: err})
