@@ -73,13 +73,18 @@ func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
 		return strings.TrimSpace(s)
 	}
 
-	do("open the schedules", chromedp.Navigate(at+"schedules"), chromedp.WaitVisible(chromedp.CSS(`table.runs`)))
-	// Its columns: schedule, fire time, node, token, attempt, outcome, …
-	run := `table.runs tr[data-job="nightly-reconciliation"] td:nth-child`
-	require.Equal(t, res.Reclaimer, cell(run+`(3)`), "the reclaiming replica ran it")
-	require.Equal(t, fmt.Sprint(res.ReclaimToken), cell(run+`(4)`), "the run carries the reclaiming token")
-	require.Equal(t, "2", cell(run+`(5)`), "the second attempt: the reaper's")
-	require.Equal(t, "succeeded after a reclaim", cell(run+`(6)`))
+	do("open the schedules", chromedp.Navigate(at+"schedules"), chromedp.WaitVisible(chromedp.CSS(`table.attempts`)))
+	// The attempt history's columns: schedule, fire time, attempt, node,
+	// token, claimed, ended, outcome, …
+	run := `table.attempts tr[data-job="nightly-reconciliation"][data-attempt="2"] td:nth-child`
+	require.Equal(t, res.Reclaimer, cell(run+`(4)`), "the reclaiming replica ran it")
+	require.Equal(t, fmt.Sprint(res.ReclaimToken), cell(run+`(5)`), "the run carries the reclaiming token")
+	require.Equal(t, "2", cell(run+`(3)`), "the second attempt: the reaper's")
+	require.Equal(t, "succeeded after a reclaim", cell(run+`(8)`))
+	first := `table.attempts tr[data-job="nightly-reconciliation"][data-attempt="1"] td:nth-child`
+	require.Equal(t, res.Runner, cell(first+`(4)`), "the paused replica's attempt is on record too")
+	require.Equal(t, fmt.Sprint(res.RunnerToken), cell(first+`(5)`))
+	require.Equal(t, "refused", cell(first+`(8)`), "it ran to its end after the reclaim: its outcome was refused")
 	require.Contains(t, text(), "None: no run is running past its lease", "the reaper left no stuck run")
 	shoot("console-nightly-runs.png")
 
