@@ -113,15 +113,7 @@ func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("sqlitelease: %w: database path is empty", aegis.ErrInvalid)
 	}
-	q := url.Values{}
-	// busy_timeout first: it applies to the statements after it.
-	for _, p := range []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)"} {
-		q.Add("_pragma", p)
-	}
-	q.Set("_txlock", "immediate")
-	// The path is escaped: a '?', '#' or '%' in it would otherwise end the
-	// file name in the URI, silently opening another file.
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	db, err := sql.Open("sqlite", DSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitelease: open %s: %w", path, err)
 	}
@@ -139,6 +131,22 @@ func Open(path string) (*sql.DB, error) {
 		}
 		time.Sleep(openRetry.Delay(attempt))
 	}
+}
+
+// DSN is the data source name Open opens path with, for driver "sqlite"
+// (modernc.org/sqlite): for a program that opens the database through a
+// connector or driver wrapper of its own (tracing, metrics, tests). It
+// does not connect, retry or cap the pool as Open does.
+func DSN(path string) string {
+	q := url.Values{}
+	// busy_timeout first: it applies to the statements after it.
+	for _, p := range []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(ON)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	// The path is escaped: a '?', '#' or '%' in it would otherwise end the
+	// file name in the URI, silently opening another file.
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
 // maxOpenConns is Open's cap on the pool (see Open).
