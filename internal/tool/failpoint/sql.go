@@ -49,8 +49,8 @@ func (c *connector) Driver() driver.Driver { return c.inner.Driver() }
 type conn struct {
 	inner  driver.Conn
 	c      *connector
-	inTx   bool   // inside BEGIN … COMMIT sent as text, or a BeginTx
-	lose   *rule  // an After fault inside the transaction: its COMMIT's reply is lost
+	inTx   bool  // inside BEGIN … COMMIT sent as text, or a BeginTx
+	lose   *rule // an After fault inside the transaction: its COMMIT's reply is lost
 	broken bool
 }
 
