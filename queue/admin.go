@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/aegislab/aegis/internal/errtext"
 )
 
 // ErrNotFound is returned for a job id that names no job (or no job in the
@@ -32,7 +34,7 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 		return invalid("pause/resume: %v", err)
 	}
 	var ignored bool
-	if err := c.pool.QueryRow(ctx, pauseSQL, queue, paused).Scan(&ignored); err != nil {
+	if err := c.db.QueryRow(ctx, pauseSQL, queue, paused).Scan(&ignored); err != nil {
 		return fmt.Errorf("queue: pause/resume %q: %w", queue, translate(err))
 	}
 	return nil
@@ -44,7 +46,7 @@ func (c *Client) Paused(ctx context.Context, queue string) (bool, error) {
 		return false, invalid("paused: %v", err)
 	}
 	var paused bool
-	if err := c.pool.QueryRow(ctx, pausedSQL, queue).Scan(&paused); err != nil {
+	if err := c.db.QueryRow(ctx, pausedSQL, queue).Scan(&paused); err != nil {
 		return false, fmt.Errorf("queue: paused %q: %w", queue, translate(err))
 	}
 	return paused, nil
@@ -82,7 +84,7 @@ func (c *Client) DeadJobs(ctx context.Context, f *DeadFilter) ([]*JobRow, error)
 	if o.Before <= 0 {
 		o.Before = math.MaxInt64
 	}
-	rows, err := c.pool.Query(ctx, deadSQL, o.Queue, o.Before, o.Limit)
+	rows, err := c.db.Query(ctx, deadSQL, o.Queue, o.Before, o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue: dead jobs: %w", translate(err))
 	}
@@ -106,7 +108,7 @@ func (c *Client) DeadJobs(ctx context.Context, f *DeadFilter) ([]*JobRow, error)
 // kept. ErrNotFound when id is not a dead letter; an error when a live job
 // holds its unique key.
 func (c *Client) RetryDead(ctx context.Context, id int64) (*JobRow, error) {
-	j, err := scanInserted(c.pool.QueryRow(ctx, retryDeadSQL, id))
+	j, err := scanInserted(c.db.QueryRow(ctx, retryDeadSQL, id))
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -123,12 +125,13 @@ func (c *Client) RetryDead(ctx context.Context, id int64) (*JobRow, error) {
 // cancelled, reason recorded) with a greater token. If a worker is running
 // it, that worker's lease is lost: its next heartbeat cancels the
 // handler's context (aegis.ErrLost) and nothing it writes for the job
-// lands. ErrNotFound when id is not a live job.
+// lands. ErrNotFound when id is not a live job. The reason is stored as
+// errtext.Clean makes it (valid UTF-8, no NUL, at most 4 KiB).
 func (c *Client) CancelJob(ctx context.Context, id int64, reason string) error {
 	if reason == "" {
 		reason = "cancelled by Client.CancelJob"
 	}
-	tag, err := c.pool.Exec(ctx, cancelSQL, id, reason)
+	tag, err := c.db.Exec(ctx, cancelSQL, id, errtext.Clean(reason))
 	if err != nil {
 		return fmt.Errorf("queue: cancel job %d: %w", id, translate(err))
 	}
@@ -141,7 +144,7 @@ func (c *Client) CancelJob(ctx context.Context, id int64, reason string) error {
 // Job returns the job with id, live or finished (completed jobs only while
 // they are kept: Config.CompletedRetention). ErrNotFound when there is none.
 func (c *Client) Job(ctx context.Context, id int64) (*JobRow, error) {
-	j, err := scanJob(c.pool.QueryRow(ctx, jobSQL, id), true)
+	j, err := scanJob(c.db.QueryRow(ctx, jobSQL, id), true)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
@@ -161,7 +164,7 @@ const discardDeadSQL = `DELETE FROM aegis_job_finished WHERE id = $1 AND state <
 // cancelled first, with CancelJob; a completed one is left to
 // Config.CompletedRetention).
 func (c *Client) DiscardDead(ctx context.Context, id int64) error {
-	tag, err := c.pool.Exec(ctx, discardDeadSQL, id)
+	tag, err := c.db.Exec(ctx, discardDeadSQL, id)
 	if err != nil {
 		return fmt.Errorf("queue: discard dead job %d: %w", id, translate(err))
 	}

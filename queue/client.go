@@ -42,6 +42,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // It is safe for concurrent use.
 type Client struct {
 	pool    *pgxpool.Pool
+	db      db // the pool, which the client's statements go through (tests wrap it)
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -97,6 +98,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	}
 	cl := &Client{
 		pool:          pool,
+		db:            pool,
 		cfg:           c,
 		log:           c.Logger.With("queue_client", c.ID),
 		metrics:       m,
@@ -104,6 +106,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		tracer:        tracing.Tracer(c.TracerProvider, scopeName),
 		runs:          map[int64]*run{},
 		nextScheduled: make(chan time.Time, 1),
+	}
+	if h := c.hooks; h != nil && h.db != nil {
+		cl.db = h.db(pool)
 	}
 	cl.writesIdle = sync.NewCond(&cl.mu)
 	return cl, nil
@@ -128,11 +133,11 @@ func (c *Client) Start(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("queue: Start: already started")
 	}
-	if err := c.pool.QueryRow(ctx, channelNameSQL).Scan(&c.channel); err != nil {
+	if err := c.db.QueryRow(ctx, channelNameSQL).Scan(&c.channel); err != nil {
 		c.started.Store(false)
 		return fmt.Errorf("queue: start: %w", err)
 	}
-	if _, err := c.pool.Exec(ctx, checkSchemaSQL); err != nil {
+	if _, err := c.db.Exec(ctx, checkSchemaSQL); err != nil {
 		c.started.Store(false)
 		return fmt.Errorf("queue: start: %w", translate(err))
 	}
@@ -254,9 +259,9 @@ func (c *Client) handBack() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	res, err := c.sql.handBack(ctx, c.pool, ids, tokens)
+	res, err := c.sql.handBack(ctx, c.db, ids, tokens)
 	if err != nil {
-		c.log.Error("queue: hand back leases at shutdown; the reaper will reclaim them when they expire", "jobs", len(ids), "err", err)
+		c.log.Error("queue: hand back leases at shutdown (when its reply was lost they may be handed back); the reaper reclaims what is not when the leases expire", "jobs", len(ids), "err", err)
 	} else {
 		back := 0
 		for i, e := range res {
@@ -306,13 +311,18 @@ type run struct {
 	row    *JobRow
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer // the local deadline: cancels ctx with ErrLeaseExpired
+	timer  *time.Timer  // the local deadline: cancels ctx with ErrLeaseExpired
+	until  atomic.Int64 // the local deadline, in Unix ns: moved by each renewal
 	phase  atomic.Int32
 
 	// Traced clients only.
 	claim trace.SpanContext // the span of the claim that got the job
 	span  trace.Span        // the handler's run: the parent of the outcome's write
 }
+
+// deadline is the claim's local deadline: its lease may expire on the
+// server after it, and the reaper take the job.
+func (r *run) deadline() time.Time { return time.Unix(0, r.until.Load()) }
 
 // completeInTx moves the claim to phaseInTx, if its handler still runs.
 func (r *run) completeInTx() bool {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // completer writes completions in batches: it takes every completion
@@ -52,9 +52,12 @@ func (k *completer) run() {
 	}
 }
 
-// flush writes one batch, retrying on errors for a while; it gives up when
-// the database stays unreachable, and the jobs run again after their
-// leases expire.
+// flush writes one batch. A failed write is retried, with the same
+// tokens, until the earliest local deadline of the batch's claims (the
+// heartbeats renew them meanwhile) or a lease's length, whichever comes
+// first; then the jobs run again when their leases expire. A completion a
+// try refused after an earlier try may have landed (its reply was lost)
+// is read back (landed).
 func (k *completer) flush(batch []*run) {
 	c := k.c
 	// In id order: the rows are locked in a stable order, near each other.
@@ -64,19 +67,26 @@ func (k *completer) flush(batch []*run) {
 	for i, r := range batch {
 		ids[i], tokens[i] = r.row.ID, int64(r.row.Token)
 	}
-	retry := backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
 	start := time.Now()
-	var res []error
-	for attempt := 0; ; attempt++ {
+	giveUp := start.Add(c.cfg.Lease)
+	var (
+		res   []error
+		first error
+		maybe bool // a failed try may have landed
+	)
+	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		var err error
-		res, err = c.sql.completeBatch(ctx, c.pool, ids, tokens)
+		res, err = c.sql.completeBatch(ctx, c.db, ids, tokens)
 		cancel()
 		if err == nil {
 			break
 		}
-		if attempt == 5 {
-			c.log.Error("queue: completions not written; the jobs run again when their leases expire", "jobs", len(batch), "err", err)
+		first = cmp.Or(first, err)
+		maybe = maybe || !pgconn.SafeToRetry(err)
+		wait := outcomeRetry.Delay(try - 1)
+		if until := time.Now().Add(wait); c.isClosing() || !until.Before(giveUp) || !until.Before(earliest(batch)) {
+			c.log.Error("queue: completions not written; the jobs run again when their leases expire", "jobs", len(batch), "tries", try, "err", err)
 			for _, r := range batch {
 				if c.tracer != nil {
 					c.traceWrite(r, "complete", start, len(batch), err)
@@ -85,11 +95,20 @@ func (k *completer) flush(batch []*run) {
 			}
 			return
 		}
-		c.log.Warn("queue: write completions; retrying", "jobs", len(batch), "err", err)
-		time.Sleep(retry.Delay(attempt))
+		c.log.Warn("queue: write completions; retrying", "jobs", len(batch), "try", try, "retry_in", wait, "err", err)
+		time.Sleep(wait)
 	}
+	if first != nil {
+		c.log.Warn("queue: completions written after a failed try", "jobs", len(batch), "first_err", first)
+	}
+	complete := outcome{op: "complete"}
 	for i, r := range batch {
 		j := r.row
+		if res[i] != nil && maybe {
+			if ok, err := c.landed(j, &complete); err == nil && ok {
+				res[i] = nil
+			}
+		}
 		if c.tracer != nil {
 			c.traceWrite(r, "complete", start, len(batch), res[i])
 		}
@@ -102,4 +121,15 @@ func (k *completer) flush(batch []*run) {
 		}
 		c.forget(r)
 	}
+}
+
+// earliest is the earliest local deadline of the batch's claims.
+func earliest(batch []*run) time.Time {
+	t := batch[0].deadline()
+	for _, r := range batch[1:] {
+		if d := r.deadline(); d.Before(t) {
+			t = d
+		}
+	}
+	return t
 }

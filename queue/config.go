@@ -144,8 +144,9 @@ type QueueConfig struct {
 
 // testHooks let tests freeze parts of a client.
 type testHooks struct {
-	heartbeat func() // called before each heartbeat round; may block
-	noListen  bool   // never LISTEN: polling only
+	heartbeat func()      // called before each heartbeat round; may block
+	noListen  bool        // never LISTEN: polling only
+	db        func(db) db // wraps the pool the client's statements go through
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // EnqueueOpts are the options of one job. A nil *EnqueueOpts means
@@ -79,7 +80,7 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*En
 	if err != nil {
 		return nil, err
 	}
-	return c.insertOne(ctx, c.pool, in)
+	return c.insertOne(ctx, c.db, in)
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction: the job exists,
@@ -103,7 +104,7 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *Enqu
 // nothing is written.
 func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]int64, error) {
 	var ids []int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
 		var err error
 		ids, err = c.EnqueueManyTx(ctx, tx, jobs)
 		return err
@@ -220,7 +221,7 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 			return &Enqueued{Job: j}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("queue: enqueue %q: %w", in.kind, translate(err))
+			return nil, c.insertErr(q, in, err)
 		}
 		j, err = scanJob(q.QueryRow(ctx, uniqueSQL, in.uniqueKey), false)
 		if err == nil {
@@ -231,6 +232,25 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 		}
 	}
 	return nil, fmt.Errorf("queue: enqueue %q: unique key %q: its holder kept finishing while this job was inserted; try again", in.kind, in.uniqueKey)
+}
+
+// insertErr is the error of a failed insert: the caller's mistake when
+// the server refused the job's data; and, when the statement may have
+// been sent and committed with its reply lost outside a transaction of
+// the caller's (a broken connection), it says the job may be enqueued.
+func (c *Client) insertErr(q querier, in insert, err error) error {
+	var pe *pgconn.PgError
+	switch _, tx := q.(pgx.Tx); {
+	case isDataError(err):
+		return invalid("enqueue %q: the server refused the job's data: %v", in.kind, err)
+	case !errors.As(err, &pe) && !pgconn.SafeToRetry(err) && !tx:
+		how := "enqueue it again with the same EnqueueOpts.UniqueKey to make the retry safe"
+		if in.uniqueKey != "" {
+			how = "enqueuing it again with its UniqueKey returns it if it was"
+		}
+		return fmt.Errorf("queue: enqueue %q: the job may have been enqueued (the connection broke after the statement was sent): %s: %w", in.kind, how, err)
+	}
+	return fmt.Errorf("queue: enqueue %q: %w", in.kind, translate(err))
 }
 
 // scanInserted scans insertSQL's row: jobColumns and the notify column.

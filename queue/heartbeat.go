@@ -67,15 +67,17 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := c.sql.heartbeat(ctx, c.pool, ids, tokens)
+	res, err := c.sql.heartbeat(ctx, c.db, ids, tokens)
 	if err != nil {
 		return err
 	}
-	deadline := time.Until(localDeadline(start, c.cfg.Lease))
+	until := localDeadline(start, c.cfg.Lease)
+	deadline := time.Until(until)
 	for i, r := range runs {
 		j := r.row
 		switch {
 		case res[i] == nil:
+			r.until.Store(until.UnixNano())
 			if r.phase.Load() == phaseWorking {
 				r.timer.Reset(deadline)
 			}

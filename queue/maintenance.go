@@ -56,7 +56,7 @@ func (c *Client) maintenanceLoop(ctx context.Context) {
 // token (or discards them when they have no attempts left).
 func (c *Client) reap(ctx context.Context) {
 	for {
-		got, err := c.sql.reap(ctx, c.pool, reapBatch)
+		got, err := c.sql.reap(ctx, c.db, reapBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: reap expired leases", "err", err)
@@ -83,7 +83,7 @@ func (c *Client) reap(ctx context.Context) {
 func (c *Client) promote(ctx context.Context) time.Duration {
 	next := c.cfg.ReapInterval
 	for {
-		n, err := c.sql.promote(ctx, c.pool, promoteBatch)
+		n, err := c.sql.promote(ctx, c.db, promoteBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: promote scheduled jobs", "err", err)
@@ -94,7 +94,7 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 			break
 		}
 	}
-	d, ok, err := c.sql.nextScheduled(ctx, c.pool)
+	d, ok, err := c.sql.nextScheduled(ctx, c.db)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Error("queue: find the next scheduled job", "err", err)
@@ -110,7 +110,7 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 // prune deletes finished jobs past their retention.
 func (c *Client) prune(ctx context.Context) {
 	for {
-		tag, err := c.pool.Exec(ctx, pruneSQL, c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
+		tag, err := c.db.Exec(ctx, pruneSQL, c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: prune finished jobs", "err", err)
@@ -129,7 +129,7 @@ func (c *Client) vacuum(ctx context.Context) {
 		return
 	}
 	var dead, live int64
-	if err := c.pool.QueryRow(ctx, deadRowsSQL).Scan(&dead, &live); err != nil {
+	if err := c.db.QueryRow(ctx, deadRowsSQL).Scan(&dead, &live); err != nil {
 		if ctx.Err() == nil {
 			c.log.Error("queue: read the hot table's statistics", "err", err)
 		}
@@ -149,7 +149,7 @@ func (c *Client) vacuum(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	if _, err := c.pool.Exec(ctx, vacuumSQL); err != nil {
+	if _, err := c.db.Exec(ctx, vacuumSQL); err != nil {
 		if ctx.Err() == nil {
 			c.log.Error("queue: vacuum the hot table", "err", err)
 		}

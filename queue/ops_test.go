@@ -37,7 +37,7 @@ func TestPauseResume(t *testing.T) {
 
 	// The claim statement itself sees the pause.
 	id := enqueueOne(t, p, nil)
-	jobs, err := worker("X", time.Minute, false).claim(ctx, p, DefaultQueue, 10)
+	jobs, err := worker("X", time.Minute, false).claim(ctx, p, DefaultQueue, 10, "test-claim")
 	require.NoError(t, err)
 	require.Empty(t, jobs)
 
@@ -298,7 +298,7 @@ func TestPriorityAndSchedule(t *testing.T) {
 	require.Equal(t, StateScheduled, soon.Job.State)
 
 	w := worker("W", time.Minute, false)
-	jobs, err := w.claim(ctx, p, DefaultQueue, 10)
+	jobs, err := w.claim(ctx, p, DefaultQueue, 10, "test-claim")
 	require.NoError(t, err)
 	var got []int
 	for _, j := range jobs {
@@ -316,7 +316,7 @@ func TestPriorityAndSchedule(t *testing.T) {
 		require.NoError(t, err)
 		return n == 1
 	})
-	jobs, err = w.claim(ctx, p, DefaultQueue, 10)
+	jobs, err = w.claim(ctx, p, DefaultQueue, 10, "test-claim")
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	require.Equal(t, soon.Job.ID, jobs[0].ID)
@@ -330,7 +330,7 @@ func TestPrune(t *testing.T) {
 	c := client(t, p, &Config{CompletedRetention: time.Millisecond, DeadRetention: time.Hour})
 	a, b := enqueueOne(t, p, nil), enqueueOne(t, p, nil)
 	w := worker("W", time.Minute, true)
-	jobs, err := w.claim(ctx, p, DefaultQueue, 2)
+	jobs, err := w.claim(ctx, p, DefaultQueue, 2, "test-claim")
 	require.NoError(t, err)
 	require.NoError(t, w.completeOne(ctx, p, jobs[0].ID, int64(jobs[0].Token)))
 	require.NoError(t, c.CancelJob(ctx, jobs[1].ID, ""))

@@ -34,7 +34,7 @@ func TestPlansIgnoreStaleStatistics(t *testing.T) {
 	w := worker("W", time.Minute, false)
 	enqueue(5000)
 	for {
-		jobs, err := w.claim(ctx, p, DefaultQueue, 1000)
+		jobs, err := w.claim(ctx, p, DefaultQueue, 1000, "test-claim")
 		require.NoError(t, err)
 		if len(jobs) == 0 {
 			break
@@ -48,7 +48,7 @@ func TestPlansIgnoreStaleStatistics(t *testing.T) {
 	enqueue(20000)
 	require.Equal(t, 0, count(t, p, `SELECT reltuples::int FROM pg_class WHERE oid = 'aegis_job'::regclass`), "the statistics say the table is empty")
 
-	jobs, err := w.claim(ctx, p, DefaultQueue, 100)
+	jobs, err := w.claim(ctx, p, DefaultQueue, 100, "test-claim")
 	require.NoError(t, err)
 	ids, tokens := claims(jobs)
 	const most = 1000 // rows of aegis_job a statement on 100 jobs may read
@@ -58,7 +58,8 @@ func TestPlansIgnoreStaleStatistics(t *testing.T) {
 			sql  string
 			args []any
 		}{
-			{"claim", claimSQL, []any{DefaultQueue, 100, int64(6e7), "W"}},
+			{"claim", claimSQL, []any{DefaultQueue, 100, int64(6e7), "W", "claim-1"}},
+			{"adopt", adoptSQL, []any{"W", "claim-1"}},
 			{"heartbeat", heartbeatSQL, []any{ids, tokens, int64(6e7)}},
 			{"still held", stillHeldSQL, []any{ids, tokens}},
 			{"complete batch", completeManySQL, []any{ids, tokens}},
@@ -169,7 +170,7 @@ func TestClaimWithoutStatistics(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for range 6 { // past five runs a cached statement may take its generic plan
-			jobs, err := w.claim(ctx, tx, DefaultQueue, 100)
+			jobs, err := w.claim(ctx, tx, DefaultQueue, 100, "test-claim")
 			require.NoError(t, err)
 			require.Len(t, jobs, 100)
 		}

@@ -2,12 +2,15 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/owner"
 )
 
 // producer claims the jobs of one queue for this client: as many as it has
@@ -187,8 +190,12 @@ func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	start := time.Now()
-	jobs, err := c.sql.claim(qctx, c.pool, p.queue, n)
+	id := owner.New()
+	jobs, err := c.sql.claim(qctx, c.db, p.queue, n, id)
 	c.metrics.claimSeconds(p.queue).Observe(time.Since(start).Seconds())
+	if err != nil && !pgconn.SafeToRetry(err) {
+		jobs, err = p.adopt(ctx, id, start, err)
+	}
 	var claim trace.SpanContext
 	if c.tracer != nil {
 		claim = c.traceClaim(p.queue, start, len(jobs), err)
@@ -207,7 +214,9 @@ func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 		r := &run{client: c, row: j, claim: claim}
 		r.ctx, r.cancel = context.WithCancelCause(c.base)
 		j.run = r
-		r.timer = time.AfterFunc(time.Until(localDeadline(start, c.cfg.Lease)), r.expired)
+		deadline := localDeadline(start, c.cfg.Lease)
+		r.until.Store(deadline.UnixNano())
+		r.timer = time.AfterFunc(time.Until(deadline), r.expired)
 		c.runs[j.ID] = r
 		runs[i] = r
 	}
@@ -218,3 +227,36 @@ func (p *producer) claim(ctx context.Context, n int) ([]*JobRow, error) {
 	}
 	return jobs, nil
 }
+
+// adopt finds the jobs of a claim whose statement failed after it may
+// have been sent (err): the claim may have committed with its reply lost,
+// and then its jobs are this client's, running, and nobody would start
+// them until their leases expired (the reaper would count an attempt that
+// never ran, and discard a job on its last attempt). The claim's id
+// finds them. It retries the read until the claim's local deadline, or
+// until Stop; after that the reaper takes whatever the claim held. It
+// returns the claim's error when the claim held nothing.
+func (p *producer) adopt(ctx context.Context, id string, start time.Time, err error) ([]*JobRow, error) {
+	c := p.c
+	deadline := localDeadline(start, c.cfg.Lease)
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		jobs, aerr := c.sql.adopt(actx, c.db, id)
+		cancel()
+		switch {
+		case aerr == nil && len(jobs) == 0:
+			return nil, err // the claim did not commit
+		case aerr == nil:
+			c.log.Warn("queue: a claim committed and its reply was lost: its jobs are run", "queue", p.queue, "jobs", len(jobs), "err", err)
+			return jobs, nil
+		case ctx.Err() != nil || !time.Now().Add(adoptRetry.Delay(attempt)).Before(deadline):
+			return nil, fmt.Errorf("%w; finding the jobs the claim may hold failed too (the reaper takes them when their leases expire): %w", err, aerr)
+		}
+		if !backoff.Sleep(ctx, adoptRetry.Delay(attempt)) {
+			return nil, err
+		}
+	}
+}
+
+// adoptRetry spaces adopt's reads.
+var adoptRetry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}

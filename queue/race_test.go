@@ -38,7 +38,7 @@ func enqueueOne(t testing.TB, p *pgxpool.Pool, opts *EnqueueOpts) int64 {
 // claimOne claims the one available job of the default queue.
 func claimOne(t testing.TB, p *pgxpool.Pool, s statements) *JobRow {
 	t.Helper()
-	jobs, err := s.claim(t.Context(), p, DefaultQueue, 10)
+	jobs, err := s.claim(t.Context(), p, DefaultQueue, 10, "test-claim")
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	return jobs[0]
@@ -325,7 +325,7 @@ func TestReaperNeverReclaimsCompleted(t *testing.T) {
 		_, err = c.EnqueueMany(ctx, params)
 		require.NoError(t, err)
 		a := worker("A", time.Millisecond, true)
-		jobs, err := a.claim(ctx, p, DefaultQueue, n)
+		jobs, err := a.claim(ctx, p, DefaultQueue, n, "test-claim")
 		require.NoError(t, err)
 		require.Len(t, jobs, n)
 
@@ -475,7 +475,7 @@ func TestReapersNeverFight(t *testing.T) {
 	}
 	_, err = c.EnqueueMany(ctx, params)
 	require.NoError(t, err)
-	jobs, err := worker("A", time.Millisecond, false).claim(ctx, p, DefaultQueue, n+1)
+	jobs, err := worker("A", time.Millisecond, false).claim(ctx, p, DefaultQueue, n+1, "test-claim")
 	require.NoError(t, err)
 	require.Len(t, jobs, n+1)
 	eventually(t, "the leases expire", func() bool {

@@ -120,6 +120,10 @@ AS $$
 	FOR UPDATE SKIP LOCKED
 $$;
 `},
+	// The id of the claim that holds a running job: a claim whose reply
+	// was lost (the connection broke after it committed) finds its jobs by
+	// it (adoptSQL). Not in any index: the hot path only writes it.
+	{Version: 3, SQL: `ALTER TABLE aegis_job ADD COLUMN IF NOT EXISTS claim_id text`},
 }
 
 // jobColumns are the columns a JobRow is scanned from, in scanJob's order.
@@ -177,10 +181,17 @@ SET state = 'running',
     attempt = j.attempt + 1,
     locked_until = now() + $3::bigint * interval '1 microsecond',
     locked_by = $4,
+    claim_id = $5,
     attempted_at = now()
 WHERE j.id = ANY (ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attempt, j.max_attempts, j.token,
 	j.locked_by, j.errors, j.unique_key, j.created_at, j.attempted_at`
+
+// adoptSQL returns the jobs that the claim $2 of client $1 holds: that
+// claim committed, and its reply was lost. It runs only then: it scans the
+// running jobs' index.
+const adoptSQL = `SELECT ` + jobColumns + ` FROM aegis_job
+WHERE state = 'running' AND locked_by = $1 AND claim_id = $2`
 
 // heartbeatSQL extends the leases of the jobs ($1 ids, $2 tokens) to
 // now() + $3 µs and returns the ids it extended; a missing id is a lost

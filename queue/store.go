@@ -22,6 +22,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// db is what the client sends its statements through: its pool, or in
+// tests a pool whose statements fail on purpose (internal/tool/failpoint).
+type db interface {
+	querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // custom makes pgx plan a statement for its arguments every time (an
 // unnamed prepared statement) rather than reuse a cached one, whose plan
 // PostgreSQL makes generic after five runs. The reaper and the promoter,
@@ -57,23 +64,39 @@ func newStatements(cfg Config) statements {
 	return s
 }
 
-// claim claims up to n available jobs of queue.
-func (s statements) claim(ctx context.Context, q querier, queue string, n int) ([]*JobRow, error) {
-	rows, err := q.Query(ctx, claimSQL, queue, n, s.lease, s.by)
+// claim claims up to n available jobs of queue, marking them with the
+// claim's id.
+func (s statements) claim(ctx context.Context, q querier, queue string, n int, id string) ([]*JobRow, error) {
+	rows, err := q.Query(ctx, claimSQL, queue, n, s.lease, s.by, id)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", translate(err))
 	}
+	return s.claimed(rows, "claim")
+}
+
+// adopt returns the jobs that the claim id of this client holds (its
+// reply was lost).
+func (s statements) adopt(ctx context.Context, q querier, id string) ([]*JobRow, error) {
+	rows, err := q.Query(ctx, adoptSQL, s.by, id)
+	if err != nil {
+		return nil, fmt.Errorf("find the jobs of a claim whose reply was lost: %w", translate(err))
+	}
+	return s.claimed(rows, "find the jobs of a claim whose reply was lost")
+}
+
+// claimed scans the jobs of a claim, in the claim's order.
+func (s statements) claimed(rows pgx.Rows, op string) ([]*JobRow, error) {
 	defer rows.Close()
 	var jobs []*JobRow
 	for rows.Next() {
 		j, err := scanJob(rows, false)
 		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", translate(err))
+		return nil, fmt.Errorf("%s: %w", op, translate(err))
 	}
 	// Start them in the claim's order.
 	slices.SortFunc(jobs, func(a, b *JobRow) int {

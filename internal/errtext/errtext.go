@@ -95,7 +95,7 @@ func ASCII(s string, why error) string {
 // the deferred recover), from the frame that panicked on. The whole stack
 // belongs in the log, not in the stored outcome.
 func Panic(v any, stack []byte) string {
-	return Clean(fmt.Sprintf("panic: %v\n%s", v, frames(stack, 5)))
+	return Clean(fmt.Sprintf("panicked: %v\n%s", v, frames(stack, 5)))
 }
 
 // frames returns the first n frames of stack after the runtime's panic

@@ -75,7 +75,7 @@ func TestPanic(t *testing.T) {
 	}()
 	storable(t, text)
 	lines := strings.Split(text, "\n")
-	require.Equal(t, "panic: boom \\x00", lines[0])
+	require.Equal(t, "panicked: boom \\x00", lines[0])
 	require.Contains(t, lines[1], "errtext.boom", "the first frame is the one that panicked:\n%s", text)
 	require.LessOrEqual(t, len(lines), 1+2*5, "the first frames only:\n%s", text)
 }

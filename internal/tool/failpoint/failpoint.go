@@ -23,8 +23,10 @@ package failpoint
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // Fault is how an armed statement fails.
@@ -91,11 +93,14 @@ func (p *Plan) Arm(name, match string, f Fault, n int) {
 	p.rules = append(p.rules, &rule{name: name, match: match, fault: f, left: n})
 }
 
-// Disarm removes every rule.
+// Disarm stops every rule from failing more statements (Fired still
+// counts what they failed).
 func (p *Plan) Disarm() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rules = nil
+	for _, r := range p.rules {
+		r.left = 0
+	}
 }
 
 // Fired reports how many statements the rule name has failed so far (0
@@ -186,4 +191,30 @@ func isBegin(query string) bool {
 
 func isRollback(query string) bool {
 	return strings.HasPrefix(strings.ToUpper(strings.TrimSpace(query)), "ROLLBACK")
+}
+
+// Row is a row of the failpoint table of docs/failpoints.md: the
+// package, the statement, the fault and what happens.
+func Row(pkg, stmt string, f Fault, result string) string {
+	return fmt.Sprintf("| %s | %s | %s | %s |", pkg, stmt, f, result)
+}
+
+// CheckDoc fails t unless the table of the document at path has exactly
+// the rows want for package pkg, in that order: the table says what the
+// tests assert.
+func CheckDoc(t testing.TB, path, pkg string, want []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read the failpoint table: %v", err)
+	}
+	var got []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| "+pkg+" | ") {
+			got = append(got, line)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s: the rows of %s are not what its failpoint tests assert; they should be:\n%s", path, pkg, strings.Join(want, "\n"))
+	}
 }
