@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/aegislab/aegis/internal/outcome"
 )
 
 // completer writes completions in batches: it takes every completion
@@ -83,8 +83,8 @@ func (k *completer) flush(batch []*run) {
 			break
 		}
 		first = cmp.Or(first, err)
-		maybe = maybe || !pgconn.SafeToRetry(err)
-		wait := outcomeRetry.Delay(try - 1)
+		maybe = maybe || outcome.MaybeLanded(err)
+		wait := outcome.Retry.Delay(try - 1)
 		if until := time.Now().Add(wait); c.isClosing() || !until.Before(giveUp) || !until.Before(earliest(batch)) {
 			c.log.Error("queue: completions not written; the jobs run again when their leases expire", "jobs", len(batch), "tries", try, "err", err)
 			for _, r := range batch {
@@ -101,13 +101,14 @@ func (k *completer) flush(batch []*run) {
 	if first != nil {
 		c.log.Warn("queue: completions written after a failed try", "jobs", len(batch), "first_err", first)
 	}
-	complete := outcome{op: "complete"}
 	for i, r := range batch {
 		j := r.row
 		if res[i] != nil && maybe {
-			if ok, err := c.landed(j, &complete); err == nil && ok {
+			ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+			if ok, err := c.landed(ctx, j, "complete", nil); err == nil && ok {
 				res[i] = nil
 			}
+			cancel()
 		}
 		if c.tracer != nil {
 			c.traceWrite(r, "complete", start, len(batch), res[i])

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/aegislab/aegis/internal/errtext"
 )
 
 // EnqueueOpts are the options of one job. A nil *EnqueueOpts means
@@ -241,7 +243,7 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 func (c *Client) insertErr(q querier, in insert, err error) error {
 	var pe *pgconn.PgError
 	switch _, tx := q.(pgx.Tx); {
-	case isDataError(err):
+	case errtext.Refused(err):
 		return invalid("enqueue %q: the server refused the job's data: %v", in.kind, err)
 	case !errors.As(err, &pe) && !pgconn.SafeToRetry(err) && !tx:
 		how := "enqueue it again with the same EnqueueOpts.UniqueKey to make the retry safe"

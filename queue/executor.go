@@ -1,23 +1,21 @@
 package queue
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
-	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/errtext"
+	"github.com/aegislab/aegis/internal/outcome"
 )
 
 // work runs one claimed job's handler and records its outcome, fenced by
@@ -135,8 +133,9 @@ func (c *Client) beginWrite(r *run, err error, log jobLogger) (int32, bool) {
 // handler failed after its commit. The job is read; a completed job is
 // counted and forgotten, and its failure is not written over it.
 func (c *Client) committedInTx(r *run, err error, log jobLogger) bool {
-	complete := outcome{op: "complete"}
-	if ok, rerr := c.landed(r.row, &complete); rerr != nil || !ok {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if ok, rerr := c.landed(ctx, r.row, "complete", nil); rerr != nil || !ok {
 		return false
 	}
 	log.Warn("queue: the handler failed, but its CompleteTx had committed: the job is completed", "err", errtext.Of(err))
@@ -145,91 +144,58 @@ func (c *Client) committedInTx(r *run, err error, log jobLogger) bool {
 	return true
 }
 
-// outcome is what the client writes for a handler's result: op
+// jobOutcome is what the client writes for a handler's result: op
 // (complete, snooze, cancel, discard or retry), for a snooze or a retry
 // the delay until the job is due again, and the error text it records
 // (made storable: internal/errtext).
-type outcome struct {
+type jobOutcome struct {
 	op    string
 	delay time.Duration
 	text  string
-	ascii bool // text is the ASCII fallback: the store refused the text itself
 }
 
 // outcomeOf decides the outcome of job j's handler from its error.
-func (c *Client) outcomeOf(j *JobRow, err error) outcome {
+func (c *Client) outcomeOf(j *JobRow, err error) jobOutcome {
 	var (
 		snz  *snoozeError
 		cncl *cancelError
 	)
 	switch {
 	case err == nil:
-		return outcome{op: "complete"}
+		return jobOutcome{op: "complete"}
 	case errors.As(err, &snz):
-		return outcome{op: "snooze", delay: max(snz.d, 0)}
+		return jobOutcome{op: "snooze", delay: max(snz.d, 0)}
 	case errors.As(err, &cncl):
-		return outcome{op: "cancel", text: errtext.Of(cncl.err)}
+		return jobOutcome{op: "cancel", text: errtext.Of(cncl.err)}
 	case j.Attempt >= j.MaxAttempts:
-		return outcome{op: "discard", text: errtext.Of(err)}
+		return jobOutcome{op: "discard", text: errtext.Of(err)}
 	}
-	return outcome{op: "retry", delay: max(c.cfg.RetryBackoff(j.Attempt), 0), text: errtext.Of(err)}
+	return jobOutcome{op: "retry", delay: max(c.cfg.RetryBackoff(j.Attempt), 0), text: errtext.Of(err)}
 }
 
 // writeOutcome writes o for r's claim, fenced by its token, and returns
-// nil once it landed, or a stale error when the token had moved on.
-//
-// A write is never left to the reaper for what it says: one the store
-// refuses for its data is written again at once with its error text as
-// ASCII (errtext.ASCII). Any other failure is retried, with the same
-// token, until the claim's local deadline: after it the lease may expire
-// on the server, the reaper takes the job, and the write would be refused
-// anyway. When a try that failed may have landed (its reply was lost), a
-// later try finds the token moved on: the job is read then, to tell
-// whether the write that landed was this one (landed) or a takeover's.
-func (c *Client) writeOutcome(r *run, o *outcome, log jobLogger) error {
+// nil once it landed, or a stale error when the token had moved on. It
+// retries until the claim's local deadline, and reads the job back when a
+// try whose reply was lost may have landed (internal/outcome).
+func (c *Client) writeOutcome(r *run, o *jobOutcome, log jobLogger) error {
 	j := r.row
-	deadline := r.deadline()
-	var first error
-	maybe := false // a failed try may have landed
-	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), min(writeTimeout, max(time.Until(deadline), time.Millisecond)))
-		err := c.writeOnce(ctx, j, o)
-		cancel()
-		switch {
-		case err == nil:
-			if try > 1 {
-				log.Warn("queue: outcome written after a failed try", "op", o.op, "tries", try, "first_err", first)
-			}
-			return nil
-		case errors.Is(err, aegis.ErrStale) && maybe:
-			if ok, rerr := c.landed(j, o); rerr == nil && ok {
-				log.Warn("queue: outcome written: a try whose reply was lost had landed", "op", o.op, "tries", try, "first_err", first)
-				return nil
-			}
-			return err
-		case errors.Is(err, aegis.ErrStale):
-			return err
-		case isDataError(err) && o.text != "" && !o.ascii:
-			log.Warn("queue: the store refused the outcome's error text; writing it as ASCII", "op", o.op, "err", err)
-			o.text, o.ascii = errtext.ASCII(o.text, err), true
-			continue
-		}
-		first = cmp.Or(first, err)
-		maybe = maybe || !pgconn.SafeToRetry(err)
-		wait := outcomeRetry.Delay(try - 1)
-		if c.isClosing() || !time.Now().Add(wait).Before(deadline) {
-			return fmt.Errorf("%w (tried %d times, until the job's lease ran out locally; the reaper takes the job when it expires)", err, try)
-		}
-		log.Warn("queue: write the job's outcome; retrying", "op", o.op, "try", try, "retry_in", wait, "err", err)
-		time.Sleep(wait)
-	}
+	res := outcome.Write{
+		Text:     o.text,
+		Deadline: r.deadline(),
+		Try: func(ctx context.Context, text string) error {
+			o.text = text
+			return c.writeOnce(ctx, j, o)
+		},
+		Refused: func(err error) bool { return errors.Is(err, aegis.ErrStale) },
+		Landed:  func(ctx context.Context, texts []string) (bool, error) { return c.landed(ctx, j, o.op, texts) },
+		Stop:    c.isClosing,
+		Log:     func(msg string, args ...any) { log.Warn("queue: "+msg, append([]any{"op", o.op}, args...)...) },
+	}.Do()
+	return res.Err
 }
 
-// outcomeRetry spaces the tries of an outcome's write.
-var outcomeRetry = backoff.Backoff{Min: 20 * time.Millisecond, Max: time.Second}
-
 // writeOnce sends o's statement for job j.
-func (c *Client) writeOnce(ctx context.Context, j *JobRow, o *outcome) error {
+func (c *Client) writeOnce(ctx context.Context, j *JobRow, o *jobOutcome) error {
 	id, token := j.ID, int64(j.Token)
 	switch o.op {
 	case "complete":
@@ -244,14 +210,13 @@ func (c *Client) writeOnce(ctx context.Context, j *JobRow, o *outcome) error {
 	return c.sql.retry(ctx, c.db, id, token, o.delay, o.text)
 }
 
-// landed reads job j to tell whether o's write, which a later try found
-// refused, had landed in a try whose reply was lost. Every write of the
-// outcome moves the claim's token on (or deletes the row); what else
-// moves it (the reaper, Client.CancelJob, a hand-back) records an error
-// of its own with the claim's token, and a write of o records o.text.
-func (c *Client) landed(j *JobRow, o *outcome) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
+// landed reads job j to tell whether the write of op, which a later try
+// found refused, had landed in a try whose reply was lost (texts: the
+// texts the tries sent). Every write of an outcome moves the claim's token
+// on (or deletes the row); what else moves it (the reaper,
+// Client.CancelJob, a hand-back) records an error entry of its own with
+// the claim's token, and a write of op with a text records that text.
+func (c *Client) landed(ctx context.Context, j *JobRow, op string, texts []string) (bool, error) {
 	now, err := c.Job(ctx, j.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -263,24 +228,16 @@ func (c *Client) landed(j *JobRow, o *outcome) (bool, error) {
 	}
 	for _, e := range now.Errors {
 		if e.Token == j.Token {
-			return o.text != "" && e.Error == o.text, nil
+			return texts[0] != "" && slices.Contains(texts, e.Error), nil
 		}
 	}
-	switch o.op {
+	switch op {
 	case "complete":
 		return now.State == StateCompleted && now.Token == j.Token, nil
 	case "snooze":
 		return now.Token > j.Token, nil
 	}
 	return false, nil
-}
-
-// isDataError reports a write the store refused for its data (SQLSTATE
-// class 22, data exception: a NUL or invalid UTF-8 in a text, a value out
-// of range).
-func isDataError(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22")
 }
 
 // isClosing reports whether Stop's deadline passed: write nothing more.
@@ -294,7 +251,7 @@ func (c *Client) isClosing() bool {
 // and logged, a failed one logged (the job runs again when its lease
 // expires), and a job due again after a delay wakes the maintenance loop
 // then.
-func (c *Client) wroteOutcome(j *JobRow, log jobLogger, o outcome, werr error) {
+func (c *Client) wroteOutcome(j *JobRow, log jobLogger, o jobOutcome, werr error) {
 	switch {
 	case errors.Is(werr, aegis.ErrStale):
 		c.metrics.stale(j.Queue, o.op).Inc()

@@ -199,6 +199,14 @@ func (e *fpEnv) once(c *Client, id int64, calls int, state State, want ...string
 	return j
 }
 
+// noted is text as a try after a Before fault records it.
+func noted(text, op string, id int64, f failpoint.Fault) string {
+	if f != failpoint.Before {
+		return text
+	}
+	return fmt.Sprintf("%s [recorded on try 2; try 1 failed: %s job %d: failpoint fault: connection broken before the statement was sent]", text, op, id)
+}
+
 // fpCase is a row group of the table: one statement, three faults.
 type fpCase struct {
 	stmt   string
@@ -324,7 +332,7 @@ var fpCases = []fpCase{
 		stmt:  "retry",
 		match: func() string { return retrySQL },
 		result: map[failpoint.Fault]string{
-			failpoint.Before: "written on the next try, its text cleaned; attempt 2 runs after the backoff; the failure is recorded once",
+			failpoint.Before: "written on the next try, its text cleaned and noting the failed try; attempt 2 runs after the backoff; the failure is recorded once",
 			failpoint.After:  "the retry finds the token moved on; reading the job finds this write's record: landed; the failure is recorded once",
 			failpoint.Data:   "written again at once with the text as ASCII; the failure is recorded once, in ASCII",
 		},
@@ -339,7 +347,7 @@ var fpCases = []fpCase{
 				require.True(e.t, strings.HasPrefix(want, "the error text was refused by the store"), want)
 				require.Contains(e.t, want, strconv.QuoteToASCII(errtext.Clean(fpText)), "the text, quoted in ASCII")
 			}
-			e.once(c, id, 2, StateCompleted, want)
+			e.once(c, id, 2, StateCompleted, noted(want, "retry", id, f))
 		},
 	},
 	{
@@ -362,7 +370,7 @@ var fpCases = []fpCase{
 		stmt:  "cancel (the handler's queue.Cancel)",
 		match: func() string { return "SELECT id, queue, kind, args, priority, run_at, $3, attempt" },
 		result: map[failpoint.Fault]string{
-			failpoint.Before: "written on the next try: cancelled, its text cleaned; the job never runs again",
+			failpoint.Before: "written on the next try: cancelled, its text cleaned and noting the failed try; the job never runs again",
 			failpoint.After:  "the retry finds the token moved on; reading the job finds this write's record: cancelled once; never runs again",
 			failpoint.Data:   "written again at once with the text as ASCII: cancelled; never runs again",
 		},
@@ -374,14 +382,14 @@ var fpCases = []fpCase{
 				want = e.finished(c, id).Errors[0].Error
 				require.True(e.t, strings.HasPrefix(want, "the error text was refused by the store"), want)
 			}
-			e.once(c, id, 1, StateCancelled, want)
+			e.once(c, id, 1, StateCancelled, noted(want, "cancel", id, f))
 		},
 	},
 	{
 		stmt:  "discard (the last attempt failed)",
 		match: func() string { return "SELECT id, queue, kind, args, priority, run_at, $3, attempt" },
 		result: map[failpoint.Fault]string{
-			failpoint.Before: "written on the next try: discarded, its text cleaned; the job never runs again",
+			failpoint.Before: "written on the next try: discarded, its text cleaned and noting the failed try; the job never runs again",
 			failpoint.After:  "the retry finds the token moved on; reading the job finds this write's record: discarded once",
 			failpoint.Data:   "written again at once with the text as ASCII: discarded",
 		},
@@ -393,7 +401,7 @@ var fpCases = []fpCase{
 				want = e.finished(c, id).Errors[0].Error
 				require.True(e.t, strings.HasPrefix(want, "the error text was refused by the store"), want)
 			}
-			e.once(c, id, 1, StateDiscarded, want)
+			e.once(c, id, 1, StateDiscarded, noted(want, "discard", id, f))
 		},
 	},
 	{

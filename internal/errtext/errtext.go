@@ -10,6 +10,7 @@ package errtext
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -117,3 +118,21 @@ func frames(stack []byte, n int) []byte {
 	}
 	return bytes.Join(lines, []byte("\n"))
 }
+
+// Refused reports an error of a store that refused a write for its data:
+// PostgreSQL's SQLSTATE class 22 (data exception: a NUL or invalid UTF-8
+// in a text, a value out of range), SQLite's SQLITE_TOOBIG (a text or blob
+// over its length limit). The errors are read through the interfaces of
+// pgconn.PgError (SQLState) and modernc.org/sqlite's Error (Code).
+func Refused(err error) bool {
+	var pe interface{ SQLState() string }
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.SQLState(), "22")
+	}
+	var se interface{ Code() int }
+	return errors.As(err, &se) && se.Code()&0xff == sqliteTooBig
+}
+
+// sqliteTooBig is SQLITE_TOOBIG, the primary result code (extended codes
+// keep it in their low byte).
+const sqliteTooBig = 18
