@@ -223,17 +223,17 @@ const catalogColumnsSQLite = `name, spec, tz, prev_spec, prev_tz, effective_ms, 
 // (NULL when the catalog refused the tick) and the token and state (NULL
 // when another node has the tick). %[1]s is the run table; the check's
 // $1..$6 are namespace, name, fire ms, spec, tz, run now; $7 token, $8
-// node, $9 ttl ms, $10 forbid overlap.
+// node, $9 ttl ms, $10 forbid overlap, $11 owner.
 const claimCatalogPG = `WITH c AS (
 	%[2]s
 	FOR SHARE
 ), ins AS (
-	INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
+	INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at, owner)
 	SELECT $1, $2, timestamptz 'epoch' + $3 * interval '1 millisecond', $7, $8, 1,
 	       CASE WHEN $10::boolean AND EXISTS (
 	           SELECT 1 FROM %[1]s WHERE namespace = $1 AND job = $2 AND state = 'running' AND expires_at > now())
 	       THEN 'skipped' ELSE 'running' END,
-	       now(), now() + $9 * interval '1 millisecond'
+	       now(), now() + $9 * interval '1 millisecond', $11
 	FROM c
 	ON CONFLICT (namespace, job, fire_at) DO NOTHING
 	RETURNING token, state

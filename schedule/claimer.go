@@ -30,7 +30,8 @@ type claimer interface {
 	// when this replica wins. done is closed when the run ends (nil when
 	// nothing runs here); retryable says whether fire may try again after
 	// err, while the tick is on time.
-	fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error)
+	// tc is the tick's claim across fire's tries (run-key mode's).
+	fire(ctx context.Context, j *job, f time.Time, oneOff bool, tc *tickClaim) (done <-chan struct{}, retryable bool, err error)
 	// replace is OverlapReplace's part before a tick's claim: prev are
 	// this node's runs of j still going.
 	replace(j *job, prev []*active)
@@ -62,3 +63,12 @@ const (
 	// into package queue, and every replica's worker competes for the runs.
 	ModeLeader Mode = "leader"
 )
+
+// tickClaim is one tick's claim across its tries: the owner its run row
+// gets (random), and whether a try that failed may have landed (its reply
+// was lost): the next try then reads back the row it may have taken
+// before it inserts, or it would find the tick taken, by itself.
+type tickClaim struct {
+	owner string
+	maybe bool
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/outcome"
 	"github.com/aegislab/aegis/queue"
 )
 
@@ -251,7 +253,7 @@ var errDeposed = errors.New("schedule: a newer leader's term has enqueued: this 
 // fire enqueues tick f's run, unless it was enqueued before (by this
 // leader or an earlier one). The tick's run row, the job, and the check of
 // the term token against the election's fence commit together.
-func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+func (l *leaderClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool, _ *tickClaim) (done <-chan struct{}, retryable bool, err error) {
 	term := l.currentTerm()
 	if term == nil || term.Err() != nil {
 		return nil, false, nil // no longer the leader: the next term's loops enqueue
@@ -444,23 +446,44 @@ func (l *leaderClaimer) work(ctx context.Context, qj *queue.Job[runArgs]) error 
 	defer cancel()
 	started := qj.AttemptedAt
 	var result error
+	// The outcome is written as internal/outcome writes it: retried for a
+	// while with the same token, its text storable, a lost reply read back.
+	record := outcome.Write{
+		Deadline: time.Now().Add(5 * time.Second),
+		Refused:  func(err error) bool { return errors.Is(err, aegis.ErrStale) },
+		Landed: func(ctx context.Context, texts []string) (bool, error) {
+			t, state, text, err := st.ended(ctx, j.Name, fire)
+			return err == nil && t == run.Token && state != "enqueued" && slices.Contains(texts, text), err
+		},
+		Log: func(msg string, args ...any) {
+			s.log.Warn("schedule: "+msg, append([]any{"job", j.Name, "fire", fire, "token", run.Token}, args...)...)
+		},
+	}
 	switch {
 	case jobErr == nil:
 		// The outcome and the completion commit together, fenced by the
 		// job's token.
-		result = pgx.BeginFunc(wctx, l.cfg.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, "", st.ns); err != nil {
-				return err
-			}
-			return qj.CompleteTx(wctx, tx)
-		})
+		record.Try = func(ctx context.Context, _ string) error {
+			return pgx.BeginFunc(ctx, l.cfg.Pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "succeeded", started, "", st.ns); err != nil {
+					return err
+				}
+				return qj.CompleteTx(ctx, tx)
+			})
+		}
+		result = record.Do().Err
 	case lost:
 		// Taken over: the queue writes nothing more for this claim; the
 		// new claim records the outcome.
 		result = jobErr
 	default:
-		if _, err := st.db.ExecContext(wctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "failed", started, jobErr.Error(), st.ns); err != nil {
-			s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome", Err: err})
+		record.Text = jobErr.Error()
+		record.Try = func(ctx context.Context, text string) error {
+			_, err := st.db.ExecContext(ctx, st.q.record, j.Name, qj.Args.FireMS, int64(run.Token), s.cfg.Node, run.Attempt, "failed", started, text, st.ns)
+			return err
+		}
+		if res := record.Do(); res.Err != nil {
+			s.emit(Event{Kind: EventError, Job: j.Name, Fire: fire, Token: run.Token, Reason: "record the outcome", Err: res.Err})
 		}
 		result = queue.Cancel(jobErr)
 	}
@@ -483,11 +506,11 @@ func (l *leaderClaimer) work(ctx context.Context, qj *queue.Job[runArgs]) error 
 // (refused: it ran to its end and its outcome was refused; else lost: its
 // context ended), which the run row's fence keeps out of the run table.
 func (s *Scheduler) takenOver(ctx context.Context, st *Store, run Run, fireMS int64, started time.Time, refused bool) {
-	outcome, text := "lost", "the queue's lease of the run was lost: a later claim runs the tick"
+	ended, text := "lost", "the queue's lease of the run was lost: a later claim runs the tick"
 	if refused {
-		outcome, text = "refused", "the run ended succeeded after a later claim had taken the tick; the store kept that claim's outcome"
+		ended, text = "refused", "the run ended succeeded after a later claim had taken the tick; the store kept that claim's outcome"
 	}
-	if _, err := st.db.ExecContext(ctx, st.q.takenOver, st.ns, run.Job, fireMS, int64(run.Token), run.Attempt, s.cfg.Node, outcome, started, text); err != nil {
+	if _, err := st.db.ExecContext(ctx, st.q.takenOver, st.ns, run.Job, fireMS, int64(run.Token), run.Attempt, s.cfg.Node, ended, started, text); err != nil {
 		s.emit(Event{Kind: EventError, Job: run.Job, Fire: run.Fire, Token: run.Token, Reason: "record a taken-over attempt", Err: err})
 	}
 }

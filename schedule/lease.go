@@ -62,7 +62,7 @@ func (lc *leaseClaimer) mode() Mode { return ModeLease }
 func (lc *leaseClaimer) close() {}
 
 // fire runs tick f under the job's lease, if this node acquires it.
-func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+func (lc *leaseClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool, _ *tickClaim) (done <-chan struct{}, retryable bool, err error) {
 	locker := lc.locker
 	key := j.key()
 	if j.Overlap == OverlapAllow {

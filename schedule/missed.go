@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/aegislab/aegis/internal/errtext"
 )
 
 // MissCause says why a tick was missed: no replica started it by its
@@ -201,7 +203,7 @@ func (s *Scheduler) sweep(ctx context.Context, st *Store, tg sweepTarget) error 
 		if cause == "" {
 			cause, detail = s.misses.cause(tg.name, f)
 		}
-		rows = append(rows, missRow{F: f.UnixMilli(), C: cause, D: detail})
+		rows = append(rows, missRow{F: f.UnixMilli(), C: cause, D: errtext.Clean(detail)})
 		through = f
 	}
 	if len(rows) > 0 {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/errtext"
 	"github.com/aegislab/aegis/tracing"
 )
 
@@ -133,7 +134,11 @@ func (r *renewals) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration)
 func (j *job) call(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("schedule: job %q panicked: %v\n%s", j.Name, p, debug.Stack())
+			// The recorded outcome has the panic's value and first frames;
+			// the log has the whole stack.
+			stack := debug.Stack()
+			j.s.log.Error("schedule: job panicked", "job", j.Name, "panic", p, "stack", string(stack))
+			err = fmt.Errorf("schedule: job %q %s", j.Name, errtext.Panic(p, stack))
 		}
 	}()
 	return j.Run(ctx)

@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
+	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/errtext"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/outcome"
+	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/tracing"
 )
 
@@ -81,7 +86,7 @@ func (rk *runKeyClaimer) mode() Mode { return ModeRunKey }
 func (rk *runKeyClaimer) close() {}
 
 // fire claims tick f's run row and runs it if this node won.
-func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool) (done <-chan struct{}, retryable bool, err error) {
+func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff bool, tc *tickClaim) (done <-chan struct{}, retryable bool, err error) {
 	st := rk.st
 	start := time.Now() // before the claim is sent: the local deadline's start
 	cctx, cancel := claimContext(ctx)
@@ -91,13 +96,31 @@ func (rk *runKeyClaimer) fire(ctx context.Context, j *job, f time.Time, oneOff b
 		state        string
 		won, refused bool
 	)
-	if j.bound != nil {
-		c, token, state, won, refused, err = rk.claimCatalog(cctx, j, f, oneOff, j.LockAtMostFor, j.Overlap == OverlapForbid)
-	} else {
-		token, state, won, err = st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid)
+	if tc.maybe {
+		// An earlier try may have landed: the row it took says so.
+		token, state, _, won, err = st.mine(cctx, j.Name, f, tc.owner)
+		if err != nil {
+			cancel()
+			return nil, true, err
+		}
+		tc.maybe = false
+		if won && j.bound != nil {
+			c = claimed{args: j.bound.args, version: j.bound.version}
+		}
+		if won {
+			j.s.log.Warn("schedule: a claim's reply was lost after it committed: its run row is this node's, and it runs", "job", j.Name, "fire", f, "token", token)
+		}
+	}
+	switch {
+	case won:
+	case j.bound != nil:
+		c, token, state, won, refused, err = rk.claimCatalog(cctx, j, f, oneOff, j.LockAtMostFor, j.Overlap == OverlapForbid, tc.owner)
+	default:
+		token, state, won, err = st.claim(cctx, j.Name, f, j.s.cfg.Node, j.LockAtMostFor, j.Overlap == OverlapForbid, tc.owner)
 	}
 	cancel()
 	if err != nil {
+		tc.maybe = outcome.MaybeLanded(err)
 		return nil, true, err
 	}
 	switch {
@@ -147,15 +170,42 @@ func (rk *runKeyClaimer) startRun(ctx context.Context, j *job, f time.Time, toke
 		if held != nil {
 			_ = held.Release(fctx) // stops the heartbeat; a run row's Release writes nothing
 		}
-		if err := st.finish(fctx, j.Name, f, token, state, text); errors.Is(err, aegis.ErrLost) {
+		deadline := lease.Deadline
+		if held != nil {
+			deadline = held.Lease().Deadline
+		}
+		res := rk.finish(j, f, token, state, text, deadline)
+		if err := res.Err; errors.Is(err, aegis.ErrLost) {
 			j.s.emit(Event{Kind: EventLost, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "the run was reclaimed or replaced: its outcome is not recorded", Err: err})
-			rk.refused(fctx, j, f, token, attempt, state, text)
+			rk.refused(fctx, j, f, token, attempt, state, res.Text)
 		} else if err != nil {
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Err: err})
 		} else if err := st.prune(fctx, j.Name, f.Add(-j.s.cfg.Retention)); err != nil {
 			j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Reason: "prune", Err: err})
 		}
 	})
+}
+
+// finish records a run's outcome on its run row, fenced by its token
+// (internal/outcome): retried until the run's lease runs out (deadline),
+// its text made storable, a finish whose reply was lost read back.
+func (rk *runKeyClaimer) finish(j *job, f time.Time, token aegis.Token, state, text string, deadline time.Time) outcome.Result {
+	st := rk.st
+	return outcome.Write{
+		Text:     text,
+		Deadline: deadline,
+		Try: func(ctx context.Context, text string) error {
+			return st.finish(ctx, j.Name, f, token, state, text)
+		},
+		Refused: func(err error) bool { return errors.Is(err, aegis.ErrLost) },
+		Landed: func(ctx context.Context, texts []string) (bool, error) {
+			t, s, text, err := st.ended(ctx, j.Name, f)
+			return err == nil && t == token && s == state && slices.Contains(texts, text), err
+		},
+		Log: func(msg string, args ...any) {
+			j.s.log.Warn("schedule: "+msg, append([]any{"job", j.Name, "fire", f, "token", token, "state", state}, args...)...)
+		},
+	}.Do()
 }
 
 // refused records on its attempt the end of a run whose outcome the run
@@ -166,7 +216,7 @@ func (rk *runKeyClaimer) refused(ctx context.Context, j *job, f time.Time, token
 	if text != "" {
 		end += ": " + text
 	}
-	twice, err := rk.st.refuse(ctx, j.Name, f, token, end+"; a later attempt had taken the tick, and the store kept that attempt's outcome")
+	twice, err := rk.st.refuse(ctx, j.Name, f, token, errtext.Clean(end+"; a later attempt had taken the tick, and the store kept that attempt's outcome"))
 	switch {
 	case err != nil:
 		j.s.emit(Event{Kind: EventError, Job: j.Name, Fire: f, Token: token, Attempt: attempt, Reason: "record a refused outcome", Err: err})
@@ -180,7 +230,7 @@ func (rk *runKeyClaimer) refused(ctx context.Context, j *job, f time.Time, token
 // or one transaction (SQLite). refused is true when the catalog refused
 // the tick (paused, deleted, or changed at this fire time); won false when
 // another node has the tick.
-func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, ttl time.Duration, forbid bool) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
+func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, oneOff bool, ttl time.Duration, forbid bool, owner string) (c claimed, token aegis.Token, state string, won, refused bool, err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("schedule: claim %q at %s: %w", j.Name, f.UTC().Format(time.RFC3339Nano), err)
@@ -195,7 +245,7 @@ func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, 
 			version, tok sql.NullInt64
 			st8          sql.NullString
 		)
-		err = st.db.QueryRowContext(ctx, rk.claimSQL, append(check, int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid)...).Scan(&args, &version, &tok, &st8)
+		err = st.db.QueryRowContext(ctx, rk.claimSQL, append(check, int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid, owner)...).Scan(&args, &version, &tok, &st8)
 		if err != nil {
 			return c, 0, "", false, false, err
 		}
@@ -218,7 +268,7 @@ func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, 
 		}
 		c.args = json.RawMessage(args)
 		var t int64
-		err := tx.QueryRowContext(ctx, st.q.claim, j.Name, f.UnixMilli(), int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid, st.ns).Scan(&t, &state)
+		err := tx.QueryRowContext(ctx, st.q.claim, j.Name, f.UnixMilli(), int64(runToken(f)), s.cfg.Node, ttl.Milliseconds(), forbid, st.ns, owner).Scan(&t, &state)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
@@ -229,6 +279,28 @@ func (rk *runKeyClaimer) claimCatalog(ctx context.Context, j *job, f time.Time, 
 		return nil
 	})
 	return c, token, state, won, refused, err
+}
+
+// reclaim takes over tick f's expired run row of j, under a new owner.
+// When its reply is lost (it may have landed), the row is read back by
+// that owner, until ctx ends: a reclaim that landed unknown would leave
+// the row to expire again, an attempt that never ran.
+func (rk *runKeyClaimer) reclaim(ctx context.Context, j *job, f time.Time) (token aegis.Token, state string, attempt int, ok bool, err error) {
+	id := owner.New()
+	token, state, attempt, ok, err = rk.st.reclaim(ctx, j.Name, f, rk.s.cfg.Node, j.LockAtMostFor, j.MaxAttempts, id)
+	for try := 0; outcome.MaybeLanded(err); try++ {
+		if !backoff.Sleep(ctx, outcome.Retry.Delay(try)) {
+			return 0, "", 0, false, err
+		}
+		var rerr error
+		if token, state, attempt, ok, rerr = rk.st.mine(ctx, j.Name, f, id); rerr == nil {
+			if ok {
+				rk.s.log.Warn("schedule: a reclaim's reply was lost after it committed: its run row is this node's", "job", j.Name, "fire", f, "token", token)
+			}
+			return token, state, attempt, ok, nil
+		}
+	}
+	return token, state, attempt, ok, err
 }
 
 // claimTimeout bounds a claim that Stop does not cut off.
@@ -307,7 +379,7 @@ func (rk *runKeyClaimer) reap(ctx context.Context) {
 					tracing.AttrFire.String(f.UTC().Format(time.RFC3339Nano)))
 			}
 			cctx, cancel := claimContext(rctx)
-			token, state, attempt, ok, err := rk.st.reclaim(cctx, j.Name, f, s.cfg.Node, j.LockAtMostFor, j.MaxAttempts)
+			token, state, attempt, ok, err := rk.reclaim(cctx, j, f)
 			cancel()
 			tracing.Fail(span, err)
 			span.SetAttributes(tracing.AttrClaimedTick.Bool(ok && state == "running"), tracing.Token(token))

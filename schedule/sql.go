@@ -16,6 +16,9 @@ type runSQL struct {
 	migrations                                 []migrate.Migration
 	claim, replace, heartbeat, finish, expired string
 	handBack                                   string
+	// A claim or reclaim, and a finish, whose reply was lost read back
+	// what they may have written.
+	mine, ended string
 	reclaim, last, prune, list, abandon        string
 	// Leader mode (PostgreSQL only).
 	enqueue, skip, record string
@@ -110,17 +113,28 @@ ON CONFLICT DO NOTHING`},
 )`},
 		// The trace of an attempt's run, when its scheduler traces.
 		{Version: 13, SQL: `ALTER TABLE %[8]s ADD COLUMN IF NOT EXISTS trace_id text`},
+		// The owner of the run row's grant: random per claim and reclaim,
+		// so that a claim whose reply was lost finds the row it took (mine).
+		{Version: 14, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS owner text`},
 	},
 	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
-	// $7 namespace.
-	claim: `INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at)
+	// $7 namespace, $8 owner.
+	claim: `INSERT INTO %[1]s (namespace, job, fire_at, token, node, attempt, state, started_at, expires_at, owner)
 SELECT $7, $1, timestamptz 'epoch' + $2 * interval '1 millisecond', $3, $4, 1,
        CASE WHEN $6::boolean AND EXISTS ( -- overlap forbid: a live run of the job
            SELECT 1 FROM %[1]s WHERE namespace = $7 AND job = $1 AND state = 'running' AND expires_at > now())
        THEN 'skipped' ELSE 'running' END,
-       now(), now() + $5 * interval '1 millisecond'
+       now(), now() + $5 * interval '1 millisecond', $8
 ON CONFLICT (namespace, job, fire_at) DO NOTHING -- the run key: the first insert runs the tick
 RETURNING token, state`,
+	// $1 namespace, $2 job, $3 fire ms, $4 owner: the row a claim or
+	// reclaim of this owner took, if it did.
+	mine: `SELECT token, state, attempt FROM %[1]s
+WHERE namespace = $1 AND job = $2 AND fire_at = timestamptz 'epoch' + $3 * interval '1 millisecond' AND owner = $4`,
+	// $1 namespace, $2 job, $3 fire ms: what a finish that a later try
+	// found refused may have written.
+	ended: `SELECT token, state, coalesce(error, '') FROM %[1]s
+WHERE namespace = $1 AND job = $2 AND fire_at = timestamptz 'epoch' + $3 * interval '1 millisecond'`,
 	// $1 job, $2 fire ms of the new run, $3 namespace.
 	replace: `UPDATE %[1]s SET state = 'replaced', ended_at = now(), token = token + 1 -- fence the predecessor
 WHERE namespace = $3 AND job = $1 AND state = 'running' AND fire_at < timestamptz 'epoch' + $2 * interval '1 millisecond'`,
@@ -146,10 +160,12 @@ WHERE namespace = $2 AND job = ANY($1) AND state = 'running' AND expires_at <= n
 	// deleted catalog schedules end abandoned, their token bumped.
 	abandon: `UPDATE %[1]s SET state = 'abandoned', ended_at = now(), token = token + 1
 WHERE namespace = $2 AND job = ANY($1) AND state = 'running' AND expires_at <= now()`,
-	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts, $6 namespace.
+	// $1 job, $2 fire ms, $3 node, $4 ttl ms, $5 max attempts, $6 namespace,
+	// $7 owner.
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1, -- in the statement that reclaims: the crashed runner is fenced
 	node = $3,
+	owner = $7,
 	attempt = r.attempt + 1,
 	started_at = now(),
 	expires_at = now() + $4 * interval '1 millisecond',
@@ -314,13 +330,14 @@ SELECT namespace, job, fire_ms, token, attempt, node, state, started_ms, ended_m
 	PRIMARY KEY (namespace, job, fire_ms)
 ) WITHOUT ROWID`},
 		{Version: 14, SQL: `ALTER TABLE %[8]s ADD COLUMN trace_id TEXT`},
+		{Version: 15, SQL: `ALTER TABLE %[1]s ADD COLUMN owner TEXT`},
 	},
-	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
+	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms, owner)
 SELECT $7, $1, $2, $3, $4, 1,
        CASE WHEN $6 AND EXISTS (
            SELECT 1 FROM %[1]s WHERE namespace = $7 AND job = $1 AND state = 'running' AND expires_ms > ` + sqliteNow + `)
        THEN 'skipped' ELSE 'running' END,
-       ` + sqliteNow + `, ` + sqliteNow + ` + $5
+       ` + sqliteNow + `, ` + sqliteNow + ` + $5, $8
 WHERE true -- (SQLite needs a WHERE before ON CONFLICT in INSERT … SELECT)
 ON CONFLICT (namespace, job, fire_ms) DO NOTHING
 RETURNING token, state`,
@@ -335,9 +352,12 @@ WHERE namespace = $4 AND job = $1 AND fire_ms = $2 AND token = $3 AND state = 'r
 	// $1 the jobs (a JSON array), $2 namespace.
 	expired: `SELECT job, fire_ms FROM %[1]s
 WHERE namespace = $2 AND job IN (SELECT value FROM json_each($1)) AND state = 'running' AND expires_ms <= ` + sqliteNow + ` ORDER BY fire_ms LIMIT 100`,
+	mine:  `SELECT token, state, attempt FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_ms = $3 AND owner = $4`,
+	ended: `SELECT token, state, coalesce(error, '') FROM %[1]s WHERE namespace = $1 AND job = $2 AND fire_ms = $3`,
 	reclaim: `UPDATE %[1]s AS r SET
 	token = r.token + 1,
 	node = $3,
+	owner = $7,
 	attempt = r.attempt + 1,
 	started_ms = ` + sqliteNow + `,
 	expires_ms = ` + sqliteNow + ` + $4,

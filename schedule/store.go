@@ -12,7 +12,9 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
+	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/migrate"
+	"github.com/aegislab/aegis/internal/outcome"
 )
 
 // StoreConfig configures a Store. The zero value is valid.
@@ -112,7 +114,7 @@ func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error)
 		expired: f(q.expired), abandon: f(q.abandon), reclaim: f(q.reclaim), last: f(q.last), prune: f(q.prune), list: f(q.list),
 		enqueue: f(q.enqueue), skip: f(q.skip), record: f(q.record),
 		refuse: f(q.refuse), miss: f(q.miss), lastRecorded: f(q.lastRecorded), pruneAttempts: f(q.pruneAttempts), pruneMissed: f(q.pruneMissed),
-		takenOver: f(q.takenOver), traced: f(q.traced),
+		takenOver: f(q.takenOver), traced: f(q.traced), mine: f(q.mine), ended: f(q.ended),
 	}
 	return &Store{db: db, dialect: d, ns: c.Namespace, q: q, table: table}, nil
 }
@@ -170,11 +172,12 @@ func (s *Store) Runs(ctx context.Context, job string, limit int) ([]RunRecord, e
 // any number (below a million) of bumps by reclaims and replacements.
 func runToken(fire time.Time) aegis.Token { return aegis.Token(fire.UnixMilli()*1_000_000) + 1 }
 
-// claim inserts the tick's run row. won is false when another node has the
-// tick; state is "running", or "skipped" when forbid found a live run.
-func (s *Store) claim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, forbid bool) (token aegis.Token, state string, won bool, err error) {
+// claim inserts the tick's run row, owned by owner. won is false when
+// another node has the tick; state is "running", or "skipped" when forbid
+// found a live run.
+func (s *Store) claim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, forbid bool, owner string) (token aegis.Token, state string, won bool, err error) {
 	var t int64
-	err = s.row(ctx, s.q.claim, []any{job, fire.UnixMilli(), int64(runToken(fire)), node, ttl.Milliseconds(), forbid, s.ns}, &t, &state)
+	err = s.row(ctx, s.q.claim, []any{job, fire.UnixMilli(), int64(runToken(fire)), node, ttl.Milliseconds(), forbid, s.ns, owner}, &t, &state)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", false, nil
 	}
@@ -272,11 +275,12 @@ func (s *Store) jobsArg(jobs []string) (any, error) {
 	return string(b), err
 }
 
-// reclaim takes over an expired run, bumping its token in the same
-// statement. ok is false when the run was not (or no longer) expired.
-func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, maxAttempts int) (token aegis.Token, state string, attempt int, ok bool, err error) {
+// reclaim takes over an expired run for owner, bumping its token in the
+// same statement. ok is false when the run was not (or no longer)
+// expired.
+func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node string, ttl time.Duration, maxAttempts int, owner string) (token aegis.Token, state string, attempt int, ok bool, err error) {
 	var t int64
-	err = s.row(ctx, s.q.reclaim, []any{job, fire.UnixMilli(), node, ttl.Milliseconds(), maxAttempts, s.ns}, &t, &state, &attempt)
+	err = s.row(ctx, s.q.reclaim, []any{job, fire.UnixMilli(), node, ttl.Milliseconds(), maxAttempts, s.ns, owner}, &t, &state, &attempt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", 0, false, nil
 	}
@@ -284,6 +288,31 @@ func (s *Store) reclaim(ctx context.Context, job string, fire time.Time, node st
 		return 0, "", 0, false, fmt.Errorf("schedule: reclaim %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
 	}
 	return aegis.Token(t), state, attempt, true, nil
+}
+
+// mine reads the run row that a claim or reclaim of owner took, when its
+// reply was lost: ok is false when it took none (it did not land, or a
+// later grant took the row since).
+func (s *Store) mine(ctx context.Context, job string, fire time.Time, owner string) (token aegis.Token, state string, attempt int, ok bool, err error) {
+	var t int64
+	err = s.db.QueryRowContext(ctx, s.q.mine, s.ns, job, fire.UnixMilli(), owner).Scan(&t, &state, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", 0, false, nil
+	}
+	if err != nil {
+		return 0, "", 0, false, fmt.Errorf("schedule: read back the claim of %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return aegis.Token(t), state, attempt, true, nil
+}
+
+// ended reads the run row's token, state and error: what a finish whose
+// reply was lost may have written.
+func (s *Store) ended(ctx context.Context, job string, fire time.Time) (token aegis.Token, state, text string, err error) {
+	var t int64
+	if err := s.db.QueryRowContext(ctx, s.q.ended, s.ns, job, fire.UnixMilli()).Scan(&t, &state, &text); err != nil {
+		return 0, "", "", fmt.Errorf("schedule: read back the end of %q at %s: %w", job, fire.UTC().Format(time.RFC3339Nano), err)
+	}
+	return aegis.Token(t), state, text, nil
 }
 
 // last returns the job's latest fire time in the table, or zero.
@@ -445,17 +474,28 @@ func (r *runRow) TryAcquire(context.Context, string, time.Duration) (*aegis.Leas
 	return nil, errors.New("schedule: a run row is claimed, not acquired")
 }
 
+// Renew extends the run row's expiry. A failed statement is sent again
+// while ctx allows (aegis.Keep bounds it by the lease's local deadline):
+// one failed heartbeat is no lost lease, and giving up would cancel a run
+// that still holds its row. The renewal is idempotent: one that landed
+// with its reply lost is renewed again.
 func (r *runRow) Renew(ctx context.Context, l *aegis.Lease, ttl time.Duration) error {
-	start := time.Now()
-	n, err := r.s.exec(ctx, r.s.q.heartbeat, r.job, r.fire.UnixMilli(), int64(l.Token), ttl.Milliseconds(), r.s.ns)
-	if err != nil {
-		return fmt.Errorf("schedule: heartbeat %q: %w", r.job, err)
+	for try := 0; ; try++ {
+		start := time.Now()
+		n, err := r.s.exec(ctx, r.s.q.heartbeat, r.job, r.fire.UnixMilli(), int64(l.Token), ttl.Milliseconds(), r.s.ns)
+		switch {
+		case err == nil && n == 0:
+			return aegis.ErrLost
+		case err == nil:
+			l.TTL, l.Deadline = ttl, driver.LocalDeadline(start, ttl)
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("schedule: heartbeat %q: %w", r.job, err)
+		}
+		if !backoff.Sleep(ctx, outcome.Retry.Delay(try)) {
+			return fmt.Errorf("schedule: heartbeat %q (tried %d times until the lease's deadline): %w", r.job, try+1, err)
+		}
 	}
-	if n == 0 {
-		return aegis.ErrLost
-	}
-	l.TTL, l.Deadline = ttl, driver.LocalDeadline(start, ttl)
-	return nil
 }
 
 func (r *runRow) Release(context.Context, *aegis.Lease) error { return nil }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis/internal/backoff"
+	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/tracing"
 )
 
@@ -200,9 +201,10 @@ func (j *job) fire(ctx context.Context, f time.Time, oneOff bool) (done <-chan s
 		return nil
 	}
 	var err error
+	tc := &tickClaim{owner: owner.New()}
 	for attempt := 0; ; attempt++ {
 		var retryable bool
-		done, retryable, err = j.s.claim.fire(ctx, j, f, oneOff)
+		done, retryable, err = j.s.claim.fire(ctx, j, f, oneOff, tc)
 		if err == nil || !retryable || ctx.Err() != nil {
 			break
 		}
