@@ -18,8 +18,8 @@ type runSQL struct {
 	handBack                                   string
 	// A claim or reclaim, and a finish, whose reply was lost read back
 	// what they may have written.
-	mine, ended string
-	reclaim, last, prune, list, abandon        string
+	mine, ended                         string
+	reclaim, last, prune, list, abandon string
 	// Leader mode (PostgreSQL only).
 	enqueue, skip, record string
 	// The attempt history and the missed ticks (%[1]s the run table,
