@@ -34,10 +34,11 @@ import (
 type Write struct {
 	// Text is the outcome's error text ("" for none); Do makes it storable.
 	Text string
-	// Deadline is the last moment a try may start.
+	// Deadline is the last moment a retry may start; the first try is
+	// sent whenever Do is called.
 	Deadline time.Time
 	// Try sends the write once, with text, under ctx (bounded by
-	// Deadline and by TryTimeout).
+	// TryTimeout).
 	Try func(ctx context.Context, text string) error
 	// Refused reports an error of Try that says the fence refused the write
 	// (the token moved on).
@@ -88,7 +89,9 @@ func (w Write) Do() Result {
 			text = errtext.Clean(fmt.Sprintf("%s [recorded on try %d; try 1 failed: %s]", base, try, note))
 		}
 		texts = append(texts, text)
-		ctx, cancel := context.WithTimeout(context.Background(), min(TryTimeout, max(time.Until(w.Deadline), time.Millisecond)))
+		// Each try has its time, whatever the deadline: a run that outlived
+		// its lease still writes (or is refused) once.
+		ctx, cancel := context.WithTimeout(context.Background(), TryTimeout)
 		err := w.Try(ctx, text)
 		cancel()
 		switch {

@@ -1,0 +1,226 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+	"modernc.org/sqlite"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/tool/failpoint"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+)
+
+// The fence's failpoint table: its statements made to fail in turn, three
+// ways (internal/tool/failpoint), through pgx and database/sql on
+// PostgreSQL and through database/sql on SQLite, in the caller's
+// transaction with a business write. Each row asserts that the business
+// write is applied exactly once by a caller that does what the row says,
+// and that a stale token is still refused; its result is the row of
+// docs/failpoints.md.
+
+// fpTarget is the fence reached through a plan: write runs one
+// transaction of CheckLease and a ledger insert, landed is fence.Landed.
+type fpTarget struct {
+	name   string
+	write  func(ctx context.Context, resource string, l aegis.Lease) error
+	landed func(ctx context.Context, resource string, l aegis.Lease) (bool, error)
+	rows   func(ctx context.Context, resource string) int
+}
+
+func fpTargets(t *testing.T, plan *failpoint.Plan) []fpTarget {
+	ctx := t.Context()
+	pool := testenv.Postgres(t)
+	require.NoError(t, fence.Migrate(ctx, pool))
+	_, err := pool.Exec(ctx, `CREATE TABLE ledger (resource text, token bigint)`)
+	require.NoError(t, err)
+	pdb := plan.Pgx(pool)
+	pgxT := fpTarget{
+		name: "pgx",
+		write: func(ctx context.Context, resource string, l aegis.Lease) error {
+			return pgx.BeginFunc(ctx, pdb, func(tx pgx.Tx) error {
+				if err := fence.CheckLease(ctx, tx, resource, l); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO ledger VALUES ($1, $2)`, resource, int64(l.Token))
+				return err
+			})
+		},
+		landed: func(ctx context.Context, resource string, l aegis.Lease) (bool, error) {
+			return fence.Landed(ctx, pool, resource, l)
+		},
+		rows: func(ctx context.Context, resource string) int {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE resource = $1`, resource).Scan(&n))
+			return n
+		},
+	}
+	cfg, err := pgx.ParseConfig(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	pgPlain := stdlib.OpenDB(*cfg)
+	pgFaulty := plan.DB(stdlib.GetConnector(*cfg), failpoint.PostgresDataError)
+	path := filepath.Join(t.TempDir(), "fence.db")
+	litePlain, err := sqlitelease.Open(path)
+	require.NoError(t, err)
+	liteFaulty := plan.DB(failpoint.DSN(&sqlite.Driver{}, sqlitelease.DSN(path)), failpoint.SQLiteDataError)
+	t.Cleanup(func() { pgFaulty.Close(); pgPlain.Close(); liteFaulty.Close(); litePlain.Close() })
+	return []fpTarget{pgxT, sqlFPTarget(t, "postgres sql", pgPlain, pgFaulty), sqlFPTarget(t, "sqlite", litePlain, liteFaulty)}
+}
+
+func sqlFPTarget(t *testing.T, name string, plain, faulty *sql.DB) fpTarget {
+	require.NoError(t, fence.MigrateSQL(t.Context(), plain))
+	_, err := plain.Exec(`CREATE TABLE ledger (resource text, token bigint)`)
+	require.NoError(t, err)
+	return fpTarget{
+		name: name,
+		write: func(ctx context.Context, resource string, l aegis.Lease) error {
+			tx, err := faulty.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := fence.CheckLeaseSQL(ctx, tx, resource, l); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO ledger VALUES ($1, $2)`, resource, int64(l.Token)); err != nil {
+				return err
+			}
+			return tx.Commit()
+		},
+		landed: func(ctx context.Context, resource string, l aegis.Lease) (bool, error) {
+			return fence.LandedSQL(ctx, plain, resource, l)
+		},
+		rows: func(ctx context.Context, resource string) int {
+			var n int
+			require.NoError(t, plain.QueryRowContext(ctx, `SELECT count(*) FROM ledger WHERE resource = $1`, resource).Scan(&n))
+			return n
+		},
+	}
+}
+
+var fenceFPResults = map[string]map[failpoint.Fault]string{
+	"check (CheckLease's upsert, in the caller's transaction)": {
+		failpoint.Before: "CheckLease fails, not with aegis.ErrStale; the caller rolls back; fence.Landed says false; writing again lands once",
+		failpoint.After:  "the transaction's COMMIT lands and its reply is lost; fence.Landed says true: the caller writes nothing more, once (writing again would be accepted, the same holder's token, and apply it twice)",
+		failpoint.Data:   "CheckLease fails with the server's refusal, not aegis.ErrStale; the caller rolls back; fence.Landed says false; writing again lands once",
+	},
+	"why a check was refused (the read after a refusal)": {
+		failpoint.Before: "the check is still refused with aegis.ErrStale, its reason saying why could not be read; nothing is written",
+		failpoint.After:  "the check is refused with aegis.ErrStale and its reason (the read ran; the caller rolls back, so no commit is lost); nothing is written",
+		failpoint.Data:   "the check is still refused with aegis.ErrStale, its reason saying why could not be read; nothing is written",
+	},
+}
+
+// write is what a caller of the fence does: write; when the commit's
+// reply was lost, ask fence.Landed before writing again.
+func (tg fpTarget) writeOnce(t *testing.T, resource string, l aegis.Lease) {
+	ctx := t.Context()
+	err := tg.write(ctx, resource, l)
+	if err == nil {
+		return
+	}
+	require.NotErrorIs(t, err, aegis.ErrStale, "a failed write is no stale token")
+	ok, lerr := tg.landed(ctx, resource, l)
+	require.NoError(t, lerr)
+	var fe *failpoint.Error
+	require.Equal(t, errors.As(err, &fe) && fe.Fault == failpoint.After, ok, "fence.Landed says whether the transaction committed: %v", err)
+	if !ok {
+		require.NoError(t, tg.write(ctx, resource, l), "writing again")
+	}
+}
+
+func TestFailpoints(t *testing.T) {
+	t.Parallel()
+	for _, f := range failpoint.Faults {
+		t.Run(f.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			plan := failpoint.NewPlan()
+			for _, tg := range fpTargets(t, plan) {
+				t.Run(tg.name, func(t *testing.T) {
+					a := aegis.Lease{Key: "k", Token: 5, Owner: ownerA}
+					plan.Arm("check", "INSERT INTO aegis_fence AS f", f, 1)
+					tg.writeOnce(t, "invoice", a)
+					require.Equal(t, 1, plan.Fired("check"))
+					require.Equal(t, 1, tg.rows(ctx, "invoice"), "the business write applied once")
+					ok, err := tg.landed(ctx, "invoice", a)
+					require.NoError(t, err)
+					require.True(t, ok)
+					if f == failpoint.After {
+						// What Landed prevents: the same holder writing again is let through.
+						require.NoError(t, tg.write(ctx, "invoice", a))
+						require.Equal(t, 2, tg.rows(ctx, "invoice"), "the fence does not tell a retry from a second write")
+					}
+
+					// A stale token is refused whatever happens to the read of why.
+					plan.Arm("why", "SELECT token, owner_hash FROM aegis_fence WHERE resource = $1", f, 1)
+					before := tg.rows(ctx, "invoice")
+					err = tg.write(ctx, "invoice", aegis.Lease{Key: "k", Token: 4, Owner: ownerB})
+					require.ErrorIs(t, err, aegis.ErrStale)
+					require.Equal(t, 1, plan.Fired("why"), "the read of why ran")
+					if f != failpoint.After {
+						require.Contains(t, err.Error(), "reading why")
+					} else {
+						require.Contains(t, err.Error(), "already accepted a token greater than 4")
+					}
+					require.Equal(t, before, tg.rows(ctx, "invoice"), "nothing written")
+					plan.Disarm()
+				})
+			}
+		})
+	}
+}
+
+// TestLanded: fence.Landed reads the record of a lease's check: true for
+// the token and owner that committed, false for another owner of the same
+// token, another token, a bare record, a resource never checked.
+func TestLanded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, tg := range fpTargets(t, failpoint.NewPlan()) {
+		t.Run(tg.name, func(t *testing.T) {
+			a := aegis.Lease{Key: "k", Token: 5, Owner: ownerA}
+			ok, err := tg.landed(ctx, "never", a)
+			require.NoError(t, err)
+			require.False(t, ok, "a resource never checked")
+			require.NoError(t, tg.write(ctx, "r", a))
+			for _, tc := range []struct {
+				l    aegis.Lease
+				want bool
+			}{
+				{a, true},
+				{aegis.Lease{Key: "k", Token: 5, Owner: ownerB}, false},
+				{aegis.Lease{Key: "k", Token: 4, Owner: ownerA}, false},
+				{aegis.Lease{Key: "k", Token: 5}, false}, // bare: the record has an owner
+			} {
+				ok, err := tg.landed(ctx, "r", tc.l)
+				require.NoError(t, err)
+				require.Equal(t, tc.want, ok, "%+v", tc.l)
+			}
+			_, err = tg.landed(ctx, "r", aegis.Lease{Token: 0})
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+			_, err = tg.landed(ctx, "", a)
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+		})
+	}
+}
+
+// TestFailpointTableInDocs: docs/failpoints.md lists the fence's rows.
+func TestFailpointTableInDocs(t *testing.T) {
+	t.Parallel()
+	var want []string
+	for _, stmt := range []string{"check (CheckLease's upsert, in the caller's transaction)", "why a check was refused (the read after a refusal)"} {
+		for _, f := range failpoint.Faults {
+			want = append(want, failpoint.Row("fence", stmt, f, fenceFPResults[stmt][f]))
+		}
+	}
+	failpoint.CheckDoc(t, "../docs/failpoints.md", "fence", want)
+}
