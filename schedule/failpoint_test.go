@@ -336,8 +336,8 @@ var spCases = []spCase{
 		},
 	},
 	{
-		stmt:   "hand back (a claim that lands while the scheduler stops)",
-		match:  map[string]string{"postgres": "SET expires_at = now() -- the reaper's at once", "sqlite": "SET expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER)\nWHERE namespace = $4"},
+		stmt:  "hand back (a claim that lands while the scheduler stops)",
+		match: map[string]string{"postgres": "SET expires_at = now() -- the reaper's at once", "sqlite": "SET expires_ms = CAST(unixepoch('subsec') * 1000 AS INTEGER)\nWHERE namespace = $4"},
 		result: map[failpoint.Fault]string{
 			failpoint.Before: "not handed back: the row expires after LockAtMostFor and a live replica's reaper runs the tick, attempt 2, once",
 			failpoint.After:  "handed back (the reply lost): a live replica's reaper runs the tick at once, attempt 2, once",
