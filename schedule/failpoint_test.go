@@ -453,3 +453,42 @@ func TestFailpointTableInDocs(t *testing.T) {
 	}
 	failpoint.CheckDoc(t, "../docs/failpoints.md", "schedule", want)
 }
+
+// TestRunTextIsStored: whatever text a run's error has (a NUL, invalid
+// UTF-8, 5 MB, a panic's), its tick runs once and its run row ends failed
+// with the text cleaned (internal/errtext), on both dialects.
+func TestRunTextIsStored(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", 5<<20) + "the end"
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		for _, tc := range []struct{ name, text string }{
+			{"NUL", "failed: \x00"},
+			{"invalid UTF-8", "failed: \xff\xfe"},
+			{"5 MB", huge},
+			{"panic", ""},
+		} {
+			t.Run(dialect+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := newSPEnv(t, dialect)
+				st := e.store(e.plain)
+				j := e.job(false, func(ctx context.Context) error {
+					if tc.text == "" {
+						panic("bad \x00 state")
+					}
+					return errors.New(tc.text)
+				})
+				j.MaxAttempts = 3
+				e.scheduler("a", st, j, schedule.Config{})
+				advanceWhenWaiting(t, e.clock, time.Hour)
+				rec := e.end(st, 1, 1, "failed", "failed")
+				if tc.text != "" {
+					require.Equal(t, errtext.Clean(tc.text), rec.Error)
+					return
+				}
+				require.True(t, strings.HasPrefix(rec.Error, "schedule: job \"nightly\" panicked: bad \\x00 state\n"), rec.Error)
+				require.Contains(t, rec.Error, "TestRunTextIsStored", "the first frames name the job")
+				require.LessOrEqual(t, strings.Count(rec.Error, "\n"), 10)
+			})
+		}
+	}
+}
