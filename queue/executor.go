@@ -228,7 +228,7 @@ func (c *Client) landed(ctx context.Context, j *JobRow, op string, texts []strin
 	}
 	for _, e := range now.Errors {
 		if e.Token == j.Token {
-			return texts[0] != "" && slices.Contains(texts, e.Error), nil
+			return len(texts) > 0 && texts[0] != "" && slices.Contains(texts, e.Error), nil
 		}
 	}
 	switch op {
