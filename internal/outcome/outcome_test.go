@@ -22,7 +22,7 @@ func (s sqlState) SQLState() string { return string(s) }
 
 type broken struct{ safe bool }
 
-func (b broken) Error() string      { return "connection broken" }
+func (b broken) Error() string     { return "connection broken" }
 func (b broken) SafeToRetry() bool { return b.safe }
 
 var errRefused = errors.New("refused: the token moved on")
