@@ -15,6 +15,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/losswatch"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
@@ -36,10 +37,11 @@ type CutOff struct {
 // RunCutOff holds a key through Holder with aegis.Hold and writes through
 // the fence with its token; Successor waits for the key in aegis.Acquire;
 // then the holder is cut off. It checks that the holder's Held.Context() is
-// cancelled before the successor is granted the key, that the successor's
-// token is greater, and that after the heal the old holder's fenced write
-// is rejected while the successor's went through. It returns the time from
-// the cut to the cancellation (the detection time).
+// cancelled before the successor is granted the key (allowing for the
+// lateness of this process's timers: see internal/losswatch), that the
+// successor's token is greater, and that after the heal the old holder's
+// fenced write is rejected while the successor's went through. It returns
+// the time from the cut to the cancellation (the detection time).
 func RunCutOff(t *testing.T, c CutOff) time.Duration {
 	t.Helper()
 	ctx := t.Context()
@@ -55,14 +57,10 @@ func RunCutOff(t *testing.T, c CutOff) time.Duration {
 	h, err := aegis.Hold(ctx, c.Holder, key, c.TTL)
 	require.NoError(t, err)
 	require.NoError(t, write(h.Token()), "the holder writes while it holds")
-	cancelled := make(chan time.Time, 1)
-	go func() {
-		<-h.Context().Done()
-		cancelled <- time.Now()
-	}()
 	type grant struct {
 		lease *aegis.Lease
 		at    time.Time
+		done  bool // the holder's context, when the grant returned
 		err   error
 	}
 	granted := make(chan grant, 1)
@@ -70,25 +68,16 @@ func RunCutOff(t *testing.T, c CutOff) time.Duration {
 	defer stop()
 	go func() {
 		l, err := aegis.Acquire(actx, c.Successor, key, c.TTL)
-		granted <- grant{l, time.Now(), err}
+		done := h.Context().Err() != nil
+		granted <- grant{l, time.Now(), done, err}
 	}()
 
 	cut := time.Now()
 	c.Cut()
-	var g grant
-	select {
-	case g = <-granted:
-	case <-time.After(c.Bound):
-		t.Fatalf("the successor was not granted the key within %s of the cut", c.Bound)
-	}
+	w := losswatch.Start(t, h) // cut off: no renewal succeeds any more
+	g := testenv.Recv(t, granted, c.Bound, "the successor's grant after the cut")
 	require.NoError(t, g.err)
-	var at time.Time
-	select {
-	case at = <-cancelled:
-	default:
-		t.Fatalf("the successor was granted the key %s after the cut while the cut-off holder's context was still live", g.at.Sub(cut))
-	}
-	require.True(t, at.Before(g.at), "the holder's context was cancelled %s after the successor's grant", at.Sub(g.at))
+	at := w.Require(t, g.at, g.done, c.Bound)
 	require.ErrorIs(t, context.Cause(h.Context()), aegis.ErrLost)
 	require.Greater(t, g.lease.Token, h.Token(), "the successor's token")
 	require.NoError(t, write(g.lease.Token), "the successor writes")
