@@ -113,7 +113,9 @@ func (l *tight) Release(ctx context.Context, lease *aegis.Lease) error {
 	return l.inner.Release(ctx, lease)
 }
 
-const tightDeadline = 150 * time.Millisecond
+// tightDeadline leaves Hold, renewing at half of it, 300ms for a renewal
+// that a loaded machine runs late.
+const tightDeadline = 600 * time.Millisecond
 
 func (l *tight) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	lease, err := l.inner.TryAcquire(ctx, key, ttl)
