@@ -253,7 +253,7 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 			// bound: the deadline timer is the job's guarantee.
 			require.Less(t, took, ttl+time.Second, "cancelled within the lease's TTL of the loss (plus a second for a loaded machine)")
 			require.Greater(t, successor, token)
-			waitFor(t, 2*time.Second, func() bool { return len(log.eventsOf(schedule.EventLost)) > 0 }, "a lost event")
+			waitFor(t, 10*time.Second, func() bool { return len(log.eventsOf(schedule.EventLost)) > 0 }, "a lost event")
 		})
 	}
 }
