@@ -22,14 +22,20 @@ func TestRunAndRenewedUntil(t *testing.T) {
 			t.Parallel()
 			r := pgReplica(t, pgURL(t))
 			log := &runLog{}
-			returned := make(chan time.Time, 1) // the first run's return
-			const ttl = 300 * time.Millisecond
+			began, returned := make(chan time.Time, 1), make(chan time.Time, 1) // the first run's
+			// Renewals every second: a loaded machine that pauses the
+			// keep-alive for two does not lose the run's lease or row.
+			const ttl = 3 * time.Second
 			job := schedule.Job{Name: "renewed-" + mode, Every: time.Second, LockAtMostFor: ttl,
 				Run: func(ctx context.Context) error {
+					first := time.Now()
 					log.record(ctx)
-					time.Sleep(2 * ttl) // past two renewals (every TTL/3)
+					// Past three renewals (every TTL/3), half a period
+					// before the fourth.
+					time.Sleep(ttl + ttl/6)
 					select {
-					case returned <- time.Now():
+					case began <- first:
+						returned <- time.Now()
 					default:
 					}
 					return nil
@@ -44,13 +50,17 @@ func TestRunAndRenewedUntil(t *testing.T) {
 			done := func() bool { return len(log.eventsOf(schedule.EventDone)) > 0 }
 			waitFor(t, 20*time.Second, done, "the run ended")
 			stop(t, s)
-			end := <-returned // sent before the first run's EventDone
+			begin, end := <-began, <-returned // sent before the first run's EventDone
 
 			runs := log.eventsOf(schedule.EventRun)
 			require.NotEmpty(t, runs)
 			run := runs[0]
 			require.False(t, run.Until.IsZero(), "EventRun says when the %s expires", mode)
-			require.WithinDuration(t, run.Fire.Add(ttl), run.Until, time.Second, "the claim's start + LockAtMostFor")
+			// The claim's start + LockAtMostFor: the claim began after the
+			// tick fired and before the job began.
+			claimed := run.Until.Add(-ttl)
+			require.False(t, claimed.Before(run.Fire), "EventRun's Until less LockAtMostFor (%s) is before the tick fired (%s)", claimed, run.Fire)
+			require.False(t, claimed.After(begin), "EventRun's Until less LockAtMostFor (%s) is after the job began (%s)", claimed, begin)
 			var renewed []schedule.Event
 			for _, e := range log.eventsOf(schedule.EventRenewed) {
 				if e.Fire.Equal(run.Fire) {

@@ -27,7 +27,9 @@ import (
 // claimed while its node stopped (handed back: its row stays running,
 // expired, for a live replica's reaper). The second once made the count of
 // rows one more than the count of runs: Stop cut the claim off after its
-// commit had landed (see TestStopDuringClaim).
+// commit had landed (see TestStopDuringClaim). A tick handed back while
+// another node still runs is that node's reaper's: it ends abandoned when
+// a later tick has started.
 func TestRunKeyThreeSchedulers(t *testing.T) {
 	t.Parallel()
 	for _, db := range []string{"postgres", "sqlite"} {
@@ -90,6 +92,12 @@ func TestRunKeyThreeSchedulers(t *testing.T) {
 					require.Zero(t, ticks[row.Fire], "row %+v", row)
 					require.False(t, row.Fire.Before(last), "row %+v: only a tick claimed while stopping, after the last run (%s), stays running", row, last)
 					require.True(t, handedBack[row.Fire], "row %+v: handed back, and said so", row)
+				case "abandoned":
+					// Handed back by a node that stopped while the others
+					// still ran: a live replica's reaper took it after a
+					// later tick had started.
+					require.Zero(t, ticks[row.Fire], "row %+v: the tick ran, but its row was left to expire and the reaper abandoned it (the run's outcome write did not land in time: %v)", row, errorsAt(log, row.Fire))
+					require.True(t, handedBack[row.Fire], "row %+v: abandoned only after it was handed back, and said so", row)
 				default:
 					t.Fatalf("row %+v: unexpected state", row)
 				}
@@ -98,6 +106,17 @@ func TestRunKeyThreeSchedulers(t *testing.T) {
 			require.Empty(t, log.eventsOf(schedule.EventError))
 		})
 	}
+}
+
+// errorsAt returns the EventError events of the tick fired at f.
+func errorsAt(log *runLog, f time.Time) []schedule.Event {
+	var out []schedule.Event
+	for _, e := range log.eventsOf(schedule.EventError) {
+		if e.Fire.Equal(f) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // A replica whose clock is ahead (or behind) by less than the period fires
