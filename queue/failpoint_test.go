@@ -46,7 +46,6 @@ type fpEnv struct {
 	plan  *failpoint.Plan // the client's statements
 	txp   *failpoint.Plan // the handlers' own transactions
 	calls set             // handler calls by job id
-	c     *Client
 }
 
 func newFPEnv(t *testing.T) *fpEnv {

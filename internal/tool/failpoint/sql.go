@@ -99,7 +99,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	if bc, ok := c.inner.(driver.ConnBeginTx); ok {
 		tx, err = bc.BeginTx(ctx, opts)
 	} else {
-		tx, err = c.inner.Begin() //nolint:staticcheck // the driver's only way
+		tx, err = c.inner.Begin() //lint:ignore SA1019 the driver's only way to begin
 	}
 	if err != nil {
 		return nil, err
@@ -146,19 +146,39 @@ func (c *conn) fault(query string) *rule {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.execRule(ctx, query, func() (driver.Result, error) { return c.exec(ctx, query, args) })
+}
+
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.queryRule(ctx, query, func() (driver.Rows, error) { return c.query(ctx, query, args) })
+}
+
+// early applies a Before or a Data rule: the statement is not sent, and
+// done is true; an After rule is the caller's to apply.
+func (c *conn) early(ctx context.Context, r *rule) (err error, done bool) {
+	switch r.fault {
+	case Before:
+		c.broken = true
+		return &Error{Rule: r.name, Fault: Before}, true
+	case Data:
+		return c.dataError(ctx), true
+	}
+	return nil, false
+}
+
+// execRule runs exec, a statement without rows, under the plan: a COMMIT
+// loses its reply when an After rule matched a statement of its
+// transaction.
+func (c *conn) execRule(ctx context.Context, query string, exec func() (driver.Result, error)) (driver.Result, error) {
 	r := c.fault(query)
 	if r != nil {
-		switch r.fault {
-		case Before:
-			c.broken = true
-			return nil, &Error{Rule: r.name, Fault: Before}
-		case Data:
-			return nil, c.dataError(ctx)
+		if err, done := c.early(ctx, r); done {
+			return nil, err
 		}
 	}
 	commit := isCommit(query)
 	lose := c.lose
-	res, err := c.exec(ctx, query, args)
+	res, err := exec()
 	if commit {
 		c.inTx, c.lose = false, nil
 	}
@@ -178,19 +198,16 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	return res, nil
 }
 
-func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	r := c.fault(query)
+// queryRule runs query, a statement with rows, under the plan.
+func (c *conn) queryRule(ctx context.Context, q string, query func() (driver.Rows, error)) (driver.Rows, error) {
+	r := c.fault(q)
 	if r == nil {
-		return c.query(ctx, query, args)
+		return query()
 	}
-	switch r.fault {
-	case Before:
-		c.broken = true
-		return nil, &Error{Rule: r.name, Fault: Before}
-	case Data:
-		return nil, c.dataError(ctx)
+	if err, done := c.early(ctx, r); done {
+		return nil, err
 	}
-	rows, err := c.query(ctx, query, args)
+	rows, err := query()
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +319,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 	if !ok {
 		return nil, errors.New("failpoint: the driver's statement has no ExecContext")
 	}
-	return s.c.run(ctx, s.query, func() (driver.Result, error) { return sc.ExecContext(ctx, args) })
+	return s.c.execRule(ctx, s.query, func() (driver.Result, error) { return sc.ExecContext(ctx, args) })
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
@@ -310,52 +327,5 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 	if !ok {
 		return nil, errors.New("failpoint: the driver's statement has no QueryContext")
 	}
-	r := s.c.fault(s.query)
-	if r == nil {
-		return sc.QueryContext(ctx, args)
-	}
-	switch r.fault {
-	case Before:
-		s.c.broken = true
-		return nil, &Error{Rule: r.name, Fault: Before}
-	case Data:
-		return nil, s.c.dataError(ctx)
-	}
-	rows, err := sc.QueryContext(ctx, args)
-	if err != nil {
-		return nil, err
-	}
-	if s.c.inTx {
-		s.c.lose = r
-		return rows, nil
-	}
-	if err := drain(rows); err != nil {
-		return nil, err
-	}
-	s.c.broken = true
-	return nil, &Error{Rule: r.name, Fault: After}
-}
-
-// run executes a prepared statement's exec under the plan.
-func (c *conn) run(ctx context.Context, query string, exec func() (driver.Result, error)) (driver.Result, error) {
-	r := c.fault(query)
-	if r != nil {
-		switch r.fault {
-		case Before:
-			c.broken = true
-			return nil, &Error{Rule: r.name, Fault: Before}
-		case Data:
-			return nil, c.dataError(ctx)
-		}
-	}
-	res, err := exec()
-	if err != nil || r == nil {
-		return res, err
-	}
-	if c.inTx {
-		c.lose = r
-		return res, nil
-	}
-	c.broken = true
-	return nil, &Error{Rule: r.name, Fault: After}
+	return s.c.queryRule(ctx, s.query, func() (driver.Rows, error) { return sc.QueryContext(ctx, args) })
 }
