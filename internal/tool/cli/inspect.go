@@ -15,10 +15,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab/runner"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
-
 	"github.com/aegislab/aegis/internal/migrate"
-	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -89,14 +86,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case *ns == "":
 		return usagef("--namespace is empty")
 	}
-	db, err := sql.Open("pgx", *url)
+	db, closeDB, err := openPostgres(ctx, *url)
 	if err != nil {
-		return backend.PostgresError("open", *url, err)
+		return err
 	}
-	defer db.Close()
-	if err := db.PingContext(ctx); err != nil {
-		return backend.PostgresError("connect to", *url, err)
-	}
+	defer closeDB()
 	answers, err := inspect(ctx, db, fs.Args(), o, *ns)
 	if err != nil {
 		return err

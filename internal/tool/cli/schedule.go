@@ -474,18 +474,11 @@ func openScheduleStore(ctx context.Context, store string, given, create bool) (*
 		return nil, nil, usagef("no store: give --store URL, or set %s (a PostgreSQL URL) or AEGIS_SQLITE_PATH (a SQLite file)", servers.EnvPostgresURL)
 	}
 	if pg != "" {
-		pool, err := pgxpool.New(ctx, pg)
+		db, closeDB, err := openPostgres(ctx, pg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", source, backend.PostgresError("open", pg, err))
+			return nil, nil, fmt.Errorf("%s: %w", source, err)
 		}
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := pool.Ping(pctx); err != nil {
-			pool.Close()
-			return nil, nil, fmt.Errorf("%s: %w", source, backend.PostgresError("connect to", pg, err))
-		}
-		db := stdlib.OpenDBFromPool(pool)
-		return db, func() { db.Close(); pool.Close() }, nil
+		return db, closeDB, nil
 	}
 	if !create {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -497,6 +490,28 @@ func openScheduleStore(ctx context.Context, store string, given, create bool) (*
 		return nil, nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return db, func() { db.Close() }, nil
+}
+
+// connectTimeout bounds the first connection to PostgreSQL of every
+// command: a server that accepts and never answers is an error, not a hang.
+const connectTimeout = 10 * time.Second
+
+// openPostgres opens a pool on url and waits at most connectTimeout for a
+// first connection. Its errors name the server, never the URL: it may
+// carry a password.
+func openPostgres(ctx context.Context, url string) (*sql.DB, func(), error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, backend.PostgresError("open", url, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, nil, backend.PostgresError("connect to", url, err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	return db, func() { db.Close(); pool.Close() }, nil
 }
 
 // parseStoreFlag applies --store's rule: postgres:// and postgresql:// are
