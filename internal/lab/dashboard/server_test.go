@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -303,4 +304,36 @@ func TestBadRequests(t *testing.T) {
 	require.Contains(t, string(b), "the run has ended")
 	code, b = h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
 	require.Equal(t, http.StatusOK, code, "%s", b)
+
+	// An event index past the end of a finished run is no event, then
+	// its end, at once; a negative or non-numeric one is refused.
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, tt := range []struct {
+		query, lastID string
+		code          int
+		want          string
+	}{
+		{"?from=1000000", "", http.StatusOK, "event: end\n"},
+		{"", "999999", http.StatusOK, "event: end\n"},
+		{"", "9223372036854775807", http.StatusOK, "event: end\n"},
+		{"?from=-1", "", http.StatusBadRequest, `from \"-1\": want an event index, 0 or more`},
+		{"?from=x", "", http.StatusBadRequest, `from \"x\": want an event index, 0 or more`},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/api/runs/"+id+"/events"+tt.query, nil)
+		require.NoError(t, err)
+		if tt.lastID != "" {
+			req.Header.Set("Last-Event-ID", tt.lastID)
+		}
+		res, err := client.Do(req)
+		require.NoError(t, err, "%s %s", tt.query, tt.lastID)
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err, "%s %s: the stream ends", tt.query, tt.lastID)
+		require.Equal(t, tt.code, res.StatusCode, "%s %s: %s", tt.query, tt.lastID, b)
+		require.Contains(t, string(b), tt.want, "%s %s", tt.query, tt.lastID)
+		require.NotContains(t, string(b), "event: lab", "%s %s", tt.query, tt.lastID)
+	}
+	m := newMuxed()
+	m.read(t, h.stream("/api/stream?watch="+id+":1000000"), map[string]int{id: 1000000}, func() bool { return m.ends[id] != nil }, 30*time.Second)
+	require.Empty(t, m.events[id], "no event past the end")
 }

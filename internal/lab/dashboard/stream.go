@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -94,7 +95,7 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			from = n + 1
+			from = n + min(1, math.MaxInt-n) // no overflow to a negative index
 		}
 	}
 	events, cancel := run.Subscribe(from)

@@ -266,7 +266,8 @@ func (r *Run) Events() []lab.Event {
 
 // Subscribe returns a channel that receives every event from the from-th
 // (0: all of them, replayed) on, in order and without loss, and is closed
-// when the run ends (after its last event) or cancel is called. A slow
+// when the run ends (after its last event, at once when from is past it)
+// or cancel is called. A slow
 // reader slows only itself.
 func (r *Run) Subscribe(from int) (<-chan lab.Event, func()) {
 	out := make(chan lab.Event, 64)
@@ -295,9 +296,10 @@ func (r *Run) Subscribe(from int) (<-chan lab.Event, func()) {
 				return
 			case <-r.done:
 				r.mu.Lock()
-				rest := len(r.events) - i
+				n := len(r.events)
 				r.mu.Unlock()
-				if rest == 0 {
+				// from may lie past the last event: none is left to send.
+				if i >= n {
 					return
 				}
 			}
