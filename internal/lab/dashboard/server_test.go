@@ -337,3 +337,38 @@ func TestBadRequests(t *testing.T) {
 	m.read(t, h.stream("/api/stream?watch="+id+":1000000"), map[string]int{id: 1000000}, func() bool { return m.ends[id] != nil }, 30*time.Second)
 	require.Empty(t, m.events[id], "no event past the end")
 }
+
+// A run whose every PostgreSQL round trip is an hour late stops when asked,
+// and answers GET /api/runs/ID all the while.
+func TestStopUnderLatency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil)
+	req := short("pg-lease", true, 100)
+	req.Chaos = []string{"latency:postgres=1h"}
+	id := h.startRun(req)
+	client := &http.Client{Timeout: 30 * time.Second}
+	get := func(method, path string) runView {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, h.url+path, nil)
+		require.NoError(t, err)
+		if method == http.MethodPost {
+			req.Header.Set("Content-Type", "application/json")
+			req.Body = io.NopCloser(strings.NewReader("{}"))
+		}
+		res, err := client.Do(req)
+		require.NoError(t, err, "%s %s answers", method, path)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s", b)
+		var v runView
+		require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+		return v
+	}
+	get(http.MethodPost, "/api/runs/"+id+"/stop")
+	deadline := time.Now().Add(2 * time.Minute)
+	for get(http.MethodGet, "/api/runs/"+id).State != "done" {
+		require.True(t, time.Now().Before(deadline), "the run did not end within 2m of its stop")
+		time.Sleep(100 * time.Millisecond) // polling the API, as the page does
+	}
+}

@@ -456,15 +456,19 @@ func (r *Run) bgWaitReaders() {
 	}
 }
 
+// closeProxies closes every node's proxies, outside the run's lock: a
+// Close waits for the proxy's goroutines, and Status must answer meanwhile.
 func (r *Run) closeProxies() {
+	var all []*tcpproxy.Proxy
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, np := range r.nodes {
 		for _, ps := range np.proxies {
-			for _, p := range ps {
-				_ = p.Close()
-			}
+			all = append(all, ps...)
 		}
+	}
+	r.mu.Unlock()
+	for _, p := range all {
+		_ = p.Close()
 	}
 }
 

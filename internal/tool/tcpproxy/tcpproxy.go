@@ -25,7 +25,9 @@ type Proxy struct {
 	flow    chan struct{} // closed when forwarding may go on (Heal, Close)
 	conns   map[net.Conn]struct{}
 	closed  bool
+	done    chan struct{} // closed by Close: ends the latency's waits
 	latency time.Duration // added before forwarding what a client sends
+	held    int           // chunks waiting out the latency now
 }
 
 type state int
@@ -42,7 +44,7 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Go(p.accept)
 	return p, nil
 }
@@ -122,7 +124,7 @@ func (p *Proxy) setLocked(s state) {
 }
 
 // Close stops the proxy, closes every connection and waits for its
-// goroutines.
+// goroutines; it cuts short any latency's wait, however long.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -130,6 +132,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.done)
 	p.setLocked(flowing) // release stalled pipes, which then fail on closed conns
 	for c := range p.conns {
 		c.Close()
@@ -211,15 +214,26 @@ func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 	}
 }
 
-// delay sleeps for the latency, or until the proxy closes.
+// delay waits for the latency, or until the proxy closes.
 func (p *Proxy) delay() {
 	p.mu.Lock()
-	d, closed := p.latency, p.closed
+	d := p.latency
+	p.held++
 	p.mu.Unlock()
-	if d <= 0 || closed {
+	defer func() {
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+	}()
+	if d <= 0 {
 		return
 	}
-	time.Sleep(d) // bounded by SetLatency's caller; Close waits at most d
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.done:
+	}
 }
 
 // waitFlow blocks while the proxy is stalled.
