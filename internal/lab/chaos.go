@@ -167,8 +167,8 @@ const maxChaosDuration = 24 * time.Hour
 // TARGET is "holder", "writer", "committer", "leader" (leader mode) or
 // "nodeN" (N from 1). SERVER is postgres,
 // redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
-// durations ("3s", "1.5s", "250ms"). kill:etcd kills the cluster's
-// leader, kill:zookeeper the member most of the nodes' sessions are on;
+// durations ("3s", "1.5s", "250ms"); latency's D is at most 1m.
+// kill:etcd kills the cluster's leader, kill:zookeeper the member most of the nodes' sessions are on;
 // either comes back 2 s after the kill (at the end of the run if that is
 // sooner). An edit changes the run's catalog row of JOB: SPEC is its new
 // cadence (a duration, taking effect as catalog edits do, a second after
@@ -284,9 +284,18 @@ func (c *Chaos) parseLatency(rest string) error {
 		return fmt.Errorf("server %q: want postgres, redis, etcd or zookeeper", server)
 	}
 	c.Target = string(kind)
-	c.Offset, err = duration("D", d, true)
-	return err
+	if c.Offset, err = duration("D", d, true); err != nil {
+		return err
+	}
+	if c.Offset > maxLatency {
+		return fmt.Errorf("D %s is more than %s, the most a round trip is slowed: longer only stalls every node for the whole run", d, maxLatency)
+	}
+	return nil
 }
+
+// maxLatency bounds latency's D: a round trip a minute late already
+// outlasts any lab run's leases and ticks.
+const maxLatency = time.Minute
 
 // parseEdit parses edit's JOB@AT=SPEC.
 func (c *Chaos) parseEdit(rest string) error {

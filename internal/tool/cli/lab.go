@@ -69,7 +69,7 @@ Chaos (repeatable; AT from the first tick):
 	partition:TARGET@AT+FOR[/SERVER]
 	                          drop the node's connections (to SERVER only) for FOR
 	skew:nodeN=±D             the node's clock is D off, for the whole run
-	latency:SERVER=D          every round trip to SERVER takes D longer
+	latency:SERVER=D          every round trip to SERVER takes D (at most 1m) longer
 	failover:redis@AT         the primary dies before replicating a grant; its replica is promoted
 	restart:redis@AT          a Redis server restarts without persistence (redis: the single
 	                          node; redlock: the first Redlock node)
