@@ -85,6 +85,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ago":      ago,
 	"left":     left,
 	"instant":  instant,
+	"segment":  segment,
 	"joinList": func(s []string) string { return strings.Join(s, ", ") },
 	"navs":     func() []nav { return navs },
 }).ParseFS(assets, "assets/*.html"))
@@ -430,7 +431,7 @@ func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+	name := unsegment(r.PathValue("name"))
 	d, err := s.schedulesData(r.Context(), name)
 	if err != nil {
 		s.fail(w, err)
@@ -463,7 +464,7 @@ type confirmData struct {
 }
 
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
-	name, op := r.PathValue("name"), r.PathValue("op")
+	name, op := unsegment(r.PathValue("name")), r.PathValue("op")
 	o, ok := ops[op]
 	if !ok {
 		http.NotFound(w, r)
@@ -482,7 +483,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, no.msg, no.status)
 		return
 	}
-	name, op := r.PathValue("name"), r.PathValue("op")
+	name, op := unsegment(r.PathValue("name")), r.PathValue("op")
 	o, ok := ops[op]
 	if !ok {
 		http.NotFound(w, r)
@@ -510,7 +511,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("console: schedule edited", "op", op, "schedule", name, "version", e.Version)
-	http.Redirect(w, r, "/schedules/"+pathEscape(name)+"?done="+o.done, http.StatusSeeOther)
+	http.Redirect(w, r, "/schedules/"+segment(name)+"?done="+o.done, http.StatusSeeOther)
 }
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {

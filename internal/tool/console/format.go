@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -48,4 +49,17 @@ func short(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func pathEscape(s string) string { return url.PathEscape(s) }
+// segment is name (a schedule's, a lease key) as one segment of a URL
+// path: escaped, so that a "/" in it is no separator and "zz/../victim"
+// resolves to no other name. A browser resolves "." and ".." segments, even
+// escaped ("%2e"), so such a name gets a leading "~", and so does a name
+// that starts with "~", for the router to take off (unsegment).
+func segment(name string) string {
+	if name == "." || name == ".." || strings.HasPrefix(name, "~") {
+		name = "~" + name
+	}
+	return url.PathEscape(name)
+}
+
+// unsegment is the name a path value (unescaped by the router) names.
+func unsegment(v string) string { return strings.TrimPrefix(v, "~") }

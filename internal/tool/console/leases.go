@@ -71,7 +71,7 @@ type leaseData struct {
 
 func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	key := r.PathValue("key")
+	key := unsegment(r.PathValue("key"))
 	ok, history, err := s.st.leaseTables.Tables(ctx)
 	if err != nil {
 		s.fail(w, err)

@@ -112,7 +112,7 @@ func newLeaseRow(k pglease.Key, now time.Time) leaseRow {
 	if r.Live {
 		r.Left = r.Expires.Sub(now)
 	}
-	r.Link = "/leases/" + pathEscape(r.Key)
+	r.Link = "/leases/" + segment(r.Key)
 	return r
 }
 
