@@ -73,6 +73,42 @@ type Catalog struct {
 	channel   string // the NOTIFY channel (PostgreSQL)
 }
 
+// Validate checks c as NewCatalog does, without a database: a nil error
+// means NewCatalog takes c. The error names the field and wraps
+// aegis.ErrInvalid.
+func (c CatalogConfig) Validate() error {
+	_, _, err := c.check()
+	return err
+}
+
+// check fills c's defaults and checks it; names are its tables, quoted:
+// the catalog's, the namespaces', the replicas'.
+func (c CatalogConfig) check() (CatalogConfig, []any, error) {
+	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
+	c.Table = cmp.Or(c.Table, "aegis_schedule")
+	c.EditDelay = cmp.Or(c.EditDelay, 2*time.Second)
+	if err := checkNamespace("schedule: CatalogConfig.Namespace", c.Namespace); err != nil {
+		return c, nil, err
+	}
+	switch {
+	case c.EditDelay < 0:
+		return c, nil, invalid("schedule: CatalogConfig.EditDelay %s is negative", c.EditDelay)
+	case c.EditDelay > time.Hour:
+		return c, nil, invalid("schedule: CatalogConfig.EditDelay %s is longer than 1h", c.EditDelay)
+	case len(c.Table) > 50:
+		return c, nil, invalid("schedule: CatalogConfig.Table %q is longer than 50 bytes (its tables append _namespace and _replica)", c.Table)
+	}
+	names := make([]any, 0, 3)
+	for _, suffix := range []string{"", "_namespace", "_replica"} {
+		t, err := migrate.Table("schedule: CatalogConfig.Table", c.Table+suffix)
+		if err != nil {
+			return c, nil, invalid("%w", err)
+		}
+		names = append(names, t)
+	}
+	return c, names, nil
+}
+
 // NewCatalog returns the catalog on db (PostgreSQL through pgx's stdlib
 // driver, or SQLite opened like sqlitelease.Open), applying its numbered
 // migrations. A nil cfg means defaults.
@@ -84,27 +120,9 @@ func NewCatalog(ctx context.Context, db *sql.DB, cfg *CatalogConfig) (*Catalog, 
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
-	c.Table = cmp.Or(c.Table, "aegis_schedule")
-	c.EditDelay = cmp.Or(c.EditDelay, 2*time.Second)
-	if err := checkNamespace("schedule: CatalogConfig.Namespace", c.Namespace); err != nil {
+	c, names, err := c.check()
+	if err != nil {
 		return nil, err
-	}
-	switch {
-	case c.EditDelay < 0:
-		return nil, invalid("schedule: CatalogConfig.EditDelay %s is negative", c.EditDelay)
-	case c.EditDelay > time.Hour:
-		return nil, invalid("schedule: CatalogConfig.EditDelay %s is longer than 1h", c.EditDelay)
-	case len(c.Table) > 50:
-		return nil, invalid("schedule: CatalogConfig.Table %q is longer than 50 bytes (its tables append _namespace and _replica)", c.Table)
-	}
-	names := make([]any, 0, 3)
-	for _, suffix := range []string{"", "_namespace", "_replica"} {
-		t, err := migrate.Table("schedule: CatalogConfig.Table", c.Table+suffix)
-		if err != nil {
-			return nil, invalid("%w", err)
-		}
-		names = append(names, t)
 	}
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
@@ -133,11 +151,8 @@ func (c *Catalog) Namespace() string { return c.ns }
 // It returns the row as written. The error names the field that is wrong;
 // nothing is written then.
 func (c *Catalog) Put(ctx context.Context, e Entry) (Entry, error) {
-	if err := driver.CheckKey(e.Name); err != nil {
-		return Entry{}, fmt.Errorf("schedule: put: Entry.Name: %w", err)
-	}
-	if len(e.Name) > MaxNameLen {
-		return Entry{}, invalid("schedule: put: Entry.Name is %d bytes, at most %d are allowed", len(e.Name), MaxNameLen)
+	if err := checkEntryName(e.Name); err != nil {
+		return Entry{}, fmt.Errorf("schedule: put: %w", err)
 	}
 	v, err := e.validate()
 	if err != nil {

@@ -62,7 +62,11 @@ func TestCatalogBadInput(t *testing.T) {
 				_, err := cat.Put(ctx, c.entry)
 				require.ErrorIs(t, err, aegis.ErrInvalid, c.name)
 				require.ErrorContains(t, err, c.want, c.name)
+				err = c.entry.Validate()
+				require.ErrorIs(t, err, aegis.ErrInvalid, "Validate refuses what Put refuses: %s", c.name)
+				require.ErrorContains(t, err, c.want, c.name)
 			}
+			require.NoError(t, ok.Validate())
 			list, err := cat.List(ctx)
 			require.NoError(t, err)
 			require.Empty(t, list, "nothing written")
@@ -84,7 +88,9 @@ func TestCatalogBadInput(t *testing.T) {
 			for _, cfg := range []*schedule.CatalogConfig{{Namespace: "Bad Name"}, {Namespace: "-x"}, {EditDelay: -time.Second}, {Table: "a b"}} {
 				_, err := schedule.NewCatalog(ctx, r.db, cfg)
 				require.ErrorIs(t, err, aegis.ErrInvalid, "%+v", cfg)
+				require.ErrorIs(t, cfg.Validate(), aegis.ErrInvalid, "Validate refuses what NewCatalog refuses: %+v", cfg)
 			}
+			require.NoError(t, schedule.CatalogConfig{}.Validate())
 			_, err = schedule.NewCatalog(ctx, nil, nil)
 			require.ErrorIs(t, err, aegis.ErrInvalid)
 

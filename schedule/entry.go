@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -102,6 +103,32 @@ func parseStored(spec, tz string) (Schedule, error) {
 
 // validate checks e as Put receives it and fills its defaults. Errors name
 // the field.
+// Validate checks e as Catalog.Put does, without a store: Name and the
+// fields Put reads (the catalog sets the others; Validate ignores them). A
+// nil error means Put takes e, unless the store fails; an error names the
+// field and wraps aegis.ErrInvalid.
+func (e Entry) Validate() error {
+	if err := checkEntryName(e.Name); err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
+	if _, err := e.validate(); err != nil {
+		return fmt.Errorf("schedule: %q: %w", e.Name, err)
+	}
+	return nil
+}
+
+// checkEntryName checks an entry's name: a lease key's rules, at most
+// MaxNameLen bytes.
+func checkEntryName(name string) error {
+	if err := driver.CheckKey(name); err != nil {
+		return fmt.Errorf("Entry.Name: %w", err)
+	}
+	if len(name) > MaxNameLen {
+		return invalid("Entry.Name is %d bytes, at most %d are allowed", len(name), MaxNameLen)
+	}
+	return nil
+}
+
 func (e Entry) validate() (Entry, error) {
 	if e.Cron != "" && e.Every != 0 {
 		return e, invalid("set one of Entry.Cron and Entry.Every, not both")

@@ -78,8 +78,9 @@ without "://" is a SQLite file's path. Only put creates a missing SQLite
 file; the tables are created when missing.
 
 Exit status 2 for a mistake in the command line or a value the catalog
-refuses (the message names the flag; nothing is written), 1 when the
-store fails or NAME is not in the namespace.
+refuses (the message names the flag; nothing is written, no file or
+table is created), 1 when the store fails or NAME is not in the
+namespace.
 `
 
 // scheduleFlags are the flags of every subcommand; each registers its own.
@@ -237,9 +238,17 @@ func (c *scheduleCmd) check(pos []string) error {
 		}
 	}
 	if c.sub == "put" {
+		// Checked as the catalog checks them, before the store is opened:
+		// a refused put creates no SQLite file and no table.
 		var err error
 		if c.entry, err = c.f.entry(c.name, c.given); err != nil {
 			return err
+		}
+		if err := (schedule.CatalogConfig{Namespace: c.f.ns}).Validate(); err != nil {
+			return catalogError(err, c.name, c.f.ns)
+		}
+		if err := c.entry.Validate(); err != nil {
+			return catalogError(err, c.name, c.f.ns)
 		}
 	}
 	if c.sub == "runs" && c.f.limit < 1 {
@@ -446,6 +455,7 @@ func catalogError(err error, name, ns string) error {
 			msg = strings.TrimPrefix(msg, fmt.Sprintf("schedule: %s %q: ", op, name))
 			msg = strings.TrimPrefix(msg, "schedule: "+op+": ")
 		}
+		msg = strings.TrimPrefix(msg, fmt.Sprintf("schedule: %q: ", name)) // Entry.Validate's
 		return usagef("%s", entryFields.Replace(strings.TrimPrefix(msg, "schedule: ")))
 	}
 	return err

@@ -545,3 +545,59 @@ func TestScheduleRunsAndReplicas(t *testing.T) {
 		}
 	})
 }
+
+// A put that is refused writes nothing: no SQLite file, no table in the
+// PostgreSQL schema. Everything put takes is checked before the store is
+// opened.
+func TestScheduleRefusedPutLeavesNothing(t *testing.T) {
+	t.Parallel()
+	refused := [][]string{
+		{"x", "--cron", "0 61 * * * *", "--handler", "h"},
+		{"x", "--cron", "0 * * * * *", "--tz", "Mars/Olympus", "--handler", "h"},
+		{"x", "--cron", "TZ=UTC 0 * * * * *", "--handler", "h"},
+		{"x", "--every", "1500us", "--handler", "h"},
+		{"x", "--every", "1s", "--tz", "UTC", "--handler", "h"},
+		{"x", "--every", "1s"},
+		{"x", "--every", "1s", "--handler", strings.Repeat("h", 151)},
+		{strings.Repeat("n", 151), "--every", "1s", "--handler", "h"},
+		{"x", "--every", "1s", "--handler", "h", "--args", "{"},
+		{"x", "--every", "1s", "--handler", "h", "--misfire", "never"},
+		{"x", "--every", "1s", "--handler", "h", "--max-attempts", "1001"},
+		{"x", "--every", "1s", "--handler", "h", "--catch-up", "-1"},
+		{"x", "--every", "1s", "--handler", "h", "--lock-at-most-for", "1ms"},
+		{"x", "--every", "1s", "--handler", "h", "--lock-at-least-for", "1m"},
+		{"x", "--every", "1s", "--handler", "h", "--deadline", "-1s"},
+		{"x", "--every", "1s", "--handler", "h", "--namespace", "Not A Namespace"},
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "catalog.db")
+		for _, args := range refused {
+			code, stdout, stderr := run(t, append([]string{"schedule", "put", "--store", path}, args...)...)
+			require.Equal(t, 2, code, "%.200q: %s%s", args, stdout, stderr)
+			_, err := os.Stat(path)
+			require.ErrorIs(t, err, os.ErrNotExist, "%.200q created the SQLite file", args)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testenv.PostgresURL(t)
+		pool, err := pgxpool.New(t.Context(), url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		for _, args := range refused {
+			code, stdout, stderr := run(t, append([]string{"schedule", "put", "--store", url}, args...)...)
+			require.Equal(t, 2, code, "%.200q: %s%s", args, stdout, stderr)
+			var tables []string
+			rows, err := pool.Query(t.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var name string
+				require.NoError(t, rows.Scan(&name))
+				tables = append(tables, name)
+			}
+			require.NoError(t, rows.Err())
+			require.Empty(t, tables, "%.200q created tables", args)
+		}
+	})
+}
