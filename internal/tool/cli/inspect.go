@@ -118,7 +118,11 @@ func printAnswers(stdout io.Writer, answers []runner.InspectAnswer) {
 		tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 		fmt.Fprintf(tw, "  %s\n", strings.Join(a.Columns, "\t"))
 		for _, row := range a.Rows {
-			fmt.Fprintf(tw, "  %s\n", strings.Join(row, "\t"))
+			cells := make([]string, len(row))
+			for i, c := range row {
+				cells[i] = shown(c)
+			}
+			fmt.Fprintf(tw, "  %s\n", strings.Join(cells, "\t"))
 		}
 		_ = tw.Flush()
 	}

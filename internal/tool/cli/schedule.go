@@ -271,27 +271,27 @@ func (c *scheduleCmd) edit(ctx context.Context, cat *schedule.Catalog, stdout, s
 		if err != nil {
 			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
-		fmt.Fprintf(stdout, "paused %s at %s, version %d: no tick is claimed from then on\n", e.Name, stamp(e.Updated), e.Version)
+		fmt.Fprintf(stdout, "paused %s at %s, version %d: no tick is claimed from then on\n", shown(e.Name), stamp(e.Updated), e.Version)
 	case "resume":
 		e, err := cat.Resume(ctx, name)
 		if err != nil {
 			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
-		fmt.Fprintf(stdout, "resumed %s at %s, version %d: it runs from its next tick\n", e.Name, stamp(e.Updated), e.Version)
+		fmt.Fprintf(stdout, "resumed %s at %s, version %d: it runs from its next tick\n", shown(e.Name), stamp(e.Updated), e.Version)
 	case "run-now":
 		e, err := cat.RunNow(ctx, name)
 		if errors.Is(err, schedule.ErrPaused) {
-			return fmt.Errorf("%s is paused: resume it first (a run now would start a run after its pause)", name)
+			return fmt.Errorf("%s is paused: resume it first (a run now would start a run after its pause)", shown(name))
 		}
 		if err != nil {
 			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
-		fmt.Fprintf(stdout, "asked for a run of %s now (fire time %s): one replica with handler %s runs it, with its own token; `aegis schedule runs %s` shows it\n", e.Name, stamp(e.RunNow), e.Handler, e.Name)
+		fmt.Fprintf(stdout, "asked for a run of %s now (fire time %s): one replica with handler %s runs it, with its own token; `aegis schedule runs %s` shows it\n", shown(e.Name), stamp(e.RunNow), shown(e.Handler), shown(e.Name))
 	case "rm":
 		if err := cat.Delete(ctx, name); err != nil {
 			return catalogError(notFound(ctx, cat, name, err), name, ns)
 		}
-		fmt.Fprintf(stdout, "removed %s\n", name)
+		fmt.Fprintf(stdout, "removed %s\n", shown(name))
 	}
 	return nil
 }
@@ -307,12 +307,12 @@ func schedulePut(ctx context.Context, cat *schedule.Catalog, entry schedule.Entr
 	if e.Paused {
 		paused = " (paused: resume runs it)"
 	}
-	fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", e.Name, e.Spec(), e.Handler, e.Version,
+	fmt.Fprintf(stdout, "put %s: %s, handler %s, version %d, %s%s\n", shown(e.Name), shown(e.Spec()), shown(e.Handler), e.Version,
 		effectiveText(e, time.Now(), "takes effect at", "in effect since"), paused)
 	if len(e.Replicas) == 0 && len(e.MissingOn) > 0 {
 		// Most often a misspelt --handler: say so while the user is
 		// still at the prompt.
-		fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, strings.Join(e.MissingOn, ", "), e.Name)
+		fmt.Fprintf(stderr, "warning: no live replica has handler %q (live: %s): %s does not run\n", e.Handler, shownList(e.MissingOn), shown(e.Name))
 	}
 	return nil
 }

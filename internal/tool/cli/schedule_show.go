@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -98,14 +99,14 @@ func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdou
 	for _, e := range es {
 		effective := effectiveText(e, now, "at", "since")
 		if e.Previous != "" && e.EffectiveAt.After(now) {
-			effective += " (until then " + e.Previous + ")"
+			effective += " (until then " + shown(e.Previous) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Name, e.Spec(), e.Handler, stateOf(e), e.Version, effective, replicasText(e))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", shown(e.Name), shown(e.Spec()), shown(e.Handler), stateOf(e), e.Version, effective, replicasText(e))
 		switch {
 		case len(e.MissingOn) > 0 && len(e.Replicas) == 0:
-			warnings = append(warnings, fmt.Sprintf("warning: %s does not run: no live replica has handler %q (missing on %s)", e.Name, e.Handler, strings.Join(e.MissingOn, ", ")))
+			warnings = append(warnings, fmt.Sprintf("warning: %s does not run: no live replica has handler %q (missing on %s)", shown(e.Name), e.Handler, shownList(e.MissingOn)))
 		case len(e.MissingOn) > 0:
-			warnings = append(warnings, fmt.Sprintf("warning: %s: handler %q is missing on %s (its ticks run on the others)", e.Name, e.Handler, strings.Join(e.MissingOn, ", ")))
+			warnings = append(warnings, fmt.Sprintf("warning: %s: handler %q is missing on %s (its ticks run on the others)", shown(e.Name), e.Handler, shownList(e.MissingOn)))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -123,7 +124,7 @@ func replicasText(e schedule.Entry) string {
 	case n == 0:
 		return "no live replica"
 	case len(e.Replicas) == 0:
-		return "none has handler " + e.Handler
+		return "none has handler " + shown(e.Handler)
 	default:
 		return fmt.Sprintf("%d/%d", len(e.Replicas), n)
 	}
@@ -187,20 +188,41 @@ func scheduleRuns(ctx context.Context, reader *schedule.RunReader, name string, 
 	fmt.Fprintln(tw, "FIRE\tNODE\tTOKEN\tATTEMPT\tSTARTED\tENDED\tOUTCOME")
 	for _, r := range out {
 		if r.Outcome == "missed" {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tmissed (%s): %s\n", stamp(r.Fire), r.Node, r.Cause, oneLine(r.Detail, 120))
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tmissed (%s): %s\n", stamp(r.Fire), shown(r.Node), shown(r.Cause), shown(oneLine(r.Detail, 120)))
 			continue
 		}
 		ended := "-"
 		if r.Ended != nil {
 			ended = stamp(*r.Ended)
 		}
-		outcome := r.Outcome
+		outcome := shown(r.Outcome)
 		if r.Error != "" {
-			outcome += ": " + oneLine(r.Error, 120)
+			outcome += ": " + shown(oneLine(r.Error, 120))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", stamp(r.Fire), r.Node, r.Token, r.Attempt, stamp(*r.Started), ended, outcome)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", stamp(r.Fire), shown(r.Node), r.Token, r.Attempt, stamp(*r.Started), ended, outcome)
 	}
 	return tw.Flush()
+}
+
+// shown is a value from the store or the command line as text output
+// prints it: as it is, unless it has a character a terminal would act on
+// (an escape sequence, a carriage return, a bidirectional override) or is
+// not UTF-8, then quoted as %q does. --json needs none of this: JSON
+// escapes control characters.
+func shown(s string) string {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// shownList is names, each shown, joined by ", ".
+func shownList(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = shown(n)
+	}
+	return strings.Join(out, ", ")
 }
 
 // oneLine is s on one line of at most n runes: a handler's error can be
