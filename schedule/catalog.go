@@ -305,24 +305,62 @@ func (c *Catalog) Get(ctx context.Context, name string) (Entry, error) {
 	return es[0], nil
 }
 
-// List returns the namespace's schedules, by name.
+// List returns the namespace's schedules, by name. A row this program
+// cannot read (a spec or a policy it cannot parse: a hand edit, or a row
+// a newer version wrote) does not hide the others: List returns them with
+// a *BadRowsError that names each such row and what is wrong with it. Any
+// other error (the store's) comes with no entries.
 func (c *Catalog) List(ctx context.Context) ([]Entry, error) {
 	rows, err := c.rows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: list: %w", err)
 	}
 	out := make([]Entry, 0, len(rows))
+	var bad []RowError
 	for _, r := range rows {
 		e, err := r.entry(c.ns)
 		if err != nil {
-			return nil, err
+			bad = append(bad, RowError{Name: r.name, Err: err})
+			continue
 		}
 		out = append(out, e)
 	}
 	if err := c.coverage(ctx, out); err != nil {
 		return nil, err
 	}
+	if len(bad) > 0 {
+		return out, &BadRowsError{Namespace: c.ns, Rows: bad}
+	}
 	return out, nil
+}
+
+// BadRowsError is List's error for the rows of the catalog it could not
+// read, beside the entries it could. It wraps none of the rows' errors: a
+// bad row is the store's content, never the caller's mistake
+// (aegis.ErrInvalid).
+type BadRowsError struct {
+	Namespace string
+	Rows      []RowError // by name
+}
+
+// RowError is one catalog row List could not read: its schedule's name
+// and what is wrong with it.
+type RowError struct {
+	Name string
+	Err  error
+}
+
+func (e *BadRowsError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "schedule: list: %d catalog row(s) of namespace %q cannot be read", len(e.Rows), e.Namespace)
+	for i, r := range e.Rows {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%v", sep, r.Err)
+	}
+	return b.String()
 }
 
 // rows reads the namespace's rows, by name.

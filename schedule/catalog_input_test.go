@@ -125,3 +125,52 @@ func TestCatalogBadInput(t *testing.T) {
 		})
 	}
 }
+
+// A row this version cannot read (written by hand, or by another version)
+// does not hide the others: List returns them, and a *BadRowsError names
+// the row and what is wrong with it.
+func TestCatalogListBadRow(t *testing.T) {
+	t.Parallel()
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			var r *replica
+			if db == "postgres" {
+				r = pgReplica(t, pgURL(t))
+			} else {
+				r = sqliteReplica(t, sqlitePath(t))
+			}
+			ctx := context.Background()
+			cat := openCatalog(t, r, nil)
+			for _, n := range []string{"a", "b", "c", "d"} {
+				_, err := cat.Put(ctx, schedule.Entry{Name: n, Every: time.Minute, Handler: "h"})
+				require.NoError(t, err)
+			}
+			_, err := r.db.ExecContext(ctx, `UPDATE aegis_schedule SET spec = '@every banana' WHERE name = 'b'`)
+			require.NoError(t, err)
+			_, err = r.db.ExecContext(ctx, `UPDATE aegis_schedule SET misfire = 'sometimes' WHERE name = 'd'`)
+			require.NoError(t, err)
+
+			es, err := cat.List(ctx)
+			var bad *schedule.BadRowsError
+			require.ErrorAs(t, err, &bad)
+			require.Equal(t, []string{"a", "c"}, names(es), "the readable rows")
+			require.Equal(t, "default", bad.Namespace)
+			require.Len(t, bad.Rows, 2)
+			require.Equal(t, "b", bad.Rows[0].Name)
+			require.ErrorContains(t, bad.Rows[0].Err, `spec "@every banana"`)
+			require.Equal(t, "d", bad.Rows[1].Name)
+			require.ErrorContains(t, bad.Rows[1].Err, `"sometimes"`)
+			require.ErrorContains(t, err, `2 catalog row(s) of namespace "default" cannot be read: schedule: catalog row "b": spec "@every banana"`)
+			require.False(t, errors.Is(err, aegis.ErrInvalid), "a bad row is not the caller's mistake")
+		})
+	}
+}
+
+func names(es []schedule.Entry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
+}

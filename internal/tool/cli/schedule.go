@@ -44,7 +44,9 @@ replica uses, so each tick runs once across replicas, also across an edit.
 
 	list    the namespace's schedules: spec, handler, state, version, when
 	        the spec took (or takes) effect, and how many live replicas
-	        have the handler; a warning names the replicas that lack it
+	        have the handler; a warning names the replicas that lack it.
+	        A row this version cannot read (a hand edit) is listed as
+	        unreadable, with why, and the exit status is 1
 	put     create NAME, or replace it whole (a flag left out takes its
 	        default; a paused schedule stays paused). --cron is a cron
 	        spec with seconds ("0 30 2 * * *", @daily) in --tz, an IANA

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -55,6 +56,9 @@ type scheduleJSON struct {
 	Updated          time.Time       `json:"updated"`
 	Replicas         []string        `json:"replicas"`
 	MissingOn        []string        `json:"missing_on"`
+	// Error says why the catalog could not read the row (State
+	// "unreadable"); the other fields are then empty.
+	Error string `json:"error,omitempty"`
 }
 
 func stateOf(e schedule.Entry) string {
@@ -64,14 +68,53 @@ func stateOf(e schedule.Entry) string {
 	return "enabled"
 }
 
+// scheduleList prints the namespace's schedules. A row the catalog cannot
+// read is listed as unreadable, with why, among the others (by name), and
+// the exit status is 1.
 func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdout io.Writer) error {
 	es, err := cat.List(ctx)
-	if err != nil {
+	var bad *schedule.BadRowsError
+	if err != nil && !errors.As(err, &bad) {
 		return err
 	}
+	var badRows []schedule.RowError
+	var badErr error
+	if bad != nil {
+		badRows = bad.Rows
+		s := "s"
+		if len(badRows) == 1 {
+			s = ""
+		}
+		badErr = fmt.Errorf("%d catalog row%s of namespace %q cannot be read (listed as unreadable)", len(badRows), s, cat.Namespace())
+	}
+	// The entries and the bad rows, by name, as List orders each.
+	type item struct {
+		e   *schedule.Entry
+		bad *schedule.RowError
+	}
+	items := make([]item, 0, len(es)+len(badRows))
+	for i := range es {
+		items = append(items, item{e: &es[i]})
+	}
+	for i := range badRows {
+		items = append(items, item{bad: &badRows[i]})
+	}
+	name := func(it item) string {
+		if it.e != nil {
+			return it.e.Name
+		}
+		return it.bad.Name
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return strings.Compare(name(a), name(b)) })
 	if asJSON {
-		out := make([]scheduleJSON, 0, len(es))
-		for _, e := range es {
+		out := make([]scheduleJSON, 0, len(items))
+		for _, it := range items {
+			if it.bad != nil {
+				out = append(out, scheduleJSON{Name: it.bad.Name, Namespace: cat.Namespace(), State: "unreadable", Error: it.bad.Err.Error(),
+					Replicas: []string{}, MissingOn: []string{}})
+				continue
+			}
+			e := *it.e
 			j := scheduleJSON{
 				Name: e.Name, Namespace: e.Namespace, Spec: e.Spec(), Cron: e.Cron, TZ: e.TZ, Handler: e.Handler,
 				Args: e.Args, Paused: e.Paused, State: stateOf(e), Version: e.Version, EffectiveAt: e.EffectiveAt,
@@ -86,9 +129,12 @@ func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdou
 			}
 			out = append(out, j)
 		}
-		return writeJSON(stdout, out)
+		if err := writeJSON(stdout, out); err != nil {
+			return err
+		}
+		return badErr
 	}
-	if len(es) == 0 {
+	if len(items) == 0 {
 		fmt.Fprintf(stdout, "no schedules in namespace %q\n", cat.Namespace())
 		return nil
 	}
@@ -96,7 +142,15 @@ func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdou
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSPEC\tHANDLER\tSTATE\tVERSION\tEFFECTIVE\tREPLICAS")
 	var warnings []string
-	for _, e := range es {
+	var unreadable []string
+	for _, it := range items {
+		if it.bad != nil {
+			// After the table: the reason is too long for a column.
+			fmt.Fprintf(tw, "%s\t-\t-\tunreadable\t-\t-\t-\n", shown(it.bad.Name))
+			unreadable = append(unreadable, fmt.Sprintf("%s  unreadable: %s", shown(it.bad.Name), shown(it.bad.Err.Error())))
+			continue
+		}
+		e := *it.e
 		effective := effectiveText(e, now, "at", "since")
 		if e.Previous != "" && e.EffectiveAt.After(now) {
 			effective += " (until then " + shown(e.Previous) + ")"
@@ -112,10 +166,13 @@ func scheduleList(ctx context.Context, cat *schedule.Catalog, asJSON bool, stdou
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, u := range unreadable {
+		fmt.Fprintln(stdout, u)
+	}
 	for _, w := range warnings {
 		fmt.Fprintln(stdout, w)
 	}
-	return nil
+	return badErr
 }
 
 // replicasText is how many live replicas have e's handler, of how many.

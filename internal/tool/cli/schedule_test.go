@@ -601,3 +601,47 @@ func TestScheduleRefusedPutLeavesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A catalog row this version cannot read (written by hand) is listed as
+// such, with what is wrong with it, beside the others; the exit status
+// says the catalog needs a look.
+func TestScheduleListBadRow(t *testing.T) {
+	t.Parallel()
+	eachScheduleStore(t, func(t *testing.T, s scheduleStore) {
+		s.ok(t, "put", "good", "--every", "1m", "--handler", "h")
+		s.ok(t, "put", "bad", "--every", "1m", "--handler", "h")
+		var db *sql.DB
+		var err error
+		if s.name == "postgres" {
+			db, err = sql.Open("pgx", s.store)
+		} else {
+			db, err = sqlitelease.Open(s.store)
+		}
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		_, err = db.Exec(`UPDATE aegis_schedule SET spec = '@every banana' WHERE name = 'bad'`)
+		require.NoError(t, err)
+
+		code, stdout, stderr := s.sched(t, "list")
+		require.Equal(t, 1, code, "%s%s", stdout, stderr)
+		require.Regexp(t, `\ngood\s+@every 1m0s\s+h\s+enabled\s+1\s`, stdout)
+		require.Regexp(t, `\nbad\s+-\s+-\s+unreadable\s+-\s+-\s+-\n`, stdout, "in the table")
+		require.Regexp(t, `\nbad\s+unreadable: schedule: catalog row "bad": spec "@every banana" is not an interval\n`, stdout)
+		require.Contains(t, stderr, `1 catalog row of namespace "default" cannot be read (listed as unreadable)`)
+
+		code, stdout, stderr = s.sched(t, "list", "--json")
+		require.Equal(t, 1, code, "%s%s", stdout, stderr)
+		var ls []struct {
+			listed
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &ls), "%s", stdout)
+		require.Len(t, ls, 2)
+		require.Equal(t, "bad", ls[0].Name, "by name")
+		require.Equal(t, "unreadable", ls[0].State)
+		require.Contains(t, ls[0].Error, `spec "@every banana" is not an interval`)
+		require.Equal(t, "good", ls[1].Name)
+		require.Empty(t, ls[1].Error)
+		require.Equal(t, "enabled", ls[1].State)
+	})
+}
