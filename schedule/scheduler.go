@@ -238,19 +238,27 @@ func (s *Scheduler) Add(j Job) error {
 }
 
 // Start starts a goroutine per job (and the reaper in run-key mode). The
-// jobs stop when ctx ends or Stop is called. Start may be called once.
+// jobs stop when ctx ends or Stop is called. Start may be called once: a
+// second call is an error, and so is a call after Stop (wrapping
+// aegis.ErrInvalid: a Scheduler cannot be restarted, make a new one).
 //
 // In leader mode it creates the missing tables (ctx bounds that), then
 // campaigns in a goroutine: while this replica leads, its job loops
 // enqueue the ticks; when leadership ends it campaigns again.
 func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	err := s.startableLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if err := s.claim.prepare(ctx); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("schedule: Start called twice")
+	if err := s.startableLocked(); err != nil { // again: a Stop or Start may have come during prepare
+		return err
 	}
 	s.started = true
 	s.startedAt = s.cfg.Clock.Now()
@@ -276,6 +284,21 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	for _, j := range s.jobs {
 		s.wg.Go(func() { j.loop(ctx) })
+	}
+	return nil
+}
+
+// errStopped is Start's error after Stop.
+var errStopped = invalid("schedule: Start: the scheduler was stopped; a Scheduler cannot be restarted: make a new one")
+
+// startableLocked says why Start cannot start s: it was stopped, or
+// started.
+func (s *Scheduler) startableLocked() error {
+	switch {
+	case s.stopped:
+		return errStopped
+	case s.started:
+		return errors.New("schedule: Start called twice")
 	}
 	return nil
 }
