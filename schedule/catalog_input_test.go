@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -173,4 +175,66 @@ func names(es []schedule.Entry) []string {
 		out = append(out, e.Name)
 	}
 	return out
+}
+
+// Start on a database that is down, or whose pool was closed, returns the
+// failure as such, naming what failed: an outage is not a configuration
+// mistake (aegis.ErrInvalid), which only a catalog table missing from the
+// Store's database is.
+func TestStartStoreDown(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	startErr := func(t *testing.T, r *replica) (*schedule.Scheduler, func() error) {
+		t.Helper()
+		s, err := schedule.New(&schedule.Config{Store: r.store, Catalog: openCatalog(t, r, nil)})
+		require.NoError(t, err)
+		t.Cleanup(func() { stop(t, s) })
+		return s, func() error { return s.Start(ctx) }
+	}
+	requireOutage := func(t *testing.T, err error, cause string) {
+		t.Helper()
+		require.Error(t, err)
+		require.False(t, errors.Is(err, aegis.ErrInvalid), "an outage is not ErrInvalid: %v", err)
+		require.NotContains(t, err.Error(), "must be on the Store's database")
+		require.ErrorContains(t, err, `schedule: Start: read the catalog table "aegis_schedule" on the Store's database: `+cause)
+	}
+	t.Run("postgres closed", func(t *testing.T) {
+		t.Parallel()
+		r := pgReplica(t, pgURL(t))
+		_, start := startErr(t, r)
+		r.db.Close()
+		r.pool.Close()
+		requireOutage(t, start(), "sql: database is closed")
+	})
+	t.Run("sqlite closed", func(t *testing.T) {
+		t.Parallel()
+		r := sqliteReplica(t, sqlitePath(t))
+		_, start := startErr(t, r)
+		r.db.Close()
+		requireOutage(t, start(), "sql: database is closed")
+	})
+	t.Run("postgres down", func(t *testing.T) {
+		t.Parallel()
+		u, err := url.Parse(pgURL(t))
+		require.NoError(t, err)
+		proxy, err := tcpproxy.New(u.Host)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = proxy.Close() })
+		u.Host = proxy.Addr()
+		r := pgReplica(t, u.String())
+		_, start := startErr(t, r)
+		proxy.Cut() // the server is gone: connections drop, new ones are refused
+		requireOutage(t, start(), "")
+	})
+	t.Run("sqlite catalog elsewhere", func(t *testing.T) {
+		t.Parallel()
+		r := sqliteReplica(t, sqlitePath(t))
+		far := openCatalog(t, sqliteReplica(t, sqlitePath(t)), nil)
+		s, err := schedule.New(&schedule.Config{Store: r.store, Catalog: far})
+		require.NoError(t, err)
+		t.Cleanup(func() { stop(t, s) })
+		err = s.Start(ctx)
+		require.ErrorIs(t, err, aegis.ErrInvalid, "a missing table is the configuration's")
+		require.ErrorContains(t, err, "Config.Catalog must be on the Store's database")
+	})
 }

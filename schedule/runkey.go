@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
@@ -52,16 +54,25 @@ func newRunKeyClaimer(s *Scheduler) (*runKeyClaimer, error) {
 func (rk *runKeyClaimer) check(j Job) error { return j.leaseOnly() }
 
 // prepare fails when the Store's database does not have the Catalog's
-// table: the claim reads both in one statement.
+// table: the claim reads both in one statement. That alone is the
+// configuration's mistake (aegis.ErrInvalid); a database that cannot be
+// read (down, its pool closed) is returned as such.
 func (rk *runKeyClaimer) prepare(ctx context.Context) error {
 	if rk.s.cfg.Catalog == nil {
 		return nil
 	}
+	table := rk.s.cfg.Catalog.table
 	var n int
-	if err := rk.st.db.QueryRowContext(ctx, "SELECT count(*) FROM "+rk.s.cfg.Catalog.table+" WHERE false").Scan(&n); err != nil {
+	err := rk.st.db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE false").Scan(&n)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01", // undefined_table
+		rk.st.dialect == migrate.SQLite && strings.Contains(err.Error(), "no such table"):
 		return invalid("schedule: Config.Catalog must be on the Store's database (a claim checks the catalog in the statement that inserts the run): %w", err)
 	}
-	return nil
+	return fmt.Errorf("schedule: Start: read the catalog table %s on the Store's database: %w", table, err)
 }
 
 // start starts the reaper.
