@@ -240,6 +240,7 @@ type section[T any] struct {
 
 type overviewData struct {
 	Leases, LiveLeases, Schedules, Paused, Unhandled, Stuck, Resources int
+	Unreadable                                                         int // catalog rows the catalog cannot read
 	// RunTable: the schedule's run table is there. Missed are the missed
 	// ticks of the last hour by schedule, the most missed first, and
 	// MissedTotal their sum (at least, with MissedMore: the overview
@@ -309,7 +310,11 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *overviewD
 	}
 	if cat != nil {
 		es, err := cat.List(ctx)
-		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+		var bad *schedule.BadRowsError
+		switch {
+		case errors.As(err, &bad):
+			d.Unreadable = len(bad.Rows) // the rest are counted
+		case err != nil && !errors.Is(err, schedule.ErrNotFound):
 			return err
 		}
 		d.Schedules = len(es)
@@ -361,7 +366,10 @@ type schedulesData struct {
 	Missing string
 	NoRuns  bool
 	Entries []scheduleRow
-	Stuck   []runRow
+	// Unreadable are the catalog rows the catalog cannot read (a hand
+	// edit, a newer version's), shown with why among the others.
+	Unreadable []schedule.RowError
+	Stuck      []runRow
 	// Runs are the run table's latest rows, shown when the attempt history
 	// is missing (an old database).
 	Runs []runRow
@@ -383,7 +391,15 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 		d.Missing = "aegis_schedule"
 	} else {
 		es, err := cat.List(ctx)
-		if err != nil && !errors.Is(err, schedule.ErrNotFound) {
+		var bad *schedule.BadRowsError
+		switch {
+		case errors.As(err, &bad):
+			for _, r := range bad.Rows {
+				if job == "" || r.Name == job {
+					d.Unreadable = append(d.Unreadable, r)
+				}
+			}
+		case err != nil && !errors.Is(err, schedule.ErrNotFound):
 			return d, err
 		}
 		for _, e := range es {
@@ -440,7 +456,7 @@ func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 	// A schedule its replicas declare in code is not in the catalog: it
 	// has a page when the store has a run, an attempt or a missed tick of
 	// it.
-	if len(d.Entries) == 0 && len(d.Runs) == 0 && len(d.Attempts) == 0 && len(d.Missed) == 0 {
+	if len(d.Entries) == 0 && len(d.Unreadable) == 0 && len(d.Runs) == 0 && len(d.Attempts) == 0 && len(d.Missed) == 0 {
 		http.Error(w, fmt.Sprintf("no schedule %q in namespace %q", name, s.cfg.Namespace), http.StatusNotFound)
 		return
 	}

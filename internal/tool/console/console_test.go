@@ -326,3 +326,29 @@ func TestSQLite(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "no table <code>aegis_schedule</code>")
 }
+
+// A catalog row the catalog cannot read (a hand edit) does not hide the
+// others: the pages show it as unreadable, with why.
+func TestUnreadableCatalogRow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	cat, err := schedule.NewCatalog(t.Context(), f.db, nil)
+	require.NoError(t, err)
+	_, err = cat.Put(t.Context(), schedule.Entry{Name: "bad", Every: time.Minute, Handler: "h"})
+	require.NoError(t, err)
+	_, err = f.db.Exec(`UPDATE aegis_schedule SET spec = '@every banana' WHERE name = 'bad'`)
+	require.NoError(t, err)
+	ts := serve(t, &console.Config{DB: f.db})
+	c := client(t)
+
+	code, body := get(t, c, ts.URL+"/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<b>1</b> schedules, 0 paused, <span class="warn" id="unreadable">1 unreadable</span>`)
+	unreadable := `<tr class="unreadable" data-schedule="bad"><td>bad</td><td colspan="6"><b class="warn">unreadable</b>: schedule: catalog row &#34;bad&#34;: spec &#34;@every banana&#34; is not an interval</td></tr>`
+	for _, page := range []string{"/schedules", "/schedules/bad"} {
+		code, body = get(t, c, ts.URL+page)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Contains(t, body, unreadable, page)
+		require.Equal(t, page == "/schedules", strings.Contains(body, `data-schedule="export"`), "%s: the readable rows too", page)
+	}
+}
