@@ -53,7 +53,12 @@
 // must still go through the fence (package fence) with its token.
 //
 // A client that cannot reach a quorum cannot renew, so it loses its leases
-// at their deadlines; a minority partition cannot grant anything.
+// at their deadlines; a minority partition cannot grant anything. etcd's
+// client waits for a connection until the context ends, so a call whose
+// context has no deadline waits at most Config.RequestTimeout (5 s) for the
+// cluster (Acquire: to take its place in the queue; once queued it waits
+// through an outage until its context ends). The error then names the
+// endpoints (host:port only) and why they did not answer.
 //
 // Session mode (Config.Session) is the other way etcd users lock: the keys
 // of all grants hang on one etcd lease of the Locker, kept alive by the
@@ -114,6 +119,9 @@ const maxLeaseTTL = 9_000_000_000 * time.Second
 // cleanupTimeout bounds a revoke that runs after the caller's context ended.
 const cleanupTimeout = 5 * time.Second
 
+// defaultRequestTimeout is Config.RequestTimeout's default.
+const defaultRequestTimeout = 5 * time.Second
+
 // Config configures a Locker. The zero value is valid.
 type Config struct {
 	// Prefix is the etcd key prefix of every lock. Default "aegis/lease/".
@@ -142,6 +150,15 @@ type Config struct {
 	// seconds at least the cluster's minimum lease TTL. Only with Session.
 	// Default 60 s, concurrency.NewSession's default.
 	SessionTTL time.Duration
+	// RequestTimeout bounds every call (TryAcquire, Renew, Release, and
+	// Acquire's taking a place in the queue) whose context has no
+	// deadline; a context with a deadline decides alone. etcd's client
+	// waits for a connection until the context ends, so without it a call
+	// under context.Background() on an unreachable cluster would never
+	// return. Default 5 s (etcdctl's command timeout): a healthy cluster
+	// answers in milliseconds and elects a leader in about a second, and a
+	// call that failed can be made again. Negative is invalid.
+	RequestTimeout time.Duration
 }
 
 // Locker is an etcd lock table. It is safe for concurrent use. In
@@ -152,6 +169,8 @@ type Locker struct {
 	client *clientv3.Client
 	prefix string
 	maxTTL time.Duration
+	// requestTimeout is Config.RequestTimeout.
+	requestTimeout time.Duration
 	// minSecs is the cluster's minimum lease TTL in seconds once a grant
 	// showed it (0 before).
 	minSecs atomic.Int64
@@ -178,6 +197,10 @@ func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 		c = *cfg
 	}
 	c.Prefix = cmp.Or(c.Prefix, "aegis/lease/")
+	if c.RequestTimeout < 0 {
+		return nil, fmt.Errorf("%w: etcdlease: Config.RequestTimeout %s is negative", aegis.ErrInvalid, c.RequestTimeout)
+	}
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, defaultRequestTimeout)
 	if c.Session {
 		return newSession(client, c)
 	}
@@ -191,7 +214,7 @@ func New(client *clientv3.Client, cfg *Config) (*Locker, error) {
 	case c.MaxTTL > maxLeaseTTL:
 		return nil, fmt.Errorf("%w: etcdlease: Config.MaxTTL %s is longer than etcd's limit of %d s", aegis.ErrInvalid, c.MaxTTL, int64(maxLeaseTTL/time.Second))
 	}
-	return &Locker{client: client, prefix: c.Prefix, maxTTL: c.MaxTTL}, nil
+	return &Locker{client: client, prefix: c.Prefix, maxTTL: c.MaxTTL, requestTimeout: c.RequestTimeout}, nil
 }
 
 // newSession is New in session mode; c has its Prefix.
@@ -208,13 +231,14 @@ func newSession(client *clientv3.Client, c Config) (*Locker, error) {
 		return nil, fmt.Errorf("etcdlease: Config.MaxTTL: %w", err)
 	}
 	return &Locker{
-		client:      client,
-		prefix:      c.Prefix,
-		maxTTL:      c.MaxTTL,
-		session:     true,
-		sessionSecs: int64(c.SessionTTL / time.Second),
-		stop:        make(chan struct{}),
-		records:     map[string]*record{},
+		client:         client,
+		prefix:         c.Prefix,
+		maxTTL:         c.MaxTTL,
+		requestTimeout: c.RequestTimeout,
+		session:        true,
+		sessionSecs:    int64(c.SessionTTL / time.Second),
+		stop:           make(chan struct{}),
+		records:        map[string]*record{},
 	}, nil
 }
 
@@ -287,7 +311,9 @@ func held(g grant, token aegis.Token) []clientv3.Cmp {
 // TryAcquire grants key for ttl unless a key exists under the lock's prefix
 // (ErrHeld: a holder, or waiters queued behind one). It never waits. Two
 // round trips (grant, transaction), three when the key is held (the unused
-// etcd lease is revoked).
+// etcd lease is revoked). When ctx has no deadline it waits at most
+// Config.RequestTimeout for the cluster. A cluster that does not answer is
+// an error that names its endpoints, never ErrHeld.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	if err := driver.CheckKey(key); err != nil {
 		return nil, err
@@ -299,6 +325,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("etcdlease: acquire %q: %w", key, err)
 		}
+		ctx, cancel := l.bound(ctx)
+		defer cancel()
 		return l.sessionTryAcquire(ctx, key, ttl)
 	}
 	secs, err := l.wholeSeconds(ttl)
@@ -308,6 +336,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlease: acquire %q: %w", key, err)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	id, err := l.grantLease(ctx, key, ttl, secs)
 	if err != nil {
@@ -321,7 +351,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil || !resp.Succeeded {
 		l.revoke(ctx, id) // also deletes the key if a cancelled put landed
 		if err != nil {
-			return nil, l.fail("acquire", key, err)
+			return nil, l.fail(ctx, "acquire", key, err)
 		}
 		return nil, aegis.ErrHeld
 	}
@@ -339,7 +369,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 func (l *Locker) grantLease(ctx context.Context, key string, ttl time.Duration, secs int64) (clientv3.LeaseID, error) {
 	resp, err := l.client.Grant(ctx, secs)
 	if err != nil {
-		return 0, l.fail("grant lease for", key, err)
+		return 0, l.fail(ctx, "grant lease for", key, err)
 	}
 	if resp.TTL > secs {
 		l.minSecs.Store(resp.TTL)
@@ -353,7 +383,10 @@ func (l *Locker) grantLease(ctx context.Context, key string, ttl time.Duration, 
 // from now; ErrLost otherwise. With a TTL of the same whole number of
 // seconds: two round trips (a read-only transaction, a keep-alive). With
 // another one: three (grant, a checked transaction that moves the key to the
-// new etcd lease, revoke of the old one).
+// new etcd lease, revoke of the old one). When ctx has no deadline it waits
+// at most Config.RequestTimeout for the cluster. A cluster that does not
+// answer is an error naming its endpoints, not ErrLost: the lease may still
+// be live until its Deadline.
 func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duration) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -365,6 +398,8 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("etcdlease: renew %q: %w", lease.Key, err)
 		}
+		ctx, cancel := l.bound(ctx)
+		defer cancel()
 		return l.sessionRenew(ctx, lease, ttl)
 	}
 	secs, err := l.seconds(ttl)
@@ -378,6 +413,8 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	if !ok {
 		return lost("renew", lease.Key, reasonForged)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	start := time.Now()
 	if secs == int64((lease.TTL+time.Second-1)/time.Second) {
 		err = l.keepAlive(ctx, g, lease)
@@ -402,7 +439,7 @@ func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) err
 		return err
 	})
 	if err != nil {
-		return l.fail("renew", lease.Key, err)
+		return l.fail(ctx, "renew", lease.Key, err)
 	}
 	// A failed comparison runs no Then op: Responses is empty.
 	if !resp.Succeeded || len(resp.Responses) == 0 {
@@ -418,7 +455,7 @@ func (l *Locker) keepAlive(ctx context.Context, g grant, lease *aegis.Lease) err
 		return err
 	})
 	if err != nil {
-		return l.fail("renew", lease.Key, err)
+		return l.fail(ctx, "renew", lease.Key, err)
 	}
 	if ka.TTL <= 0 {
 		return lost("renew", lease.Key, reasonExpired)
@@ -441,7 +478,7 @@ func (l *Locker) moveLease(ctx context.Context, g grant, lease *aegis.Lease, ttl
 		// deletes it, which is the lease lost, never a second holder.
 		l.revoke(ctx, id)
 		if err != nil {
-			return l.fail("renew", lease.Key, err)
+			return l.fail(ctx, "renew", lease.Key, err)
 		}
 		return lost("renew", lease.Key, reasonGone)
 	}
@@ -456,7 +493,10 @@ func (l *Locker) moveLease(ctx context.Context, g grant, lease *aegis.Lease, ttl
 }
 
 // Release deletes lease's key if lease still holds it, then revokes its
-// etcd lease; ErrLost otherwise, changing nothing. Two round trips.
+// etcd lease; ErrLost otherwise, changing nothing. Two round trips. When
+// ctx has no deadline it waits at most Config.RequestTimeout for the
+// cluster; a cluster that does not answer is an error naming its endpoints
+// (the key then expires with its etcd lease).
 func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := aegis.CheckLease(lease); err != nil {
 		return err
@@ -464,6 +504,8 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("etcdlease: release %q: %w", lease.Key, err)
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	if l.session {
 		return l.sessionRelease(ctx, lease)
 	}
@@ -475,7 +517,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 		Then(clientv3.OpDelete(g.path, clientv3.WithPrevKV())).
 		Commit()
 	if err != nil {
-		return l.fail("release", lease.Key, err)
+		return l.fail(ctx, "release", lease.Key, err)
 	}
 	if !resp.Succeeded || len(resp.Responses) == 0 {
 		return lost("release", lease.Key, reasonGone)
@@ -551,13 +593,18 @@ func lost(op, key, reason string) error {
 // fail translates a client error: a missing etcd lease is a lost lease;
 // anything else (an unreachable cluster, a cancelled context) is wrapped.
 // When the cluster did not answer in time, the error names the endpoints
-// that cannot be dialled and why: the client itself only says "context
-// deadline exceeded".
-func (l *Locker) fail(op, key string, err error) error {
+// that cannot be dialled and why (the client itself only says "context
+// deadline exceeded"), and when ctx was ended by the call's own bound, says
+// so.
+func (l *Locker) fail(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return lost(op, key, reasonExpired)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || unavailable(err) {
+		var na noAnswer
+		if ctx.Err() != nil && errors.As(context.Cause(ctx), &na) {
+			return fmt.Errorf("etcdlease: %s %q: %s: %s: %w", op, key, na, l.unreachable(), err)
+		}
 		if why := dialProblems(l.client.Endpoints()); why != "" {
 			return fmt.Errorf("etcdlease: %s %q: %s: %w", op, key, why, err)
 		}

@@ -90,11 +90,12 @@ func TestNewValidates(t *testing.T) {
 		"huge max":     {c, &etcdlease.Config{MaxTTL: math.MaxInt64}, "Config.MaxTTL 2562047h47m16.854775807s is longer than etcd's limit"},
 		"session ttl without session": {c, &etcdlease.Config{SessionTTL: 10 * time.Second},
 			"Config.SessionTTL 10s is set but Config.Session is false"},
-		"sub-second session":   {c, &etcdlease.Config{Session: true, SessionTTL: 500 * time.Millisecond}, "Config.SessionTTL 500ms is not a positive whole number of seconds"},
-		"fractional session":   {c, &etcdlease.Config{Session: true, SessionTTL: 1500 * time.Millisecond}, "Config.SessionTTL 1.5s is not a positive whole number of seconds"},
-		"negative session":     {c, &etcdlease.Config{Session: true, SessionTTL: -time.Second}, "Config.SessionTTL -1s is not a positive whole number of seconds"},
-		"huge session":         {c, &etcdlease.Config{Session: true, SessionTTL: 9_000_000_001 * time.Second}, "is longer than etcd's limit of 9000000000 s"},
-		"negative session max": {c, &etcdlease.Config{Session: true, MaxTTL: -time.Second}, "Config.MaxTTL: aegis: invalid argument: ttl -1s is not positive"},
+		"sub-second session":       {c, &etcdlease.Config{Session: true, SessionTTL: 500 * time.Millisecond}, "Config.SessionTTL 500ms is not a positive whole number of seconds"},
+		"fractional session":       {c, &etcdlease.Config{Session: true, SessionTTL: 1500 * time.Millisecond}, "Config.SessionTTL 1.5s is not a positive whole number of seconds"},
+		"negative session":         {c, &etcdlease.Config{Session: true, SessionTTL: -time.Second}, "Config.SessionTTL -1s is not a positive whole number of seconds"},
+		"huge session":             {c, &etcdlease.Config{Session: true, SessionTTL: 9_000_000_001 * time.Second}, "is longer than etcd's limit of 9000000000 s"},
+		"negative session max":     {c, &etcdlease.Config{Session: true, MaxTTL: -time.Second}, "Config.MaxTTL: aegis: invalid argument: ttl -1s is not positive"},
+		"negative request timeout": {c, &etcdlease.Config{RequestTimeout: -time.Second}, "Config.RequestTimeout -1s is negative"},
 	} {
 		_, err := etcdlease.New(tt.client, tt.cfg)
 		require.ErrorIs(t, err, aegis.ErrInvalid, name)

@@ -2,6 +2,7 @@ package etcdlease_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -123,4 +124,75 @@ func bounded(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestUnreachableIsBounded calls every method of a Locker, in both modes,
+// with a context that has no deadline, on a client whose only endpoint is
+// a closed loopback port or a port that accepts and never answers: each
+// call gives up after Config.RequestTimeout, with an error that names the
+// endpoint (not its password) and is not ErrHeld. The first case is the
+// probe's own call: TryAcquire(context.Background(), key, 2s) with the
+// default configuration.
+func TestUnreachableIsBounded(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedAddr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+	// A listener that never calls Accept: the kernel completes the
+	// handshake, and nothing ever answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+
+	forged := func(key string) *aegis.Lease {
+		return &aegis.Lease{Key: key, Token: 1, Owner: "0000000000000001." + strings.Repeat("a", 32), TTL: ttl, Deadline: time.Now().Add(ttl)}
+	}
+	unreachable := func(t *testing.T, addr string, cfg *etcdlease.Config) *etcdlease.Locker {
+		// The user and password in the URL must not show in errors.
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://aegis:s3cret@" + addr}, Logger: zap.NewNop()})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() }) // ends a call that hangs, after the test failed
+		l, err := etcdlease.New(c, cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	check := func(t *testing.T, name, addr string, call func(context.Context) error, within time.Duration) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- call(context.Background()) }()
+		err := testenv.Recv(t, done, time.Minute, name+" to give up (its bound is "+within.String()+")")
+		require.Error(t, err, name)
+		require.NotErrorIs(t, err, aegis.ErrHeld, name)
+		require.ErrorContains(t, err, addr, name)
+		require.ErrorContains(t, err, "no answer from etcd within "+within.String(), name)
+		require.NotContains(t, err.Error(), "s3cret", name)
+	}
+	for _, addr := range []string{closedAddr, silent.Addr().String()} {
+		t.Run(addr+"/default", func(t *testing.T) {
+			t.Parallel()
+			l := unreachable(t, addr, nil)
+			check(t, "TryAcquire", addr, func(ctx context.Context) error { _, err := l.TryAcquire(ctx, testenv.Key(t), ttl); return err }, 5*time.Second)
+		})
+		for _, session := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/session=%t", addr, session), func(t *testing.T) {
+				t.Parallel()
+				l := unreachable(t, addr, &etcdlease.Config{Session: session, RequestTimeout: time.Second})
+				calls := map[string]func(context.Context) error{
+					"TryAcquire": func(ctx context.Context) error { _, err := l.TryAcquire(ctx, testenv.Key(t), ttl); return err },
+					"Acquire":    func(ctx context.Context) error { _, err := l.Acquire(ctx, testenv.Key(t), ttl); return err },
+					"Hold":       func(ctx context.Context) error { _, err := aegis.Hold(ctx, l, testenv.Key(t), ttl); return err },
+				}
+				if !session { // a session's Renew and Release of a lease it never granted ask nothing
+					calls["Renew"] = func(ctx context.Context) error { return l.Renew(ctx, forged(testenv.Key(t)), ttl) }
+					calls["Release"] = func(ctx context.Context) error { return l.Release(ctx, forged(testenv.Key(t))) }
+				}
+				for name, call := range calls {
+					check(t, name, addr, call, time.Second)
+				}
+			})
+		}
+	}
 }

@@ -293,7 +293,7 @@ func (l *Locker) sessionTryAcquire(ctx context.Context, key string, ttl time.Dur
 	for attempt := 0; ; attempt++ {
 		s, err := l.current(ctx)
 		if err != nil {
-			return nil, l.fail("acquire", key, err)
+			return nil, l.fail(ctx, "acquire", key, err)
 		}
 		sl := l.claim(s, prefix)
 		start := time.Now()
@@ -304,7 +304,7 @@ func (l *Locker) sessionTryAcquire(ctx context.Context, key string, ttl time.Dur
 		}
 		if err != nil {
 			l.discard(ctx, s, sl) // a cancelled put may have landed
-			return nil, l.fail("acquire", key, err)
+			return nil, l.fail(ctx, "acquire", key, err)
 		}
 		rev := resp.Header.Revision
 		if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) == 0 || first[0].CreateRevision != rev {
@@ -329,7 +329,7 @@ func (l *Locker) record(key string, s *session, sl slot, rev int64, start time.T
 		closed := l.closed
 		l.mu.Unlock()
 		if closed {
-			return nil, l.fail("acquire", key, errClosed)
+			return nil, l.fail(context.Background(), "acquire", key, errClosed)
 		}
 		return nil, lost("acquire", key, reasonSessionLost)
 	}
@@ -419,7 +419,7 @@ func (l *Locker) sessionRenew(ctx context.Context, lease *aegis.Lease, ttl time.
 		return err
 	})
 	if err != nil {
-		return l.fail("renew", lease.Key, err)
+		return l.fail(ctx, "renew", lease.Key, err)
 	}
 	if !resp.Succeeded {
 		l.forget(r)
@@ -454,7 +454,7 @@ func (l *Locker) sessionRelease(ctx context.Context, lease *aegis.Lease) error {
 	// grant had already ended.
 	resp, err := l.client.Delete(ctx, r.path)
 	if err != nil {
-		return l.fail("release", lease.Key, err) // the timer deletes the key at its expiry
+		return l.fail(ctx, "release", lease.Key, err) // the timer deletes the key at its expiry
 	}
 	l.forget(r)
 	if resp.Deleted == 0 {
@@ -587,14 +587,16 @@ func (l *Locker) sessionAcquire(ctx context.Context, key string, ttl time.Durati
 
 // sessionCampaign is one place in key's queue, from the put to the grant.
 func (l *Locker) sessionCampaign(ctx context.Context, key string, ttl time.Duration) (_ *aegis.Lease, err error) {
-	s, err := l.current(ctx)
+	putCtx, cancel := l.bound(ctx) // taking a place in the queue: see Acquire
+	defer cancel()
+	s, err := l.current(putCtx)
 	if err != nil {
-		return nil, l.fail("acquire", key, err)
+		return nil, l.fail(putCtx, "acquire", key, err)
 	}
 	prefix := l.prefix + keypath.Segment(key) + "/"
 	sl := l.claim(s, prefix)
 	start := time.Now()
-	resp, err := l.putFirst(ctx, s, sl)
+	resp, err := l.putFirst(putCtx, s, sl)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		l.unclaim(s, sl)
 		l.sessionLost(s)
@@ -606,7 +608,7 @@ func (l *Locker) sessionCampaign(ctx context.Context, key string, ttl time.Durat
 		}
 	}()
 	if err != nil {
-		return nil, l.fail("acquire", key, err)
+		return nil, l.fail(putCtx, "acquire", key, err)
 	}
 	rev := resp.Header.Revision // our key's create revision: the token
 	if first := resp.Responses[1].GetResponseRange().GetKvs(); len(first) > 0 && first[0].CreateRevision == rev {
@@ -643,7 +645,7 @@ func (l *Locker) waitDeleteSession(ctx context.Context, key string, s *session, 
 		case <-s.lost:
 			return errCampaignLost
 		case <-l.stop:
-			return l.fail("acquire", key, errClosed)
+			return l.fail(ctx, "acquire", key, errClosed)
 		case resp, ok := <-events:
 			if !ok || resp.Err() != nil || resp.Canceled {
 				return nil

@@ -30,6 +30,13 @@ var errCampaignLost = errors.New("etcdlease: campaign lost its key while waiting
 //
 // When ctx ends it revokes its etcd lease (removing its place in the queue)
 // and returns an error wrapping ctx.Err().
+//
+// Taking a place in the queue (the grant and the put) waits at most
+// Config.RequestTimeout for the cluster when ctx has no deadline, as
+// TryAcquire does: a cluster that cannot be reached is an error naming its
+// endpoints, as aegis.Acquire promises. Once queued, a campaign waits through an outage
+// until ctx ends: its place may expire meanwhile, and it queues again when
+// the cluster answers.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {
 	if err := driver.CheckKey(key); err != nil {
 		return nil, err
@@ -58,7 +65,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*a
 // campaign is one place in key's queue, from the put to the grant.
 func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, secs int64) (_ *aegis.Lease, err error) {
 	start := time.Now()
-	id, err := l.grantLease(ctx, key, ttl, secs)
+	putCtx, cancel := l.bound(ctx)
+	defer cancel()
+	id, err := l.grantLease(putCtx, key, ttl, secs)
 	if err != nil {
 		return nil, err
 	}
@@ -68,13 +77,13 @@ func (l *Locker) campaign(ctx context.Context, key string, ttl time.Duration, se
 		}
 	}()
 	g := l.newGrant(key, id)
-	resp, err := l.client.Txn(ctx).
+	resp, err := l.client.Txn(putCtx).
 		If(clientv3.Compare(clientv3.CreateRevision(g.path), "=", 0)).
 		Then(clientv3.OpPut(g.path, g.owner, clientv3.WithLease(id)),
 			clientv3.OpGet(g.prefix, clientv3.WithFirstCreate()...)).
 		Commit()
 	if err != nil {
-		return nil, l.fail("acquire", key, err)
+		return nil, l.fail(putCtx, "acquire", key, err)
 	}
 	// Succeeded: both Then ops ran, so Responses has their two answers.
 	if !resp.Succeeded || len(resp.Responses) < 2 { // a lease ID is never reused: this cannot happen
@@ -123,7 +132,7 @@ func (l *Locker) predecessor(ctx context.Context, key string, g grant, rev int64
 		return err
 	})
 	if err != nil {
-		return "", 0, l.fail("acquire", key, err)
+		return "", 0, l.fail(ctx, "acquire", key, err)
 	}
 	if !resp.Succeeded || len(resp.Responses) == 0 {
 		return "", 0, errCampaignLost
