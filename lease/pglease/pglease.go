@@ -50,10 +50,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -92,6 +95,12 @@ type Config struct {
 	// and the grants that one with a smaller History leaves above its own
 	// bound are deleted at every 64th token (see recordSQL).
 	History int
+	// SkipMigrate stops New from creating or upgrading the tables: the
+	// caller ran Migrate first, with a context of its own. New then makes
+	// one query (the lease table's oid, which names its notification
+	// channel), within the same 10 s bound, and fails when the table is
+	// missing. Default false: New migrates.
+	SkipMigrate bool
 }
 
 // Locker is a PostgreSQL lease table. It is safe for concurrent use.
@@ -100,29 +109,46 @@ type Locker struct {
 	listen *listener
 }
 
-// migrateTimeout bounds the table creation that New runs. Teams that want
-// their own context call Migrate.
-const migrateTimeout = 30 * time.Second
+// newTimeout bounds New's own I/O, which has no context: a migration that
+// is up to date is one query, and applying one takes milliseconds unless
+// another process migrates at the same moment, so 10 s is ample for a
+// server that answers, and short enough that a service on a server that
+// does not (it accepts connections and never replies) fails at start,
+// saying so, instead of appearing hung. Callers that want their own bound
+// call Migrate with their context and set Config.SkipMigrate.
+const newTimeout = 10 * time.Second
+
+// errNewTimeout is the cause of New's context when newTimeout passes.
+var errNewTimeout = fmt.Errorf("no answer within %s, New's bound (call Migrate with a context of your own, then New with Config.SkipMigrate)", newTimeout)
 
 // New returns a Locker on pool, creating the lease table when it is missing
-// and upgrading one created by an earlier version (within 30s; call Migrate
-// first to control that with a context of your own). A nil cfg means
-// defaults.
+// and upgrading one created by an earlier version, unless cfg.SkipMigrate.
+// A nil cfg means defaults. Its I/O (the migration, and one query for the
+// table's oid) is bounded by 10 s; for a context of your own, call Migrate
+// first and set Config.SkipMigrate. An error names the server as host:port
+// (never the URL or password); with SkipMigrate, a missing table is an
+// error that says to run Migrate.
 func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	t, err := tables(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), newTimeout, errNewTimeout)
 	defer cancel()
-	if err := t.migrate(ctx); err != nil {
-		return nil, err
+	if !t.skipMigrate {
+		if err := t.migrate(ctx); err != nil {
+			return nil, newError(ctx, err)
+		}
 	}
 	// The channel is named for the table's oid: unique per table in the
 	// database, whatever its schema or search_path, and a short identifier.
 	var oid uint32
 	if err := pool.QueryRow(ctx, "SELECT $1::regclass::oid", t.lease).Scan(&oid); err != nil {
-		return nil, fmt.Errorf("pglease: find table %s: %w", t.name, err)
+		var pg *pgconn.PgError
+		if t.skipMigrate && errors.As(err, &pg) && pg.Code == "42P01" { // undefined_table
+			return nil, fmt.Errorf("pglease: PostgreSQL at %s: table %s is missing (Config.SkipMigrate is set: run Migrate first): %w", server(pool), t.name, err)
+		}
+		return nil, newError(ctx, fmt.Errorf("pglease: PostgreSQL at %s: find table %s: %w", server(pool), t.name, err))
 	}
 	channel := fmt.Sprintf("aegis_lease_%d", oid)
 	literal := "'" + channel + "'"
@@ -144,9 +170,29 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	return l, nil
 }
 
+// newError is err of New's I/O, saying so when New's own bound ended it.
+func newError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errNewTimeout) {
+		return fmt.Errorf("%w: %w", err, errNewTimeout)
+	}
+	return err
+}
+
+// server names pool's server as host:port (a Unix socket: its directory and
+// port), and nothing else of its configuration, which may hold a password.
+func server(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	if strings.HasPrefix(cc.Host, "/") {
+		return fmt.Sprintf("%s (port %d)", cc.Host, cc.Port)
+	}
+	return net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+}
+
 // Migrate creates the lease table of cfg when it is missing, or upgrades it,
 // and the grant history table when cfg.History is positive, for teams that
-// run migrations apart from their services. New does the same.
+// run migrations apart from their services (then New with
+// Config.SkipMigrate migrates nothing). New does the same. It waits until
+// ctx ends; an error names the server as host:port.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *Config) error {
 	t, err := tables(pool, cfg)
 	if err != nil {
@@ -163,6 +209,7 @@ type tableSet struct {
 	lease, waiter, grant string // quoted for SQL
 	holder               string
 	history              int
+	skipMigrate          bool
 }
 
 func (t tableSet) grantSQL() string {
@@ -211,7 +258,7 @@ func tables(pool *pgxpool.Pool, cfg *Config) (tableSet, error) {
 	if err != nil {
 		return tableSet{}, err
 	}
-	return tableSet{pool: pool, name: c.Table, lease: lease, waiter: waiter, grant: grant, holder: c.Holder, history: c.History}, nil
+	return tableSet{pool: pool, name: c.Table, lease: lease, waiter: waiter, grant: grant, holder: c.Holder, history: c.History, skipMigrate: c.SkipMigrate}, nil
 }
 
 // grantSuffix names the grant history after the lease table; it is shorter
@@ -223,14 +270,14 @@ func (t tableSet) migrate(ctx context.Context) error {
 	db := stdlib.OpenDBFromPool(t.pool)
 	defer db.Close()
 	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name, ms); err != nil {
-		return fmt.Errorf("pglease: %w", err)
+		return fmt.Errorf("pglease: PostgreSQL at %s: %w", server(t.pool), err)
 	}
 	if t.history == 0 {
 		return nil
 	}
 	hs := migrate.Format(historyMigrations, t.grant)
 	if err := migrate.Apply(ctx, db, migrate.Postgres, "pglease:"+t.name+grantSuffix, hs); err != nil {
-		return fmt.Errorf("pglease: %w", err)
+		return fmt.Errorf("pglease: PostgreSQL at %s: %w", server(t.pool), err)
 	}
 	return nil
 }
