@@ -47,9 +47,26 @@ func Format(ms []Migration, args ...any) []Migration {
 	return out
 }
 
+// DefaultBusyTimeout is how long Apply waits, on SQLite, for another
+// connection's write lock: the busy timeout of sqlitelease.Open.
+const DefaultBusyTimeout = 5 * time.Second
+
 // Apply applies the migrations of component that are not yet recorded, in
-// version order, in one transaction.
-func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration) (err error) {
+// version order, in one transaction. On SQLite it waits up to
+// DefaultBusyTimeout for another connection's write lock (see ApplyBusy).
+func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration) error {
+	return ApplyBusy(ctx, db, d, component, ms, DefaultBusyTimeout)
+}
+
+// ApplyBusy is Apply that waits up to busy, on SQLite, for the write lock
+// that another connection or process holds. A connection without a busy
+// timeout (a handle not opened with one) answers SQLITE_BUSY at once, where
+// a migration, like every other write, should wait; so the connection's
+// busy timeout is raised to busy for the migration, when it is lower, and
+// put back after. When the wait runs out the error wraps the driver's
+// SQLITE_BUSY. busy is ignored on PostgreSQL, whose migrations wait for
+// their locks until ctx ends.
+func ApplyBusy(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Migration, busy time.Duration) (err error) {
 	for i, m := range ms {
 		if m.Version != i+1 {
 			return fmt.Errorf("migrate %s: migration %d has version %d; versions must count up from 1", component, i+1, m.Version)
@@ -67,6 +84,13 @@ func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Mi
 		return fmt.Errorf("migrate %s: %w", component, err)
 	}
 	defer conn.Close()
+	if d == SQLite {
+		restore, err := busyAtLeast(ctx, conn, busy)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", component, err)
+		}
+		defer restore() // after the rollback below: deferred first, runs last
+	}
 
 	begin := "BEGIN"
 	if d == SQLite {
@@ -116,6 +140,28 @@ func Apply(ctx context.Context, db *sql.DB, d Dialect, component string, ms []Mi
 		return fmt.Errorf("migrate %s: commit: %w", component, err)
 	}
 	return nil
+}
+
+// busyAtLeast raises conn's SQLite busy timeout to busy when it is lower,
+// and returns what puts it back.
+func busyAtLeast(ctx context.Context, conn *sql.Conn, busy time.Duration) (restore func(), err error) {
+	var was int64 // milliseconds
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&was); err != nil {
+		return nil, fmt.Errorf("read busy_timeout: %w", err)
+	}
+	want := busy.Milliseconds()
+	if want <= was {
+		return func() {}, nil
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", want)); err != nil {
+		return nil, fmt.Errorf("set busy_timeout: %w", err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		// A failure leaves the longer wait on a pooled connection: harmless.
+		_, _ = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", was))
+	}, nil
 }
 
 // rollbackTimeout bounds the ROLLBACK of Rollback.

@@ -67,8 +67,10 @@ type Config struct {
 	// the table of the same name with "_waiter" appended, so the name is at
 	// most 56 characters.
 	Table string
-	// BusyTimeout is how long an operation waits for another process's
-	// write transaction to end. Default 5s.
+	// BusyTimeout is how long an operation, and the migration of New and
+	// Migrate, waits for another connection's or process's write
+	// transaction to end, whatever busy timeout db was opened with.
+	// Default 5s.
 	BusyTimeout time.Duration
 	// Holder names this process for operators: every grant writes it
 	// beside the grant's owner (the owner id stays a secret the console
@@ -177,7 +179,10 @@ func New(db *sql.DB, cfg *Config) (*Locker, error) {
 }
 
 // Migrate creates the lease table of cfg when it is missing, or upgrades
-// one created by an earlier version. New does the same.
+// one created by an earlier version. New does the same. Like every
+// operation it waits up to cfg.BusyTimeout for another connection's or
+// process's write lock, whatever busy timeout db has; past that the error
+// says so and wraps the driver's SQLITE_BUSY.
 func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
 	if db == nil {
 		return fmt.Errorf("sqlitelease: %w: db is nil", aegis.ErrInvalid)
@@ -187,17 +192,27 @@ func Migrate(ctx context.Context, db *sql.DB, cfg *Config) error {
 		return err
 	}
 	ms := migrate.Format(migrations, t.lease, t.waiter)
-	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms); err != nil {
-		return fmt.Errorf("sqlitelease: %w", err)
+	if err := migrate.ApplyBusy(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table, ms, c.BusyTimeout); err != nil {
+		return migrateError(err, c.BusyTimeout)
 	}
 	if c.History == 0 {
 		return nil
 	}
 	hs := migrate.Format(historyMigrations, t.grant)
-	if err := migrate.Apply(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table+grantSuffix, hs); err != nil {
-		return fmt.Errorf("sqlitelease: %w", err)
+	if err := migrate.ApplyBusy(ctx, db, migrate.SQLite, "sqlitelease:"+c.Table+grantSuffix, hs, c.BusyTimeout); err != nil {
+		return migrateError(err, c.BusyTimeout)
 	}
 	return nil
+}
+
+// migrateError says what a migration's SQLITE_BUSY means: the wait for the
+// write lock ran out.
+func migrateError(err error, busy time.Duration) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY {
+		return fmt.Errorf("sqlitelease: another connection or process held the database's write lock for longer than Config.BusyTimeout (%s): %w", busy, err)
+	}
+	return fmt.Errorf("sqlitelease: %w", err)
 }
 
 // grantSuffix names the grant history after the lease table; it is shorter
