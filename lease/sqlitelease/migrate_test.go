@@ -52,3 +52,21 @@ func TestNewWaitsForAnotherWriter(t *testing.T) {
 	require.NoError(t, plain.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy))
 	require.Zero(t, busy, "the handle's busy timeout is left as it was")
 }
+
+// TestSkipMigrate: New with Config.SkipMigrate creates nothing (the first
+// operation says the table is missing), and works once Migrate has run.
+func TestSkipMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := open(t, filepath.Join(t.TempDir(), "lease.db"))
+	cfg := &sqlitelease.Config{SkipMigrate: true}
+	l, err := sqlitelease.New(db, cfg)
+	require.NoError(t, err)
+	_, err = l.TryAcquire(ctx, testenv.Key(t), time.Second)
+	require.ErrorContains(t, err, "no such table: aegis_lease")
+
+	require.NoError(t, sqlitelease.Migrate(ctx, db, nil))
+	lease, err := l.TryAcquire(ctx, testenv.Key(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx, lease))
+}

@@ -86,6 +86,11 @@ type Config struct {
 	// docs/decisions.md). At most 1000. Lockers of one table may differ:
 	// the history then has gaps where a Locker without it granted.
 	History int
+	// SkipMigrate stops New from creating or upgrading the tables: the
+	// caller ran Migrate first, with a context of its own. New then does
+	// no I/O, and a missing table shows at the first operation. Default
+	// false: New migrates.
+	SkipMigrate bool
 }
 
 // Locker is a SQLite lease table. It is safe for concurrent use, and
@@ -162,13 +167,16 @@ var openRetry = backoff.Backoff{Min: time.Millisecond, Max: 100 * time.Milliseco
 const migrateTimeout = 30 * time.Second
 
 // New returns a Locker on db, creating the lease table when it is missing
-// (within 30s; call Migrate first to control that with a context of your
-// own). db should come from Open, or be opened with WAL journaling. A nil
-// cfg means defaults.
+// (within 30s; for a context of your own, call Migrate first and set
+// Config.SkipMigrate). db should come from Open, or be opened with WAL
+// journaling. A nil cfg means defaults.
 func New(db *sql.DB, cfg *Config) (*Locker, error) {
 	l, err := newLocker(db, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg != nil && cfg.SkipMigrate {
+		return l, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
 	defer cancel()
