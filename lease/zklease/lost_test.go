@@ -191,15 +191,16 @@ func minSessionTimeout(t *testing.T, addr string) time.Duration {
 }
 
 // TestNilConfig runs Lockers made by New(conn, nil) on connections of
-// zk.Connect: the session timeout bounding their TTLs and deadlines is the
-// server's minSessionTimeout, learned by the Locker. With only MaxTTL
-// raised (no event channel, no session timeout: polled and probed), a
-// waiter is woken by its predecessor's release and deadlines follow the
-// probed session timeout.
+// zk.Connect to a server that will not list its sessions (cons): the
+// session timeout bounding their TTLs and deadlines is the server's
+// minSessionTimeout, learned by the Locker. With only MaxTTL raised (no
+// event channel, no session timeout: polled and probed), a waiter is woken
+// by its predecessor's release and deadlines follow the probed session
+// timeout.
 func TestNilConfig(t *testing.T) {
 	t.Parallel()
 	ctx := bounded(t)
-	zkServers := testenv.ZKServers(t)
+	zkServers := []string{consRefused(t, testenv.ZKServers(t)[0])}
 	dconn, _, err := zk.Connect(zkServers, sessionTimeout, zk.WithLogger(quiet{}))
 	require.NoError(t, err)
 	defaults, err := zklease.New(dconn, nil)
@@ -211,7 +212,7 @@ func TestNilConfig(t *testing.T) {
 	_, err = defaults.TryAcquire(ctx, testenv.Key(t), time.Hour)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	least := minSessionTimeout(t, dconn.Server())
-	require.ErrorContains(t, err, "ttl 1h0m0s is longer than the ZooKeeper session timeout "+least.String())
+	require.ErrorContains(t, err, "ttl 1h0m0s is longer than "+least.String()+", the least session timeout the ZooKeeper ensemble grants")
 	require.ErrorContains(t, err, "raise Config.MaxTTL")
 	start := time.Now()
 	short, err := defaults.TryAcquire(ctx, testenv.Key(t), least)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,7 +82,11 @@ func Connect(servers []string, sessionTimeout time.Duration, options ...func(*zk
 // servers could not be dialled.
 type session struct {
 	mu      sync.Mutex
-	timeout time.Duration // 0: not known yet (New without a timeout probes it)
+	timeout time.Duration // 0: not known yet (New without a timeout learns it)
+	// least, when not "", says that timeout is only the ensemble's
+	// minSessionTimeout (a lower bound of the session's own), and why the
+	// session's own could not be read.
+	least   string
 	changed chan struct{}
 	dialErr map[string]error // by server, the last failed dial; Connect only
 }
@@ -108,7 +114,23 @@ func (s *session) wake() {
 func (s *session) setTimeout(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.timeout = d
+	s.timeout, s.least = d, ""
+}
+
+// setLeast records the ensemble's minSessionTimeout as the session
+// timeout, with why the session's own is not known.
+func (s *session) setLeast(d time.Duration, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timeout, s.least = d, why
+}
+
+// bound returns the session timeout and, when it is only the ensemble's
+// minimum, why the session's own is not known.
+func (s *session) bound() (time.Duration, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.timeout, s.least
 }
 
 // dialed records the outcome of a dial of server.
@@ -183,6 +205,71 @@ func (s *session) poll(conn *zk.Conn, state zk.State, id int64, stop <-chan stru
 			s.wake()
 		}
 	}
+}
+
+// consTimeout reads the timeout the ensemble granted to session id from the
+// server it is connected to: the four-letter word cons lists a server's
+// connections, each with its session id (sid=0x…) and negotiated timeout
+// in milliseconds (to=…). zk.Conn keeps the timeout to itself; cons is the
+// server's own word for it. Servers answer cons only when it is in their
+// 4lw.commands.whitelist (by default only srvr is): the error then quotes
+// the refusal.
+func consTimeout(ctx context.Context, server string, id int64) (time.Duration, error) {
+	out, err := fourLetterWord(ctx, server, "cons")
+	if err != nil {
+		return 0, err
+	}
+	sid := fmt.Sprintf("sid=0x%x,", uint64(id))
+	for line := range strings.Lines(out) {
+		if !strings.Contains(line, sid) {
+			continue
+		}
+		m := consTo.FindStringSubmatch(line)
+		if m == nil {
+			break
+		}
+		ms, err := strconv.ParseInt(m[1], 10, 32)
+		if err != nil || ms <= 0 {
+			break
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	if !strings.Contains(out, "sid=") {
+		return 0, fmt.Errorf("cons answered %q", strings.TrimSpace(firstLine(out)))
+	}
+	return 0, fmt.Errorf("cons lists no session 0x%x with a timeout", uint64(id))
+}
+
+var consTo = regexp.MustCompile(`[(,]to=(\d+)[,)]`)
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// fourLetterWord sends cmd to server and returns its whole answer, within
+// ctx and at most 10 s.
+func fourLetterWord(ctx context.Context, server, cmd string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", server)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	out, err := io.ReadAll(io.LimitReader(c, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("read the answer to %s: %w", cmd, err)
+	}
+	return string(out), nil
 }
 
 // probeMinTimeout learns the least session timeout server grants (its

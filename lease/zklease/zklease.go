@@ -105,9 +105,13 @@ type Config struct {
 	// Deadline of every grant and renewal. It must not exceed what the
 	// servers grant, or the local deadline can pass after the session
 	// expired; Connect reads the granted value from the wire and needs no
-	// guess. Default 0: at the first call the Locker asks the server it is
-	// connected to for its minSessionTimeout (a handshake of its own), which
-	// no session of the ensemble can undercut when its members share it.
+	// guess. Default 0: at the first call the Locker reads its session's
+	// timeout from the list of sessions of the server it is connected to
+	// (the four-letter word cons). A server that will not answer cons (it
+	// is not in 4lw.commands.whitelist by default) is asked for its
+	// minSessionTimeout instead (a handshake of its own), which no session
+	// of the ensemble can undercut when its members share it; a TTL above
+	// it is then refused with an error that says so and what to do.
 	SessionTimeout time.Duration
 	// MaxTTL is the longest TTL accepted. Default 0: the session timeout,
 	// because aegis.Hold trusts a lease for TTL after each renewal while the
@@ -285,13 +289,15 @@ func sequence(name string) (int64, bool) {
 }
 
 // ready waits for the connection to have a session and returns the
-// session timeout that bounds local deadlines, probing it first when it is
-// not known.
+// session timeout that bounds local deadlines, learning it first when it is
+// not known: the server's list of sessions (cons) tells the one granted;
+// when it will not, the ensemble's minSessionTimeout is a safe lower bound.
 func (l *Locker) ready(ctx context.Context) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if _, err := l.sess.ready(ctx, l.conn, l.stop); err != nil {
+	id, err := l.sess.ready(ctx, l.conn, l.stop)
+	if err != nil {
 		return 0, err
 	}
 	if timeout, _ := l.sess.now(); timeout > 0 {
@@ -303,11 +309,19 @@ func (l *Locker) ready(ctx context.Context) (time.Duration, error) {
 		return timeout, nil
 	}
 	server := l.conn.Server()
-	timeout, err := probeMinTimeout(ctx, server)
+	timeout, consErr := consTimeout(ctx, server, id)
+	if consErr == nil {
+		l.sess.setTimeout(timeout)
+		return timeout, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	timeout, err = probeMinTimeout(ctx, server)
 	if err != nil {
 		return 0, fmt.Errorf("learn the session timeout (the minSessionTimeout of %s): %w", server, err)
 	}
-	l.sess.setTimeout(timeout)
+	l.sess.setLeast(timeout, fmt.Sprintf("the minSessionTimeout of %s; go-zookeeper keeps the session's own timeout to itself, and %s would not list its sessions: %v", server, server, consErr))
 	return timeout, nil
 }
 
@@ -318,10 +332,13 @@ func (l *Locker) checkTTL(ttl time.Duration) error { return driver.CheckTTL(ttl,
 // fits refuses, unless Config.MaxTTL was raised, a ttl longer than the
 // session timeout.
 func (l *Locker) fits(ttl, timeout time.Duration) error {
-	if l.maxTTL == 0 && ttl > timeout {
-		return fmt.Errorf("%w: ttl %s is longer than the ZooKeeper session timeout %s: connect with a longer session timeout (the servers' maxSessionTimeout caps it), or raise Config.MaxTTL and renew within each session timeout", aegis.ErrInvalid, ttl, timeout)
+	if l.maxTTL != 0 || ttl <= timeout {
+		return nil
 	}
-	return nil
+	if _, least := l.sess.bound(); least != "" {
+		return fmt.Errorf("%w: ttl %s is longer than %s, the least session timeout the ZooKeeper ensemble grants and all this Locker knows of its session's (%s): pass the session timeout the ensemble granted as Config.SessionTimeout (the one asked of zk.Connect, when within the servers' minSessionTimeout and maxSessionTimeout), or connect with zklease.Connect, which reads it, or add cons to the servers' 4lw.commands.whitelist, or raise Config.MaxTTL and renew within each session timeout", aegis.ErrInvalid, ttl, timeout, least)
+	}
+	return fmt.Errorf("%w: ttl %s is longer than the ZooKeeper session timeout %s: connect with a longer session timeout (the servers' maxSessionTimeout caps it), or raise Config.MaxTTL and renew within each session timeout", aegis.ErrInvalid, ttl, timeout)
 }
 
 // deadline is the local deadline of a grant or renewal for ttl whose
