@@ -11,15 +11,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
@@ -186,16 +190,15 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 			}
 		case servers.KindEtcd:
 			for _, a := range r.s.serverAddrs(k) {
-				u, err := url.Parse(a)
-				if err != nil || u.Host == "" {
-					return nil, fmt.Errorf("lab: etcd endpoint %q: want http://host:port", a)
-				}
-				pa, err := add(k, u.Host)
+				host, with, err := etcdHostPort(a)
 				if err != nil {
 					return nil, err
 				}
-				u.Host = pa
-				addrs = append(addrs, u.String())
+				pa, err := add(k, host)
+				if err != nil {
+					return nil, err
+				}
+				addrs = append(addrs, with(pa))
 			}
 		default:
 			continue
@@ -208,6 +211,32 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 	}
 	return env, nil
 }
+
+// etcdHostPort splits an etcd endpoint, in either form etcd's client
+// takes (an http or https URL, or a bare host:port), into the host:port to
+// proxy and a function that puts another host:port in its place. An
+// endpoint in neither form is an error that quotes it (its password
+// masked).
+func etcdHostPort(ep string) (string, func(string) string, error) {
+	if !strings.Contains(ep, "://") {
+		host, port, err := net.SplitHostPort(ep)
+		if n, perr := strconv.Atoi(port); err == nil && (net.ParseIP(host) != nil || hostname.MatchString(host)) && perr == nil && n > 0 && n < 1<<16 {
+			return ep, func(hp string) string { return hp }, nil
+		}
+	} else if u, err := url.Parse(ep); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Port() != "" {
+		return u.Host, func(hp string) string {
+			v := *u
+			v.Host = hp
+			return v.String()
+		}, nil
+	} else if err == nil && u.User != nil {
+		ep = u.Redacted()
+	}
+	return "", nil, fmt.Errorf("lab: %w: etcd endpoint %q: want host:port or http://host:port", aegis.ErrInvalid, ep)
+}
+
+// hostname is a DNS name, as a bare etcd endpoint's host may be.
+var hostname = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$`)
 
 // spawn starts np's process (a new incarnation after a kill).
 func (r *Run) spawn(np *nodeProc) error {
