@@ -133,9 +133,9 @@ func (c *chaosFlag) Set(s string) error {
 // shared test servers: an unset kind is started by the lab.
 func labServerFlags(fs *flagSet) func() runner.Servers {
 	pg := fs.String("postgres-url", "", "PostgreSQL `URL` to use (default $AEGIS_POSTGRES_URL, not shown: it may carry a password); unset: the lab starts its own")
-	redis := fs.String("redis-addrs", os.Getenv(servers.EnvRedisAddrs), "Redis `addresses`, comma-separated, the first the single-node one (AEGIS_REDIS_ADDRS)")
-	etcd := fs.String("etcd-endpoints", os.Getenv(servers.EnvEtcdEndpoints), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
-	zk := fs.String("zk-servers", os.Getenv(servers.EnvZKServers), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
+	redis := addrsVar(fs, "redis-addrs", os.Getenv(servers.EnvRedisAddrs), "Redis `addresses`, comma-separated, the first the single-node one (AEGIS_REDIS_ADDRS)")
+	etcd := addrsVar(fs, "etcd-endpoints", os.Getenv(servers.EnvEtcdEndpoints), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
+	zk := addrsVar(fs, "zk-servers", os.Getenv(servers.EnvZKServers), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
 	split := func(s string) []string {
 		if s == "" {
 			return nil
