@@ -17,6 +17,12 @@ import (
 	"github.com/aegislab/aegis/internal/errtext"
 )
 
+// MaxArgsLen is the most bytes a job's args may take as JSON: 1 MiB. A
+// job's row is read by every claim and retry of it, and its args are
+// decoded for every attempt; data larger than that belongs in a table or
+// an object store of its own, which the args name.
+const MaxArgsLen = 1 << 20
+
 // EnqueueOpts are the options of one job. A nil *EnqueueOpts means
 // defaults.
 type EnqueueOpts struct {
@@ -72,11 +78,18 @@ type insert struct {
 // Enqueue inserts a job in a transaction of its own; a job that is due now
 // wakes the queue's idle workers (NOTIFY) when it commits.
 //
-// Errors name what is wrong with the input: nil args, an invalid kind or
-// one without a worker (see Config.AllowUnknownKinds), args that are not
-// JSON-marshalable, an invalid queue name, a priority outside 0 to
-// MaxPriority, a negative Delay, both RunAt and Delay, a negative
-// MaxAttempts, an invalid UniqueKey. Nothing is written then.
+// Errors name what is wrong with the input: nil args, an invalid kind
+// (empty, longer than MaxKindLen, not UTF-8, with a NUL or surrounding
+// white space) or one without a worker (see Config.AllowUnknownKinds),
+// args that are not JSON-marshalable, that take more than MaxArgsLen bytes
+// as JSON or that PostgreSQL's jsonb cannot store (a NUL, \u0000, in a
+// value or a key; half a surrogate pair), an invalid queue name, a
+// priority outside 0 to MaxPriority, a negative Delay, both RunAt and
+// Delay, a negative MaxAttempts, an invalid UniqueKey. They wrap
+// aegis.ErrInvalid, name the job's kind, and are found before any SQL:
+// nothing is written, and a caller's transaction (EnqueueTx,
+// EnqueueManyTx) is left usable. The same holds for every job of
+// EnqueueMany and EnqueueManyTx.
 func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*Enqueued, error) {
 	in, err := c.check(args, opts)
 	if err != nil {
@@ -288,6 +301,12 @@ func (c *Client) check(args Args, opts *EnqueueOpts) (insert, error) {
 	if err != nil {
 		return insert{}, invalid("enqueue %q: the args are not JSON-marshalable: %v", kind, err)
 	}
+	if len(encoded) > MaxArgsLen {
+		return insert{}, invalid("enqueue %q: the args are %d bytes of JSON, more than MaxArgsLen (%d)", kind, len(encoded), MaxArgsLen)
+	}
+	if err := storable(encoded); err != nil {
+		return insert{}, invalid("enqueue %q: the args' JSON holds %v, which PostgreSQL's jsonb cannot store", kind, err)
+	}
 	in := insert{kind: kind, args: encoded, queue: o.Queue, uniqueKey: o.UniqueKey, delay: o.Delay}
 	if in.queue == "" {
 		in.queue = DefaultQueue
@@ -318,4 +337,60 @@ func (c *Client) check(args Args, opts *EnqueueOpts) (insert, error) {
 		in.runAt = &t
 	}
 	return in, nil
+}
+
+// storable refuses the \u escapes of valid JSON text that PostgreSQL's
+// jsonb refuses (SQLSTATE 22P05, 22P02): \u0000, and half a surrogate
+// pair. Nothing else of json.Marshal's output needs a look: it escapes
+// control bytes and replaces invalid UTF-8, and a backslash occurs only in
+// a string (a value or a key).
+func storable(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: an escaped backslash is no escape
+		if i >= len(b) || b[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(b, i+1)
+		if !ok {
+			continue // not valid JSON: json.Marshal never returns it
+		}
+		i += 4
+		switch {
+		case r == 0:
+			return errors.New(`\u0000 (a NUL)`)
+		case r >= 0xd800 && r < 0xdc00: // high: a low must follow
+			if low, ok := hex4(b, i+3); ok && i+2 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' && low >= 0xdc00 && low < 0xe000 {
+				i += 6
+				continue
+			}
+			return fmt.Errorf(`\u%04x, half of a surrogate pair`, r)
+		case r >= 0xdc00 && r < 0xe000:
+			return fmt.Errorf(`\u%04x, half of a surrogate pair`, r)
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits of a \u escape at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i < 0 || i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
