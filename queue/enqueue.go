@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -339,14 +341,41 @@ func (c *Client) check(args Args, opts *EnqueueOpts) (insert, error) {
 	return in, nil
 }
 
-// storable refuses the \u escapes of valid JSON text that PostgreSQL's
-// jsonb refuses (SQLSTATE 22P05, 22P02): \u0000, and half a surrogate
-// pair. Nothing else of json.Marshal's output needs a look: it escapes
-// control bytes and replaces invalid UTF-8, and a backslash occurs only in
-// a string (a value or a key).
+// storable refuses what PostgreSQL's jsonb refuses in valid JSON text:
+// invalid UTF-8 (22021; json.Marshal replaces it in strings, but not in
+// the output of a json.Marshaler such as json.RawMessage), the \u escapes
+// \u0000 and half a surrogate pair (22P05, 22P02), and a number beyond
+// numeric's range (22003). One pass over the text; a number is looked at
+// closely only when it has an exponent or is long.
 func storable(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("invalid UTF-8")
+	}
+	inString := false
 	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
+		c := b[i]
+		if !inString {
+			switch {
+			case c == '"':
+				inString = true
+			case c == '-' || c >= '0' && c <= '9':
+				j := i + 1
+				for j < len(b) && strings.IndexByte("0123456789.eE+-", b[j]) >= 0 {
+					j++
+				}
+				if err := numeric(b[i:j]); err != nil {
+					return err
+				}
+				i = j - 1
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+			continue
+		case '\\':
+		default:
 			continue
 		}
 		i++ // the escaped character: an escaped backslash is no escape
@@ -370,6 +399,47 @@ func storable(b []byte) error {
 		case r >= 0xdc00 && r < 0xe000:
 			return fmt.Errorf(`\u%04x, half of a surrogate pair`, r)
 		}
+	}
+	return nil
+}
+
+// numeric's limits: digits before the decimal point, and after it (the
+// scale).
+const (
+	numericDigits = 131072
+	numericScale  = 16383
+)
+
+// numeric refuses a JSON number (valid JSON: -?int(.frac)?([eE][+-]?exp)?)
+// that PostgreSQL's numeric cannot hold: more than 131072 digits before
+// the decimal point, or a scale over 16383.
+func numeric(n []byte) error {
+	s := string(n)
+	if len(s) <= 64 && !strings.ContainsAny(s, "eE") {
+		return nil // at most 64 digits on either side
+	}
+	mant, exp := strings.TrimPrefix(s, "-"), int64(0)
+	if i := strings.IndexAny(mant, "eE"); i >= 0 {
+		// PostgreSQL refuses an exponent of INT_MAX/2 or more, even of a zero.
+		e, err := strconv.ParseInt(mant[i+1:], 10, 32)
+		if err != nil || e >= math.MaxInt32/2 || e <= -math.MaxInt32/2 {
+			return fmt.Errorf("the number %.32s… (its exponent is out of range)", s)
+		}
+		mant, exp = mant[:i], e
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	if scale := int64(len(frac)) - exp; scale > numericScale {
+		return fmt.Errorf("the number %.32s… (%d digits after the decimal point; PostgreSQL's numeric holds %d)", s, scale, numericScale)
+	}
+	if digits == "" {
+		return nil // zero
+	}
+	// The point sits after int's digits, moved by the exponent; the
+	// leading zeros do not count.
+	lead := int64(len(intPart+frac) - len(digits))
+	if before := int64(len(intPart)) + exp - lead; before > numericDigits {
+		return fmt.Errorf("the number %.32s… (%d digits before the decimal point; PostgreSQL's numeric holds %d)", s, before, numericDigits)
 	}
 	return nil
 }
