@@ -93,3 +93,37 @@ func TestRootNames(t *testing.T) {
 	require.Equal(t, driver.MaxKeyLen, aegis.MaxKeyLen)
 	require.Equal(t, driver.MaxTTL, aegis.MaxTTL)
 }
+
+// FuzzCheckTTL: a TTL is accepted exactly when it is positive, at most the
+// maximum (MaxTTL for none) and longer than its drift margin; then a fresh
+// grant's local deadline is ahead of its start and at least the margin
+// before the store's expiry. A refusal wraps ErrInvalid and names the TTL.
+func FuzzCheckTTL(f *testing.F) {
+	for _, tt := range [][2]time.Duration{
+		{time.Second, 0}, {driver.MaxTTL, 0}, {driver.MaxTTL + 1, 0}, {0, 0}, {-1, 0},
+		{2 * time.Millisecond, 0}, {2021 * time.Microsecond, 0}, {time.Minute, time.Second},
+		{48 * time.Hour, 72 * time.Hour}, {-1 << 63, -1 << 63}, {1<<63 - 1, 1<<63 - 1},
+	} {
+		f.Add(int64(tt[0]), int64(tt[1]))
+	}
+	f.Fuzz(func(t *testing.T, ttlNS, maxNS int64) {
+		ttl, limit := time.Duration(ttlNS), time.Duration(maxNS)
+		err := driver.CheckTTL(ttl, limit)
+		if limit <= 0 {
+			limit = driver.MaxTTL
+		}
+		drift := driver.Drift(ttl)
+		valid := ttl > 0 && ttl <= limit && ttl > drift
+		require.Equal(t, valid, err == nil, "CheckTTL(%s, %s) = %v", ttl, time.Duration(maxNS), err)
+		if err != nil {
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+			require.ErrorContains(t, err, "ttl "+ttl.String())
+			return
+		}
+		require.GreaterOrEqual(t, drift, 2*time.Millisecond, "the margin of %s", ttl)
+		start := time.Unix(1774746000, 0)
+		deadline := driver.LocalDeadline(start, ttl)
+		require.True(t, deadline.After(start), "the local deadline of a fresh %s grant is ahead", ttl)
+		require.Equal(t, ttl-drift, deadline.Sub(start), "the deadline is the TTL less the margin")
+	})
+}
