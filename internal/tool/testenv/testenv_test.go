@@ -147,3 +147,31 @@ func TestHelperNeedsRedis(t *testing.T) {
 	RedisAddrs(t)
 	t.Log("unreachable: " + strconv.Quote("not reached"))
 }
+
+func TestSameJSON(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{`{"a": [1, 2.50, "x", null, true]}`, `{"a":[1,2.5,"x",null,true]}`, true},
+		{`{"a":1,"a":2}`, `{"a":2}`, true},
+		{`1e3`, `1000`, true},
+		{`"\u00e9"`, `"é"`, true},
+		{`1e100000`, `1E+100000`, true},
+		{`{"a":1}`, `{"a":"1"}`, false},
+		{`[1,2]`, `[2,1]`, false},
+		{`0.1`, `0.10000000000000001`, false},
+		{`{}`, `[]`, false},
+		{`{"a":1}`, `{"b":1}`, false},
+		{`null`, `false`, false},
+	} {
+		same, err := SameJSON([]byte(c.a), []byte(c.b))
+		require.NoError(t, err)
+		require.Equal(t, c.same, same, "%s and %s", c.a, c.b)
+	}
+	for _, bad := range []string{``, `{`, `1 2`} {
+		_, err := SameJSON([]byte(bad), []byte(`1`))
+		require.Error(t, err, "%q", bad)
+	}
+}
