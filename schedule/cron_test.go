@@ -239,3 +239,51 @@ func FuzzParseCron(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInterval: an interval spec ("@every D", the catalog's --every D) is
+// accepted exactly when D is a Go duration of whole milliseconds, positive
+// and at most a year; an accepted one prints as a spec that parses to the
+// same Interval, which is what the catalog stores and reads back. An
+// interval (with any valid offset) fires after every instant, at most a
+// period later, on the epoch-aligned grid, one period apart.
+func FuzzInterval(f *testing.F) {
+	for _, d := range []string{"1s", "1ms", "500us", "0s", "-1s", "1h30m", "8784h", "8784h1ms", "1.5ms", " 2m ", "1e3s", "", "1", ".5s", "9223372036854775807ns"} {
+		f.Add(d, int64(0), int64(1774746000)*1e9)
+	}
+	f.Add("1h", int64(5*time.Minute), int64(-3e9))
+	f.Add("2s", int64(time.Second), int64(-1))
+	f.Fuzz(func(t *testing.T, d string, offset, at int64) {
+		spec := "@every " + d
+		s, err := ParseCron(spec)
+		dur, perr := time.ParseDuration(strings.TrimSpace(d))
+		valid := len(spec) <= maxSpecLen && perr == nil && dur > 0 && dur%time.Millisecond == 0 && dur <= 366*24*time.Hour
+		require.Equal(t, valid, err == nil, "ParseCron(%q) = %v", spec, err)
+		if err != nil {
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+			return
+		}
+		require.Equal(t, Every(dur), s)
+		again, err := ParseCron(s.(Interval).String())
+		require.NoError(t, err, "%q printed as %q", spec, s.(Interval).String())
+		require.Equal(t, s, again)
+		e, err := Entry{Name: "n", Handler: "h", Every: dur}.validate()
+		require.NoError(t, err, "the catalog takes what ParseCron takes")
+		stored, tz := e.storedSpec()
+		require.Equal(t, s.(Interval).String(), stored)
+		read, err := parseStored(stored, tz)
+		require.NoError(t, err)
+		require.Equal(t, s, read, "the stored spec reads back")
+
+		iv := Interval{Period: dur, Offset: time.Duration(offset)}
+		if iv.validate() != nil {
+			require.False(t, offset >= 0 && offset < int64(dur) && offset%int64(time.Millisecond) == 0, "offset %s of %s refused", iv.Offset, dur)
+			iv.Offset = 0
+		}
+		from := time.Unix(0, at%(1<<62)) // leaves room for a period either side
+		next := iv.Next(from)
+		require.True(t, next.After(from), "%v: Next(%s) = %s", iv, from, next)
+		require.LessOrEqual(t, next.Sub(from), iv.Period, "%v: Next(%s) = %s", iv, from, next)
+		require.Zero(t, (next.UnixNano()-int64(iv.Offset))%int64(iv.Period), "%v: Next(%s) = %s is off the grid", iv, from, next)
+		require.Equal(t, next.Add(iv.Period), iv.Next(next), "%v: the tick after %s", iv, next)
+	})
+}
