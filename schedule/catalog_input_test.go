@@ -56,7 +56,10 @@ func TestCatalogBadInput(t *testing.T) {
 				{"args over 64 KiB", with(func(e *schedule.Entry) {
 					e.Args = json.RawMessage(`"` + strings.Repeat("x", schedule.MaxArgsLen) + `"`)
 				}), "Entry.Args"},
+				{"args not UTF-8", with(func(e *schedule.Entry) { e.Args = json.RawMessage("\"\xff\"") }), "Entry.Args"},
 				{"negative deadline", with(func(e *schedule.Entry) { e.StartingDeadline = -time.Second }), "Entry.StartingDeadline"},
+				{"deadline under 1ms (stored as 0, the default)", with(func(e *schedule.Entry) { e.StartingDeadline = 500 * time.Microsecond }), "Entry.StartingDeadline 500µs is not a whole number of milliseconds"},
+				{"lease of a fraction of a millisecond", with(func(e *schedule.Entry) { e.LockAtMostFor = 10500 * time.Microsecond }), "Entry.LockAtMostFor"},
 				{"at least beyond at most", with(func(e *schedule.Entry) { e.LockAtMostFor, e.LockAtLeastFor = time.Second, 2*time.Second }), "Entry.LockAtLeastFor"},
 				{"attempts out of range", with(func(e *schedule.Entry) { e.MaxAttempts = 5000 }), "Entry.MaxAttempts"},
 				{"unknown misfire policy", with(func(e *schedule.Entry) { e.Misfire = 9 }), "Entry.Misfire"},

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aegislab/aegis/driver"
 )
@@ -30,10 +31,12 @@ type Entry struct {
 	// Required; at most MaxNameLen bytes.
 	Handler string
 	// Args are given to the handler: a JSON value of at most MaxArgsLen
-	// bytes. Default {}.
+	// bytes of UTF-8. Default {}.
 	Args json.RawMessage
 
-	// The policies, as Job's (defaults included).
+	// The policies, as Job's (defaults included), their durations in
+	// whole milliseconds: the catalog stores milliseconds, and a deadline
+	// of 500µs would read back as 0, the default.
 	Misfire          Misfire
 	CatchUpMax       int
 	Overlap          Overlap
@@ -185,6 +188,9 @@ func (e Entry) validate() (Entry, error) {
 	switch {
 	case len(e.Args) > MaxArgsLen:
 		return e, invalid("Entry.Args is %d bytes, at most %d are allowed", len(e.Args), MaxArgsLen)
+	case !utf8.Valid(e.Args):
+		// json.Valid takes any bytes in a string; PostgreSQL does not.
+		return e, invalid("Entry.Args %.40q is not valid UTF-8", e.Args)
 	case !json.Valid(e.Args):
 		return e, invalid("Entry.Args %.40q is not JSON", e.Args)
 	}
@@ -195,6 +201,14 @@ func (e Entry) validate() (Entry, error) {
 	if err != nil {
 		// Job's messages name Job's fields, which are Entry's.
 		return e, invalid("%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Job.", "Entry."), "aegis: invalid argument: "))
+	}
+	for _, d := range []struct {
+		field string
+		d     time.Duration
+	}{{"StartingDeadline", j.StartingDeadline}, {"LockAtMostFor", j.LockAtMostFor}, {"LockAtLeastFor", j.LockAtLeastFor}} {
+		if d.d%time.Millisecond != 0 {
+			return e, invalid("Entry.%s %s is not a whole number of milliseconds, which the catalog stores", d.field, d.d)
+		}
 	}
 	e.Misfire, e.CatchUpMax, e.Overlap, e.MaxAttempts = j.Misfire, j.CatchUpMax, j.Overlap, j.MaxAttempts
 	e.LockAtMostFor, e.StartingDeadline = j.LockAtMostFor, j.StartingDeadline

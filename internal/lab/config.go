@@ -104,6 +104,8 @@ func (c Config) Validate() error {
 		return invalid("--nodes %d: want 1 to %d", c.Nodes, MaxNodes)
 	case c.Tick < 10*time.Millisecond:
 		return invalid("--tick %s: want at least 10ms", c.Tick)
+	case c.Tick%time.Millisecond != 0:
+		return invalid("--tick %s: want a whole number of milliseconds, as the catalog's intervals are", c.Tick)
 	case c.Duration < c.Tick:
 		return invalid("--duration %s: want at least one tick (%s)", c.Duration, c.Tick)
 	case c.Ticks() > MaxTicks:
@@ -114,6 +116,8 @@ func (c Config) Validate() error {
 		return invalid("--ttl %s: must be positive", c.TTL)
 	case c.TTL > time.Hour:
 		return invalid("--ttl %s: want at most 1h", c.TTL)
+	case c.TTL%time.Millisecond != 0:
+		return invalid("--ttl %s: want a whole number of milliseconds, which the catalog stores", c.TTL)
 	case s.Mode == schedule.ModeLeader && c.TTL < 100*time.Millisecond:
 		return invalid("--ttl %s: the queue strategy's job lease is at least 100ms", c.TTL)
 	}

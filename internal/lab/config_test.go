@@ -40,6 +40,8 @@ func TestConfigValidate(t *testing.T) {
 		{cfg("none", func(c *lab.Config) { c.Nodes = 0 }), "--nodes 0"},
 		{cfg("none", func(c *lab.Config) { c.TTL = 0 }), "--ttl 0s: must be positive"},
 		{cfg("none", func(c *lab.Config) { c.Work = -time.Second }), "--work -1s"},
+		{cfg("none", func(c *lab.Config) { c.Tick = 10500 * time.Microsecond }), "--tick 10.5ms: want a whole number of milliseconds"},
+		{cfg("none", func(c *lab.Config) { c.TTL = 2500500 * time.Microsecond }), "--ttl 2.5005s: want a whole number of milliseconds"},
 		{cfg("none", func(c *lab.Config) {
 			c.Chaos = []lab.Chaos{{Kind: lab.Pause, Target: "node7", At: time.Second, For: time.Second}}
 		}), "--chaos pause:node7@1s+1s: node7 does not exist"},

@@ -148,7 +148,8 @@ func (j JobSpec) Entry(cfg Config) schedule.Entry {
 		// LockAtLeastFor after its fire time (its clock lags, or it was
 		// paused at the fire time) would find the key free. So a tick
 		// that starts later than that is a misfire.
-		e.LockAtLeastFor = min(j.Every/2, cfg.TTL) // at most LockAtMostFor
+		// At most LockAtMostFor; whole milliseconds, as the catalog stores.
+		e.LockAtLeastFor = min(j.Every/2, cfg.TTL).Truncate(time.Millisecond)
 		if s.Guarantee(cfg.Fence).Once == OnceSkew {
 			// What once per tick rests on; a strategy that does not claim
 			// it keeps a tick's worth of lateness.

@@ -101,6 +101,21 @@ func TestDefaultCatalog(t *testing.T) {
 	}
 }
 
+// A job's catalog entry has whole milliseconds, which the catalog stores
+// (it refuses the rest): in lease mode, LockAtLeastFor is half an odd
+// cadence.
+func TestJobEntryMilliseconds(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Strategy, c.Tick, c.Duration = "pg-lease", 15*time.Millisecond, time.Second
+	require.NoError(t, c.Validate())
+	for _, j := range c.Jobs() {
+		e := j.Entry(c)
+		require.Equal(t, (j.Every / 2).Truncate(time.Millisecond), e.LockAtLeastFor, j.Name)
+		require.Zero(t, e.LockAtLeastFor%time.Millisecond, j.Name)
+	}
+}
+
 // A job fires at the grid ticks that are multiples of its cadence since
 // the epoch (schedule.Interval), so two runs of one catalog fire a job at
 // the same phase of the wall clock, whatever tick their run began at.
