@@ -69,6 +69,19 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// CheckChaos on a zero Config (no tick) says what is wrong; it divided
+// by the zero tick.
+func TestCheckChaosZeroConfig(t *testing.T) {
+	t.Parallel()
+	s, ok := lab.LookupStrategy("none")
+	require.True(t, ok)
+	ch, err := lab.ParseChaos("edit:added@0s=1s/0s")
+	require.NoError(t, err)
+	err = lab.Config{}.CheckChaos(s, ch)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "--tick 0s: must be positive")
+}
+
 // Excludes is what the campaign holds a run to: the strategy's label,
 // fenced or not, and, for a lease strategy, whether the run's clocks differ
 // by less than its jobs' LockAtLeastFor (half the cadence: 500 ms for the

@@ -100,7 +100,11 @@ func DefaultCatalog(tick, work time.Duration) []JobSpec {
 
 // checkJobs checks a run's catalog against its tick.
 func checkJobs(jobs []JobSpec, tick time.Duration) error {
-	if len(jobs) > MaxJobs {
+	switch {
+	case tick <= 0:
+		// Validate says so first; CheckChaos may be given a zero Config.
+		return invalid("--tick %s: must be positive", tick)
+	case len(jobs) > MaxJobs:
 		return invalid("--catalog: %d jobs, want at most %d", len(jobs), MaxJobs)
 	}
 	seen := map[string]bool{}

@@ -159,3 +159,31 @@ func TestJobSpecFires(t *testing.T) {
 	}
 	require.Equal(t, []int{3, 4, 5, 6, 9, 10}, j.Fires(start, 400*time.Millisecond, 10, edits))
 }
+
+// FuzzParseCatalog: --catalog is refused with an error that quotes it
+// and wraps aegis.ErrInvalid, or it is jobs whose FormatCatalog form
+// parses to the same jobs (a campaign's replay line and a report's config
+// carry that form); checking them against a tick never panics.
+func FuzzParseCatalog(f *testing.F) {
+	for _, s := range []string{
+		"invoice-export=1s/300ms,certificates=3s/800ms", "a=2s/3s/no-keep-alive", " a = 1s/0s , b=2s/1s", "a=1s", "=/", "a=1s/2s/3s",
+		"a/b=1s/2s", "a=-9223372036854775808ns/0s", "a=2562047h47m16.854775807s/1ns", ",", "a=1s/300ms,a=1s/300ms",
+	} {
+		f.Add(s, int64(time.Second))
+	}
+	f.Fuzz(func(t *testing.T, spec string, tick int64) {
+		jobs, err := ParseCatalog(spec)
+		if err != nil {
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+			require.ErrorContains(t, err, "--catalog")
+			return
+		}
+		require.NotEmpty(t, jobs)
+		again, err := ParseCatalog(FormatCatalog(jobs))
+		require.NoError(t, err, "%q formatted as %q", spec, FormatCatalog(jobs))
+		require.Equal(t, jobs, again, "%q formatted as %q", spec, FormatCatalog(jobs))
+		if err := checkJobs(jobs, time.Duration(tick)); err != nil {
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+		}
+	})
+}
