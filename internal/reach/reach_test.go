@@ -2,6 +2,8 @@ package reach_test
 
 import (
 	"net"
+	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,4 +41,36 @@ func TestHostPort(t *testing.T) {
 		require.Equal(t, want, got, in)
 		require.Equal(t, want != "", ok, in)
 	}
+}
+
+// FuzzHostPort: an address is dialed as it is, an http(s) URL at its
+// host (which errors name), never with its user or password; anything
+// else is not dialed.
+func FuzzHostPort(f *testing.F) {
+	for _, s := range []string{"", "127.0.0.1:2379", "http://127.0.0.1:2379", "https://u:Pa55@h:1/x", "unix:///tmp/s", "http://", "http://@", "HTTP://h:1", "http://[::1]:2379", "http://u:p@ss@h:1"} {
+		f.Add(s)
+	}
+	const marker = "Pa55-w0rd"
+	f.Fuzz(func(t *testing.T, addr string) {
+		hp, ok := reach.HostPort(addr)
+		if !strings.Contains(addr, "://") {
+			require.Equal(t, addr != "", ok)
+			require.Equal(t, addr, hp)
+			return
+		}
+		u, err := url.Parse(addr)
+		require.Equal(t, err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "", ok, "%q", addr)
+		if ok {
+			require.Equal(t, u.Host, hp)
+		} else {
+			require.Empty(t, hp)
+		}
+		// The same endpoint with credentials.
+		scheme, rest, _ := strings.Cut(addr, "://")
+		if strings.Contains(scheme, marker) {
+			return
+		}
+		hp, _ = reach.HostPort(scheme + "://user:" + marker + "@" + rest)
+		require.NotContains(t, hp, marker)
+	})
 }
