@@ -31,6 +31,8 @@ func TestConsoleTraceURLChecked(t *testing.T) {
 		{"http://localhost:16686/trace/", "--trace-url has no {trace_id}, where an attempt's trace id goes"},
 		{"ftp://traces.example/{trace_id}", "--trace-url is not an http or https URL with a host"},
 		{"https://ops:hunter2@traces.example/{trace_id}", "--trace-url carries a user or password, which every page would show"},
+		// Every link would have a port of hex letters.
+		{"http://traces.example:{trace_id}/", "--trace-url does not parse as a URL"},
 	} {
 		code, stdout, stderr := run(t, "console", "--store", filepath.Join(t.TempDir(), "none.db"), "--trace-url", tt.url)
 		require.Equal(t, 2, code, "%s: %s", tt.url, stderr)
