@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
@@ -174,7 +175,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, no.msg, no.status)
 		return
 	}
+	if bad := badText(r); bad != "" {
+		http.Error(w, bad, http.StatusBadRequest)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// badText says which part of the request's address is not text a store
+// takes (valid UTF-8 without NUL), or "". The names, keys and queues of
+// the addresses go into queries as text, which PostgreSQL refuses
+// (SQLSTATE 22021): that is the request's mistake (400), not a failure of
+// the store (500).
+func badText(r *http.Request) string {
+	text := func(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+	if !text(r.URL.Path) {
+		return "the address's path is not valid UTF-8 without NUL"
+	}
+	for k, vs := range r.URL.Query() {
+		for _, v := range vs {
+			if !text(k) || !text(v) {
+				return fmt.Sprintf("the address's parameter %.40q is not valid UTF-8 without NUL", k)
+			}
+		}
+	}
+	return ""
 }
 
 // notices are what a page says after a change redirected to it.

@@ -38,7 +38,7 @@ type fixture struct {
 	owner string // the held lease's secret owner, as the table has it
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	pool, err := pgxpool.New(ctx, testenv.PostgresURL(t))
