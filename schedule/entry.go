@@ -104,8 +104,6 @@ func parseStored(spec, tz string) (Schedule, error) {
 	return ParseCron("TZ=" + tz + " " + spec)
 }
 
-// validate checks e as Put receives it and fills its defaults. Errors name
-// the field.
 // Validate checks e as Catalog.Put does, without a store: Name and the
 // fields Put reads (the catalog sets the others; Validate ignores them). A
 // nil error means Put takes e, unless the store fails; an error names the
@@ -132,6 +130,8 @@ func checkEntryName(name string) error {
 	return nil
 }
 
+// validate checks e as Put receives it and fills its defaults. Errors name
+// the field.
 func (e Entry) validate() (Entry, error) {
 	if e.Cron != "" && e.Every != 0 {
 		return e, invalid("set one of Entry.Cron and Entry.Every, not both")

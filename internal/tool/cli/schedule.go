@@ -494,7 +494,8 @@ func openScheduleStore(ctx context.Context, store string, given, create bool) (*
 	}
 	if !create {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%s: SQLite file %s does not exist (put creates it)", source, path)
+			// Masked: a PostgreSQL URL mistyped without :// reads as a path.
+			return nil, nil, fmt.Errorf("%s: SQLite file %s does not exist (put creates it)", source, maskAddr(path))
 		}
 	}
 	db, err := sqlitelease.Open(path)

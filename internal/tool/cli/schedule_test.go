@@ -320,6 +320,8 @@ func TestScheduleStore(t *testing.T) {
 		{url, "mysql://aegis:" + secret + "@" + addr + "/x", 2, `--store: unknown scheme "mysql"`},
 		{url, "file:" + path + "?mode=ro", 2, "--store: a SQLite URL's query or fragment is not supported"},
 		{url, "sqlite://", 2, "--store names no SQLite file"},
+		// A URL mistyped without "://" is a path; its password stays hidden.
+		{url, "postgres//aegis:" + secret + "@" + addr + "/x", 1, "--store: SQLite file postgres//aegis:xxxxx@" + addr + "/x does not exist"},
 	}
 	for _, tt := range tests {
 		t.Setenv("AEGIS_POSTGRES_URL", tt.env)
