@@ -288,7 +288,7 @@ func (c *Chaos) parseLatency(rest string) error {
 		return err
 	}
 	if c.Offset > maxLatency {
-		return fmt.Errorf("D %s is more than %s, the most a round trip is slowed: longer only stalls every node for the whole run", d, maxLatency)
+		return fmt.Errorf("the delay D=%s is more than %s, the most a round trip is slowed: longer only stalls every node for the whole run", d, maxLatency)
 	}
 	return nil
 }

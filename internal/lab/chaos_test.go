@@ -111,8 +111,8 @@ func TestParseChaosErrors(t *testing.T) {
 		{"latency:mysql=1ms", `server "mysql"`},
 		{"latency:redis=-1ms", "negative"},
 		{"latency:redis", "missing =D"},
-		{"latency:postgres=1h", "D 1h is more than 1m0s, the most a round trip is slowed"},
-		{"latency:postgres=61s", "D 61s is more than 1m0s"},
+		{"latency:postgres=1h", "the delay D=1h is more than 1m0s, the most a round trip is slowed"},
+		{"latency:postgres=61s", "the delay D=61s is more than 1m0s"},
 	}
 	for _, tt := range tests {
 		_, err := lab.ParseChaos(tt.spec)
