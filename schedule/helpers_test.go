@@ -179,3 +179,18 @@ func block(ch <-chan struct{}, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// eachDialect runs f in parallel subtests "postgres" and "sqlite", each
+// with a replica of its own on a fresh store; db is the subtest's name.
+func eachDialect(t *testing.T, f func(t *testing.T, db string, r *replica)) {
+	for _, db := range []string{"postgres", "sqlite"} {
+		t.Run(db, func(t *testing.T) {
+			t.Parallel()
+			if db == "postgres" {
+				f(t, db, pgReplica(t, pgURL(t)))
+			} else {
+				f(t, db, sqliteReplica(t, sqlitePath(t)))
+			}
+		})
+	}
+}

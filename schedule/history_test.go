@@ -21,69 +21,60 @@ import (
 // twice.
 func TestAttemptHistoryKeepsEveryAttempt(t *testing.T) {
 	t.Parallel()
-	for _, db := range []string{"postgres", "sqlite"} {
-		t.Run(db, func(t *testing.T) {
-			t.Parallel()
-			var r *replica
-			if db == "postgres" {
-				r = pgReplica(t, pgURL(t))
-			} else {
-				r = sqliteReplica(t, sqlitePath(t))
-			}
-			ctx := t.Context()
-			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			resume := make(chan struct{})
-			var resumeOnce sync.Once
-			t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
-			started := make(chan struct{}, 1)
-			holderLog := &runLog{}
-			// The holder's run row expires after 300ms (no keep-alive, as a
-			// stopped process renews nothing); its job goes on until resumed.
-			holder := start(t, &schedule.Config{Node: "holder", Store: r.store, Clock: clock, ReapInterval: time.Hour, OnEvent: holderLog.onEvent}, schedule.Job{
-				Name: "nightly", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
-				Run: func(context.Context) error { started <- struct{}{}; block(resume, time.Minute); return nil },
-			})
-			advanceWhenWaiting(t, clock, time.Hour)
-			testenv.Recv(t, started, 10*time.Second, "the holder's run")
-
-			successorLog := &runLog{}
-			start(t, &schedule.Config{Node: "successor", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: successorLog.onEvent}, schedule.Job{
-				Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second,
-				Run: func(ctx context.Context) error { successorLog.record(ctx); return nil },
-			})
-			reader, err := schedule.NewRunReader(ctx, r.db, nil)
-			require.NoError(t, err)
-			var as []schedule.Attempt
-			waitFor(t, 10*time.Second, func() bool {
-				as, err = reader.Attempts(ctx, "nightly", 10)
-				return err == nil && len(as) == 2 && as[0].Outcome == "succeeded"
-			}, "the successor's attempt succeeded: %+v %v", &as, &err)
-			require.Equal(t, "successor", as[0].Node)
-			require.Equal(t, 2, as[0].Attempt)
-			require.Equal(t, "holder", as[1].Node)
-			require.Equal(t, 1, as[1].Attempt)
-			require.Equal(t, "lost", as[1].Outcome, "the holder's attempt, taken over while it went on")
-			require.Contains(t, as[1].Error, "attempt 2 on successor took the tick")
-			require.Equal(t, as[0].Fire, as[1].Fire, "one tick, two attempts")
-			require.Greater(t, as[0].Token, as[1].Token)
-
-			resumeOnce.Do(func() { close(resume) })
-			waitFor(t, 10*time.Second, func() bool {
-				as, err = reader.Attempts(ctx, "nightly", 10)
-				return err == nil && len(as) == 2 && as[1].Outcome == "refused"
-			}, "the holder's end, refused: %+v %v", &as, &err)
-			require.Contains(t, as[1].Error, "the run ended succeeded")
-			require.False(t, as[1].Ended.IsZero())
-			waitFor(t, 5*time.Second, func() bool { return len(holderLog.eventsOf(schedule.EventTwice)) == 1 }, "EventTwice on the holder")
-			stop(t, holder)
-
-			runs, err := r.store.Runs(ctx, "nightly", 10)
-			require.NoError(t, err)
-			require.Len(t, runs, 1, "the run table keeps one row per tick")
-			require.Equal(t, "succeeded", runs[0].State)
-			require.Equal(t, "successor", runs[0].Node)
+	eachDialect(t, func(t *testing.T, db string, r *replica) {
+		ctx := t.Context()
+		clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		resume := make(chan struct{})
+		var resumeOnce sync.Once
+		t.Cleanup(func() { resumeOnce.Do(func() { close(resume) }) })
+		started := make(chan struct{}, 1)
+		holderLog := &runLog{}
+		// The holder's run row expires after 300ms (no keep-alive, as a
+		// stopped process renews nothing); its job goes on until resumed.
+		holder := start(t, &schedule.Config{Node: "holder", Store: r.store, Clock: clock, ReapInterval: time.Hour, OnEvent: holderLog.onEvent}, schedule.Job{
+			Name: "nightly", Every: time.Hour, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
+			Run: func(context.Context) error { started <- struct{}{}; block(resume, time.Minute); return nil },
 		})
-	}
+		advanceWhenWaiting(t, clock, time.Hour)
+		testenv.Recv(t, started, 10*time.Second, "the holder's run")
+
+		successorLog := &runLog{}
+		start(t, &schedule.Config{Node: "successor", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: successorLog.onEvent}, schedule.Job{
+			Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second,
+			Run: func(ctx context.Context) error { successorLog.record(ctx); return nil },
+		})
+		reader, err := schedule.NewRunReader(ctx, r.db, nil)
+		require.NoError(t, err)
+		var as []schedule.Attempt
+		waitFor(t, 10*time.Second, func() bool {
+			as, err = reader.Attempts(ctx, "nightly", 10)
+			return err == nil && len(as) == 2 && as[0].Outcome == "succeeded"
+		}, "the successor's attempt succeeded: %+v %v", &as, &err)
+		require.Equal(t, "successor", as[0].Node)
+		require.Equal(t, 2, as[0].Attempt)
+		require.Equal(t, "holder", as[1].Node)
+		require.Equal(t, 1, as[1].Attempt)
+		require.Equal(t, "lost", as[1].Outcome, "the holder's attempt, taken over while it went on")
+		require.Contains(t, as[1].Error, "attempt 2 on successor took the tick")
+		require.Equal(t, as[0].Fire, as[1].Fire, "one tick, two attempts")
+		require.Greater(t, as[0].Token, as[1].Token)
+
+		resumeOnce.Do(func() { close(resume) })
+		waitFor(t, 10*time.Second, func() bool {
+			as, err = reader.Attempts(ctx, "nightly", 10)
+			return err == nil && len(as) == 2 && as[1].Outcome == "refused"
+		}, "the holder's end, refused: %+v %v", &as, &err)
+		require.Contains(t, as[1].Error, "the run ended succeeded")
+		require.False(t, as[1].Ended.IsZero())
+		waitFor(t, 5*time.Second, func() bool { return len(holderLog.eventsOf(schedule.EventTwice)) == 1 }, "EventTwice on the holder")
+		stop(t, holder)
+
+		runs, err := r.store.Runs(ctx, "nightly", 10)
+		require.NoError(t, err)
+		require.Len(t, runs, 1, "the run table keeps one row per tick")
+		require.Equal(t, "succeeded", runs[0].State)
+		require.Equal(t, "successor", runs[0].Node)
+	})
 }
 
 // A catalog schedule that no replica binds (none has its handler) is

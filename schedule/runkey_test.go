@@ -369,60 +369,51 @@ func TestKeepAlive(t *testing.T) {
 // SQLite.
 func TestReaper(t *testing.T) {
 	t.Parallel()
-	for _, db := range []string{"postgres", "sqlite"} {
-		t.Run(db, func(t *testing.T) {
-			t.Parallel()
-			var r *replica
-			if db == "postgres" {
-				r = pgReplica(t, pgURL(t))
-			} else {
-				r = sqliteReplica(t, sqlitePath(t))
-			}
-			clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			// A node claims the tick and crashes: its row stays running.
-			crashed := start(t, &schedule.Config{Node: "crashed", Store: r.store, Clock: clock}, schedule.Job{
-				Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, DisableKeepAlive: true, MaxAttempts: 2,
-				Run: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
-			})
-			advanceWhenWaiting(t, clock, time.Hour)
-			var first []schedule.RunRecord
-			waitFor(t, 5*time.Second, func() bool {
-				first, _ = r.store.Runs(t.Context(), "nightly", 10)
-				return len(first) == 1
-			}, "the claim")
-			stop(t, crashed) // its finish lands; make the row look crashed again:
-			_, err := r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
-			require.NoError(t, err)
-
-			log := &runLog{}
-			start(t, &schedule.Config{Node: "reaper", Store: r.store, Clock: clock, ReapInterval: 50 * time.Millisecond, OnEvent: log.onEvent}, schedule.Job{
-				Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, MaxAttempts: 2,
-				Run: func(ctx context.Context) error { log.record(ctx); return nil },
-			})
-			waitFor(t, 5*time.Second, func() bool { return log.count() == 1 }, "the retry")
-			run := log.snapshot()[0]
-			require.Equal(t, first[0].Fire, run.Fire.UTC())
-			require.Equal(t, first[0].Token+1, run.Token, "the reaper bumped the token")
-			require.Equal(t, 2, run.Attempt)
-			var rows []schedule.RunRecord
-			waitFor(t, 5*time.Second, func() bool {
-				rows, _ = r.store.Runs(t.Context(), "nightly", 10)
-				return len(rows) == 1 && rows[0].State == "succeeded"
-			}, "the retry succeeded")
-			require.Equal(t, "reaper", rows[0].Node)
-			require.Equal(t, run.Token, rows[0].Token)
-
-			// Crash again at the last attempt: the reaper abandons it.
-			_, err = r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
-			require.NoError(t, err)
-			waitFor(t, 5*time.Second, func() bool {
-				rows, _ = r.store.Runs(t.Context(), "nightly", 10)
-				return rows[0].State == "abandoned"
-			}, "abandoned after MaxAttempts")
-			require.Equal(t, run.Token+1, rows[0].Token, "abandoning bumps the token too: the crashed runner is fenced")
-			require.Equal(t, 1, log.count())
+	eachDialect(t, func(t *testing.T, db string, r *replica) {
+		clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		// A node claims the tick and crashes: its row stays running.
+		crashed := start(t, &schedule.Config{Node: "crashed", Store: r.store, Clock: clock}, schedule.Job{
+			Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, DisableKeepAlive: true, MaxAttempts: 2,
+			Run: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
 		})
-	}
+		advanceWhenWaiting(t, clock, time.Hour)
+		var first []schedule.RunRecord
+		waitFor(t, 5*time.Second, func() bool {
+			first, _ = r.store.Runs(t.Context(), "nightly", 10)
+			return len(first) == 1
+		}, "the claim")
+		stop(t, crashed) // its finish lands; make the row look crashed again:
+		_, err := r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
+		require.NoError(t, err)
+
+		log := &runLog{}
+		start(t, &schedule.Config{Node: "reaper", Store: r.store, Clock: clock, ReapInterval: 50 * time.Millisecond, OnEvent: log.onEvent}, schedule.Job{
+			Name: "nightly", Every: time.Hour, LockAtMostFor: 200 * time.Millisecond, MaxAttempts: 2,
+			Run: func(ctx context.Context) error { log.record(ctx); return nil },
+		})
+		waitFor(t, 5*time.Second, func() bool { return log.count() == 1 }, "the retry")
+		run := log.snapshot()[0]
+		require.Equal(t, first[0].Fire, run.Fire.UTC())
+		require.Equal(t, first[0].Token+1, run.Token, "the reaper bumped the token")
+		require.Equal(t, 2, run.Attempt)
+		var rows []schedule.RunRecord
+		waitFor(t, 5*time.Second, func() bool {
+			rows, _ = r.store.Runs(t.Context(), "nightly", 10)
+			return len(rows) == 1 && rows[0].State == "succeeded"
+		}, "the retry succeeded")
+		require.Equal(t, "reaper", rows[0].Node)
+		require.Equal(t, run.Token, rows[0].Token)
+
+		// Crash again at the last attempt: the reaper abandons it.
+		_, err = r.db.Exec(`UPDATE aegis_schedule_run SET state = 'running'`)
+		require.NoError(t, err)
+		waitFor(t, 5*time.Second, func() bool {
+			rows, _ = r.store.Runs(t.Context(), "nightly", 10)
+			return rows[0].State == "abandoned"
+		}, "abandoned after MaxAttempts")
+		require.Equal(t, run.Token+1, rows[0].Token, "abandoning bumps the token too: the crashed runner is fenced")
+		require.Equal(t, 1, log.count())
+	})
 }
 
 // Every caller mistake is an error that matches aegis.ErrInvalid and names

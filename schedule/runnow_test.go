@@ -389,83 +389,74 @@ func TestRunNowKeepsTheTicks(t *testing.T) {
 // first: the replica that starts then runs nothing of the first.
 func TestRunNowRefusedAndReplaced(t *testing.T) {
 	t.Parallel()
-	for _, dbName := range []string{"postgres", "sqlite"} {
-		t.Run(dbName, func(t *testing.T) {
-			t.Parallel()
-			var r *replica
-			if dbName == "postgres" {
-				r = pgReplica(t, pgURL(t))
-			} else {
-				r = sqliteReplica(t, sqlitePath(t))
-			}
-			ctx := context.Background()
-			_, err := r.db.Exec(ranTable)
-			require.NoError(t, err)
-			admin := openCatalog(t, r, nil)
+	eachDialect(t, func(t *testing.T, _ string, r *replica) {
+		ctx := context.Background()
+		_, err := r.db.Exec(ranTable)
+		require.NoError(t, err)
+		admin := openCatalog(t, r, nil)
 
-			_, err = admin.RunNow(ctx, "report")
-			require.ErrorIs(t, err, schedule.ErrNotFound)
-			require.ErrorContains(t, err, `"report"`)
-			_, err = admin.RunNow(ctx, "")
-			require.ErrorIs(t, err, aegis.ErrInvalid)
+		_, err = admin.RunNow(ctx, "report")
+		require.ErrorIs(t, err, schedule.ErrNotFound)
+		require.ErrorContains(t, err, `"report"`)
+		_, err = admin.RunNow(ctx, "")
+		require.ErrorIs(t, err, aegis.ErrInvalid)
 
-			for _, name := range []string{"report", "cancelled"} {
-				_, err = admin.Put(ctx, schedule.Entry{Name: name, Every: time.Hour, Handler: "report"})
-				require.NoError(t, err)
-			}
-			_, err = admin.RunNow(ctx, "missing")
-			require.ErrorIs(t, err, schedule.ErrNotFound)
-			require.ErrorContains(t, err, `no schedule "missing" in namespace "default"`)
+		for _, name := range []string{"report", "cancelled"} {
+			_, err = admin.Put(ctx, schedule.Entry{Name: name, Every: time.Hour, Handler: "report"})
+			require.NoError(t, err)
+		}
+		_, err = admin.RunNow(ctx, "missing")
+		require.ErrorIs(t, err, schedule.ErrNotFound)
+		require.ErrorContains(t, err, `no schedule "missing" in namespace "default"`)
 
-			_, err = admin.Pause(ctx, "report")
-			require.NoError(t, err)
-			_, err = admin.RunNow(ctx, "report")
-			require.ErrorIs(t, err, schedule.ErrPaused)
-			require.ErrorContains(t, err, `"report"`)
-			e, err := admin.Get(ctx, "report")
-			require.NoError(t, err)
-			require.True(t, e.RunNow.IsZero(), "a refused RunNow writes nothing")
-			e, err = admin.Resume(ctx, "report")
-			require.NoError(t, err)
+		_, err = admin.Pause(ctx, "report")
+		require.NoError(t, err)
+		_, err = admin.RunNow(ctx, "report")
+		require.ErrorIs(t, err, schedule.ErrPaused)
+		require.ErrorContains(t, err, `"report"`)
+		e, err := admin.Get(ctx, "report")
+		require.NoError(t, err)
+		require.True(t, e.RunNow.IsZero(), "a refused RunNow writes nothing")
+		e, err = admin.Resume(ctx, "report")
+		require.NoError(t, err)
 
-			// Two requests while no replica runs: the second replaces the first.
-			first, err := admin.RunNow(ctx, "report")
-			require.NoError(t, err)
-			// Fire times are the store's milliseconds: wait for the next.
-			require.Eventually(t, func() bool {
-				e, err = admin.RunNow(ctx, "report")
-				return err != nil || e.RunNow.After(first.RunNow)
-			}, 10*time.Second, time.Millisecond, "a second RunNow gets a later fire time")
-			require.NoError(t, err)
-			// Cancelled: a pause and a resume after the request.
-			c, err := admin.RunNow(ctx, "cancelled")
-			require.NoError(t, err)
-			_, err = admin.Pause(ctx, "cancelled")
-			require.NoError(t, err)
-			_, err = admin.Resume(ctx, "cancelled")
-			require.NoError(t, err)
+		// Two requests while no replica runs: the second replaces the first.
+		first, err := admin.RunNow(ctx, "report")
+		require.NoError(t, err)
+		// Fire times are the store's milliseconds: wait for the next.
+		require.Eventually(t, func() bool {
+			e, err = admin.RunNow(ctx, "report")
+			return err != nil || e.RunNow.After(first.RunNow)
+		}, 10*time.Second, time.Millisecond, "a second RunNow gets a later fire time")
+		require.NoError(t, err)
+		// Cancelled: a pause and a resume after the request.
+		c, err := admin.RunNow(ctx, "cancelled")
+		require.NoError(t, err)
+		_, err = admin.Pause(ctx, "cancelled")
+		require.NoError(t, err)
+		_, err = admin.Resume(ctx, "cancelled")
+		require.NoError(t, err)
 
-			ev := &events{}
-			s, err := schedule.New(&schedule.Config{Node: "late", Store: r.store, Catalog: openCatalog(t, r, nil), OnEvent: ev.on})
-			require.NoError(t, err)
-			require.NoError(t, s.Handle("report", recordRun(r.db, "late")))
-			require.NoError(t, s.Start(ctx))
-			t.Cleanup(func() { stop(t, s) })
-			nodes := []string{"late"}
-			require.Eventually(t, func() bool { return ev.settled("report", e.RunNow, nodes) && ev.settled("cancelled", c.RunNow, nodes) },
-				30*time.Second, 10*time.Millisecond, "the replica fires both requests it sees")
-			require.Empty(t, ev.at("report", first.RunNow), "the replaced request is not fired")
-			var ran []time.Time
-			for _, x := range ranRows(t, r.db, "report") {
-				ran = append(ran, x.fire)
-			}
-			require.Equal(t, []time.Time{e.RunNow}, ran, "the second request ran, once")
-			require.Empty(t, ranRows(t, r.db, "cancelled"), "a pause cancels the request")
-			refused := false
-			for _, x := range ev.at("cancelled", c.RunNow) {
-				refused = refused || x.Kind == schedule.EventRefused
-			}
-			require.True(t, refused, "the claim was refused: %+v", ev.at("cancelled", c.RunNow))
-		})
-	}
+		ev := &events{}
+		s, err := schedule.New(&schedule.Config{Node: "late", Store: r.store, Catalog: openCatalog(t, r, nil), OnEvent: ev.on})
+		require.NoError(t, err)
+		require.NoError(t, s.Handle("report", recordRun(r.db, "late")))
+		require.NoError(t, s.Start(ctx))
+		t.Cleanup(func() { stop(t, s) })
+		nodes := []string{"late"}
+		require.Eventually(t, func() bool { return ev.settled("report", e.RunNow, nodes) && ev.settled("cancelled", c.RunNow, nodes) },
+			30*time.Second, 10*time.Millisecond, "the replica fires both requests it sees")
+		require.Empty(t, ev.at("report", first.RunNow), "the replaced request is not fired")
+		var ran []time.Time
+		for _, x := range ranRows(t, r.db, "report") {
+			ran = append(ran, x.fire)
+		}
+		require.Equal(t, []time.Time{e.RunNow}, ran, "the second request ran, once")
+		require.Empty(t, ranRows(t, r.db, "cancelled"), "a pause cancels the request")
+		refused := false
+		for _, x := range ev.at("cancelled", c.RunNow) {
+			refused = refused || x.Kind == schedule.EventRefused
+		}
+		require.True(t, refused, "the claim was refused: %+v", ev.at("cancelled", c.RunNow))
+	})
 }
