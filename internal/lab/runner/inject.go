@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,7 @@ func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 		return badinput.Errorf("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
 	}
 	if err := r.cfg.CheckChaos(r.strat, ch); err != nil && ch.Kind != lab.Skew {
-		return badinput.Errorf("--chaos %s: %v", ch, err)
+		return badinput.Errorf("--chaos %s: %w", ch, err)
 	}
 	if err := r.s.admitChaos(ch); err != nil {
 		return err
@@ -109,6 +110,11 @@ func (r *Run) applyNotify(ctx context.Context, ch lab.Chaos, began chan<- error)
 }
 
 // pause stops the target node with SIGSTOP for ch.For, then resumes it.
+// A holder paused inside a job's critical section stays stopped past For
+// until its successor has read the job's ledger with a greater token
+// (awaitSuccessor): the fence holds that token from that read on, so the
+// late write the pause is about meets it, whichever tick the pause landed
+// in. The healed event says how long the pause lasted and why.
 func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error {
 	np, detail, err := r.target(ctx, ch)
 	if err != nil {
@@ -118,18 +124,131 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 	if err != nil {
 		return err
 	}
+	stopped := time.Now()
 	r.mu.Lock()
 	np.paused = true
+	from := len(r.events)
+	var held heldSection
+	if ch.Target == lab.Holder {
+		held = r.heldLocked(np)
+	}
 	r.mu.Unlock()
-	r.labEvent(lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) paused with SIGSTOP for %s%s", ch, np.n, pid, ch.For, detail)})
+	ev := lab.Event{Kind: lab.EventChaos, Node: np.n, Detail: fmt.Sprintf("%s: node%d (pid %d) paused with SIGSTOP for %s%s", ch, np.n, pid, ch.For, detail)}
+	if held.job != "" {
+		ev.Job, ev.Tick, ev.Token = held.job, held.tick, held.token
+		ev.Detail += fmt.Sprintf(", and longer until another node has read %s's ledger with a greater token (at most one tick past the job's second fire time after the pause's %s and the lease's expiry)", held.job, ch.For)
+	}
+	r.labEvent(ev)
 	begin(nil)
 	backoff.Sleep(ctx, ch.For) // a stopped run resumes at once
+	why := fmt.Sprintf(": the %s asked", ch.For)
+	switch {
+	case ctx.Err() != nil:
+		why = ": the run ended"
+	case held.job != "":
+		why = r.awaitSuccessor(ctx, np.n, held, from, stopped.Add(ch.For), ch.For)
+	}
 	r.mu.Lock()
 	np.paused = false
 	r.mu.Unlock()
 	_, _ = r.signal(np, syscall.SIGCONT)
-	r.labEvent(lab.Event{Kind: lab.EventHealed, Node: np.n, Detail: fmt.Sprintf("node%d resumed with SIGCONT", np.n)})
+	r.labEvent(lab.Event{Kind: lab.EventHealed, Node: np.n, Job: held.job, Tick: held.tick, Token: held.token,
+		Detail: fmt.Sprintf("node%d resumed with SIGCONT after %.2fs%s", np.n, time.Since(stopped).Seconds(), why)})
 	return nil
+}
+
+// heldSection is the critical section a paused holder was inside: its
+// job, tick and token, and when its lease expires on the store (run
+// seconds; 0 when nothing expires there).
+type heldSection struct {
+	job   string
+	tick  int
+	token int64
+	until float64
+}
+
+// heldLocked is the critical section np is inside, with its grant's
+// expiry from its last grant or renewal of the job. Caller holds mu.
+func (r *Run) heldLocked(np *nodeProc) heldSection {
+	a := r.sections[np.critical]
+	if a == nil {
+		return heldSection{}
+	}
+	h := heldSection{job: a.Job, tick: a.Tick, token: a.Token}
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if e := r.events[i]; e.Node == np.n && e.Job == h.job && (e.Kind == lab.EventAcquired || e.Kind == lab.EventRenewed) {
+			h.until = e.Until
+			break
+		}
+	}
+	return h
+}
+
+// successorOf reports whether e is a successor's read of h's job: another
+// node's, with a greater token (any, for a strategy without tokens).
+func successorOf(e lab.Event, n int, h heldSection) bool {
+	return e.Kind == lab.EventEntered && e.Node != n && e.Node != 0 && e.Job == h.job && (h.token == 0 || e.Token > h.token)
+}
+
+// awaitSuccessor keeps node n paused, once the time asked (forAsked)
+// has ended at asked, until another node has read h's job's ledger with
+// a greater token (since the pause's from-th event). It is bounded: at
+// most one tick past the job's second fire time after both asked and the
+// lease's expiry (the first is the tick a successor should be granted at,
+// but it can find the lease not expired yet by a hair), or at asked when
+// the run has no such fire time left. It says why the pause ended.
+func (r *Run) awaitSuccessor(ctx context.Context, n int, h heldSection, from int, asked time.Time, forAsked time.Duration) string {
+	found := func(e lab.Event, then string) string {
+		return fmt.Sprintf(": the %s asked%s node%d had read %s's ledger with token %d > %d (at %.2fs)", forAsked, then, e.Node, h.job, e.Token, h.token, e.T)
+	}
+	r.mu.Lock()
+	for _, e := range r.events[from:] {
+		if successorOf(e, n, h) {
+			r.mu.Unlock()
+			return found(e, "; by then")
+		}
+	}
+	bound, ok := r.successorBoundLocked(h, asked)
+	if !ok {
+		r.mu.Unlock()
+		return fmt.Sprintf(": the %s asked; no other node had read %s's ledger with a greater token, and no tick of it is left in the run for one", forAsked, h.job)
+	}
+	w := r.addWaiterLocked(func(e lab.Event) bool { return successorOf(e, n, h) })
+	r.mu.Unlock()
+	wctx, cancel := context.WithDeadline(ctx, bound)
+	defer cancel()
+	e, err := r.waitOn(wctx, w)
+	switch {
+	case err == nil:
+		return found(e, ", then held until")
+	case ctx.Err() != nil:
+		return fmt.Sprintf(": the %s asked, then held for a successor until the run ended", forAsked)
+	}
+	return fmt.Sprintf(": the %s asked, then held for a successor until %.2fs, its bound: no other node read %s's ledger with a greater token by then", forAsked, r.secs(bound.UnixNano()), h.job)
+}
+
+// successorBoundLocked is awaitSuccessor's bound, and false when the run
+// has no fire time of h's job left after asked and the lease's expiry.
+// Caller holds mu.
+func (r *Run) successorBoundLocked(h heldSection, asked time.Time) (time.Time, bool) {
+	i := slices.IndexFunc(r.jobs, func(j lab.JobSpec) bool { return j.Name == h.job })
+	if i < 0 {
+		return time.Time{}, false
+	}
+	after := asked
+	if exp := r.start.Add(time.Duration(h.until * float64(time.Second))); h.until > 0 && exp.After(after) {
+		after = exp
+	}
+	var fires []time.Time
+	for t := 1; t <= r.cfg.Ticks() && len(fires) < 2; t++ {
+		if at := r.tickTime(t); !at.Before(after) && r.jobs[i].FiresAt(at, r.edits) {
+			fires = append(fires, at)
+		}
+	}
+	if len(fires) == 0 {
+		return time.Time{}, false
+	}
+	return fires[len(fires)-1].Add(r.cfg.Tick), true
 }
 
 // killNode kills the target node with SIGKILL and starts it again, a new

@@ -442,10 +442,23 @@ func (r *Run) note(format string, args ...any) {
 
 // waitEvent waits for the next event that matches, until ctx ends.
 func (r *Run) waitEvent(ctx context.Context, match func(lab.Event) bool) (lab.Event, error) {
-	w := &waiter{match: match, ch: make(chan lab.Event, 1)}
 	r.mu.Lock()
-	r.waiters = append(r.waiters, w)
+	w := r.addWaiterLocked(match)
 	r.mu.Unlock()
+	return r.waitOn(ctx, w)
+}
+
+// addWaiterLocked registers a waiter for the next event that matches:
+// under the same lock as a look at the events so far, none is missed in
+// between. Caller holds mu.
+func (r *Run) addWaiterLocked(match func(lab.Event) bool) *waiter {
+	w := &waiter{match: match, ch: make(chan lab.Event, 1)}
+	r.waiters = append(r.waiters, w)
+	return w
+}
+
+// waitOn waits for w's event until ctx ends, then forgets w.
+func (r *Run) waitOn(ctx context.Context, w *waiter) (lab.Event, error) {
 	select {
 	case e := <-w.ch:
 		return e, nil

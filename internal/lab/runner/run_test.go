@@ -480,6 +480,15 @@ func TestAdvisoryPause(t *testing.T) {
 		}
 	}
 	requireFaultOutcome(t, rep, st, "paused with SIGSTOP", true)
+	// No successor can read while it holds the lock: its pause, held
+	// past FOR for one, ends at its bound, and says so.
+	var healed lab.Event
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventHealed && e.Node == f.node {
+			healed = e
+		}
+	}
+	require.Regexp(t, `^node[0-9] resumed with SIGCONT after [0-9.]+s: the 1s asked(, then held for a successor until [0-9.]+s, its bound: no other node read|; no other node had read .* and no tick of it is left)`, healed.Detail, "the pause's end")
 }
 
 // A skewed node fires its ticks by its own clock: with its clock 400 ms
