@@ -172,7 +172,7 @@ func (c Config) CheckChaos(s Strategy, ch Chaos) error {
 			if add.Work > c.longestWork() {
 				// The nodes' window (how long a tick's write may go on)
 				// is set when they start.
-				return fmt.Errorf("job %q: WORK %s is longer than the run's longest (%s): schedule the edit with the run (--chaos) to add a longer one", ch.Target, add.Work, c.longestWork())
+				return &LongWorkError{Job: ch.Target, Work: add.Work, Longest: c.longestWork()}
 			}
 			return nil
 		case i < 0:
@@ -280,4 +280,18 @@ func (c Config) Params() string {
 		line += "; chaos " + strings.Join(chaos, " ")
 	}
 	return line
+}
+
+// LongWorkError refuses a schedule added to a running run that works
+// longer than the run's longest job: the window a run's nodes give a tick
+// (Config.Window) is set from its longest work when they start. Its
+// Error names the aegis command's way out (--chaos); a page says its own.
+type LongWorkError struct {
+	Job     string
+	Work    time.Duration // the added schedule's
+	Longest time.Duration // the run's longest
+}
+
+func (e *LongWorkError) Error() string {
+	return fmt.Sprintf("job %q: WORK %s is longer than the run's longest (%s): schedule the edit with the run (--chaos) to add a longer one", e.Job, e.Work, e.Longest)
 }

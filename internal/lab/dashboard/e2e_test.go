@@ -213,7 +213,8 @@ func TestEndToEndTokenAndComparison(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#nodes"), "0"), chromedp.Click(chromedp.CSS("#start")),
 		chromedp.WaitReady(chromedp.CSS(`#formmsg.error`)))
 	require.False(t, tokenBar())
-	require.Contains(t, formMsg(), "--nodes 0: want 1 to 16", "0 nodes is refused, not run with the default")
+	require.Contains(t, formMsg(), "nodes 0: want 1 to 16", "0 nodes is refused, not run with the default")
+	require.NotContains(t, formMsg(), "--", "in the form's words, not the aegis command's flags")
 
 	for i := range 2 {
 		do(fmt.Sprintf("start group %d", i+1), append(twoRuns, chromedp.Click(chromedp.CSS("#start")),

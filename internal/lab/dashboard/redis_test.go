@@ -89,9 +89,11 @@ func TestRedisFaultRefusals(t *testing.T) {
 	code, b := h.do(http.MethodPost, "/api/groups", dashboard.GroupRequest{Runs: []dashboard.RunRequest{withFailover, short("redlock", true, 10)}})
 	require.Equal(t, http.StatusConflict, code, "%s", b)
 	require.Contains(t, errorOf(t, b), "the lab never touches servers it did not start")
+	pageWords(t, errorOf(t, b), withFailover.Chaos[0])
 
 	id := h.startRun(short("redis", false, 100))
 	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: "restart:redis@0s"})
 	require.Equal(t, http.StatusConflict, code, "%s", b)
 	require.Contains(t, errorOf(t, b), "the lab never touches servers it did not start")
+	pageWords(t, errorOf(t, b), "restart:redis@0s")
 }

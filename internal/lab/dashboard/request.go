@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 
@@ -136,4 +137,53 @@ func (q GroupRequest) configs() (lab.Scenario, error) {
 		sc.Runs = append(sc.Runs, c)
 	}
 	return sc, nil
+}
+
+// pageError is an error in the words of the page: the lab's errors are
+// the aegis command's, naming its flags (--tick) and quoting fault specs
+// (pause:holder@0s+3s), which nobody at the page typed; the page's form
+// calls them tick, TTL, work, and says which button the error answers.
+func pageError(err error) string {
+	var long *lab.LongWorkError
+	if errors.As(err, &long) {
+		return longWorkWords(long)
+	}
+	msg := err.Error()
+	msg = specPrefix.ReplaceAllString(msg, "")
+	msg = faultSubject.ReplaceAllString(msg, "this fault ")
+	msg = givenServer.ReplaceAllString(msg, "this dashboard was given that server rather than starting its own (make lab lets it start its own Redis)")
+	// A spec's part the page built from one of its boxes.
+	if part, rest, ok := strings.Cut(msg, " "); ok && specParts[part] != "" {
+		msg = specParts[part] + " " + rest
+	}
+	return flagName.ReplaceAllStringFunc(msg, func(f string) string {
+		if w, ok := formWords[f]; ok {
+			return w
+		}
+		return strings.TrimPrefix(f, "--")
+	})
+}
+
+var (
+	// specPrefix is a spec the lab's error quotes before what is wrong
+	// with it: `--chaos SPEC: ` (Config.Validate) or `chaos "SPEC": `
+	// (lab.ParseChaos).
+	specPrefix   = regexp.MustCompile(`--chaos \S+: |chaos "(?:[^"\\]|\\.)*": `)
+	faultSubject = regexp.MustCompile(`--chaos \S+ `)
+	givenServer  = regexp.MustCompile(`leave (?:--[a-z-]+ and )?AEGIS_[A-Z_]+ unset so that it starts its own`)
+	flagName     = regexp.MustCompile(`--[a-z][a-z-]*`)
+	formWords    = map[string]string{"--ttl": "TTL", "--catalog": "the catalog", "--fence": "fence"}
+	specParts    = map[string]string{"FOR": "for", "D": "clock", "SPEC": "the schedule's"}
+)
+
+// longWorkWords says what to change to add a long schedule: a run sets
+// its ticks' window from its longest job when its nodes start.
+func longWorkWords(e *lab.LongWorkError) string {
+	s := fmt.Sprintf("%s works %s, longer than this run's longest job (%s): a run's nodes learn how long a tick may take from its longest job when they start, so a running run takes no longer one. "+
+		"Give %s a work of at most %s here, or start a new run whose longest job works %s or more and add %s there",
+		e.Job, e.Work, e.Longest, e.Job, e.Longest, e.Work, e.Job)
+	// The Run form's catalog: its longest job works 1.5 × work, at most
+	// ¾ of its cadence of three ticks.
+	work := (e.Work*2/3 + time.Millisecond - 1).Truncate(time.Millisecond)
+	return s + fmt.Sprintf(" (in the Run form: work %s or more, as its certificates job works 1.5 × work; with a tick long enough that 2.25 ticks are %s or more).", work, e.Work)
 }

@@ -68,12 +68,12 @@ func (s *Server) handleStartGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	sc, err := q.configs()
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, pageError(err))
 		return
 	}
 	g, err := s.startGroup(sc)
 	if err != nil {
-		writeError(w, http.StatusConflict, err.Error())
+		writeError(w, http.StatusConflict, pageError(err))
 		return
 	}
 	// Answer once the first wave has started, so that the answer has the
@@ -229,7 +229,7 @@ func (s *Server) runOne(e *runEntry, started func()) {
 	case errors.As(err, &ue):
 		e.state, e.unavailable = stateUnavailable, ue.Err.Error()
 	case err != nil:
-		e.state, e.err = stateFailed, err.Error()
+		e.state, e.err = stateFailed, pageError(err)
 	default:
 		e.state, e.run = stateRunning, r
 		s.runs[r.ID] = e
@@ -467,7 +467,7 @@ func (s *Server) handleChaos(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, err := lab.ParseChaos(q.Spec)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, pageError(err))
 		return
 	}
 	// The run's own rules (a node that exists, failover for redis only…);
@@ -476,13 +476,13 @@ func (s *Server) handleChaos(w http.ResponseWriter, r *http.Request) {
 	c.Chaos = []lab.Chaos{ch}
 	c.Duration = max(c.Duration, ch.At)
 	if err := c.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, pageError(err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), injectTimeout)
 	defer cancel()
 	if err := run.Inject(ctx, ch); err != nil {
-		writeError(w, http.StatusConflict, fmt.Sprintf("%s: %v", ch, err))
+		writeError(w, http.StatusConflict, pageError(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"injected": ch.String()})

@@ -232,14 +232,14 @@ func TestBadRequests(t *testing.T) {
 		{"nothing", dashboard.GroupRequest{}, http.StatusBadRequest, "nothing to run"},
 		{"both", dashboard.GroupRequest{Scenario: "aegis", Runs: []dashboard.RunRequest{{Strategy: "none"}}}, http.StatusBadRequest, "not both"},
 		{"unknown scenario", dashboard.GroupRequest{Scenario: "payday"}, http.StatusBadRequest, `scenario "payday": unknown`},
-		{"unknown strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "mutex"}}}, http.StatusBadRequest, `--strategy "mutex": unknown`},
-		{"no strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Nodes: new(2)}}}, http.StatusBadRequest, "--strategy is required"},
-		{"nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(17)}}}, http.StatusBadRequest, "--nodes 17: want 1 to 16"},
-		{"zero nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(0)}}}, http.StatusBadRequest, "--nodes 0: want 1 to 16"},
+		{"unknown strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "mutex"}}}, http.StatusBadRequest, `strategy "mutex": unknown`},
+		{"no strategy", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Nodes: new(2)}}}, http.StatusBadRequest, "strategy is required"},
+		{"nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(17)}}}, http.StatusBadRequest, "nodes 17: want 1 to 16"},
+		{"zero nodes", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Nodes: new(0)}}}, http.StatusBadRequest, "nodes 0: want 1 to 16"},
 		{"tick", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Tick: "soon"}}}, http.StatusBadRequest, `tick "soon" is not a duration`},
-		{"ttl", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", TTL: "-1s"}}}, http.StatusBadRequest, "--ttl -1s: must be positive"},
-		{"chaos", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Chaos: []string{"nap:holder@1s"}}}}, http.StatusBadRequest, `chaos "nap:holder@1s": unknown kind "nap"`},
-		{"second run", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}, {Strategy: "pg-lease", Fence: &yes, Chaos: []string{"failover:redis@1s"}}}}, http.StatusBadRequest, "run 2 (pg-lease): --chaos failover:redis@1s: failover:redis needs a strategy on the Redis primary with a replica"},
+		{"ttl", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", TTL: "-1s"}}}, http.StatusBadRequest, "TTL -1s: must be positive"},
+		{"chaos", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none", Chaos: []string{"nap:holder@1s"}}}}, http.StatusBadRequest, `unknown kind "nap"`},
+		{"second run", dashboard.GroupRequest{Runs: []dashboard.RunRequest{{Strategy: "none"}, {Strategy: "pg-lease", Fence: &yes, Chaos: []string{"failover:redis@1s"}}}}, http.StatusBadRequest, "run 2 (pg-lease): failover:redis needs a strategy on the Redis primary with a replica"},
 		{"too many", dashboard.GroupRequest{Runs: slices.Repeat([]dashboard.RunRequest{{Strategy: "none"}}, 33)}, http.StatusBadRequest, "33 runs: want at most 32"},
 	}
 	for _, tt := range tests {
@@ -254,6 +254,7 @@ func TestBadRequests(t *testing.T) {
 		var e struct{ Error string }
 		require.NoError(t, json.Unmarshal(b, &e), "%s: errors are JSON: %s", tt.name, b)
 		require.Contains(t, e.Error, tt.want, tt.name)
+		pageWords(t, e.Error, tt.body)
 	}
 	var groups []groupView
 	h.getJSON("/api/groups", &groups)
@@ -279,8 +280,8 @@ func TestBadRequests(t *testing.T) {
 	req.Nodes = new(2)
 	id := h.startRun(req)
 	for _, tt := range []struct{ spec, want string }{
-		{"nap:holder", `chaos "nap:holder": unknown kind "nap"`},
-		{"pause:holder@0s", `chaos "pause:holder@0s": missing +FOR`},
+		{"nap:holder", `unknown kind "nap"`},
+		{"pause:holder@0s", `missing +FOR`},
 		{"pause:node3@0s+1s", "node3 does not exist: the run has 2 nodes"},
 		{"failover:redis@0s", "failover:redis needs a strategy on the Redis primary with a replica"},
 		{"restart:redis@0s", "restart:redis needs a Redis strategy"},
@@ -290,7 +291,18 @@ func TestBadRequests(t *testing.T) {
 		var e struct{ Error string }
 		require.NoError(t, json.Unmarshal(b, &e))
 		require.Contains(t, e.Error, tt.want, tt.spec)
+		pageWords(t, e.Error, tt.spec)
 	}
+	// The Catalog form's Add schedule with the course's nightly job, longer
+	// than the run's jobs: what to change, in the page's words.
+	nightly := "edit:nightly@0s=2s/1.5s"
+	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/chaos", dashboard.ChaosRequest{Spec: nightly})
+	require.Equal(t, http.StatusConflict, code, "%s", b)
+	var e struct{ Error string }
+	require.NoError(t, json.Unmarshal(b, &e))
+	require.Contains(t, e.Error, "nightly works 1.5s, longer than this run's longest job (200ms)")
+	require.Contains(t, e.Error, "in the Run form: work 1s or more")
+	pageWords(t, e.Error, nightly)
 	code, b = h.do(http.MethodGet, "/api/runs/"+id+"/report", nil)
 	require.Equal(t, http.StatusConflict, code, "no report before the end: %s", b)
 	code, b = h.do(http.MethodPost, "/api/runs/"+id+"/stop", map[string]any{})
@@ -371,5 +383,26 @@ func TestStopUnderLatency(t *testing.T) {
 	for get(http.MethodGet, "/api/runs/"+id).State != "done" {
 		require.True(t, time.Now().Before(deadline), "the run did not end within 2m of its stop")
 		time.Sleep(100 * time.Millisecond) // polling the API, as the page does
+	}
+}
+
+// pageWords requires an error the page shows to be in its words: no flag
+// of the aegis command, no fault spec the request sent.
+func pageWords(t *testing.T, msg string, sent any) {
+	t.Helper()
+	require.NotRegexp(t, `--[a-z]`, msg, "no command-line flag in a page's error")
+	var specs []string
+	switch v := sent.(type) {
+	case string:
+		specs = []string{v}
+	case dashboard.GroupRequest:
+		for _, r := range v.Runs {
+			specs = append(specs, r.Chaos...)
+		}
+	}
+	for _, spec := range specs {
+		if strings.Contains(spec, ":") {
+			require.NotContains(t, msg, spec, "no raw spec in a page's error")
+		}
 	}
 }

@@ -439,7 +439,7 @@ function makePanel(rv, g) {
     const every = seconds($('.add-every', p).value);
     const work = seconds($('.add-work', p).value);
     if (!name) { panelMsg(p, 'Name the new schedule (lower case, digits, - and _).', true); return; }
-    edit(p, name, `${every}/${work}`);
+    edit(p, name, `${every}/${work}`, `Add schedule ${name}`);
   });
   return p;
 }
@@ -490,23 +490,27 @@ async function inject(p, kind) {
     : target === 'holder' && kind !== 'skew' ? ': waiting for a node inside the critical section…'
       : target === 'writer' ? ': waiting for a node inside its write…'
         : target === 'committer' && kind !== 'skew' ? ': waiting for the next node to commit…' : '…';
-  await post(p, spec, waits);
+  const button = $(`button[data-chaos="${kind}"]`, p).textContent;
+  await post(p, spec, waits, ['pause', 'partition', 'kill', 'skew'].includes(kind) ? `${button} ${target}` : button);
 }
 
 // edit sends a catalog edit of the run: a fault like any other, drawn on
 // the job's lanes.
-async function edit(p, job, spec) {
-  await post(p, `edit:${job}@0s=${spec}`, '…');
+async function edit(p, job, spec, what) {
+  await post(p, `edit:${job}@0s=${spec}`, '…', what);
 }
 
-async function post(p, spec, waits) {
+// post injects the fault spec; an error is shown after what the student
+// pressed (what), in the server's words: never the spec, which they did
+// not type.
+async function post(p, spec, waits, what) {
   const rv = p._view;
   panelMsg(p, spec + waits);
   try {
     const res = await api('POST', `/api/runs/${rv.id}/chaos`, { spec });
     panelMsg(p, `injected ${res.injected}`);
   } catch (e) {
-    panelMsg(p, e.message, true);
+    panelMsg(p, `${what}: ${e.message}`, true);
   }
 }
 
@@ -541,8 +545,8 @@ function drawCatalog(rs, d, done) {
     `<button type="button" data-pause="${r.paused ? 'resume' : 'pause'}"${done ? ' disabled' : ''} title="${r.paused ? 'resume the schedule: it fires again' : 'pause the schedule: no node fires it until it is resumed'}">${r.paused ? 'Resume schedule' : 'Pause schedule'}</button></td></tr>`).join('');
   for (const tr of $$('tr', body)) {
     const job = tr.dataset.job;
-    $('button[data-every]', tr).addEventListener('click', () => edit(rs.panel, job, seconds($('input.every', tr).value)));
-    $('button[data-pause]', tr).addEventListener('click', (ev) => edit(rs.panel, job, ev.target.dataset.pause));
+    $('button[data-every]', tr).addEventListener('click', () => edit(rs.panel, job, seconds($('input.every', tr).value), `Set every of ${job}`));
+    $('button[data-pause]', tr).addEventListener('click', (ev) => edit(rs.panel, job, ev.target.dataset.pause, `${ev.target.textContent} ${job}`));
   }
   $('button[data-add]', rs.panel).disabled = done;
 }
