@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test fuzz services services-stop lab lab-table lab-campaign invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -77,6 +77,15 @@ LAB_CAMPAIGN_STRATEGIES := none sqlite pg-lease pg-unique pg-advisory optimistic
 lab-campaign: services
 	$(GO) build -o bin/aegis ./cmd/aegis
 	$(WITH_ENV) exec bin/aegis lab campaign --seed $(SEED) --runs 2 $(addprefix --strategy ,$(LAB_CAMPAIGN_STRATEGIES))
+
+# The course's lesson in Chromium, five times over: every fenced lease
+# strategy (sqlite, pg-lease, redis, redlock, etcd, zookeeper) side by
+# side with the form's defaults, Start, Pause the holder; each run must
+# show its refused late write (TestEndToEndLesson; make test runs it once).
+# About four minutes on 2 cores, more beside another suite.
+LESSON_RUNS ?= 5
+lab-lesson: services
+	$(WITH_ENV) $(GO) test -count=1 -v -timeout 30m -run '^TestEndToEndLesson$$' ./internal/lab/dashboard -lesson-runs $(LESSON_RUNS)
 
 # Seed 000's invoice export, told step by step against PostgreSQL.
 invoice: services

@@ -74,7 +74,7 @@ func TestEndToEndInChromium(t *testing.T) {
 		do("wait for a frame", chromedp.Evaluate[chromedp.Void](`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, chromedp.EvalAwaitPromise))
 		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		require.NoError(t, err)
-		path := filepath.Join("..", "..", "docs", name)
+		path := filepath.Join("..", "..", "..", "docs", name)
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 		t.Logf("wrote %s", path)
 	}

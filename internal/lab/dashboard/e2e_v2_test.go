@@ -129,7 +129,7 @@ func (p *page) shoot(sel, name string) {
 	p.do("wait for a frame", chromedp.Evaluate[chromedp.Void](`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, chromedp.EvalAwaitPromise))
 	png, err := chromedp.Run(p.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
 	require.NoError(p.t, err)
-	path := filepath.Join("..", "..", "docs", name)
+	path := filepath.Join("..", "..", "..", "docs", name)
 	require.NoError(p.t, os.WriteFile(path, png, 0o644))
 	p.t.Logf("wrote %s", path)
 }
@@ -144,7 +144,7 @@ func (p *page) shootView(sel, name string) {
 	p.do("scroll and wait for a frame", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).scrollIntoView(); new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, sel), chromedp.EvalAwaitPromise))
 	png, err := chromedp.Run(p.ctx, chromedp.CaptureScreenshot())
 	require.NoError(p.t, err)
-	path := filepath.Join("..", "..", "docs", name)
+	path := filepath.Join("..", "..", "..", "docs", name)
 	require.NoError(p.t, os.WriteFile(path, png, 0o644))
 	p.t.Logf("wrote %s", path)
 }

@@ -169,7 +169,10 @@ async function startGroup(req) {
     mergeGroup(g);
     formMsg('');
     render();
-    window.scrollTo({ top: 0, behavior: 'smooth' });
+    // The run's panel at the top of the window, its lanes under its
+    // controls: the Pause a student presses next is beside what it shows.
+    const first = $('#runs .run');
+    if (first) first.scrollIntoView({ block: 'start' }); else window.scrollTo({ top: 0 });
     restream();
   } catch (e) {
     formMsg(e.message, true);
@@ -416,7 +419,7 @@ function makePanel(rv, g) {
     serverFaults.map(([kind, label, title, ok]) => `<button type="button" data-chaos="${kind}" title="${esc(title)}"${ok(s) ? '' : ' hidden'}>${esc(label)}</button>`).join('') +
     `<button type="button" class="danger" data-stop>Stop run</button></div>` +
     `<p class="msg" role="status"></p>` +
-    `<details class="catalog"${many ? '' : ' open'}><summary>Catalog <small>(the schedules every node runs: edit them live)</small></summary><table class="catalogtable"><thead><tr><th>schedule</th><th>every</th><th>work</th><th>keep-alive</th><th>state</th><th>edit</th></tr></thead><tbody></tbody>` +
+    `<details class="catalog"><summary>Catalog <small>(the schedules every node runs: edit them live)</small></summary><table class="catalogtable"><thead><tr><th>schedule</th><th>every</th><th>work</th><th>keep-alive</th><th>state</th><th>edit</th></tr></thead><tbody></tbody>` +
     `<tfoot><tr><td><input class="add-name" type="text" placeholder="new-schedule" spellcheck="false"></td><td><input class="add-every" type="text" value="${esc(c.tick)}" spellcheck="false"></td>` +
     `<td><input class="add-work" type="text" value="${esc(c.work)}" spellcheck="false"></td><td colspan="2"></td><td><button type="button" data-add>Add schedule</button></td></tr></tfoot></table></details>` +
     `<div class="zoom"><label>zoom <select class="zoomsel"><option value="fit">fit (40 px a tick at least)</option><option value="2x">96 px a tick</option><option value="4x">192 px a tick</option></select></label>` +
@@ -486,12 +489,21 @@ async function inject(p, kind) {
     case 'kill-zookeeper': spec = 'kill:zookeeper@0s'; break;
     default: return;
   }
+  if (kind === 'pause' || kind === 'partition') showLanes(p);
   const waits = kind === 'failover' ? ': waiting for the next holder to be granted its lease…'
     : target === 'holder' && kind !== 'skew' ? ': waiting for a node inside the critical section…'
       : target === 'writer' ? ': waiting for a node inside its write…'
         : target === 'committer' && kind !== 'skew' ? ': waiting for the next node to commit…' : '…';
   const button = $(`button[data-chaos="${kind}"]`, p).textContent;
   await post(p, spec, waits, ['pause', 'partition', 'kill', 'skew'].includes(kind) ? `${button} ${target}` : button);
+}
+
+// showLanes scrolls the panel's lanes into the window when they are not
+// in it: a fault is watched on them.
+function showLanes(p) {
+  const lanes = $('.lanes', p);
+  const box = lanes.getBoundingClientRect();
+  if (box.top < 0 || box.top > window.innerHeight - Math.min(box.height, window.innerHeight / 2)) lanes.scrollIntoView({ block: 'nearest' });
 }
 
 // edit sends a catalog edit of the run: a fault like any other, drawn on
@@ -665,10 +677,49 @@ function drawRun(rs) {
   const extra = $('.extra', p);
   const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 're-fire': 'a tick run again after it had committed', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
   const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
-  extra.innerHTML = harms + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
+  const why = r && c.fenced && !r.stale_rejected ? `<p class="why"><b>No refusal:</b> ${esc(whyNoRefusal(rs.events))}</p>` : '';
+  extra.innerHTML = harms + why + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
   $('.ranknote', p).hidden = !rs.derived.long;
   drawCatalog(rs, rs.derived, done);
+}
+
+// whyNoRefusal says, from a fenced run's events, why its fence refused
+// nothing: for each node paused or cut off, whether it was inside a
+// critical section, whether another node read that job's ledger with a
+// greater token before it came back, and what became of its write.
+function whyNoRefusal(events) {
+  const faults = events.filter((e) => e.kind === 'chaos' && e.node && /^(pause|partition):/.test(e.detail || ''));
+  if (!faults.length) return 'no node was paused or cut off in this run, so no holder wrote late: the fence had nothing to refuse.';
+  const greater = (a, b) => { try { return BigInt(String(a || 0)) > BigInt(String(b || 0)); } catch (e) { return false; } };
+  const secs = (t) => `${Number(t).toFixed(2)} s`;
+  const outcome = new Set(['executed', 'stale', 'abandoned']);
+  const why = faults.map((f) => {
+    const who = `node${f.node}`;
+    const what = f.detail.startsWith('pause') ? 'paused' : 'cut off';
+    const back = events.find((e) => e.kind === 'healed' && e.node === f.node && e.t >= f.t);
+    const end = back ? back.t : Infinity;
+    const woke = back ? `${f.detail.startsWith('pause') ? 'woke' : 'was reconnected'} at ${secs(back.t)}` : 'came back';
+    // The section it was inside: entered before the fault, no outcome yet.
+    const inside = events.filter((e) => e.kind === 'entered' && e.node === f.node && e.t <= f.t &&
+      !events.some((o) => o.attempt === e.attempt && outcome.has(o.kind) && o.t <= f.t)).pop();
+    if (!inside) return `${who} was ${what} at ${secs(f.t)} outside a critical section (it had read no job's ledger): it had no write to make late`;
+    const job = inside.job;
+    const tok = inside.token && inside.token !== '0' ? ` t${inside.token}` : '';
+    const later = (e) => e.job === job && e.node !== f.node && e.t > f.t && e.t <= end && (!inside.token || inside.token === '0' || greater(e.token, inside.token));
+    const read = events.find((e) => e.kind === 'entered' && later(e));
+    if (!read) {
+      const granted = events.find((e) => e.kind === 'acquired' && later(e));
+      if (granted) return `node${granted.node} was granted ${job}'s lease (t${granted.token}) at ${secs(granted.t)}, but had not read its ledger with it before ${who} ${woke}: the fence holds a token from its holder's read on, so ${who}'s late write of tick ${inside.tick}${tok} met no greater token`;
+      return `no successor was granted ${job}'s lease before ${who} ${woke}: its late write of tick ${inside.tick}${tok} met no greater token`;
+    }
+    const out = events.find((e) => e.attempt === inside.attempt && outcome.has(e.kind));
+    if (!out) return `node${read.node} read ${job}'s ledger with t${read.token} at ${secs(read.t)}, but ${who} made no write after it ${woke} (its process ended first)`;
+    if (out.kind === 'abandoned') return `${who}'s late write of ${job} tick ${inside.tick} was abandoned (${out.detail || 'no commit'}): nothing came to the fence`;
+    if (out.t < read.t) return `${who}'s write of ${job} tick ${inside.tick} committed at ${secs(out.t)}, before node${read.node} read the ledger with t${read.token} at ${secs(read.t)}: it was not late`;
+    return `node${read.node} read ${job}'s ledger with t${read.token} at ${secs(read.t)}, and ${who}'s write of tick ${inside.tick} still committed at ${secs(out.t)}`;
+  });
+  return why.join('; ') + '.';
 }
 
 // ---- start ----------------------------------------------------------------------
