@@ -100,14 +100,22 @@ function renderControls() {
 }
 
 // presetLength says how long a preset takes: its runs' own lengths, a
-// wave at a time (never the time since it started).
+// wave at a time (never the time since it started). A run lasts its ticks,
+// then its last tick's window and one tick more, when its nodes exit: the
+// aegis preset's runs have 8 s of ticks and take about 15 s each
+// (measured: docs/dashboard.md).
 function presetLength(sc) {
   const per = sc.runs.map((r) => r.ticks * r.tick_s);
+  // A second more for its start: nodes ready, the catalog in effect.
+  const whole = sc.runs.map((r) => r.ticks * r.tick_s + r.window_s + r.tick_s + 1);
   const waves = Math.ceil(sc.runs.length / Math.max(1, sc.parallel));
   const longest = Math.max(...per);
   const shortest = Math.min(...per);
   const each = shortest === longest ? `${longest.toFixed(0)} s` : `${shortest.toFixed(0)}–${longest.toFixed(0)} s`;
-  return sc.runs.length === 1 ? `one run of ${per[0].toFixed(0)} s` : `${sc.runs.length} runs of ${each}, ${waves} wave${waves > 1 ? 's' : ''}`;
+  const total = waves * Math.max(...whole);
+  const about = total < 180 ? `about ${Math.round(total / 5) * 5} s` : `about ${Math.round(total / 60)} min`;
+  return sc.runs.length === 1 ? `one run of ${per[0].toFixed(0)} s of ticks: ${about} with its last window`
+    : `${sc.runs.length} runs of ${each} of ticks, ${waves} wave${waves > 1 ? 's' : ''}: ${about}`;
 }
 
 function renderAvailability() {
