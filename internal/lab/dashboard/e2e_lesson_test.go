@@ -65,7 +65,7 @@ func TestEndToEndLesson(t *testing.T) {
 				// A panel off screen is drawn when it scrolls into view.
 				p.do("scroll to pg-lease", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+run+`').scrollIntoView({ block: 'start' })`))
 				p.until("see the pause drawn", `document.querySelector('`+run+` rect.band.pause')`, 15*time.Second)
-				p.shootLaptop(run, "dashboard-lesson-paused.png")
+				p.shootLaptop(run, run, "dashboard-lesson-paused.png")
 			}
 		}
 		if round == 1 {
@@ -82,6 +82,19 @@ func TestEndToEndLesson(t *testing.T) {
 			require.Contains(t, msg, "in the Run form: work 1s or more")
 			pageWords(t, msg, "edit:nightly@0s=2s/1.5s")
 			require.NotContains(t, msg, "edit:", "no spec")
+			// A fenced run that refused nothing says why, from its events:
+			// the cases, as the page reads them.
+			why := func(events string) string { return p.str(`whyNoRefusal(` + events + `)`) }
+			held := `{t: 0.03, kind: 'acquired', node: 2, job: 'invoice-export', tick: 1, token: '1', until: 2.03}, ` +
+				`{t: 0.05, kind: 'entered', node: 2, job: 'invoice-export', tick: 1, token: '1', attempt: '2.1.1'}, ` +
+				`{t: 0.06, kind: 'chaos', node: 2, job: 'invoice-export', tick: 1, token: '1', detail: 'pause:holder@0s+3s: node2 paused'}, `
+			woke := `{t: 3.03, kind: 'healed', node: 2, detail: 'node2 resumed'}, {t: 3.06, kind: 'executed', node: 2, job: 'invoice-export', tick: 1, token: '1', attempt: '2.1.1'}`
+			require.Equal(t, "no node was paused or cut off in this run, so no holder wrote late: the fence had nothing to refuse.", why(`[]`))
+			require.Equal(t, "no successor was granted invoice-export's lease before node2 woke at 3.03 s: its late write of tick 1 t1 met no greater token.", why(`[`+held+woke+`]`))
+			require.Equal(t, "node3 was granted invoice-export's lease (t2) at 2.50 s, but had not read its ledger with it before node2 woke at 3.03 s: the fence holds a token from its holder's read on, so node2's late write of tick 1 t1 met no greater token.",
+				why(`[`+held+`{t: 2.5, kind: 'acquired', node: 3, job: 'invoice-export', tick: 3, token: '2'}, `+woke+`]`))
+			require.Equal(t, "node1 was paused at 1.00 s outside a critical section (it had read no job's ledger): it had no write to make late.",
+				why(`[{t: 1, kind: 'chaos', node: 1, detail: 'pause:node1@1s+3s: node1 paused'}, {t: 4, kind: 'healed', node: 1}]`))
 			p.do("fold the Catalog again", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+run+` details.catalog').open = false`))
 		}
 		for _, s := range lessonStrategies {
@@ -107,7 +120,7 @@ func TestEndToEndLesson(t *testing.T) {
 			require.Regexp(t, `after [0-9.]+s: the 3s asked`, healed, "%s: the pause's end says how long it lasted and why", s)
 			refused[s] = append(refused[s], stale)
 			if round == 1 && s == "pg-lease" {
-				p.shootLaptop(run, "dashboard-lesson-refused.png")
+				p.shootLaptop(run+` rect.mark.stale`, run, "dashboard-lesson-refused.png")
 			}
 		}
 	}
@@ -117,15 +130,19 @@ func TestEndToEndLesson(t *testing.T) {
 	require.Empty(t, p.exceptions(), "the page threw no JavaScript exception")
 }
 
-// shootLaptop writes a screenshot of the window (1366×768), scrolled as
-// the page scrolls a run started alone (its panel at the top), into docs/
-// with -screenshots.
-func (p *page) shootLaptop(sel, name string) {
+// shootLaptop writes a screenshot of the window (1366×768) into docs/
+// with -screenshots: scrolled to the run as a student's Start scrolls it
+// (its panel at the top), or, for a mark, to the lanes that have it.
+func (p *page) shootLaptop(sel, run, name string) {
 	p.t.Helper()
 	if !*screenshots {
 		return
 	}
-	p.do("scroll to the run and wait for a frame", chromedp.Evaluate[chromedp.Void](`document.querySelector('`+sel+`').scrollIntoView({ block: 'start' }); new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, chromedp.EvalAwaitPromise))
+	block := "start"
+	if sel != run {
+		block = "center"
+	}
+	p.do("scroll and wait for a frame", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).scrollIntoView({ block: %q }); new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))`, sel, block), chromedp.EvalAwaitPromise))
 	png, err := chromedp.Run(p.ctx, chromedp.CaptureScreenshot())
 	require.NoError(p.t, err)
 	path := filepath.Join("..", "..", "..", "docs", name)

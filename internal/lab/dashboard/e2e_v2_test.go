@@ -294,6 +294,8 @@ func TestEndToEndCatalogEdit(t *testing.T) {
 	p.do("start pg-lease", p.click(`#start`))
 	p.until("see the run going with its catalog", `document.querySelector('`+run+`[data-state="running"] .catalogtable tbody tr[data-job="invoice-export"] button[data-pause]:not([disabled])')`, 60*time.Second)
 	row := func(job string) string { return run + ` .catalogtable tbody tr[data-job="` + job + `"]` }
+	require.Zero(t, p.count(run+` details.catalog[open]`), "the Catalog starts folded, the lanes under the Pause button")
+	p.do("open the Catalog", p.click(run+` details.catalog summary`))
 	p.do("pause seat-assignment", p.click(row("seat-assignment")+` button[data-pause]`))
 	p.until("see it paused in the table", `document.querySelector('`+row("seat-assignment")+` td.paused')`, 30*time.Second)
 	p.until("see the edit on its lanes", `document.querySelector('`+run+` g.edit[data-job="seat-assignment"]')`, 10*time.Second)
