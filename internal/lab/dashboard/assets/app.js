@@ -417,7 +417,7 @@ function makePanel(rv, g) {
     `<div class="chaos"><span class="label">Chaos</span>` +
     `<label>target <select class="chaos-target">${targets.map((t) => `<option>${t}</option>`).join('')}</select></label>` +
     `<label>for <input class="chaos-for" type="text" value="3s" spellcheck="false"></label>` +
-    `<button type="button" data-chaos="pause" title="SIGSTOP the target, SIGCONT after the time given (holder: the node inside the critical section; writer: the node inside its write)">Pause</button>` +
+    `<button type="button" data-chaos="pause" title="SIGSTOP the target, SIGCONT after the time given (holder: the node inside the critical section, kept stopped longer until another node has read its job's ledger with a greater token; writer: the node inside its write)">Pause</button>` +
     `<button type="button" data-chaos="kill" title="SIGKILL the target; the lab restarts it">Kill</button>` +
     `<button type="button" data-chaos="partition" title="drop the target's connections to the servers chosen for the time given"${s.name === 'sqlite' ? ' disabled' : ''}>Partition</button>` +
     `<label>from <select class="chaos-server">${cut.map((k) => `<option value="${k.startsWith('all') ? '' : k}">${k}</option>`).join('')}</select></label>` +
