@@ -37,6 +37,13 @@ type Event struct {
 	// Until). 0 where nothing expires on a store (none, pg-advisory) and
 	// for queue, whose job lease is the queue's.
 	Until float64 `json:"until,omitempty"`
+	// Granted is, on acquired events, when the store granted the lease or
+	// run row, in seconds on the same clock as T: the store's grant
+	// history's time where it keeps one (pg-lease, sqlite), else the
+	// grant's call start (Until minus the TTL). T is when the node said so,
+	// which a pause between the grant and the node's handler makes later:
+	// the grant is drawn and ordered at Granted. 0 where Until is.
+	Granted float64 `json:"granted,omitempty"`
 	// Detail says more, in words: an error, what a fault did.
 	Detail string `json:"detail,omitempty"`
 }

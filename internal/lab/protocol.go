@@ -62,6 +62,13 @@ type NodeEvent struct {
 	// Until: on acquired and renewed, when the lease or claim expires on
 	// the store unless renewed again (Unix ns, real clock).
 	Until int64 `json:"until,omitempty"`
+	// Granted: on acquired, when the store granted the lease or run row
+	// (Unix ns, real clock): the store's grant history's time where it
+	// keeps one (pg-lease, sqlite: GrantHistory), else the grant's call
+	// start (Until minus the TTL). 0 where nothing expires on a store.
+	// The line itself may come much later: a node paused between its
+	// grant and its handler prints it when it resumes.
+	Granted int64 `json:"granted,omitempty"`
 	// Late: on misfired, how long after the tick's fire time the node saw
 	// it could not start it (ns); 0 for a tick its own previous run held
 	// up (overlap forbid).
@@ -73,6 +80,12 @@ type NodeEvent struct {
 	Ping   int64  `json:"ping,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
+
+// GrantHistory is how many grants of each key the nodes' row-lease
+// stores (pg-lease, sqlite) keep in their grant history (Config.History):
+// every grant of a run, whose nodes read back the store's time of their
+// own.
+const GrantHistory = 1000
 
 // ControlLine is a line the lab writes on a node's standard input: before
 // the start, a ping (the node answers with a pong event of the same

@@ -58,7 +58,8 @@ func (n *node) handle(ctx context.Context, args json.RawMessage) error {
 	if !n.strat.Fenceable() {
 		s.token = 0 // a lab Locker's token means nothing
 	}
-	n.emit(lab.NodeEvent{Kind: lab.EvAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: lab.OwnerHash(s.lease.Owner), Until: until})
+	n.emit(lab.NodeEvent{Kind: lab.EvAcquired, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run, Owner: lab.OwnerHash(s.lease.Owner), Until: until,
+		Granted: n.granted(ctx, s, until)})
 	n.critical(ctx, s)
 	n.emit(lab.NodeEvent{Kind: lab.EvReleased, Job: s.job, Tick: tick, Token: int64(s.token), RunAttempt: s.run})
 	return nil

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/aegislab/aegis/internal/owner"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -54,11 +56,55 @@ func (n *node) openLocker(ctx context.Context) (aegis.Locker, func(), error) {
 	// --ttl loses its session, and its lock goes to another node, as the
 	// other backends' leases do.
 	srv.ZKSessionTimeout = n.c.TTL
+	// The row-lease backends keep a grant history: the store's own time of
+	// each grant, which the node reports (a node paused between its grant
+	// and its handler would otherwise report the grant when it woke).
+	srv.LeaseHistory, srv.LeaseHolder = lab.GrantHistory, fmt.Sprintf("node%d.%d", n.c.Node, n.c.Incarnation)
 	l, closeFn, err := backend.Open(ctx, n.strat.Backend, srv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the %s backend: %w", n.strat.Backend, err)
 	}
-	return l, closeFn, nil
+	closeGrants, err := n.openGrants(srv)
+	if err != nil {
+		closeFn()
+		return nil, nil, fmt.Errorf("open the %s backend's grant history: %w", n.strat.Backend, err)
+	}
+	return l, func() { closeGrants(); closeFn() }, nil
+}
+
+// openGrants sets n.grants to read the grant history of the strategy's
+// store where it keeps one (postgres, sqlite), and returns what closes it.
+func (n *node) openGrants(srv backend.Servers) (func(), error) {
+	var db *sql.DB
+	var grants func(ctx context.Context, key string, limit int) ([]pglease.Grant, error)
+	var err error
+	switch n.strat.Backend {
+	case "postgres":
+		if db, err = sql.Open("pgx", srv.PostgresURL); err != nil {
+			return nil, err
+		}
+		var in *pglease.Inspector
+		if in, err = pglease.NewInspector(db, nil); err == nil {
+			grants = in.Grants
+		}
+	case "sqlite":
+		if db, err = sqlitelease.Open(srv.SQLitePath); err != nil {
+			return nil, err
+		}
+		var in *sqlitelease.Inspector
+		if in, err = sqlitelease.NewInspector(db, nil); err == nil {
+			grants = in.Grants
+		}
+	default:
+		return func() {}, nil
+	}
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	n.grants = grants
+	return func() { db.Close() }, nil
 }
 
 // everyone grants every caller: the "none" strategy's Locker, so that

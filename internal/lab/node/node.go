@@ -21,6 +21,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -67,6 +68,9 @@ type node struct {
 	// (Unix ns, from the scheduler's EventRun), until its handler starts.
 	untilMu sync.Mutex
 	untils  map[runID]int64
+	// grants reads a key's grants from the store's grant history, the
+	// newest first (nil: the strategy's store keeps none).
+	grants func(ctx context.Context, key string, limit int) ([]pglease.Grant, error)
 	// start is when the run's first tick fires (Unix ns; 0 until the lab
 	// says): the handler runs only the ticks fired in [start, end).
 	start atomic.Int64
@@ -350,6 +354,38 @@ func (n *node) until(run schedule.Run) int64 {
 	delete(n.untils, k)
 	return u
 }
+
+// granted returns when the store granted s's lease or run row (Unix ns,
+// real clock; 0 when unknown): its grant history's time where the store
+// keeps one, else the grant's call start (until, its expiry, minus the TTL
+// the catalog asks for: LockAtMostFor is --ttl). Not the handler's start,
+// which a pause between the grant and the handler makes late.
+func (n *node) granted(ctx context.Context, s section, until int64) int64 {
+	if n.grants != nil && s.lease.Key != "" {
+		// Bounded short: the read stands between the grant and the
+		// critical section; past it the call start is near enough.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+		defer cancel()
+		// Newest first: the grants made since this one (a pause) come
+		// before it; a run's job is granted once a tick at most.
+		gs, err := n.grants(ctx, s.lease.Key, grantsRead)
+		for _, g := range gs {
+			if g.Token == s.token {
+				return g.Granted.UnixNano()
+			}
+		}
+		if err != nil {
+			n.emit(lab.NodeEvent{Kind: lab.EvError, Job: s.job, Tick: s.tick, Detail: "grant history: " + err.Error()})
+		}
+	}
+	if until == 0 {
+		return 0
+	}
+	return until - int64(n.c.TTL)
+}
+
+// grantsRead is how many of a key's newest grants granted reads.
+const grantsRead = 64
 
 func errText(e schedule.Event) string {
 	if e.Err == nil {

@@ -65,6 +65,9 @@ func (r *Run) onNodeEvent(np *nodeProc, ev lab.NodeEvent, ready chan struct{}) {
 	if ev.Until != 0 {
 		e.Until = r.secs(ev.Until)
 	}
+	if ev.Granted != 0 {
+		e.Granted = r.secs(ev.Granted)
+	}
 	jt := jobTick{ev.Job, ev.Tick}
 	var derived []lab.Event
 	switch ev.Kind {

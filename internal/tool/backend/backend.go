@@ -33,6 +33,16 @@ type Servers struct {
 	// [minSessionTimeout, maxSessionTimeout] (400 ms to 60 s on the
 	// servers of internal/servers). The lab asks for its --ttl.
 	ZKSessionTimeout time.Duration
+
+	// LeaseHistory is Config.History of the postgres and sqlite backends:
+	// how many grants of each key their grant history keeps (the lab's
+	// nodes keep one, to draw each grant at the time the store made it).
+	// Default 0: no history. At most 1000; more is an error wrapping
+	// aegis.ErrInvalid from Open.
+	LeaseHistory int
+	// LeaseHolder is Config.Holder of the postgres and sqlite backends:
+	// the name each grant records. Default "host/pid".
+	LeaseHolder string
 }
 
 // FromEnv returns the servers named by the AEGIS_* variables, with the

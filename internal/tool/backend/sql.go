@@ -24,7 +24,7 @@ func openPostgres(ctx context.Context, s Servers) (aegis.Locker, func(), error) 
 		pool.Close()
 		return nil, nil, PostgresError("postgres: connect to", s.PostgresURL, err)
 	}
-	l, err := pglease.New(pool, nil)
+	l, err := pglease.New(pool, &pglease.Config{History: s.LeaseHistory, Holder: s.LeaseHolder})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -37,7 +37,7 @@ func openSQLite(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := sqlitelease.New(db, nil)
+	l, err := sqlitelease.New(db, &sqlitelease.Config{History: s.LeaseHistory, Holder: s.LeaseHolder})
 	if err != nil {
 		db.Close()
 		return nil, nil, err
