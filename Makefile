@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -86,6 +86,13 @@ lab-campaign: services
 LESSON_RUNS ?= 5
 lab-lesson: services
 	$(WITH_ENV) $(GO) test -count=1 -v -timeout 30m -run '^TestEndToEndLesson$$' ./internal/lab/dashboard -lesson-runs $(LESSON_RUNS)
+
+# The mark test on every preset (make test runs it on nightly-reconciliation
+# only): each preset run for real, as many at once as the dashboard admits,
+# shown in Chromium, every mark the page drew checked against the run's
+# events, its report's harm and the store's grant history. About 3 minutes.
+lab-marks: services
+	$(WITH_ENV) $(GO) test -race -count=1 -run 'TestMarksOfPresets' ./internal/lab/dashboard -mark-presets all -timeout 15m -v
 
 # Seed 000's invoice export, told step by step against PostgreSQL.
 invoice: services

@@ -34,6 +34,7 @@ type harness struct {
 	dash *dashboard.Server
 	srv  *httptest.Server
 	url  string
+	dir  string // the session's directory
 }
 
 func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
@@ -50,8 +51,9 @@ func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
 // starts the others itself (privately, stopped at the end of the test).
 func newHarnessOn(t *testing.T, given runner.Servers, cfg *dashboard.Config) *harness {
 	t.Helper()
+	dir := t.TempDir()
 	s, err := runner.NewSession(runner.Options{
-		Dir:     t.TempDir(),
+		Dir:     dir,
 		Servers: given,
 		NodeEnv: []string{nodeEnv},
 	})
@@ -62,7 +64,7 @@ func newHarnessOn(t *testing.T, given runner.Servers, cfg *dashboard.Config) *ha
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
-	return &harness{t: t, dash: d, srv: srv, url: srv.URL}
+	return &harness{t: t, dash: d, srv: srv, url: srv.URL, dir: dir}
 }
 
 // do sends a request and returns the status and body. A body that is not

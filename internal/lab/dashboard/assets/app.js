@@ -688,6 +688,7 @@ function drawRun(rs) {
   const why = r && c.fenced && !r.stale_rejected ? `<p class="why"><b>No refusal:</b> ${esc(whyNoRefusal(rs.events))}</p>` : '';
   extra.innerHTML = harms + why + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
+  extra.insertAdjacentHTML('beforeend', causeNotes(rs.derived, c.tick_s));
   $('.ranknote', p).hidden = !rs.derived.long;
   drawCatalog(rs, rs.derived, done);
 }

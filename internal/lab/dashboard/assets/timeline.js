@@ -13,6 +13,8 @@ function derive(rs) {
     attempts: [], byId: new Map(), commits: {}, missed: new Set(), dupTicks: new Set(),
     bands: [], marks: [], lines: [], grants: [], edits: [], jobs: [], lastT: 0, fired: 0, jt,
     writes: {}, // job → [{t, value, tick}] committed, in order
+    why: {}, // "job#tick" → [{node, kind, detail}]: what the nodes said of the tick (errors, misfires, refusals)
+    errors: [], // every node error: {node, job, tick, detail}
   };
   const jobs = new Set();
   const addJob = (j) => { if (j && !jobs.has(j)) { jobs.add(j); d.jobs.push(j); } };
@@ -48,14 +50,12 @@ function derive(rs) {
       case 'skipped': { const a = d.byId.get(e.attempt); if (a) a.skipped = true; break; }
       case 'abandoned': { const a = d.byId.get(e.attempt); if (a) { a.end = e.t; a.outcome = 'lost'; a.detail = e.detail; } break; }
       case 'acquired': {
+        // A grant starts when the store granted it (granted), not when
+        // the node said so: a node paused in between says it late.
         const k = gk(e.node, e.job);
-        if (openGrant[k]) openGrant[k].end = e.t;
-        const g = { node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start: e.t, end: null, until: e.until || 0, renewed: 0, successors: [] };
-        // Another node granted the same job while this one still runs:
-        // the successor, drawn on the earlier holder's lane.
-        for (const o of Object.values(openGrant)) {
-          if (o.job === e.job && o.node !== e.node && o.end === null) o.successors.push({ node: e.node, token: e.token || 0, t: e.t, tick: e.tick });
-        }
+        const start = e.granted || e.t;
+        if (openGrant[k]) openGrant[k].end = Math.min(e.t, Math.max(openGrant[k].start, start));
+        const g = { node: e.node, job: e.job, tick: e.tick, token: e.token || 0, start, said: e.t, end: null, until: e.until || 0, renewed: 0 };
         openGrant[k] = g; d.grants.push(g);
         break;
       }
@@ -76,6 +76,10 @@ function derive(rs) {
         break;
       case 'tick': d.fired = Math.max(d.fired, e.tick); break;
       case 'missed': d.missed.add(jt(e.job, e.tick)); break;
+      case 'error': case 'misfired': case 'refused': case 'not-primary':
+        if (e.job && e.tick) (d.why[jt(e.job, e.tick)] ||= []).push({ node: e.node, kind: e.kind, detail: e.detail || '' });
+        if (e.kind === 'error') d.errors.push({ node: e.node, job: e.job || '', tick: e.tick || 0, detail: e.detail || '' });
+        break;
       case 'duplicate': d.dupTicks.add(jt(e.job, e.tick)); break;
       case 'chaos': {
         const detail = e.detail || '';
@@ -107,6 +111,8 @@ function derive(rs) {
     }
   }
   d.attempts = d.attempts.filter((a) => !a.skipped);
+  follows(d);
+  harms(d, rs.view.config);
   for (const a of d.attempts) addJob(a.job);
   // Long tokens (etcd revisions, ZooKeeper zxids, run tokens) are
   // labelled by their rank among the job's tokens: r1 the smallest. The
@@ -114,7 +120,7 @@ function derive(rs) {
   const byJob = {};
   const add = (job, t) => { if (t && t !== '0') (byJob[job || ''] ||= new Set()).add(String(t)); };
   for (const a of d.attempts) { add(a.job, a.token); add(a.job, a.held); }
-  for (const g of d.grants) { add(g.job, g.token); for (const sc of g.successors) add(g.job, sc.token); }
+  for (const g of d.grants) add(g.job, g.token);
   d.long = Object.values(byJob).some((set) => [...set].some((t) => t.length > 6));
   d.rank = {};
   for (const [job, set] of Object.entries(byJob)) {
@@ -128,6 +134,112 @@ function derive(rs) {
   };
   if (d.jobs.length === 0) d.jobs.push('');
   return d;
+}
+
+// follows finds, for each grant, the job's holder when it was granted:
+// the grant of another node that had not ended then (the greatest token
+// among several). A grant with a greater token is its successor (▲, in
+// its own lane); one with a lesser token is a late grant, and one with the
+// same token a second grant of it (a lease that does not bump its token),
+// each drawn as such: never a successor.
+function follows(d) {
+  for (const g of d.grants) {
+    let p = null;
+    for (const o of d.grants) {
+      if (o.job !== g.job || o.node === g.node || o.start >= g.start || (o.end !== null && o.end <= g.start)) continue;
+      if (!p || cmpTok(o.token, p.token) > 0) p = o;
+    }
+    if (!p || !g.token || g.token === '0' || !p.token || p.token === '0') continue;
+    const c = cmpTok(g.token, p.token);
+    if (c > 0) g.successorOf = p;
+    else if (c < 0) g.lateAfter = p;
+    else g.sameAs = p;
+  }
+}
+
+// harms names each commit's harm, as the checker and the store count
+// them: a tick applied twice (duplicate), a value written twice (the later
+// write lost an update: each commit writes one more than it read), or,
+// fenced, a token accepted below one already accepted (stale-accepted).
+// Commits are taken in the order they were said.
+function harms(d, c) {
+  for (const job of Object.keys(d.writes)) {
+    const execs = d.attempts.filter((a) => a.job === job && a.outcome === 'exec').sort((a, b) => a.end - b.end);
+    const seen = new Map(); // value → the commit that wrote it first
+    let top = null; // the commit with the greatest token so far
+    for (const a of execs) {
+      const k = d.jt(a.job, a.tick);
+      const earlier = seen.get(a.value);
+      const below = top && a.token && a.token !== '0' && cmpTok(a.token, top.token) < 0 ? top : null;
+      const kinds = [];
+      const words = [];
+      if ((d.commits[k] || 0) > 1 || d.dupTicks.has(k)) { kinds.push('duplicate'); words.push(`tick ${a.tick} applied ${Math.max(2, d.commits[k] || 0)} times`); }
+      if (earlier) { kinds.push('lost-update'); words.push(`wrote ${a.value}, which node${earlier.node} (tick ${earlier.tick}${earlier.token && earlier.token !== '0' ? `, token ${earlier.token}` : ''}) had written: an update lost`); }
+      if (c && c.fenced && below) { kinds.push('stale-accepted'); words.push(`token ${a.token} accepted after token ${below.token} (tick ${below.tick})`); }
+      if (kinds.length) a.harm = { kind: kinds[0], kinds, words: words.join('; '), below };
+      if (!seen.has(a.value)) seen.set(a.value, a);
+      if (a.token && a.token !== '0' && (!top || cmpTok(a.token, top.token) > 0)) top = a;
+    }
+  }
+}
+
+// missedWhy says why a job's missed tick t ran nowhere, from what the
+// nodes said of it (errors, misfires, refusals) and the grants held when
+// it fired: [a short label, the words].
+function missedWhy(d, job, t, tickS) {
+  const said = d.why[d.jt(job, t)] || [];
+  const fire = (t - 1) * tickS;
+  // Its own holder that never committed it, or another tick's holder
+  // whose grant was still held when it fired.
+  const own = d.grants.filter((g) => g.job === job && g.tick === t);
+  // A lease the node saw run out up to 50 ms before the fire time still
+  // counts: its servers count its TTL from when they received the grant.
+  const held = d.grants.filter((g) => g.job === job && g.tick !== t && g.start <= fire + 1e-3 && (g.end === null || g.end > fire) && (!g.until || g.until > fire - 0.05));
+  const paused = (g) => d.bands.some((b) => b.node === g.node && b.kind === 'pause' && b.start <= (g.end ?? Infinity) && (b.end === null || b.end >= g.start));
+  const words = said.map((w) => `node${w.node} ${w.kind === 'error' ? '' : w.kind + ': '}${w.detail}`);
+  for (const g of own) words.push(`node${g.node} was granted it${g.token && g.token !== '0' ? ` (token ${g.token})` : ''} and did not commit it${paused(g) ? ': it was paused' : ''}`);
+  for (const g of held) {
+    const what = `node${g.node}'s ${g.token && g.token !== '0' ? `token ${g.token} ` : ''}grant (tick ${g.tick})`;
+    words.push((!g.until || g.until > fire ? `${what} was still held when it fired` : `${what} ran out at ${g.until.toFixed(2)} s, as it fired (its servers count the TTL from when they received the grant)`) +
+      (paused(g) ? ', its holder paused' : ''));
+  }
+  const all = said.map((w) => w.detail).join(' ');
+  let label = '';
+  if (/agreed|quorum|majority/i.test(all)) label = 'no quorum';
+  else if (/no answer|timeout|timed out|deadline exceeded|i\/o timeout/i.test(all)) label = 'no answer';
+  else if (own.some(paused) || held.some(paused)) label = 'paused';
+  else if (own.length || held.length) label = 'held';
+  else if (said.some((w) => w.kind === 'misfired')) label = 'misfire';
+  else if (said.some((w) => w.kind === 'refused')) label = 'refused';
+  else if (said.some((w) => w.kind === 'not-primary')) label = 'standby';
+  else if (said.length) label = 'error';
+  return [label, words.join('; ')];
+}
+
+// causeNotes is the run's notes of its missed ticks' causes and its
+// nodes' errors, for the page under the timeline (d: derive's).
+function causeNotes(d, tickS) {
+  const rows = [];
+  for (const k of d.missed) {
+    const [job, t] = [k.slice(0, k.lastIndexOf('#')), Number(k.slice(k.lastIndexOf('#') + 1))];
+    const [label, words] = missedWhy(d, job, t, tickS);
+    rows.push([job, t, `${job ? job + ' ' : ''}tick ${t} missed: ${words || 'no node said why (nobody took it within its window)'}`, label]);
+  }
+  rows.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
+  // The nodes' other errors (of ticks that ran in the end, or of no
+  // tick), the same words once, with how many times and by whom.
+  const other = new Map();
+  for (const e of d.errors) {
+    if (e.tick && d.missed.has(d.jt(e.job, e.tick))) continue;
+    const o = other.get(e.detail) || { nodes: new Set(), n: 0 };
+    o.nodes.add(e.node); o.n++;
+    other.set(e.detail, o);
+  }
+  const errs = [...other].slice(0, 8).map(([detail, o]) => [`node${[...o.nodes].sort().join(', node')}${o.n > 1 ? ` (${o.n}×)` : ''}: ${detail}`]);
+  if (other.size > 8) errs.push([`and ${other.size - 8} more kinds of node error: the JSON report has them`]);
+  if (!rows.length && !errs.length) return '';
+  return `<ul class="notes causes">${rows.map((r) => `<li data-job="${esc(r[0])}" data-tick="${r[1]}" data-cause="${esc(r[3])}">${esc(r[2])}</li>`).join('')}` +
+    errs.map((r) => `<li class="nodeerror">${esc(r[0])}</li>`).join('') + '</ul>';
 }
 
 // lineLabel names a fault of the whole run on its line.
@@ -249,10 +361,15 @@ function drawLanes(rs) {
       if (!missed && !dup) continue;
       const x0 = x((t - 1) * tickS);
       const x1 = x(t * tickS);
-      const why = missed ? `${job} tick ${t}: missed, nobody executed it within its window` : `${job} tick ${t}: applied ${Math.max(n, 2)} times`;
-      out.push(`<rect class="col ${missed ? 'missed' : 'dupcol'}" data-job="${esc(job)}" data-tick="${t}" x="${x0}" y="${lanesTop}" width="${x1 - x0}" height="${lanesH}"><title>${esc(why)}</title></rect>`);
-      const tag = missed ? (x1 - x0 >= 48 ? 'missed' : '') : '×' + Math.max(n, 2);
-      if (tag) out.push(`<text x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${tag}</text>`);
+      const [cause, causeWords] = missed ? missedWhy(d, job, t, tickS) : ['', ''];
+      const why = missed ? `${job} tick ${t}: missed, nobody executed it within its window${causeWords ? ': ' + causeWords : ''}` : `${job} tick ${t}: applied ${Math.max(n, 2)} times`;
+      out.push(`<rect class="col ${missed ? 'missed' : 'dupcol'}" data-job="${esc(job)}" data-tick="${t}"${missed ? ` data-cause="${esc(cause)}"` : ''} x="${x0}" y="${lanesTop}" width="${x1 - x0}" height="${lanesH}"><title>${esc(why)}</title></rect>`);
+      // Above the column: its cause where it fits (the tooltip and the
+      // run's notes have the nodes' words), else "missed", else the cause's
+      // initials.
+      const fitsTag = (text) => x1 - x0 >= text.length * 6 + 6;
+      const tag = !missed ? '×' + Math.max(n, 2) : cause && fitsTag(cause) ? cause : fitsTag('missed') ? 'missed' : cause.split(' ').map((w) => w[0]).join('');
+      if (tag) out.push(`<text class="${missed ? 'cause' : 'duptag'}" data-job="${esc(job)}" data-tick="${t}" x="${(x0 + x1) / 2}" y="${gy + headH - 5}" text-anchor="middle" font-size="10" font-weight="600" fill="${missed ? '#667085' : '#d62f2f'}">${esc(tag)}<title>${esc(why)}</title></text>`);
     }
     // The job's header: its name, its schedule, its edits.
     const head = job ? `${job}${spec ? ` · every ${spec.every} · work ${spec.work}${spec.keep_alive ? '' : ' · no keep-alive'}` : ' · added live'}` : 'the run';
@@ -281,9 +398,11 @@ function drawLanes(rs) {
       const sub = [stateText, standby, holder && st.token && st.token !== '0' ? `token ${d.tl(job, st.token)}` : '', ns && ns.incarnation > 1 ? `#${ns.incarnation}` : ''].filter(Boolean).join(' · ');
       if (sub) L.push(`<text x="6" y="${y + 29}" font-size="10.5" fill="${stateText === 'paused' ? '#7a5bc7' : '#667085'}">${esc(sub)}</text>`);
     }
-    // Grants: a line under the marks while the node runs the tick under
-    // it; past its expiry on the server the line is dashed, and the
-    // successor's grant is marked on it.
+    // Grants: a line under the marks from the store's grant to the end of
+    // the node's tick; past its expiry on the server the line is dashed.
+    // A successor's grant (a greater token while another node still ran
+    // the job) is a ▲ in its own lane; a late grant (a lesser token) is
+    // drawn as that.
     if (holdsWords[holds]) {
       for (const g of d.grants.filter((q) => q.job === job)) {
         const y = laneY(g.node) + 21;
@@ -291,19 +410,30 @@ function drawLanes(rs) {
         const gEnd = g.end ?? now;
         const expired = g.until > 0 && g.until < gEnd - 1e-3;
         const xExp = expired ? x(g.until) : x(gEnd);
-        const what = `node${g.node} holds ${job ? job + "'s " : ''}${holds}${g.token ? ` with token ${g.token}` : ''}`;
-        out.push(`<line class="lease" data-node="${g.node}" x1="${x0}" y1="${y}" x2="${Math.max(x0 + 1, xExp)}" y2="${y}" stroke="#8fb4ea" stroke-width="2"><title>${esc(what)}${g.renewed ? ` (renewed ${g.renewed}×)` : ''}</title></line>`);
+        const tl = g.token ? d.tl(job, g.token) : '';
+        const data = `data-node="${g.node}" data-job="${esc(job)}" data-tick="${g.tick}" data-token="${g.token}"`;
+        const what = `node${g.node} holds ${job ? job + "'s " : ''}${holds}${g.token ? ` with token ${g.token}` : ''}, granted at ${g.start.toFixed(2)} s` +
+          (g.said - g.start > 0.05 ? ` (the node said so at ${g.said.toFixed(2)} s: it was paused in between)` : '');
+        out.push(`<line class="lease" data-kind="grant" ${data} data-t="${g.start}" x1="${x0}" y1="${y}" x2="${Math.max(x0 + 1, xExp)}" y2="${y}" stroke="#8fb4ea" stroke-width="2"><title>${esc(what)}${g.renewed ? ` (renewed ${g.renewed}×)` : ''}</title></line>`);
         if (expired) {
           out.push(`<line class="lease after" x1="${xExp}" y1="${y}" x2="${Math.max(xExp + 1, x(gEnd))}" y2="${y}" stroke="#d97706" stroke-width="1.5" stroke-dasharray="3 2"><title>${esc(`node${g.node} still works, but its ${holds} expired on the server at ${g.until.toFixed(2)} s`)}</title></line>`);
-          out.push(`<g class="expiry" data-node="${g.node}" data-job="${esc(job)}" data-token="${g.token}"><title>${esc(`node${g.node}'s ${holds}${g.token ? ` (token ${g.token})` : ''} expired on the server at ${g.until.toFixed(2)} s: not renewed since (paused, cut off or no keep-alive)`)}</title>` +
+          out.push(`<g class="expiry" data-kind="expiry" ${data} data-t="${g.until}"><title>${esc(`node${g.node}'s ${holds}${g.token ? ` (token ${g.token})` : ''} expired on the server at ${g.until.toFixed(2)} s: not renewed since (paused, cut off or no keep-alive)`)}</title>` +
             `<line x1="${xExp}" y1="${y - 5}" x2="${xExp}" y2="${y + 5}" stroke="#d97706" stroke-width="2.5"/></g>`);
           foot(g.node, xExp, 'expired', '#b45309', 0);
         }
-        for (const sc of g.successors) {
-          const xs = x(sc.t);
-          out.push(`<g class="successor" data-node="${g.node}" data-to="${sc.node}"><title>${esc(`node${sc.node} was granted ${job || 'the job'}${sc.token ? ` with token ${sc.token}` : ''} at ${sc.t.toFixed(2)} s while node${g.node} still ran its tick`)}</title>` +
-            `<path d="M${xs - 4},${y + 6} L${xs + 4},${y + 6} L${xs},${y - 1} Z" fill="#2563eb"/></g>`);
-          foot(g.node, xs - 3, `▲ node${sc.node}${sc.token ? ' ' + d.tl(job, sc.token) : ''}`, '#1d4ed8', 1);
+        const p = g.successorOf || g.lateAfter || g.sameAs;
+        if (!p) continue;
+        const pl = d.tl(job, p.token);
+        if (g.successorOf) {
+          out.push(`<g class="successor" data-kind="successor" ${data} data-prev="${p.token}" data-t="${g.start}"><title>${esc(`node${g.node} was granted ${job || 'the job'} with token ${g.token} at ${g.start.toFixed(2)} s while node${p.node} (token ${p.token}) still ran its tick`)}</title>` +
+            `<path d="M${x0 - 4},${y + 6} L${x0 + 4},${y + 6} L${x0},${y - 1} Z" fill="#2563eb"/></g>`);
+          foot(g.node, x0 - 3, `▲ ${tl} > ${pl}`, '#1d4ed8', 1);
+        } else {
+          const late = !!g.lateAfter;
+          out.push(`<g class="lategrant" data-kind="${late ? 'late-grant' : 'same-token'}" ${data} data-prev="${p.token}" data-t="${g.start}"><title>${esc(`node${g.node} was granted token ${g.token} at ${g.start.toFixed(2)} s, ` +
+            (late ? `lower than node${p.node}'s token ${p.token} held then: a late grant, not a successor` : `the token node${p.node} held then: one token granted twice, not a successor`))}</title>` +
+            `<path d="M${x0 - 4},${y - 1} L${x0 + 4},${y - 1} L${x0},${y + 6} Z" fill="#fff" stroke="#b45309" stroke-width="1.3"/></g>`);
+          foot(g.node, x0 - 3, late ? `late ${tl} < ${pl}` : `again ${tl} = ${pl}`, '#b45309', 1);
         }
       }
     }
@@ -315,20 +445,31 @@ function drawLanes(rs) {
       const y = laneY(a.node) + 3;
       const x0 = x(a.start);
       const x1 = Math.max(x0 + 3, x(a.end ?? now));
+      // A harm is red (a tick applied twice, an update lost, a stale token
+      // accepted); green only for a commit of a tick applied once.
       let cls = a.outcome;
-      if (cls === 'exec' && ((d.commits[d.jt(a.job, a.tick)] || 0) > 1 || d.dupTicks.has(d.jt(a.job, a.tick)))) cls = 'dup';
-      const what = { exec: 'committed', dup: 'committed: the tick was applied more than once', stale: `refused by the fence: token ${a.token} against ${a.held || 'unknown'} held by the store`, open: 'in the critical section', lost: 'ended without a commit' }[cls];
+      if (cls === 'exec' && a.harm) cls = 'dup';
+      const kind = { exec: 'write', dup: 'harm', stale: 'refused' }[cls] || 'section';
+      const what = { exec: 'committed, applied once', dup: `committed: harm, ${a.harm ? a.harm.words : ''}`, stale: `refused by the fence: token ${a.token} against ${a.held || 'unknown'} held by the store`, open: 'in the critical section', lost: 'ended without a commit' }[cls];
       const title = `node${a.node}, ${a.job ? a.job + ' ' : ''}tick ${a.tick}${a.token ? `, token ${a.token}` : ''}: ${what}` +
         (a.read !== undefined && a.read !== null ? `; read ${a.read}` : '') + (a.value !== undefined ? `, wrote ${a.value}` : '') + (a.detail ? ` (${a.detail})` : '');
-      out.push(`<rect class="mark ${cls}" data-job="${esc(a.job || '')}" data-tick="${a.tick}" data-node="${a.node}" data-token="${a.token}" x="${x0}" y="${y}" width="${x1 - x0}" height="15" rx="2"><title>${esc(title)}</title></rect>`);
-      const inside = `#${a.tick}`;
-      if (x1 - x0 > inside.length * 5.6 + 4) out.push(`<text x="${x0 + 3}" y="${y + 11}" font-size="9.5" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(inside)}</text>`);
+      out.push(`<rect class="mark ${cls}" data-kind="${kind}"${a.harm ? ` data-harm="${a.harm.kinds.join(' ')}"` : ''} data-job="${esc(a.job || '')}" data-tick="${a.tick}" data-node="${a.node}" data-token="${a.token}" data-t="${a.start}" x="${x0}" y="${y}" width="${x1 - x0}" height="15" rx="2"><title>${esc(title)}</title></rect>`);
+      // The tick inside the mark: "#12", "12" when that is too wide, else
+      // with the label under it.
+      const fits = (text) => x1 - x0 > text.length * 5.6 + 4;
+      const inside = fits(`#${a.tick}`) ? `#${a.tick}` : fits(`${a.tick}`) ? `${a.tick}` : '';
+      if (inside) out.push(`<text class="tick" x="${x0 + (inside[0] === '#' ? 3 : 1.5)}" y="${y + 11}" font-size="9.5" fill="${cls === 'open' ? '#3b7dd8' : '#fff'}" pointer-events="none">${esc(inside)}</text>`);
       // The token under the mark; a refusal at the mark's end, where the
       // store refused it, with a line to the commit that holds the token
       // it lost to. A label that would overprint the lane's last one is
       // left to the tooltip.
       const stale = cls === 'stale';
-      const label = stale ? refusal(a, d) : a.token && a.token !== '0' ? d.tl(a.job, a.token) : '';
+      const tokLabel = a.token && a.token !== '0' ? d.tl(a.job, a.token) : '';
+      const harmLabel = a.harm ? ({ duplicate: `×${Math.max(2, d.commits[d.jt(a.job, a.tick)] || 0)}`, 'lost-update': 'lost', 'stale-accepted': 'stale' }[a.harm.kind] +
+        (a.harm.below ? ` ${tokLabel} < ${d.tl(a.job, a.harm.below.token)}` : tokLabel ? ' ' + tokLabel : '')) : '';
+      // A mark too narrow for its tick has it in its label (a refusal's
+      // is in its tooltip).
+      const label = stale ? refusal(a, d) : (inside ? '' : `#${a.tick} `) + (harmLabel || tokLabel);
       if (stale && a.held) {
         const won = attempts.filter((b) => b.outcome === 'exec' && String(b.token) === String(a.held) && b.end !== null && b.end <= (a.end ?? now)).pop();
         if (won) out.push(`<line class="lostto" x1="${x1}" y1="${y + 8}" x2="${x(won.end)}" y2="${laneY(won.node) + 11}" stroke="#d97706" stroke-width="1" stroke-dasharray="2 2"><title>${esc(`refused: node${won.node} had committed token ${won.token} (tick ${won.tick})`)}</title></line>`);
@@ -338,7 +479,7 @@ function drawLanes(rs) {
       const lx = stale ? x1 + 2 : x0;
       if ((labelEnd[a.node] || 0) > lx) continue;
       labelEnd[a.node] = lx + w;
-      out.push(`<text class="${stale ? 'refusal' : 'token'}" data-node="${a.node}" data-tick="${a.tick}" x="${lx}" y="${y + 29}" font-size="9.5" font-weight="${stale ? 700 : 400}" fill="${stale ? '#b45309' : '#475467'}">${esc(label)}</text>`);
+      out.push(`<text class="${stale ? 'refusal' : a.harm ? 'harmlabel' : 'token'}" data-node="${a.node}" data-tick="${a.tick}" x="${lx}" y="${y + 29}" font-size="9.5" font-weight="${stale || a.harm ? 700 : 400}" fill="${stale ? '#b45309' : a.harm ? '#a32020' : '#475467'}">${esc(label)}</text>`);
     }
     // Faults on a node, over the marks: bands (pause, partition) and
     // marks (kill, skew, the grant a failover lost), in the lane's foot.
@@ -395,7 +536,9 @@ function drawLanes(rs) {
   const follow = !old || (rs.lastNowX !== undefined && rs.lastNowX >= left - 2 && rs.lastNowX <= left + old.clientWidth + 2);
   box.innerHTML = L.join('') + `<div class="plotbox">${out.join('')}</div>`;
   const pb = $('.plotbox', box);
-  pb.scrollLeft = follow && !rs.end && nowX > pb.clientWidth - 60 ? nowX - pb.clientWidth + 60 : left;
+  // A finished run opens at its start (once: then where the user puts it).
+  if (rs.end && !rs.openedAtStart) { rs.openedAtStart = true; pb.scrollLeft = 0; }
+  else pb.scrollLeft = follow && !rs.end && nowX > pb.clientWidth - 60 ? nowX - pb.clientWidth + 60 : left;
   rs.lastNowX = nowX;
 }
 
