@@ -454,6 +454,33 @@ func TestMarksRecorded(t *testing.T) {
 		require.Contains(t, p.str(`document.querySelector('#recorded-no-quorum .notes.causes li[data-tick="`+tick+`"]').textContent`), "0 of 5 nodes agreed", "the run's notes say why tick %s was missed", tick)
 	}
 	require.Contains(t, p.str(`document.querySelector('#recorded-no-quorum .notes.causes li.nodeerror').textContent`), "node2: schedule: unhandled", "an error of no tick reaches the notes")
+
+	// A long run followed to its end while it goes opens at its start once
+	// finished (the issue's Redlock run opened at tick 4, its pause's label
+	// cut); after that it stays where the user scrolls it.
+	scroll := p.str(fmt.Sprintf(`(() => {
+  const el = document.createElement('div');
+  el.style.width = '1300px';
+  el.innerHTML = '<div class="lanes"></div><div class="extra"></div>';
+  document.body.appendChild(el);
+  const events = [];
+  for (let t = 1; t <= 40; t++) events.push({ t: t - 1, kind: 'tick', tick: t });
+  const rs = { id: 'long', events, status: { elapsed_s: 39.5 }, end: null, view: { config: Object.assign(%s, { ticks: 40 }) }, panel: el, zoom: 'fit' };
+  drawLanes(rs);
+  const going = el.querySelector('.plotbox').scrollLeft;
+  rs.end = { report: { checker: 'ok', harms: [] } };
+  drawLanes(rs);
+  const done = el.querySelector('.plotbox').scrollLeft;
+  el.querySelector('.plotbox').scrollLeft = 100;
+  drawLanes(rs);
+  return [going, done, el.querySelector('.plotbox').scrollLeft].join(' ');
+})()`, recordedConfig))
+	var going, done, kept int
+	_, err := fmt.Sscanf(scroll, "%d %d %d", &going, &done, &kept)
+	require.NoError(t, err, scroll)
+	require.Positive(t, going, "while it goes the plot follows its end")
+	require.Zero(t, done, "finished, it opens at its start")
+	require.Equal(t, 100, kept, "then it stays where the user put it")
 }
 
 var markPresets = flag.String("mark-presets", "nightly-reconciliation", "the presets TestMarksOfPresets runs for real: comma-separated names, or all (make lab-marks)")
