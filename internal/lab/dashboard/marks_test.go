@@ -147,15 +147,20 @@ func checkMarks(marks []pageMark, f markFacts) []string {
 		return p
 	}
 	near := func(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
-	// Commits, by job: the ticks applied and the values written.
-	ticks, values := map[string]map[int]int{}, map[string]map[int64]int{}
+	// Commits, by job: the ticks applied, and each commit's value against
+	// the ledger's before it (the commit before, in the order they were
+	// said), by node, tick and token.
+	ticks := map[string]map[int]int{}
+	type write struct{ value, before int64 }
+	writes, last := map[string]write{}, map[string]int64{}
 	for _, e := range f.Events {
 		if e.Kind == lab.EventExecuted && e.Value != nil {
 			if ticks[e.Job] == nil {
-				ticks[e.Job], values[e.Job] = map[int]int{}, map[int64]int{}
+				ticks[e.Job] = map[int]int{}
 			}
 			ticks[e.Job][e.Tick]++
-			values[e.Job][*e.Value]++
+			writes[key(e.Job, e.Node, e.Tick, tok(e.Token))] = write{*e.Value, last[e.Job]}
+			last[e.Job] = *e.Value
 		}
 	}
 	harmed := map[string]map[lab.Harm]bool{}
@@ -212,6 +217,9 @@ func checkMarks(marks []pageMark, f markFacts) []string {
 			if ticks[m.Job][m.Tick] != 1 {
 				badf("%s: drawn as applied once, the tick was committed %d times", where, ticks[m.Job][m.Tick])
 			}
+			if w, ok := writes[key(m.Job, m.Node, m.Tick, m.Token)]; ok && w.value <= w.before {
+				badf("%s: drawn good, it wrote %d over %d: an update lost", where, w.value, w.before)
+			}
 			if len(f.Harms[m.Job]) > 0 && slices.Contains(f.Harms[m.Job], lab.HarmStaleAccepted) {
 				badf("%s: drawn good in a job whose stale token was accepted", where)
 			}
@@ -229,7 +237,11 @@ func checkMarks(marks []pageMark, f markFacts) []string {
 					if ticks[m.Job][m.Tick] < 2 {
 						badf("%s: called a duplicate, the tick was committed %d times", where, ticks[m.Job][m.Tick])
 					}
-				case lab.HarmLostUpdate, lab.HarmStaleAccepted:
+				case lab.HarmLostUpdate:
+					if w, ok := writes[key(m.Job, m.Node, m.Tick, m.Token)]; !ok || w.value > w.before {
+						badf("%s: called a lost update, it wrote %d over %d", where, w.value, w.before)
+					}
+				case lab.HarmStaleAccepted:
 				default:
 					badf("%s: harm %q is no harm the report names", where, name)
 				}
@@ -701,6 +713,10 @@ func TestCheckMarks(t *testing.T) {
 		{"a harm the report names, not drawn", truth, markFacts{Events: events, Grants: store, Harms: map[string][]lab.Harm{job: {lab.HarmLostUpdate}}}, "the report names lost-update, no red mark draws it"},
 		{"a harm not red", append(slices.Clone(truth), pageMark{Kind: "harm", Lane: 3, Node: 3, Job: job, Tick: 8, Token: "7", Harm: "lost-update"}),
 			markFacts{Events: events, Grants: store, Harms: map[string][]lab.Harm{job: {lab.HarmLostUpdate}}}, "a harm not drawn red"},
+		{"a late write that lost an update drawn green", append(slices.Clone(truth), pageMark{Kind: "write", Lane: 1, Node: 1, Job: job, Tick: 5, Token: "5"}), markFacts{Events: append(slices.Clone(events),
+			lab.Event{T: 7.6, Kind: lab.EventExecuted, Node: 1, Job: job, Tick: 5, Token: 5, Value: new(int64(5))}), Grants: store, Harms: map[string][]lab.Harm{}}, "drawn good, it wrote 5 over 6: an update lost"},
+		{"a good write called a lost update", append(slices.Clone(truth), pageMark{Kind: "harm", Lane: 3, Node: 3, Job: job, Tick: 8, Token: "7", Harm: "lost-update", Red: true}),
+			markFacts{Events: events, Grants: store, Harms: map[string][]lab.Harm{job: {lab.HarmLostUpdate}}}, "called a lost update, it wrote 6 over 5"},
 		{"a harm the report does not name", append(slices.Clone(truth), pageMark{Kind: "harm", Lane: 3, Node: 3, Job: job, Tick: 8, Token: "7", Harm: "lost-update", Red: true}), facts, "lost-update drawn, the report's harms"},
 	} {
 		bad := checkMarks(c.marks, c.facts)

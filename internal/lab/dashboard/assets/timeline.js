@@ -37,7 +37,7 @@ function derive(rs) {
       case 'writing': { const a = d.byId.get(e.attempt); if (a) a.writing = e.t; break; }
       case 'executed': {
         const a = d.byId.get(e.attempt);
-        if (a) { a.end = e.t; a.outcome = 'exec'; a.value = e.value; }
+        if (a) { a.end = e.t; a.outcome = 'exec'; a.value = e.value; a.seq = d.writes[e.job || ''] ? d.writes[e.job || ''].length : 0; }
         d.commits[jt(e.job, e.tick)] = (d.commits[jt(e.job, e.tick)] || 0) + 1;
         (d.writes[e.job || ''] ||= []).push({ t: e.t, value: e.value, tick: e.tick, node: e.node });
         break;
@@ -158,26 +158,27 @@ function follows(d) {
 }
 
 // harms names each commit's harm, as the checker and the store count
-// them: a tick applied twice (duplicate), a value written twice (the later
-// write lost an update: each commit writes one more than it read), or,
-// fenced, a token accepted below one already accepted (stale-accepted).
-// Commits are taken in the order they were said.
+// them: a tick applied twice (duplicate), a write that lost an update (it
+// wrote no more than the ledger held: each commit writes one more than it
+// read, so it overwrote an effect it did not read), or, fenced, a token
+// accepted below one already accepted (stale-accepted). Commits are taken
+// in the order they were said.
 function harms(d, c) {
   for (const job of Object.keys(d.writes)) {
-    const execs = d.attempts.filter((a) => a.job === job && a.outcome === 'exec').sort((a, b) => a.end - b.end);
-    const seen = new Map(); // value → the commit that wrote it first
+    const execs = d.attempts.filter((a) => a.job === job && a.outcome === 'exec').sort((a, b) => a.seq - b.seq);
+    let last = null; // the commit before
     let top = null; // the commit with the greatest token so far
     for (const a of execs) {
       const k = d.jt(a.job, a.tick);
-      const earlier = seen.get(a.value);
+      const earlier = last && (a.value ?? 0) <= (last.value ?? 0) ? last : null;
+      last = a;
       const below = top && a.token && a.token !== '0' && cmpTok(a.token, top.token) < 0 ? top : null;
       const kinds = [];
       const words = [];
       if ((d.commits[k] || 0) > 1 || d.dupTicks.has(k)) { kinds.push('duplicate'); words.push(`tick ${a.tick} applied ${Math.max(2, d.commits[k] || 0)} times`); }
-      if (earlier) { kinds.push('lost-update'); words.push(`wrote ${a.value}, which node${earlier.node} (tick ${earlier.tick}${earlier.token && earlier.token !== '0' ? `, token ${earlier.token}` : ''}) had written: an update lost`); }
+      if (earlier) { kinds.push('lost-update'); words.push(`wrote ${a.value} over ${earlier.value}, which node${earlier.node} (tick ${earlier.tick}${earlier.token && earlier.token !== '0' ? `, token ${earlier.token}` : ''}) had written: an update lost`); }
       if (c && c.fenced && below) { kinds.push('stale-accepted'); words.push(`token ${a.token} accepted after token ${below.token} (tick ${below.tick})`); }
       if (kinds.length) a.harm = { kind: kinds[0], kinds, words: words.join('; '), below };
-      if (!seen.has(a.value)) seen.set(a.value, a);
       if (a.token && a.token !== '0' && (!top || cmpTok(a.token, top.token) > 0)) top = a;
     }
   }
