@@ -25,10 +25,10 @@ func TestZKConnectLearnsSessionTimeout(t *testing.T) {
 	const asked = 4 * time.Second
 	l := plainLocker(t, testenv.ZKServers(t), asked)
 	require.Less(t, minSessionTimeout(t, testenv.ZKServers(t)[0]), asked, "the shared ensemble's minSessionTimeout is below the session asked for")
-	start := time.Now()
 	lease, err := l.TryAcquire(ctx, testenv.Key(t), 3*time.Second)
+	end := time.Now() // after the request's start, which the deadline counts from
 	require.NoError(t, err, "a TTL within the 4s session")
-	require.False(t, lease.Deadline.After(start.Add(3*time.Second)))
+	require.False(t, lease.Deadline.After(end.Add(3*time.Second)), "the 3s TTL bounds the deadline")
 	require.NoError(t, l.Release(ctx, lease))
 	_, err = l.TryAcquire(ctx, testenv.Key(t), 5*time.Second)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
