@@ -110,7 +110,7 @@ func TestEndToEndLesson(t *testing.T) {
 			rep := h.runReport(t, ids[s])
 			require.Equal(t, rep.StaleRejected, stale, "%s: the page's count is the report's", s)
 			require.True(t, rep.StoreAgrees, "%s: the store agrees", s)
-			require.Zero(t, rep.DuplicatesApplied+int(rep.LostUpdates), "%s fenced: nothing applied twice or lost", s)
+			require.Zero(t, rep.DuplicatesApplied+int(rep.LostUpdates), "%s fenced: nothing applied twice or lost (%d, %d); its jobs %+v\n%s", s, rep.DuplicatesApplied, rep.LostUpdates, rep.Jobs, dump(rep.Events))
 			healed := ""
 			for _, e := range rep.Events {
 				if e.Kind == lab.EventHealed && strings.Contains(e.Detail, "resumed with SIGCONT after") {
