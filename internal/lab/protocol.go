@@ -133,6 +133,12 @@ type NodeConfig struct {
 	Incarnation int
 }
 
+// NodeExitConfig is the exit status of a node that refused its
+// configuration: its flags, or a value its backend refuses (aegis.ErrInvalid,
+// such as an etcd TTL that is not whole seconds). The lab calls a run with
+// such a node inconclusive.
+const NodeExitConfig = 2
+
 // ParseNodeArgs reads the flags of `aegis node`, the inverse of Args; a
 // flag it cannot read is reported on stderr.
 func ParseNodeArgs(args []string, stderr io.Writer) (NodeConfig, error) {

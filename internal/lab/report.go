@@ -50,6 +50,13 @@ type Report struct {
 	RetriedRefires int `json:"retried_refires"`
 	// Checker is ok, violation or unknown (a check timed out).
 	Checker string `json:"checker"`
+	// Verdict is the run's: VerdictHarmed, else VerdictInconclusive when
+	// Inconclusive has a reason, else VerdictOK (see Conclude).
+	Verdict string `json:"verdict"`
+	// Inconclusive says, in words with numbers, why the run proves
+	// nothing ("17 of 17 job ticks missed: …"); empty when it proves what
+	// it shows. A harmed run keeps its reasons too.
+	Inconclusive []string `json:"inconclusive"`
 	// Harms lists the harms the run showed (HarmDuplicate, …), from the
 	// store and the checker.
 	Harms []Harm `json:"harms"`
@@ -123,6 +130,82 @@ const (
 	CheckViolation = checker.CheckViolation
 	CheckUnknown   = checker.CheckUnknown
 )
+
+// Verdicts of a run, as Report.Verdict says them.
+const (
+	// VerdictOK: no harm, and the run did what it was meant to test.
+	VerdictOK = "ok"
+	// VerdictHarmed: the run showed a harm (or the checker a violation),
+	// whether or not it is also inconclusive: a harm seen is a proof.
+	VerdictHarmed = "harmed"
+	// VerdictInconclusive: no harm, but the run proves nothing: a node
+	// exited on its configuration, too few ticks executed, a fault found
+	// no target, or a job's check ran out of time.
+	VerdictInconclusive = "inconclusive"
+)
+
+// MinExecutedShare is the share of a run's job ticks that must have
+// executed for a clean run to count as one: below it, the ticks a
+// strategy is judged on (each run once under the faults) mostly did not
+// happen. Half, because a fault (a pause past the TTL, a kill, a
+// partition) costs a job a tick or a few of the dozen or so a run fires,
+// while a run whose nodes cannot run (a refused configuration, a store
+// out of reach, a leader paused for most of the run) misses nearly all.
+const MinExecutedShare = 0.5
+
+// Conclude sets the run's Verdict and Inconclusive from its counts, its
+// harms and its checker verdicts, and from what the runner saw:
+// configExits, one line per node that exited on its configuration
+// ("node2: why"; nodes with the same why are named together), and unapplied, one line per fault that found no target or
+// otherwise did not happen ("pause:holder@1s+2s: …"). Call it once the
+// jobs are added.
+func (r *Report) Conclude(configExits, unapplied []string) {
+	r.Inconclusive = []string{}
+	if len(configExits) > 0 {
+		// Nodes refuse alike: one reason, with the nodes that gave it.
+		var whys []string
+		nodes := map[string][]string{}
+		for _, e := range configExits {
+			node, why, _ := strings.Cut(e, ": ")
+			if nodes[why] == nil {
+				whys = append(whys, why)
+			}
+			nodes[why] = append(nodes[why], node)
+		}
+		for i, why := range whys {
+			slices.SortFunc(nodes[why], func(a, b string) int { // node2 before node10
+				return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+			})
+			whys[i] = strings.Join(nodes[why], ", ") + ": " + why
+		}
+		r.Inconclusive = append(r.Inconclusive, fmt.Sprintf("%d of %d nodes exited on their configuration (%s)",
+			len(configExits), r.Nodes, strings.Join(whys, "; ")))
+	}
+	executed := r.Ticks - r.MissedTicks
+	switch {
+	case r.Ticks == 0:
+		r.Inconclusive = append(r.Inconclusive, "no job tick fired")
+	case float64(executed) < MinExecutedShare*float64(r.Ticks):
+		r.Inconclusive = append(r.Inconclusive, fmt.Sprintf("%d of %d job ticks missed: %d executed, fewer than %.0f%%",
+			r.MissedTicks, r.Ticks, executed, MinExecutedShare*100))
+	}
+	for _, u := range unapplied {
+		r.Inconclusive = append(r.Inconclusive, "a fault did not happen: "+u)
+	}
+	for _, j := range r.Jobs {
+		if j.Checker == CheckUnknown {
+			r.Inconclusive = append(r.Inconclusive, fmt.Sprintf("the check of %s ran out of time: its history is not judged", j.Name))
+		}
+	}
+	switch {
+	case len(r.Harms) > 0 || r.Checker == CheckViolation:
+		r.Verdict = VerdictHarmed
+	case len(r.Inconclusive) > 0:
+		r.Verdict = VerdictInconclusive
+	default:
+		r.Verdict = VerdictOK
+	}
+}
 
 // Harm is a kind of harm a run can show.
 type Harm string
@@ -211,6 +294,14 @@ func (r *Report) WriteSummary(w io.Writer) error {
 		fmt.Fprint(w, " (a check timed out)")
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "verdict: %s", r.Verdict)
+	if len(r.Inconclusive) > 0 {
+		if r.Verdict != VerdictInconclusive {
+			fmt.Fprint(w, " (and inconclusive)")
+		}
+		fmt.Fprintf(w, ": %s", strings.Join(r.Inconclusive, "; "))
+	}
+	fmt.Fprintln(w)
 	if !r.StoreAgrees {
 		fmt.Fprintf(w, "checker disagrees with the store: %s\n", r.Disagreement)
 	}
@@ -231,14 +322,14 @@ func (r *Report) WriteSummary(w io.Writer) error {
 // preset), then each strategy's "does not guarantee" line.
 func WriteComparison(w io.Writer, reports []*Report) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "strategy\tfenced\tticks\texecutions\tduplicate_ticks\tduplicates_applied\tstale_rejected\tmissed_ticks\tlost_updates\tchecker\t\n")
+	fmt.Fprint(tw, "strategy\tfenced\tticks\texecutions\tduplicate_ticks\tduplicates_applied\tstale_rejected\tmissed_ticks\tlost_updates\tchecker\tverdict\t\n")
 	for _, r := range reports {
 		if r.Unavailable != "" {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\t\tunavailable\t\n", r.Strategy, fencedWord(r))
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t\t\tunavailable\t\t\n", r.Strategy, fencedWord(r))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Strategy, fencedWord(r), r.Ticks, r.Executions,
-			r.DuplicateTicks, r.DuplicatesApplied, r.StaleRejected, r.MissedTicks, r.LostUpdates, r.Checker)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.Strategy, fencedWord(r), r.Ticks, r.Executions,
+			r.DuplicateTicks, r.DuplicatesApplied, r.StaleRejected, r.MissedTicks, r.LostUpdates, r.Checker, r.Verdict)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -261,6 +352,9 @@ func WriteComparison(w io.Writer, reports []*Report) error {
 		fmt.Fprintf(w, "\nunavailable:\n  %s\n", strings.Join(unavailable, "\n  "))
 	}
 	for _, r := range reports {
+		for _, why := range r.Inconclusive {
+			fmt.Fprintf(w, "inconclusive (%s, %s): %s\n", r.Strategy, fencedWord(r), why)
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "note (%s, %s): %s\n", r.Strategy, fencedWord(r), n)
 		}

@@ -105,6 +105,7 @@ func TestEndToEndInChromium(t *testing.T) {
 		require.Equal(t, lab.CheckViolation, rep.Checker)
 	}
 	require.Equal(t, 1, count(none+` .verdict[data-checker="`+rep.Checker+`"]`), "the page shows the report's verdict; %s", describe())
+	require.Equal(t, 1, count(none+` .verdict[data-verdict="`+rep.Verdict+`"]`), "the page marks the run's verdict (ok, harmed or inconclusive); %s", describe())
 	require.Equal(t, rep.Checker == lab.CheckViolation, count(none+` .verdict a[href*="/visualisation"]`) > 0, "a violation links its visualisation")
 	shoot("dashboard-none.png")
 

@@ -367,6 +367,8 @@ type reportView struct {
 	RetriedRefires    int             `json:"retried_refires"`
 	Balance           int64           `json:"balance"`
 	Checker           string          `json:"checker"`
+	Verdict           string          `json:"verdict"`                 // ok, harmed or inconclusive
+	Inconclusive      []string        `json:"inconclusive"`            // why the run proves nothing
 	Visualisation     string          `json:"visualisation,omitempty"` // its URL, on a violation
 	Notes             []string        `json:"notes"`
 	Harms             []lab.Harm      `json:"harms"`
@@ -383,7 +385,7 @@ func viewReport(id string, rep *lab.Report) *reportView {
 	v := &reportView{
 		Ticks: rep.Ticks, Executions: rep.Executions, DuplicateTicks: rep.DuplicateTicks, DuplicatesApplied: rep.DuplicatesApplied,
 		StaleRejected: rep.StaleRejected, MissedTicks: rep.MissedTicks, LostUpdates: rep.LostUpdates, Refires: rep.Refires, RetriedRefires: rep.RetriedRefires, Balance: rep.Balance,
-		Checker: rep.Checker, Notes: append([]string{}, rep.Notes...),
+		Checker: rep.Checker, Verdict: rep.Verdict, Inconclusive: append([]string{}, rep.Inconclusive...), Notes: append([]string{}, rep.Notes...),
 		Harms: append([]lab.Harm{}, rep.Harms...), Unsafe: append([]lab.Harm{}, rep.Unsafe...), StoreAgrees: rep.StoreAgrees, Disagreement: rep.Disagreement, Jobs: append([]lab.JobReport{}, rep.Jobs...),
 	}
 	for i := range v.Jobs {

@@ -148,7 +148,7 @@ func TestRunStreamShowsDuplicates(t *testing.T) {
 	}
 	slices.Sort(keys)
 	require.Subset(t, keys, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy", "ticks", "unsafe"},
+		"harms", "inconclusive", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "run", "scenario", "stale_rejected", "store_agrees", "strategy", "ticks", "unsafe", "verdict"},
 		"the report's JSON, as aegis lab run --json prints it")
 	require.Len(t, full["events"], len(rs.events), "the stream carried every event of the report")
 

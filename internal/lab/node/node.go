@@ -38,14 +38,17 @@ import (
 func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c, err := lab.ParseNodeArgs(args, stderr)
 	if err != nil {
-		return 2
+		return lab.NodeExitConfig
 	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "aegis node: %v\n", err)
-		return 2
+		return lab.NodeExitConfig
 	}
 	if err := runNode(ctx, c, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "aegis node %d: %v\n", c.Node, err)
+		if errors.Is(err, aegis.ErrInvalid) { // its backend refused the configuration
+			return lab.NodeExitConfig
+		}
 		return 1
 	}
 	return 0

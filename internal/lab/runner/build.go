@@ -73,6 +73,7 @@ func (r *Run) buildReport() (*lab.Report, error) {
 		r.judgeRefiresLocked(&jr, st.refires[j.Name], rep)
 		rep.Add(jr)
 	}
+	rep.Conclude(r.configExits, r.unapplied)
 	if r.cfg.Standby > 0 {
 		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections))
 	}

@@ -75,7 +75,12 @@ func (r *Run) applyNotify(ctx context.Context, ch lab.Chaos, began chan<- error)
 			began <- err
 		}
 	}
-	defer func() { begin(err) }()
+	defer func() {
+		if err != nil && !sent {
+			r.notApplied(ch, err)
+		}
+		begin(err)
+	}()
 	if _, ok := ch.ServerKind(); ok || ch.Kind == lab.Latency {
 		r.mu.Lock()
 		r.serverFault = true

@@ -6,6 +6,7 @@ package runner
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -290,12 +291,17 @@ func (r *Run) spawn(np *nodeProc) error {
 		if err != nil {
 			how = err.Error()
 		}
+		var exit *exec.ExitError
+		refused := errors.As(err, &exit) && exit.ExitCode() == lab.NodeExitConfig
 		// Whether the run was ending is read before the exit is signalled:
 		// the supervisor, woken by the last node's exit, stops the run at
 		// once, and this node's end would then read as expected.
 		ending := r.ending()
 		r.mu.Lock()
 		killed, finished, lastErr := np.killed, np.finished, np.lastErr
+		if refused {
+			r.configExits = append(r.configExits, fmt.Sprintf("node%d: %s", np.n, cmp.Or(lastErr, "its flags (log "+logf.Name()+")")))
+		}
 		np.critical, np.holding = "", -1
 		// The exited event and the closed channel together: the supervisor
 		// woken by the event sees the node gone (closed after, it could miss

@@ -62,6 +62,7 @@ func sampleReport() *lab.Report {
 		Table: tickTable(3, c.Catalog, fires, sections),
 	}
 	r.Add(job)
+	r.Conclude(nil, nil)
 	return r
 }
 
@@ -79,7 +80,9 @@ func TestReportGolden(t *testing.T) {
 	unfenced := sampleReport()
 	unfenced.Fenced, unfenced.StaleRejected, unfenced.DuplicatesApplied, unfenced.LostUpdates, unfenced.Checker = false, 0, 1, 1, lab.CheckViolation
 	unavailable := &lab.Report{Strategy: "redis", Fenced: true, Unavailable: "the redis backend is not in this build"}
+	unfenced.Conclude(nil, nil)
 	none := &lab.Report{Strategy: "none", Ticks: 4, Executions: 12, DuplicateTicks: 4, DuplicatesApplied: 4, LostUpdates: 8, Checker: lab.CheckViolation}
+	none.Conclude(nil, nil)
 	b.Reset()
 	require.NoError(t, lab.WriteComparison(&b, []*lab.Report{none, unfenced, r, unavailable}))
 	golden(t, "comparison.txt.golden", b.Bytes())

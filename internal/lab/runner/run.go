@@ -58,7 +58,12 @@ type Run struct {
 	waiters    []*waiter
 	struck     map[string]bool // the commits (attempts) a committer fault took
 	notes      []string
-	failedOver bool
+	// configExits are the nodes that exited on their configuration
+	// (lab.NodeExitConfig) and unapplied the faults that did not happen,
+	// each a line of the report's Inconclusive.
+	configExits []string
+	unapplied   []string
+	failedOver  bool
 	// serverFault: a fault reached every node (a server's, or latency):
 	// their late ticks are its doing.
 	serverFault bool
@@ -438,6 +443,14 @@ func (r *Run) note(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// notApplied records for the report that fault ch did not happen: err
+// came before it began (no target, nothing to lose).
+func (r *Run) notApplied(ch lab.Chaos, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unapplied = append(r.unapplied, fmt.Sprintf("%s: %v", ch, err))
 }
 
 // waitEvent waits for the next event that matches, until ctx ends.

@@ -3,7 +3,8 @@
 // inspect.go), each parsing its own flags with the standard flag package.
 //
 // Exit codes: 0 on success (and for -h), 1 when a command fails, 2 for a
-// usage error: an unknown subcommand or flag, or bad arguments.
+// usage error: an unknown subcommand or flag, or bad arguments; 3 when
+// `aegis lab run` ran but a run is inconclusive (its report says why).
 package cli
 
 import (
@@ -35,6 +36,16 @@ func (e *usageError) Error() string { return e.msg }
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
+
+// exitError is a failure with an exit status of its own (not 1): Main
+// prints it like any error and exits with code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 // errFlagsReported is returned when the flag package has already printed
 // the error and the usage.
@@ -69,6 +80,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := c.run(ctx, rest, stdout, stderr)
 	var ue *usageError
+	var ee *exitError
 	switch {
 	case err == nil:
 		return 0
@@ -79,6 +91,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "aegis %s: %s\nRun 'aegis help %s' for usage.\n", c.name, ue.msg, c.name)
 		return 2
+	case errors.As(err, &ee):
+		fmt.Fprintf(stderr, "aegis %s: %s\n", c.name, ee.err)
+		return ee.code
 	default:
 		// A package's error that begins with the command's name ("lab:
 		// ..." from package lab) would read "aegis lab: lab: ...".

@@ -55,7 +55,10 @@ and says whether that verdict agrees with SQL over the audit and ledger
 tables. Without --json it prints a summary and a per-tick table; with
 --json one JSON object on standard output and nothing else there
 (progress goes to standard error). --fail-on-violation exits 1 when a
-run's checker says violation or disagrees with the store.
+run's checker says violation or disagrees with the store. A run that
+proves nothing (a node exited on its configuration, under half its job
+ticks executed, a fault found no target) is inconclusive: its report says
+why, and lab run exits 3.
 
 Lab campaign runs a seeded randomized series of such runs per strategy,
 3 to 5 faults each, and fails when a run shows a harm the strategy's label
@@ -219,7 +222,7 @@ func runLabRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	begin := time.Now()
 	reports, err := s.RunScenario(ctx, sc, *out, func(r *lab.Report) {
-		state := "checker " + r.Checker
+		state := "checker " + r.Checker + ", verdict " + r.Verdict
 		if r.Unavailable != "" {
 			state = "unavailable: " + r.Unavailable
 		}
@@ -277,24 +280,33 @@ func labScenario(fs *flagSet, name string, c lab.Config) (lab.Scenario, error) {
 	return sc, nil
 }
 
+// exitInconclusive is aegis lab run's exit status when a run is
+// inconclusive and nothing else failed: a script tells it from 0 (the run
+// proved what it showed) and 1 (an error, or a violation with
+// --fail-on-violation).
+const exitInconclusive = 3
+
 // labRunStatus is aegis lab run's exit status once its report is out: an
-// error when its only run's strategy was unavailable, or, with
+// error when its only run's strategy was unavailable; with
 // --fail-on-violation, when a run's checker says violation or disagrees
-// with the store.
+// with the store; else exitInconclusive when a run's verdict is
+// inconclusive.
 func labRunStatus(sc lab.Scenario, done []*lab.Report, failOnViolation bool) error {
 	if len(sc.Runs) == 1 && len(done) == 1 && done[0].Unavailable != "" {
 		return fmt.Errorf("strategy %s is unavailable: %s", done[0].Strategy, done[0].Unavailable)
 	}
-	if !failOnViolation {
-		return nil
-	}
 	for _, r := range done {
 		switch {
-		case r.Unavailable != "":
+		case !failOnViolation || r.Unavailable != "":
 		case !r.StoreAgrees:
 			return fmt.Errorf("%s: checker disagrees with the store: %s", r.Config, r.Disagreement)
 		case r.Checker == lab.CheckViolation:
 			return fmt.Errorf("%s: checker: violation (harms: %v)", r.Config, r.Harms)
+		}
+	}
+	for _, r := range done {
+		if r.Unavailable == "" && r.Verdict == lab.VerdictInconclusive {
+			return &exitError{exitInconclusive, fmt.Errorf("%s: inconclusive: %s", r.Config, strings.Join(r.Inconclusive, "; "))}
 		}
 	}
 	return nil

@@ -15,6 +15,18 @@ import (
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
+// A run that proves nothing exits 3, not 0, and says why: its nodes refuse
+// an etcd TTL that is not whole seconds and run no tick.
+func TestLabRunInconclusiveExit(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, "lab", "run", "--strategy", "etcd", "--nodes", "2", "--duration", "1s", "--tick", "250ms", "--ttl", "1500ms",
+		"--catalog", "export=250ms/40ms", "--dir", t.TempDir(), "--postgres-url", testenv.PostgresURL(t), "--etcd-endpoints", strings.Join(testenv.EtcdEndpoints(t), ","))
+	require.Equal(t, 3, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	require.Contains(t, stdout, "\nverdict: inconclusive: 2 of 2 nodes exited on their configuration (node1, node2: ")
+	require.Contains(t, stdout, "ttl 1.5s is not a whole number of seconds: etcd leases are whole seconds); 4 of 4 job ticks missed: 0 executed, fewer than 50%\n")
+	require.Regexp(t, `(?m)^aegis lab: etcd, fenced, .*: inconclusive: 2 of 2 nodes exited on their configuration`, stderr)
+}
+
 // The JSON report is a contract (docs/design.md section 8): one object on
 // standard output, exactly these fields.
 func TestLabRunJSON(t *testing.T) {
@@ -30,11 +42,11 @@ func TestLabRunJSON(t *testing.T) {
 	}
 	slices.Sort(keys)
 	require.Subset(t, keys, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
-		"store_agrees", "strategy", "ticks", "unsafe"})
+		"harms", "inconclusive", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
+		"store_agrees", "strategy", "ticks", "unsafe", "verdict"})
 	require.Subset(t, []string{"checker", "config", "duplicate_ticks", "duplicates_applied", "duration_s", "events", "executions", "fenced",
-		"harms", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
-		"store_agrees", "strategy", "ticks", "unsafe", "visualisation"}, keys, "nothing else (visualisation on a violation)")
+		"harms", "inconclusive", "jobs", "lost_updates", "missed_ticks", "nodes", "notes", "refires", "retried_refires", "run", "scenario", "stale_rejected",
+		"store_agrees", "strategy", "ticks", "unsafe", "verdict", "visualisation"}, keys, "nothing else (visualisation on a violation)")
 	require.Equal(t, true, got["store_agrees"], "the checker agrees with SQL over the audit and ledger tables")
 	jobs := got["jobs"].([]any)
 	require.Len(t, jobs, 1)
@@ -116,7 +128,7 @@ func TestScenarioJSON(t *testing.T) {
 	require.True(t, ok)
 	reports := []*lab.Report{
 		{Scenario: sc.Name, Strategy: "redis", Unavailable: "the redis backend is not in this build"},
-		{Scenario: sc.Name, Strategy: "pg-unique", Nodes: 3, DurationS: 8, Ticks: 8, Executions: 8, Checker: lab.CheckOK, Events: []lab.Event{},
+		{Scenario: sc.Name, Strategy: "pg-unique", Nodes: 3, DurationS: 8, Ticks: 8, Executions: 8, Checker: lab.CheckOK, Verdict: lab.VerdictOK, Inconclusive: []string{}, Events: []lab.Event{},
 			Harms: []lab.Harm{}, Unsafe: []lab.Harm{}, StoreAgrees: true, Jobs: []lab.JobReport{}, Notes: []string{}},
 	}
 	var b strings.Builder

@@ -676,6 +676,7 @@ function drawRun(rs) {
     v.textContent = 'checker: when the run ends';
   } else {
     v.dataset.checker = r.checker;
+    v.dataset.verdict = r.verdict;
     const words = { ok: 'checker: ok — every job\'s ledger history is linearizable', violation: 'checker: violation — a tick applied twice, an update lost or a stale token accepted', unknown: 'checker: unknown — the check timed out' };
     v.innerHTML = esc(words[r.checker] || r.checker) + (r.visualisation ? ` <a href="${esc(r.visualisation)}" target="_blank" rel="noopener">visualisation</a>` : '') +
       ` <a href="/api/runs/${esc(rs.id)}/report" target="_blank" rel="noopener">JSON report</a>` +
@@ -686,7 +687,8 @@ function drawRun(rs) {
   const harmWords = { duplicate: 'a tick applied twice', 'retried-duplicate': 'a tick applied again by a retry of a run whose end was lost', 're-fire': 'a tick run again after it had committed', 'lost-update': 'an update lost', 'stale-accepted': 'a stale token accepted' };
   const harms = r && r.harms && r.harms.length ? `<p class="harms">Harm: ${r.harms.map((x) => esc(harmWords[x] || x)).join(', ')}.</p>` : '';
   const why = r && c.fenced && !r.stale_rejected ? `<p class="why"><b>No refusal:</b> ${esc(whyNoRefusal(rs.events))}</p>` : '';
-  extra.innerHTML = harms + why + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
+  const inconclusive = r && r.verdict === 'inconclusive' ? `<p class="inconclusive">Inconclusive: this run proves nothing — ${(r.inconclusive || []).map(esc).join('; ')}.</p>` : '';
+  extra.innerHTML = harms + inconclusive + why + jobsTable(r) + (r && r.notes && r.notes.length ? `<ul class="notes">${r.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : '');
   drawLanes(rs);
   extra.insertAdjacentHTML('beforeend', causeNotes(rs.derived, c.tick_s));
   $('.ranknote', p).hidden = !rs.derived.long;
