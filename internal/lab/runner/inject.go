@@ -293,16 +293,7 @@ func (r *Run) killNode(ctx context.Context, ch lab.Chaos, begin func(error)) err
 	r.mu.Lock()
 	np.cfg.Incarnation++
 	r.mu.Unlock()
-	if err := r.spawn(np); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	if err := r.waitReady(wctx, np); err != nil {
-		return err
-	}
-	r.sendStart(np)
-	return nil
+	return r.restart(ctx, np)
 }
 
 // partition cuts the target node's connections to ch.Server (to all its

@@ -75,6 +75,86 @@ func (r *Run) supervise() {
 	r.report, r.err = r.buildReport()
 }
 
+// restartTries bounds how many times restart starts a node that exits
+// before it is ready.
+const restartTries = 10
+
+// restart starts a node a fault killed again and sends it the start once
+// it is ready. A node started while a server it needs is out of reach (a
+// PostgreSQL crash, a partition of the node) exits before it is ready:
+// it is started again once the lab reaches the store of record and none
+// of the node's connections is cut, up to restartTries times, while the
+// run lasts.
+func (r *Run) restart(ctx context.Context, np *nodeProc) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		if err := r.spawn(np); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		err := r.waitReady(wctx, np)
+		cancel()
+		if err == nil {
+			r.sendStart(np)
+			return nil
+		}
+		r.mu.Lock()
+		exited := np.exited
+		r.mu.Unlock()
+		select {
+		case <-exited:
+		default:
+			return err // not ready in time: starting another would not help
+		}
+		if try == restartTries || ctx.Err() != nil {
+			return fmt.Errorf("%w (started %d times)", err, try)
+		}
+		r.mu.Lock()
+		np.killed = true // the run waits for its restart, as for a kill's
+		r.mu.Unlock()
+		r.awaitReachable(ctx, np, &wait)
+		if ctx.Err() != nil {
+			r.mu.Lock()
+			np.killed = false // not restarted: the run's end waits for it no more
+			r.mu.Unlock()
+			return fmt.Errorf("%w (started %d times; the run ended before its servers were back)", err, try)
+		}
+	}
+}
+
+// awaitReachable waits until the lab reaches the store of record and none
+// of np's connections is cut, or ctx ends: *wait first, then doubling it
+// up to a second between looks. The servers' state has no event to wait
+// on, so it is polled.
+func (r *Run) awaitReachable(ctx context.Context, np *nodeProc, wait *time.Duration) {
+	for {
+		if !backoff.Sleep(ctx, *wait) {
+			return
+		}
+		*wait = min(2**wait, time.Second)
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := r.db.PingContext(pctx)
+		cancel()
+		if err == nil && !r.cut(np) {
+			return
+		}
+	}
+}
+
+// cut reports whether any of np's connections to its servers is cut.
+func (r *Run) cut(np *nodeProc) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ps := range np.proxies {
+		for _, p := range ps {
+			if p.IsCut() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // allFinished reports whether every node's current process has finished
 // its ticks and exited.
 func (r *Run) allFinished() bool {
