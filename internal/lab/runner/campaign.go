@@ -462,7 +462,7 @@ type campaignJob struct {
 func (s *Session) campaignJobs(ctx context.Context, c Campaign, names []string, own func(servers.Kind) bool, res *CampaignResult) (jobs []campaignJob, stopped bool, err error) {
 	for _, name := range names {
 		st, _ := lab.LookupStrategy(name)
-		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, HarmedRuns: []HarmedRun{}}
+		row := &StrategyResult{Strategy: name, Fenced: c.Fence && st.Fenceable(), Harms: map[string]int{}, HarmedRuns: []HarmedRun{}, InconclusiveRuns: []InconclusiveRun{}}
 		row.LabelledSafe = labelledSafe(st, row.Fenced)
 		row.Guarantee = st.Guarantee(row.Fenced).String()
 		res.Strategies = append(res.Strategies, row)

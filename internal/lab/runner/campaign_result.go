@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,6 +41,9 @@ type StrategyResult struct {
 	// run (Strategy.Excludes): a run that refutes the label.
 	Unsafe int `json:"unsafe"`
 	Agree  int `json:"agree"`
+	// Inconclusive counts runs that proved nothing and showed no harm
+	// (lab.VerdictInconclusive): not counted as clean.
+	Inconclusive int `json:"inconclusive"`
 	// Refires counts its runs' re-fires (ticks run again after they had
 	// committed); RefiresExcluded those of them its label excludes in
 	// their run: 0 for a strategy labelled safe, or its run is unsafe.
@@ -50,6 +54,8 @@ type StrategyResult struct {
 	// Harms counts the runs that showed each harm.
 	Harms      map[string]int `json:"harms"`
 	HarmedRuns []HarmedRun    `json:"harmed_runs"`
+	// InconclusiveRuns are the inconclusive runs, with why.
+	InconclusiveRuns []InconclusiveRun `json:"inconclusive_runs"`
 	// Skipped says why the strategy did not run, "" when it did.
 	Skipped string `json:"skipped,omitempty"`
 	// Reports are the runs' reports, in the order drawn.
@@ -65,6 +71,14 @@ type HarmedRun struct {
 	Excluded     []string   `json:"excluded"`
 	Disagreement string     `json:"disagreement,omitempty"`
 	Config       lab.Config `json:"-"`
+}
+
+// InconclusiveRun is a run that proved nothing, with the command line that
+// replays it and the report's reasons.
+type InconclusiveRun struct {
+	Command string     `json:"command"`
+	Reasons []string   `json:"reasons"`
+	Config  lab.Config `json:"-"`
 }
 
 // CampaignRun is one run of a campaign as it ends, for progress lines.
@@ -87,6 +101,37 @@ func (r *CampaignResult) Refuted() []*StrategyResult {
 		}
 	}
 	return out
+}
+
+// DefaultMaxInconclusive is the share of a campaign's runs that may be
+// inconclusive before the campaign fails (aegis lab campaign
+// --max-inconclusive): a run now and then whose faults left nothing to
+// test is the draw's luck; more means the campaign tests less than its
+// table claims.
+const DefaultMaxInconclusive = 0.10
+
+// TooInconclusive says, in a line, that more than max (a share, 0 to 1) of
+// the campaign's runs were inconclusive, naming the strategies they came
+// from; "" when they were not.
+func (r *CampaignResult) TooInconclusive(max float64) string {
+	n, of := 0, 0
+	var rows []string
+	for _, s := range r.Strategies {
+		n += s.Inconclusive
+		of += s.Runs
+		if s.Inconclusive > 0 {
+			rows = append(rows, fmt.Sprintf("%s %d of %d", s.Strategy, s.Inconclusive, s.Runs))
+		}
+	}
+	if of == 0 || float64(n) <= max*float64(of) {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d runs inconclusive, more than %s: they prove nothing (%s)", n, of, percent(max), strings.Join(rows, ", "))
+}
+
+// percent is a share as the flag takes it: 10%, 2.5%.
+func percent(share float64) string {
+	return strconv.FormatFloat(share*100, 'f', -1, 64) + "%"
 }
 
 // tally counts the row's runs from its reports.
@@ -115,6 +160,10 @@ func (row *StrategyResult) tally() {
 		if len(harms) > 0 || !agree {
 			row.Harmed++
 			row.HarmedRuns = append(row.HarmedRuns, HarmedRun{Command: replayCommand(rep.Config), Harms: harms, Excluded: excluded, Disagreement: rep.Disagreement, Config: rep.Config})
+		}
+		if rep.Verdict == lab.VerdictInconclusive {
+			row.Inconclusive++
+			row.InconclusiveRuns = append(row.InconclusiveRuns, InconclusiveRun{Command: replayCommand(rep.Config), Reasons: rep.Inconclusive, Config: rep.Config})
 		}
 	}
 }
@@ -154,13 +203,14 @@ func (row *StrategyResult) refiresCell() string {
 // re-fires, harms),
 // then each unsafe run's replay command line and the strategies skipped.
 func (r *CampaignResult) WriteTable(w io.Writer) error {
-	total := 0
+	total, inconclusive := 0, 0
 	for _, s := range r.Strategies {
 		total += s.Runs
+		inconclusive += s.Inconclusive
 	}
-	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second))
+	fmt.Fprintf(w, "aegis lab campaign --seed %d --runs %d: %d runs in %s, %d inconclusive\n\n", r.Seed, r.Runs, total, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second), inconclusive)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tre-fires\tharms\n")
+	fmt.Fprint(tw, "strategy\tfenced\tguarantee\truns\tharmed\tunsafe\tagree\tinconclusive\tre-fires\tharms\n")
 	for _, s := range r.Strategies {
 		st, _ := lab.LookupStrategy(s.Strategy)
 		fenced := map[bool]string{true: "yes", false: "no"}[s.Fenced]
@@ -168,7 +218,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 			fenced = "n/a"
 		}
 		if s.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tskipped\t\t\t\t\t\t\n", s.Strategy, fenced, s.Guarantee)
 			continue
 		}
 		var harms []string
@@ -177,7 +227,7 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 				harms = append(harms, fmt.Sprintf("%s %d", h, n))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, s.refiresCell(), strings.Join(harms, ", "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Strategy, fenced, s.Guarantee, s.Runs, s.Harmed, s.Unsafe, s.Agree, s.Inconclusive, s.refiresCell(), strings.Join(harms, ", "))
 	}
 	_ = tw.Flush()
 	header := "\nruns with a harm, each replayed by its command line:\n"
@@ -191,6 +241,13 @@ func (r *CampaignResult) WriteTable(w io.Writer) error {
 				what += "; checker disagrees with the store: " + u.Disagreement
 			}
 			fmt.Fprintf(w, "%s  %s (%s)\n    %s\n", header, s.Strategy, what, u.Command)
+			header = ""
+		}
+	}
+	header = "\ninconclusive runs (they prove nothing), each replayed by its command line:\n"
+	for _, s := range r.Strategies {
+		for _, u := range s.InconclusiveRuns {
+			fmt.Fprintf(w, "%s  %s (%s)\n    %s\n", header, s.Strategy, strings.Join(u.Reasons, "; "), u.Command)
 			header = ""
 		}
 	}

@@ -324,7 +324,8 @@ func sampleCampaign() *CampaignResult {
 		{Strategy: "none", Reports: []*lab.Report{
 			{Checker: lab.CheckOK, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, Disagreement: "invoice-export: the store shows 6 ticks applied twice and 0 lost updates, the checker says ok"},
 			{Checker: lab.CheckViolation, DuplicatesApplied: 6, Harms: []lab.Harm{lab.HarmDuplicate}, StoreAgrees: true}}},
-		{Strategy: "sqlite", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true},
+		{Strategy: "sqlite", Fenced: true, Reports: []*lab.Report{{Strategy: "sqlite", Checker: lab.CheckOK, StoreAgrees: true, Verdict: lab.VerdictInconclusive,
+			Inconclusive: []string{"6 of 8 job ticks missed: 2 executed, fewer than 50%"}, Config: skewed},
 			{Strategy: "sqlite", Checker: lab.CheckViolation, DuplicatesApplied: 1, Refires: 1, Harms: []lab.Harm{lab.HarmDuplicate, lab.HarmRefire}, StoreAgrees: true, Config: skewed}}},
 		{Strategy: "optimistic", Fenced: true, Reports: []*lab.Report{{Checker: lab.CheckOK, StoreAgrees: true},
 			{Strategy: "optimistic", Checker: lab.CheckViolation, LostUpdates: 1, Refires: 2, Harms: []lab.Harm{lab.HarmLostUpdate}, Unsafe: []lab.Harm{lab.HarmLostUpdate}, StoreAgrees: true, Config: unsafe}}},
@@ -334,7 +335,7 @@ func sampleCampaign() *CampaignResult {
 		s, _ := lab.LookupStrategy(r.Strategy)
 		r.LabelledSafe = labelledSafe(s, r.Fenced)
 		r.Guarantee = s.Guarantee(r.Fenced).String()
-		r.Harms, r.HarmedRuns = map[string]int{}, []HarmedRun{}
+		r.Harms, r.HarmedRuns, r.InconclusiveRuns = map[string]int{}, []HarmedRun{}, []InconclusiveRun{}
 		if r.Strategy == "none" {
 			r.Reports[0].Config = unsafe
 			r.Reports[0].Config.Strategy, r.Reports[0].Config.Fence, r.Reports[0].Config.Chaos = "none", false, unsafe.Chaos[:1]
@@ -371,6 +372,10 @@ func TestCampaignResult(t *testing.T) {
 	require.Zero(t, sqlite.RefiresExcluded, "its clocks were set apart by more than LockAtLeastFor")
 	require.Zero(t, sqlite.Unsafe)
 	require.Equal(t, "1 (1 allowed)", sqlite.refiresCell())
+	require.Equal(t, 1, sqlite.Inconclusive)
+	require.Equal(t, []InconclusiveRun{{Command: replayCommand(sqlite.Reports[0].Config), Reasons: sqlite.Reports[0].Inconclusive, Config: sqlite.Reports[0].Config}}, sqlite.InconclusiveRuns)
+	require.Equal(t, "1 of 6 runs inconclusive, more than 10%: they prove nothing (sqlite 1 of 2)", r.TooInconclusive(DefaultMaxInconclusive))
+	require.Empty(t, r.TooInconclusive(1.0/6), "1 of 6 is not more than a sixth")
 	refuted := r.Refuted()
 	require.Len(t, refuted, 2, "optimistic refuted; none did the harm its label allows, but its checker disagreed once with the store")
 	require.Equal(t, "none", refuted[0].Strategy)

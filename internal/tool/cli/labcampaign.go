@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/lab/runner"
+
+	"github.com/aegislab/aegis/internal/lab"
 )
 
 const labCampaignUsage = `
 usage: aegis lab campaign --seed N --runs K [--strategy S]... [--fence=true|false] [--json]
-                          [--tick D] [--ticks N] [--out DIR]
+                          [--tick D] [--ticks N] [--out DIR] [--max-inconclusive 10]
 
 Lab campaign runs, for each strategy (default: every strategy this lab can
 run; the others are listed as skipped, with why), K runs drawn from a
@@ -35,20 +37,24 @@ guarantees, the runs, the harmed runs (a tick applied twice, a lost
 update, a stale token accepted, or a checker that disagreed with the
 store), the unsafe runs (a harm the strategy's label excludes in that run:
 Strategy.Excludes), how many runs' checker verdict agreed with the store,
-the re-fires (ticks run again after they had committed, counted from the
+the inconclusive runs (no harm, but a node exited on its configuration,
+under half the job ticks executed or a fault found no target: they prove
+nothing), the re-fires (ticks run again after they had committed, counted from the
 store and from the nodes' events, which must agree; for a strategy
 labelled safe, "(N allowed)" counts the ones its label allows: a reaper's
 retry, or clocks set apart by more than LockAtLeastFor) and the harms
 seen; then each harmed run's 'aegis lab run' command line, which replays
-it. With --json it prints one JSON object instead: {"seed", "runs",
-"strategies": [{"strategy", "fenced", "labelled_safe", "guarantee",
-"runs", "harmed", "unsafe", "agree", "refires", "refires_excluded",
-"harms", "harmed_runs": [{"command", "harms", "excluded",
-"disagreement"}], "skipped"}], "duration_s"}.
+it, and each inconclusive run's with why. With --json it prints one JSON
+object instead: {"seed", "runs", "strategies": [{"strategy", "fenced",
+"labelled_safe", "guarantee", "runs", "harmed", "unsafe", "agree",
+"inconclusive", "refires", "refires_excluded", "harms", "harmed_runs":
+[{"command", "harms", "excluded", "disagreement"}], "inconclusive_runs":
+[{"command", "reasons"}], "skipped"}], "duration_s"}.
 
 Exit status 1 when a run showed a harm its strategy's label excludes, or a
-checker that disagreed with the store (a lab bug), or when no strategy
-could run; 0 otherwise; 2 for bad flags. Servers are
+checker that disagreed with the store (a lab bug), when more than
+--max-inconclusive percent (default 10) of the runs were inconclusive, or
+when no strategy could run; 0 otherwise; 2 for bad flags. Servers are
 found and started as for 'aegis lab run'.
 `
 
@@ -68,6 +74,7 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.BoolVar(&c.Fence, "fence", true, "write through the fence")
 	fs.DurationVar(&c.Tick, "tick", 0, "every run's tick instead of a drawn one (0: drawn)")
 	fs.IntVar(&c.Ticks, "ticks", 0, "every run's number of ticks instead of a drawn one (0: drawn)")
+	maxInconclusive := fs.Float64("max-inconclusive", runner.DefaultMaxInconclusive*100, "fail when more than this `percent` of the runs are inconclusive")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	fs.StringVar(&c.OutDir, "out", "", "`directory` for the checker's visualisations of violations (default: none written)")
 	dir := fs.String("dir", "", "scratch `directory` for the servers the lab starts (default: a temporary one, removed on exit)")
@@ -81,6 +88,9 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 	c.Strategies = strategies
 	if err := c.Validate(); err != nil {
 		return usagef("%v", err)
+	}
+	if *maxInconclusive < 0 || *maxInconclusive > 100 {
+		return usagef("--max-inconclusive %g: want a percent, 0 to 100", *maxInconclusive)
 	}
 
 	s, err := runner.NewSession(runner.Options{Dir: *dir, Servers: given(), Log: stderr})
@@ -100,6 +110,9 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		if !r.Agree {
 			verdict += "; the checker disagrees with the store"
+		}
+		if r.Report.Verdict == lab.VerdictInconclusive {
+			verdict = "inconclusive: " + strings.Join(r.Report.Inconclusive, "; ")
 		}
 		fmt.Fprintf(stderr, "aegis lab campaign: [%d/%d] %s after %.0fs: %s\n", r.N, r.Of, r.Config, time.Since(begin).Seconds(), verdict)
 	})
@@ -129,6 +142,9 @@ func runLabCampaign(ctx context.Context, args []string, stdout, stderr io.Writer
 			rows = append(rows, fmt.Sprintf("%s (%d of %d runs unsafe: a harm its label excludes; %d disagree with the store)", r.Strategy, r.Unsafe, r.Runs, r.Runs-r.Agree))
 		}
 		return fmt.Errorf("campaign: harm the labels exclude, or a checker that disagrees with the store: %s", strings.Join(rows, ", "))
+	}
+	if why := res.TooInconclusive(*maxInconclusive / 100); why != "" {
+		return fmt.Errorf("campaign: %s; the inconclusive runs are listed under the table", why)
 	}
 	return nil
 }

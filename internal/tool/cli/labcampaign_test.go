@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"regexp"
 	"strconv"
@@ -74,6 +75,7 @@ type campaignJSON struct {
 		Harmed       int            `json:"harmed"`
 		Unsafe       int            `json:"unsafe"`
 		Agree        int            `json:"agree"`
+		Inconclusive int            `json:"inconclusive"`
 		Refires      int            `json:"refires"`
 		RefiresOut   int            `json:"refires_excluded"`
 		Harms        map[string]int `json:"harms"`
@@ -81,6 +83,10 @@ type campaignJSON struct {
 			Command string   `json:"command"`
 			Harms   []string `json:"harms"`
 		} `json:"harmed_runs"`
+		InconclusiveRuns []struct {
+			Command string   `json:"command"`
+			Reasons []string `json:"reasons"`
+		} `json:"inconclusive_runs"`
 		Skipped string `json:"skipped"`
 	} `json:"strategies"`
 	DurationS float64 `json:"duration_s"`
@@ -100,19 +106,25 @@ func TestLabCampaign(t *testing.T) {
 	t.Run("table", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, stderr := run(t, args()...)
-		m := regexp.MustCompile(`(?m)^sqlite\s+yes\s+ledger kept, once per tick while clocks agree\s+2\s+(\d+)\s+(\d+)\s+(\d+)`).FindStringSubmatch(stdout)
+		m := regexp.MustCompile(`(?m)^sqlite\s+yes\s+ledger kept, once per tick while clocks agree\s+2\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)`).FindStringSubmatch(stdout)
 		require.NotNil(t, m, "the table has sqlite's row, fenced, its guarantee, 2 runs:\n%s\n%s", stdout, stderr)
 		harmed, _ := strconv.Atoi(m[1])
 		unsafe, _ := strconv.Atoi(m[2])
 		agree, _ := strconv.Atoi(m[3])
+		inconclusive, _ := strconv.Atoi(m[4])
+		require.Regexp(t, fmt.Sprintf(`: 2 runs in \S+, %d inconclusive\n`, inconclusive), stdout)
+		require.Equal(t, inconclusive, strings.Count(stdout, "    aegis lab run --strategy sqlite --fence=true ")-harmed, "a replay line per inconclusive run:\n%s", stdout)
 		require.LessOrEqual(t, agree, 2)
 		require.LessOrEqual(t, unsafe, harmed)
 		require.Equal(t, 2, strings.Count(stderr, "aegis lab campaign: ["), "a progress line per run: %s", stderr)
-		require.Equal(t, harmed, strings.Count(stdout, "    aegis lab run --strategy sqlite --fence=true "), "a replay line per harmed run:\n%s", stdout)
-		if unsafe > 0 || agree < 2 {
+		switch {
+		case unsafe > 0 || agree < 2:
 			require.Equal(t, 1, code, "a run with a harm its label excludes, or a checker that disagrees, fails the campaign: %s", stderr)
 			require.Contains(t, stderr, "sqlite ("+m[2]+" of 2 runs unsafe")
-		} else {
+		case inconclusive > 0:
+			require.Equal(t, 1, code, "1 of 2 runs inconclusive is more than 10%%: %s", stderr)
+			require.Contains(t, stderr, fmt.Sprintf("campaign: %d of 2 runs inconclusive, more than 10%%: they prove nothing (sqlite %d of 2)", inconclusive, inconclusive))
+		default:
 			require.Equal(t, 0, code, stderr)
 		}
 	})
@@ -142,6 +154,10 @@ func TestLabCampaign(t *testing.T) {
 			require.NotEmpty(t, u.Harms)
 			require.Regexp(t, `^aegis lab run --strategy sqlite --fence=true --nodes [345] --duration 1.2s --tick 300ms `, u.Command)
 		}
-		require.Equal(t, map[bool]int{true: 1, false: 0}[s.Unsafe > 0 || s.Agree < s.Runs], code, stderr)
+		require.Len(t, s.InconclusiveRuns, s.Inconclusive)
+		for _, u := range s.InconclusiveRuns {
+			require.NotEmpty(t, u.Reasons)
+		}
+		require.Equal(t, map[bool]int{true: 1, false: 0}[s.Unsafe > 0 || s.Agree < s.Runs || s.Inconclusive > 0], code, stderr)
 	})
 }
