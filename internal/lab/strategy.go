@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -97,6 +98,20 @@ type Strategy struct {
 	// LeaseFile: the lease is a SQLite file on this host (no network to
 	// partition, no server to slow).
 	LeaseFile bool
+	// TTLUnit is the resolution of the backend's lease TTL, 0 for any
+	// whole millisecond: etcd grants whole seconds and refuses any other
+	// TTL (etcdlease), so its nodes exit on one.
+	TTLUnit time.Duration
+}
+
+// CheckTTL says why the strategy's nodes would refuse ttl as their lease
+// TTL (a TTL not a multiple of TTLUnit), or nil. Config.Validate leaves it
+// to the nodes, whose run is then inconclusive; a campaign draws none.
+func (s Strategy) CheckTTL(ttl time.Duration) error {
+	if s.TTLUnit > 0 && ttl%s.TTLUnit != 0 {
+		return fmt.Errorf("--ttl %s: %s's lease TTL must be a multiple of %s", ttl, s.Name, s.TTLUnit)
+	}
+	return nil
 }
 
 // RedisUse is which of the lab's Redis servers a strategy uses.
@@ -184,7 +199,7 @@ var Strategies = []Strategy{
 		NotGuaranteed: "one holder under pauses, clock jumps or a node restarted without persistence: not consensus, an optimisation",
 	},
 	{
-		Name: "etcd", Mode: schedule.ModeLease, Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Name: "etcd", Mode: schedule.ModeLease, Backend: "etcd", Needs: []servers.Kind{servers.KindEtcd}, TTLUnit: time.Second, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over etcdlease: an etcd lease per grant, token the key's create revision",
 		NotGuaranteed: "that a holder paused past its lease stops: consensus grants the key once, the fence refuses the late write",
 	},

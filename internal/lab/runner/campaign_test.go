@@ -72,8 +72,13 @@ func TestCampaignConfigs(t *testing.T) {
 				require.Equal(t, time.Duration(c.Ticks())*c.Tick, c.Duration, "%s", c)
 				require.GreaterOrEqual(t, c.Work, 100*time.Millisecond, "%s", c)
 				require.LessOrEqual(t, c.Work, 400*time.Millisecond, "%s", c)
-				require.GreaterOrEqual(t, c.TTL, (c.Work+c.Tick)/2, "%s", c)
-				require.LessOrEqual(t, c.TTL, 3*(c.Work+c.Tick), "%s", c)
+				lo, hi := (c.Work+c.Tick)/2, 3*(c.Work+c.Tick)
+				if u := s.TTLUnit; u > 0 { // rounded to the unit: etcd's whole seconds
+					require.Zero(t, c.TTL%u, "%s", c)
+					lo, hi = max(u, lo-u/2), hi+u/2
+				}
+				require.GreaterOrEqual(t, c.TTL, lo, "%s", c)
+				require.LessOrEqual(t, c.TTL, hi, "%s", c)
 				require.GreaterOrEqual(t, len(c.Chaos), 3, "%s", c)
 				require.LessOrEqual(t, len(c.Chaos), 5, "%s", c)
 				kills := 0
@@ -86,6 +91,9 @@ func TestCampaignConfigs(t *testing.T) {
 					}
 					if ch.Kind == lab.Pause || ch.Kind == lab.Partition {
 						require.NotEqual(t, c.TTL, ch.For, "%s: %s is shorter or longer than the TTL", c, ch)
+					}
+					if ch.Kind == lab.Latency {
+						require.LessOrEqual(t, ch.Offset, max(10*time.Millisecond, (c.Tick-c.Work)/8), "%s: %s leaves the ticks their starting deadlines", c, ch)
 					}
 					require.LessOrEqual(t, ch.At, c.Duration*4/5, "%s: %s", c, ch)
 					require.Equal(t, ch.At, ch.At.Truncate(grain), "%s: %s", c, ch)

@@ -1,0 +1,65 @@
+package runner_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis/driver"
+	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
+	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// Every run a campaign draws is one its nodes take: for every strategy,
+// many draws pass the lab's checks, and the lease TTL of each is granted
+// by the strategy's own backend on the shared servers, opened as a node
+// opens it (an etcd TTL of 760ms was drawn, and every node exited on it).
+func TestCampaignDrawsWhatNodesTake(t *testing.T) {
+	t.Parallel()
+	for _, s := range lab.Strategies {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			ttls := map[time.Duration]bool{}
+			for seed := range uint64(5) {
+				cfgs, err := runner.Campaign{Seed: seed + 1, Runs: 40, Fence: true}.Configs(s.Name)
+				require.NoError(t, err)
+				for _, c := range cfgs {
+					require.NoError(t, c.Validate(), "%+v", c)
+					require.NoError(t, s.CheckTTL(c.TTL), "%+v", c)
+					require.NoError(t, driver.CheckTTL(c.TTL, 0), "%+v", c)
+					ttls[c.TTL] = true
+				}
+			}
+			if s.Mode != schedule.ModeLease || s.LabLocked() {
+				return // no backend of its own: the lab's Lockers take any TTL driver.CheckTTL does
+			}
+			srv := backend.Servers{PostgresURL: testenv.PostgresURL(t), RedisAddrs: testenv.RedisAddrs(t), EtcdEndpoints: testenv.EtcdEndpoints(t),
+				ZKServers: testenv.ZKServers(t), SQLitePath: filepath.Join(t.TempDir(), "lease.db")}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			key := testenv.Key(t)
+			for _, ttl := range slices.Sorted(func(yield func(time.Duration) bool) {
+				for ttl := range ttls {
+					if !yield(ttl) {
+						return
+					}
+				}
+			}) {
+				srv.ZKSessionTimeout = ttl // as the node does
+				l, closeFn, err := backend.Open(ctx, s.Backend, srv)
+				require.NoError(t, err, "ttl %s", ttl)
+				lease, err := l.TryAcquire(ctx, key, ttl)
+				require.NoError(t, err, "%s's backend grants the drawn ttl %s", s.Name, ttl)
+				require.NoError(t, l.Release(ctx, lease))
+				closeFn()
+			}
+		})
+	}
+}
