@@ -60,6 +60,11 @@ func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 	}
 }
 
+// errDown is a fault's target node being down already (killed by another
+// fault and not yet back): what the fault would do to it is done, so the
+// run is no less conclusive for it.
+var errDown = errors.New("nothing more to do to it")
+
 // apply applies a scheduled fault.
 func (r *Run) apply(ctx context.Context, ch lab.Chaos) error {
 	return r.applyNotify(ctx, ch, make(chan error, 1))
@@ -76,7 +81,7 @@ func (r *Run) applyNotify(ctx context.Context, ch lab.Chaos, began chan<- error)
 		}
 	}
 	defer func() {
-		if err != nil && !sent {
+		if err != nil && !sent && !errors.Is(err, errDown) {
 			r.notApplied(ch, err)
 		}
 		begin(err)
@@ -269,7 +274,7 @@ func (r *Run) killNode(ctx context.Context, ch lab.Chaos, begin func(error)) err
 	r.mu.Lock()
 	if np.killed {
 		r.mu.Unlock()
-		return fmt.Errorf("node%d%s is being killed and restarted by another fault already", np.n, detail)
+		return fmt.Errorf("node%d%s is being killed and restarted by another fault already: %w", np.n, detail, errDown)
 	}
 	np.killed = true
 	exited := np.exited
@@ -358,7 +363,7 @@ func (r *Run) signal(np *nodeProc, sig syscall.Signal) (int, error) {
 	r.mu.Unlock()
 	select {
 	case <-exited:
-		return 0, fmt.Errorf("node%d is not running", np.n)
+		return 0, fmt.Errorf("node%d is not running: %w", np.n, errDown)
 	default:
 	}
 	pid := cmd.Process.Pid

@@ -23,13 +23,35 @@ func TestKilledNodeRestartsOnceItsStoreIsBack(t *testing.T) {
 	defer cancel()
 	r, err := session(t).Start(ctx, c)
 	require.NoError(t, err)
-	for _, spec := range []string{"partition:node1@0s+2s/postgres", "kill:node1@0s"} {
+	events, unsubscribe := r.Subscribe(0)
+	defer unsubscribe()
+	inject := func(spec string) error {
 		ch, err := lab.ParseChaos(spec)
 		require.NoError(t, err)
-		require.NoError(t, r.Inject(ctx, ch), spec) // the partition has begun before the kill
+		return r.Inject(ctx, ch)
 	}
+	require.NoError(t, inject("partition:node1@0s+3s/postgres"))
+	require.NoError(t, inject("kill:node1@0s")) // the partition has begun before the kill
+	// Once its second process has exited, node1 is down until the lab
+	// starts it again: a kill of it now has nothing more to do, and
+	// leaves the run as conclusive as it was (either error: the lab may
+	// already be starting it again).
+	spawned := 0
+	nextEvent(t, events, "node1's second process exiting", func(e lab.Event) bool {
+		if e.Node == 1 && e.Kind == lab.EventStarted {
+			spawned++
+		}
+		return e.Node == 1 && e.Kind == lab.EventExited && spawned == 2
+	})
+	if err := inject("kill:node1@0s"); err != nil {
+		require.Regexp(t, `node1 (is being killed and restarted by another fault already|is not running): nothing more to do to it`, err.Error())
+	}
+	unsubscribe()
 	rep, err := r.Wait(ctx)
 	require.NoError(t, err)
+	for _, why := range rep.Inconclusive {
+		require.NotContains(t, why, "a fault did not happen", "a kill of a node that is down is done")
+	}
 
 	var started, exitedEarly int
 	finished := false
