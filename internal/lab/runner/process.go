@@ -57,6 +57,7 @@ type nodeProc struct {
 	tick     int
 	job      string
 	lastErr  string // the detail of its last error event
+	refused  bool   // a process of it exited on its configuration (lab.NodeExitConfig)
 	pong     chan int64
 	// faulted: a fault was aimed at the node (paused, killed, cut off,
 	// its clock skewed): its late ticks are the fault's doing.
@@ -105,6 +106,15 @@ func (r *Run) startNodes(ctx context.Context) error {
 	defer cancel()
 	for _, np := range r.nodes {
 		if err := r.waitReady(wait, np); err != nil {
+			r.mu.Lock()
+			refused := np.refused
+			r.mu.Unlock()
+			if refused {
+				// Its configuration is the run's, not a start that failed:
+				// the run goes on without it, and its report is
+				// inconclusive, saying why.
+				continue
+			}
 			return err
 		}
 	}
@@ -299,6 +309,7 @@ func (r *Run) spawn(np *nodeProc) error {
 		ending := r.ending()
 		r.mu.Lock()
 		killed, finished, lastErr := np.killed, np.finished, np.lastErr
+		np.refused = np.refused || refused
 		if refused {
 			r.configExits = append(r.configExits, fmt.Sprintf("node%d: %s", np.n, cmp.Or(lastErr, "its flags (log "+logf.Name()+")")))
 		}

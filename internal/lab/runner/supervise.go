@@ -106,7 +106,10 @@ func (r *Run) restart(ctx context.Context, np *nodeProc) error {
 		default:
 			return err // not ready in time: starting another would not help
 		}
-		if try == restartTries || ctx.Err() != nil {
+		r.mu.Lock()
+		refused := np.refused
+		r.mu.Unlock()
+		if refused || try == restartTries || ctx.Err() != nil { // refused: it would refuse again
 			return fmt.Errorf("%w (started %d times)", err, try)
 		}
 		r.mu.Lock()
