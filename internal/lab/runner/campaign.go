@@ -60,8 +60,15 @@ type faultKind struct {
 	// perTarget: the fault lasts the whole run, so a run has one per
 	// target (a second skew of a node would replace the first).
 	perTarget bool
-	gen       func(rng *rand.Rand, c lab.Config) lab.Chaos
+	// stall is how long the fault can keep every node from a grant: a
+	// run with it lasts at least stallRoom times that, so that the ticks
+	// it costs are not most of the run's.
+	stall time.Duration
+	gen   func(rng *rand.Rand, c lab.Config) lab.Chaos
 }
+
+// stallRoom is how many times its faults' longest stall a run lasts.
+const stallRoom = 3
 
 // networked are the servers a node reaches through the lab's proxies.
 var networked = []servers.Kind{servers.KindPostgres, servers.KindRedis, servers.KindEtcd, servers.KindZooKeeper}
@@ -108,7 +115,10 @@ var faultKinds = []faultKind{
 	{name: "crash:postgres", needs: []servers.Kind{servers.KindPostgres}, kills: servers.KindPostgres, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		return lab.Chaos{Kind: lab.Crash, Target: string(servers.KindPostgres), At: drawAt(rng, c)}
 	}},
-	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
+	// A grant in flight when etcd's leader dies waits for etcd's request
+	// timeout, about 5 s (TestKillEtcdLeader): every node misses its ticks
+	// meanwhile.
+	{name: "kill:etcd", needs: []servers.Kind{servers.KindEtcd}, kills: servers.KindEtcd, stall: 5 * time.Second, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
 		return lab.Chaos{Kind: lab.Kill, Target: string(servers.KindEtcd), At: drawAt(rng, c)}
 	}},
 	{name: "kill:zookeeper", needs: []servers.Kind{servers.KindZooKeeper}, kills: servers.KindZooKeeper, gen: func(rng *rand.Rand, c lab.Config) lab.Chaos {
@@ -333,8 +343,10 @@ func (c Campaign) draw(rng *rand.Rand, s lab.Strategy, kinds []faultKind) (lab.C
 	cfg.Work = drawDuration(rng, 100*time.Millisecond, min(400*time.Millisecond, cfg.Tick*4/5))
 	base := cfg.Work + cfg.Tick
 	cfg.TTL = drawDuration(rng, base/2, 3*base)
-	if u := s.TTLUnit; u > 0 { // etcd's whole seconds: its nodes refuse any other TTL
-		cfg.TTL = max(u, cfg.TTL.Round(u))
+	if u := s.TTLUnit; u > 0 {
+		// etcd's whole seconds: its nodes refuse any other TTL. Down, not
+		// up: a holder lost to a fault keeps its job's ticks for a TTL.
+		cfg.TTL = max(u, cfg.TTL.Truncate(u))
 	}
 
 	n := 3 + rng.IntN(3)
@@ -353,6 +365,9 @@ func (c Campaign) draw(rng *rand.Rand, s lab.Strategy, kinds []faultKind) (lab.C
 		}
 		killed = killed || k.kills != ""
 		cfg.Chaos = append(cfg.Chaos, ch)
+		if room := stallRoom * k.stall; c.Ticks == 0 && cfg.Duration < room {
+			cfg.Duration = (room + cfg.Tick - 1) / cfg.Tick * cfg.Tick // whole ticks
+		}
 	}
 	return cfg, len(cfg.Chaos) == n
 }

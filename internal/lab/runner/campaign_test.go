@@ -68,14 +68,19 @@ func TestCampaignConfigs(t *testing.T) {
 				require.GreaterOrEqual(t, c.Tick, 500*time.Millisecond, "%s", c)
 				require.LessOrEqual(t, c.Tick, time.Second, "%s", c)
 				require.GreaterOrEqual(t, c.Ticks(), 6, "%s", c)
-				require.LessOrEqual(t, c.Ticks(), 12, "%s", c)
+				var stall time.Duration
+				for _, ch := range c.Chaos {
+					stall = max(stall, faultRow(t, ch).stall)
+				}
+				require.LessOrEqual(t, c.Ticks(), max(12, int((stallRoom*stall+c.Tick-1)/c.Tick)), "%s", c)
+				require.GreaterOrEqual(t, c.Duration, stallRoom*stall, "%s: room for its faults' stall", c)
 				require.Equal(t, time.Duration(c.Ticks())*c.Tick, c.Duration, "%s", c)
 				require.GreaterOrEqual(t, c.Work, 100*time.Millisecond, "%s", c)
 				require.LessOrEqual(t, c.Work, 400*time.Millisecond, "%s", c)
 				lo, hi := (c.Work+c.Tick)/2, 3*(c.Work+c.Tick)
-				if u := s.TTLUnit; u > 0 { // rounded to the unit: etcd's whole seconds
+				if u := s.TTLUnit; u > 0 { // truncated to the unit: etcd's whole seconds
 					require.Zero(t, c.TTL%u, "%s", c)
-					lo, hi = max(u, lo-u/2), hi+u/2
+					lo = min(u, max(lo-u, 0))
 				}
 				require.GreaterOrEqual(t, c.TTL, lo, "%s", c)
 				require.LessOrEqual(t, c.TTL, hi, "%s", c)
