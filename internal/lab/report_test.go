@@ -72,6 +72,19 @@ func TestConclude(t *testing.T) {
 		require.Contains(t, b.String(), "\nverdict: harmed (and inconclusive): "+tt.want+"\n", tt.name)
 	}
 
+	// A tick whose critical section a node entered, refused by the fence
+	// (after restart:redis, every write until the tokens catch up) or cut
+	// short, was exercised: it counts toward the share.
+	r = clean()
+	r.MissedTicks = 6
+	r.Table = []TickRow{{Tick: 1, Cells: []string{"STALE t2", ""}, Note: "missed; fence refused 1"}, {Tick: 2, Cells: []string{"", "ENTER t3"}, Note: "missed"},
+		{Tick: 3, Cells: []string{"", ""}, Note: "missed"}, {Tick: 4, Cells: []string{"EXEC t4", "STALE t1"}}}
+	r.Conclude(nil, nil)
+	require.Equal(t, VerdictOK, r.Verdict, "4 executed and 2 refused or cut short of 10: %v", r.Inconclusive)
+	r.MissedTicks = 8
+	r.Conclude(nil, nil)
+	require.Equal(t, []string{"8 of 10 job ticks missed: 2 executed and 2 more entered (refused or cut short), fewer than 50%"}, r.Inconclusive)
+
 	// Exactly half executed is enough: the share is a floor.
 	r = clean()
 	r.MissedTicks = 5

@@ -73,11 +73,11 @@ func (r *Run) buildReport() (*lab.Report, error) {
 		r.judgeRefiresLocked(&jr, st.refires[j.Name], rep)
 		rep.Add(jr)
 	}
-	rep.Conclude(r.configExits, r.unapplied)
 	if r.cfg.Standby > 0 {
 		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections))
 	}
 	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
+	rep.Conclude(r.configExits, r.unapplied) // after the table: it counts the ticks entered and refused
 	if s, ok := lab.LookupStrategy(r.cfg.Strategy); ok {
 		excluded := s.Excludes(r.cfg)
 		for _, h := range rep.Harms {

@@ -241,4 +241,12 @@ func TestRedisRestartSendsTokensBack(t *testing.T) {
 	}
 	require.NotEmpty(t, back, "after the restart a job's token went back (before it: %v)", before)
 	require.GreaterOrEqual(t, rep.StaleRejected, 1, "the fence refused the tokens that went back: %v", back)
+	// The verdict counts a tick the fence refused as one the run
+	// exercised: its reasons are the ones its final table gives.
+	again := *rep
+	again.Conclude(nil, nil)
+	share := func(reasons []string) []string {
+		return slices.DeleteFunc(slices.Clone(reasons), func(s string) bool { return !strings.Contains(s, "job ticks missed") })
+	}
+	require.Equal(t, share(again.Inconclusive), share(rep.Inconclusive))
 }
