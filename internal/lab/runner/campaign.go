@@ -365,11 +365,34 @@ func (c Campaign) draw(rng *rand.Rand, s lab.Strategy, kinds []faultKind) (lab.C
 		}
 		killed = killed || k.kills != ""
 		cfg.Chaos = append(cfg.Chaos, ch)
-		if room := stallRoom * k.stall; c.Ticks == 0 && cfg.Duration < room {
-			cfg.Duration = (room + cfg.Tick - 1) / cfg.Tick * cfg.Tick // whole ticks
-		}
+	}
+	if room := stallRoom * stall(s, cfg); c.Ticks == 0 && cfg.Duration < room {
+		cfg.Duration = (room + cfg.Tick - 1) / cfg.Tick * cfg.Tick // whole ticks
 	}
 	return cfg, len(cfg.Chaos) == n
+}
+
+// stall is the longest a fault of c can keep every node from running
+// ticks: a row's stall (kill:etcd); in leader mode, where one leader
+// enqueues every job's ticks, a node fault that lands on the leader, for
+// its length and then a TTL until another is elected.
+func stall(s lab.Strategy, c lab.Config) time.Duration {
+	var longest time.Duration
+	for _, ch := range c.Chaos {
+		for _, k := range faultKinds {
+			if k.name == string(ch.Kind)+":"+ch.Target {
+				longest = max(longest, k.stall)
+			}
+		}
+		if _, server := ch.ServerKind(); s.Mode != schedule.ModeLeader || server {
+			continue
+		}
+		switch ch.Kind {
+		case lab.Pause, lab.Partition, lab.Kill:
+			longest = max(longest, ch.For+c.TTL)
+		}
+	}
+	return longest
 }
 
 // killsServer reports whether a run kills or restarts a server, and so

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/schedule"
 )
 
 func configs(t *testing.T, c Campaign, strategy string) []lab.Config {
@@ -68,12 +69,15 @@ func TestCampaignConfigs(t *testing.T) {
 				require.GreaterOrEqual(t, c.Tick, 500*time.Millisecond, "%s", c)
 				require.LessOrEqual(t, c.Tick, time.Second, "%s", c)
 				require.GreaterOrEqual(t, c.Ticks(), 6, "%s", c)
-				var stall time.Duration
+				room := stallRoom * stall(s, c)
+				require.LessOrEqual(t, c.Ticks(), max(12, int((room+c.Tick-1)/c.Tick)), "%s", c)
+				require.GreaterOrEqual(t, c.Duration, room, "%s: room for its faults' stall", c)
 				for _, ch := range c.Chaos {
-					stall = max(stall, faultRow(t, ch).stall)
+					require.LessOrEqual(t, faultRow(t, ch).stall, stall(s, c), "%s", c)
+					if _, server := ch.ServerKind(); s.Mode == schedule.ModeLeader && !server && (ch.Kind == lab.Pause || ch.Kind == lab.Kill) {
+						require.GreaterOrEqual(t, c.Duration, stallRoom*(ch.For+c.TTL), "%s: %s may stop the leader", c, ch)
+					}
 				}
-				require.LessOrEqual(t, c.Ticks(), max(12, int((stallRoom*stall+c.Tick-1)/c.Tick)), "%s", c)
-				require.GreaterOrEqual(t, c.Duration, stallRoom*stall, "%s: room for its faults' stall", c)
 				require.Equal(t, time.Duration(c.Ticks())*c.Tick, c.Duration, "%s", c)
 				require.GreaterOrEqual(t, c.Work, 100*time.Millisecond, "%s", c)
 				require.LessOrEqual(t, c.Work, 400*time.Millisecond, "%s", c)
