@@ -366,15 +366,20 @@ func (n *node) until(run schedule.Run) int64 {
 func (n *node) granted(ctx context.Context, s section, until int64) int64 {
 	if n.grants != nil && s.lease.Key != "" {
 		// Bounded short: the read stands between the grant and the
-		// critical section; past it the call start is near enough.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
-		defer cancel()
-		// Newest first: the grants made since this one (a pause) come
-		// before it; a run's job is granted once a tick at most.
-		gs, err := n.grants(ctx, s.lease.Key, grantsRead)
-		for _, g := range gs {
-			if g.Token == s.token {
-				return g.Granted.UnixNano()
+		// critical section; past it the call start is near enough. A
+		// read the lab paused (SIGSTOP) outlives its bound while it is
+		// stopped: a failed read is asked again, twice at most.
+		var err error
+		for range 3 {
+			var gs []pglease.Grant
+			gs, err = n.readGrants(ctx, s.lease.Key)
+			for _, g := range gs {
+				if g.Token == s.token {
+					return g.Granted.UnixNano()
+				}
+			}
+			if err == nil {
+				break // read, and this grant is not among the newest
 			}
 		}
 		if err != nil {
@@ -385,6 +390,15 @@ func (n *node) granted(ctx context.Context, s section, until int64) int64 {
 		return 0
 	}
 	return until - int64(n.c.TTL)
+}
+
+// readGrants reads key's newest grants (newest first: the grants made
+// since this one, during a pause, come before it; a run's job is granted
+// once a tick at most), within 500ms.
+func (n *node) readGrants(ctx context.Context, key string) ([]pglease.Grant, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
+	defer cancel()
+	return n.grants(ctx, key, grantsRead)
 }
 
 // grantsRead is how many of a key's newest grants granted reads.
