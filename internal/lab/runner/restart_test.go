@@ -19,9 +19,10 @@ func TestKilledNodeRestartsOnceItsStoreIsBack(t *testing.T) {
 	t.Parallel()
 	c := short("pg-lease", true)
 	c.Nodes, c.Duration = 2, 15*c.Tick
+	s := session(t) // may wait for a test slot: the run's bound starts after it
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	r, err := session(t).Start(ctx, c)
+	r, err := s.Start(ctx, c)
 	require.NoError(t, err)
 	events, unsubscribe := r.Subscribe(0)
 	defer unsubscribe()

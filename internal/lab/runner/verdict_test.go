@@ -18,9 +18,10 @@ func TestConfigExitIsInconclusive(t *testing.T) {
 	t.Parallel()
 	c := short("etcd", true)
 	c.Nodes, c.TTL = 2, 1500*time.Millisecond
+	s := session(t) // may wait for a test slot: the run's bound starts after it
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	r, err := session(t).Start(ctx, c)
+	r, err := s.Start(ctx, c)
 	require.NoError(t, err, "the lab runs it: the nodes are the ones that refuse it")
 	rep, err := r.Wait(ctx)
 	require.NoError(t, err)
