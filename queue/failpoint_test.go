@@ -97,8 +97,12 @@ func (e *fpEnv) handle(ctx context.Context, job *Job[fpArgs]) error {
 		return errors.New(fpText)
 	case "block-once":
 		if n == 1 {
-			<-ctx.Done()
-			return context.Cause(ctx)
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(time.Minute):
+				return errors.New("block-once: the job's context was not cancelled within 1m")
+			}
 		}
 	case "wait-heartbeats":
 		// Runs until the armed heartbeat has failed and two more renewed
