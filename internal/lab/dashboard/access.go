@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/aegislab/aegis/internal/tool/webaccess"
+	"github.com/aegislab/aegis/internal/webaccess"
 )
 
 // TokenHeader is the request header that carries the token on a mutating

@@ -12,8 +12,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/console"
-	"github.com/aegislab/aegis/internal/tool/webaccess"
+	"github.com/aegislab/aegis/console"
+	"github.com/aegislab/aegis/internal/webaccess"
 )
 
 var consoleCommand = command{

@@ -13,7 +13,7 @@ import (
 	"github.com/aegislab/aegis/internal/lab/runner"
 
 	"github.com/aegislab/aegis/internal/lab/dashboard"
-	"github.com/aegislab/aegis/internal/tool/webaccess"
+	"github.com/aegislab/aegis/internal/webaccess"
 )
 
 // DefaultLabAddr is where `aegis lab` serves the dashboard.

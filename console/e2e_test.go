@@ -9,9 +9,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/console"
-	"github.com/aegislab/aegis/internal/tool/console/historytest"
+	"github.com/aegislab/aegis/internal/tool/historytest"
 	"github.com/aegislab/aegis/schedule"
 )
 

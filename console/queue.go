@@ -411,10 +411,10 @@ func (s *Server) jobEdit(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: job changed", "op", op, "job", id)
 	if op == "discard" {
-		http.Redirect(w, r, "/queue?done="+o.done, http.StatusSeeOther)
+		http.Redirect(w, r, s.cfg.Prefix+"/queue?done="+o.done, http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, "/queue/jobs/"+strconv.FormatInt(id, 10)+"?done="+o.done, http.StatusSeeOther)
+	http.Redirect(w, r, s.cfg.Prefix+"/queue/jobs/"+strconv.FormatInt(id, 10)+"?done="+o.done, http.StatusSeeOther)
 }
 
 // queueAdmin returns a queue client on the console's database for one

@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/console"
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/queue"
@@ -469,7 +469,7 @@ func TestQueueNotHere(t *testing.T) {
 //   - page: GET /queue with 100000 live and 100000 dead jobs against GET
 //     /queue on an empty queue, both in the same database server.
 //
-// go test -run '^$' -bench BenchmarkQueueConsole -benchtime 1x ./internal/tool/console/
+// go test -run '^$' -bench BenchmarkQueueConsole -benchtime 1x ./console/
 func BenchmarkQueueConsole(b *testing.B) {
 	f := newQueueFixture(b)
 	ctx := b.Context()

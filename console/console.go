@@ -24,6 +24,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
-	"github.com/aegislab/aegis/internal/tool/webaccess"
+	"github.com/aegislab/aegis/internal/webaccess"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -63,15 +64,29 @@ type Config struct {
 	// Logger logs refused requests and failed queries (never a secret).
 	// Default: discard.
 	Logger *slog.Logger
+	// Prefix is the path the handler is mounted under in a program's own
+	// mux, such as "/admin/aegis" (mux.Handle("/admin/aegis/", srv)): every
+	// link and redirect of its pages starts with it, and a request outside
+	// it is not found. It starts with "/" and does not end with one.
+	// Default: "", the console owns the whole path.
+	Prefix string
+	// CallerAuthenticates says the program serves the handler behind its
+	// own authentication, a middleware that refuses a request before it
+	// reaches the console. The console then asks for no Token or User and
+	// checks neither Addr nor the Host; the checks of a change (a POST from
+	// its own form, its CSRF field, no cross-site origin) and ReadOnly
+	// stay. Default false: the console's own access rules apply.
+	CallerAuthenticates bool
 }
 
 // Server is the console's HTTP handler.
 type Server struct {
-	cfg  Config
-	st   *store
-	csrf string
-	log  *slog.Logger
-	mux  *http.ServeMux
+	cfg   Config
+	st    *store
+	csrf  string
+	log   *slog.Logger
+	mux   *http.ServeMux
+	pages *template.Template // with base returning cfg.Prefix
 }
 
 // nav is a link of the header.
@@ -89,6 +104,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"segment":  segment,
 	"joinList": func(s []string) string { return strings.Join(s, ", ") },
 	"navs":     func() []nav { return navs },
+	"base":     func() string { return "" }, // each Server's own: its Prefix
 }).ParseFS(assets, "assets/*.html"))
 
 // New checks cfg and returns a Server. Its errors wrap aegis.ErrInvalid
@@ -105,7 +121,11 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: console: Config.User and Config.Password go together (basic authentication)", aegis.ErrInvalid)
 	case strings.ContainsRune(c.User, ':'):
 		return nil, fmt.Errorf("%w: console: Config.User may not contain ':'", aegis.ErrInvalid)
-	case c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
+	case c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "?#") || !utf8.ValidString(c.Prefix)):
+		return nil, fmt.Errorf("%w: console: Config.Prefix %q: want a path that starts with / and does not end with one, such as /admin/aegis", aegis.ErrInvalid, c.Prefix)
+	case c.CallerAuthenticates && (c.Token != "" || c.User != ""):
+		return nil, fmt.Errorf("%w: console: Config.CallerAuthenticates goes without Token, User and Password: the program's own authentication is the only one", aegis.ErrInvalid)
+	case !c.CallerAuthenticates && c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
 		return nil, fmt.Errorf("%w: console: address %q is not loopback: set a token or a user and password, so that not everyone who reaches it can read it", aegis.ErrInvalid, c.Addr)
 	}
 	if err := CheckTraceURL(c.TraceURL); err != nil {
@@ -124,6 +144,8 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("console: the store: %w", err)
 	}
 	s := &Server{cfg: c, st: st, csrf: webaccess.NewToken(), log: c.Logger, mux: http.NewServeMux()}
+	prefix := c.Prefix
+	s.pages = template.Must(pages.Clone()).Funcs(template.FuncMap{"base": func() string { return prefix }})
 	s.mux.HandleFunc("GET /{$}", s.overview)
 	s.mux.HandleFunc("GET /leases", s.leases)
 	s.mux.HandleFunc("GET /leases/{key...}", s.leaseDetail)
@@ -158,7 +180,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The first visit's ?token= becomes a cookie, and the address
 		// loses it: it would stay in the history and in Referer headers.
 		if t := r.URL.Query().Get("token"); t != "" && webaccess.Equal(t, s.cfg.Token) && r.Method == http.MethodGet {
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: cmp.Or(s.cfg.Prefix, "/"), HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			q := r.URL.Query()
 			q.Del("token")
 			u := *r.URL
@@ -179,7 +201,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, bad, http.StatusBadRequest)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	if s.cfg.Prefix == "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, s.cfg.Prefix)
+	switch {
+	case !ok || (rest != "" && !strings.HasPrefix(rest, "/")):
+		http.NotFound(w, r)
+		return
+	case rest == "":
+		http.Redirect(w, r, s.cfg.Prefix+"/", http.StatusMovedPermanently)
+		return
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.URL = new(url.URL)
+	*r2.URL = *r.URL
+	r2.URL.Path, r2.URL.RawPath = rest, ""
+	if raw, ok := strings.CutPrefix(r.URL.RawPath, s.cfg.Prefix); ok {
+		r2.URL.RawPath = raw
+	}
+	s.mux.ServeHTTP(w, r2)
 }
 
 // badText says which part of the request's address is not text a store
@@ -235,7 +278,7 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name, nav st
 	}
 	p.Now = now
 	var b strings.Builder
-	if err := pages.ExecuteTemplate(&b, name+".html", p); err != nil {
+	if err := s.pages.ExecuteTemplate(&b, name+".html", p); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -263,20 +306,14 @@ type section[T any] struct {
 	Rows    []T
 }
 
+// overviewData is the overview's cards: each part's in its own file
+// (overview_*.go) and template (overview_*.html).
 type overviewData struct {
-	Leases, LiveLeases, Schedules, Paused, Unhandled, Stuck, Resources int
-	Unreadable                                                         int // catalog rows the catalog cannot read
-	// RunTable: the schedule's run table is there. Missed are the missed
-	// ticks of the last hour by schedule, the most missed first, and
-	// MissedTotal their sum (at least, with MissedMore: the overview
-	// counts the latest missedScanned); NoMissed is the missed table when
-	// it is missing (an old database's).
-	RunTable    bool
-	Missed      []missedCount
-	MissedTotal int
-	MissedMore  bool
-	NoMissed    string
-	Missing     []string
+	Leases, LiveLeases int
+	Sched              schedCards
+	Queue              queueCards
+	Fence              fenceCards
+	Missing            []string
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
@@ -305,80 +342,22 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Missing = append(d.Missing, leaseTable)
 	}
-	if err := s.scheduleCounts(ctx, now, &d); err != nil {
+	if d.Sched, err = s.schedCards(ctx, now); err != nil {
 		s.fail(w, err)
 		return
 	}
-	if ok, refusals, err := fence.Tables(ctx, s.st.db); err != nil {
-		s.fail(w, err)
-		return
-	} else if ok {
-		fs, err := s.st.fence(ctx, refusals)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		d.Resources = len(fs)
-	}
-	s.render(w, r, "overview", "Overview", d)
-}
-
-// missedWindow is how far back the overview counts missed ticks.
-const missedWindow = time.Hour
-
-// scheduleCounts fills the overview's counts of the schedules: the
-// catalog's, the stuck runs, the last hour's missed ticks.
-func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *overviewData) error {
-	cat, err := s.st.catalog(ctx)
-	if err != nil {
-		return err
-	}
-	if cat != nil {
-		es, err := cat.List(ctx)
-		var bad *schedule.BadRowsError
-		switch {
-		case errors.As(err, &bad):
-			d.Unreadable = len(bad.Rows) // the rest are counted
-		case err != nil && !errors.Is(err, schedule.ErrNotFound):
-			return err
-		}
-		d.Schedules = len(es)
-		for _, e := range es {
-			if e.Paused {
-				d.Paused++
-			}
-			if len(e.MissingOn) > 0 {
-				d.Unhandled++
-			}
-		}
-	} else {
+	if d.Sched.NoCatalog {
 		d.Missing = append(d.Missing, "aegis_schedule")
 	}
-	if ok, err := s.st.runTable.Exists(ctx); err != nil || !ok {
-		return err
+	if d.Queue, err = s.queueCards(ctx, now); err != nil {
+		s.fail(w, err)
+		return
 	}
-	runs, err := s.st.runs(ctx, now, "", 500)
-	if err != nil {
-		return err
+	if d.Fence, err = s.fenceCards(ctx, now); err != nil {
+		s.fail(w, err)
+		return
 	}
-	for _, r := range runs {
-		if r.Stuck {
-			d.Stuck++
-		}
-	}
-	d.RunTable = true
-	counts, more, found, err := s.st.missedSince(ctx, now.Add(-missedWindow))
-	if err != nil {
-		return err
-	}
-	if !found {
-		d.NoMissed = missedTable
-	}
-	d.Missed, d.MissedMore = counts, more
-	for _, c := range counts {
-		d.MissedTotal += c.N
-	}
-	return nil
+	s.render(w, r, "overview", "Overview", d)
 }
 
 // scheduleRow is an entry of the catalog as the page shows it.
@@ -552,7 +531,7 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("console: schedule edited", "op", op, "schedule", name, "version", e.Version)
-	http.Redirect(w, r, "/schedules/"+segment(name)+"?done="+o.done, http.StatusSeeOther)
+	http.Redirect(w, r, s.cfg.Prefix+"/schedules/"+segment(name)+"?done="+o.done, http.StatusSeeOther)
 }
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/sqlitelease"

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/console"
-	"github.com/aegislab/aegis/internal/tool/console/historytest"
+	"github.com/aegislab/aegis/console"
+	"github.com/aegislab/aegis/internal/tool/historytest"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"

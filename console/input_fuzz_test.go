@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/tool/console"
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/queue"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/console"
 	"github.com/aegislab/aegis/queue"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/tool/webaccess"
+	"github.com/aegislab/aegis/internal/webaccess"
 )
 
 func TestLoopback(t *testing.T) {
