@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -67,8 +68,10 @@ type Config struct {
 	// Prefix is the path the handler is mounted under in a program's own
 	// mux, such as "/admin/aegis" (mux.Handle("/admin/aegis/", srv)): every
 	// link and redirect of its pages starts with it, and a request outside
-	// it is not found. It starts with "/" and does not end with one.
-	// Default: "", the console owns the whole path.
+	// it is not found; the handler gets the whole path (no
+	// http.StripPrefix). It starts with "/", does not end with one, has no
+	// empty, . or .. element, and needs no escaping (letters, digits and
+	// -._~$&+,:;=@). Default: "", the console owns the whole path.
 	Prefix string
 	// CallerAuthenticates says the program serves the handler behind its
 	// own authentication, a middleware that refuses a request before it
@@ -121,8 +124,8 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: console: Config.User and Config.Password go together (basic authentication)", aegis.ErrInvalid)
 	case strings.ContainsRune(c.User, ':'):
 		return nil, fmt.Errorf("%w: console: Config.User may not contain ':'", aegis.ErrInvalid)
-	case c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "?#") || !utf8.ValidString(c.Prefix)):
-		return nil, fmt.Errorf("%w: console: Config.Prefix %q: want a path that starts with / and does not end with one, such as /admin/aegis", aegis.ErrInvalid, c.Prefix)
+	case checkPrefix(c.Prefix) != "":
+		return nil, fmt.Errorf("%w: console: Config.Prefix %q: %s", aegis.ErrInvalid, c.Prefix, checkPrefix(c.Prefix))
 	case c.CallerAuthenticates && (c.Token != "" || c.User != ""):
 		return nil, fmt.Errorf("%w: console: Config.CallerAuthenticates goes without Token, User and Password: the program's own authentication is the only one", aegis.ErrInvalid)
 	case !c.CallerAuthenticates && c.Token == "" && c.User == "" && !webaccess.Loopback(c.Addr):
@@ -205,7 +208,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r)
 		return
 	}
-	rest, ok := strings.CutPrefix(r.URL.Path, s.cfg.Prefix)
+	// The prefix is matched as sent (escaped), as a ServeMux matches its
+	// patterns: New took a prefix that is its own escaped form.
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), s.cfg.Prefix)
 	switch {
 	case !ok || (rest != "" && !strings.HasPrefix(rest, "/")):
 		http.NotFound(w, r)
@@ -213,16 +218,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case rest == "":
 		http.Redirect(w, r, s.cfg.Prefix+"/", http.StatusMovedPermanently)
 		return
+	case cleanPath(rest) != rest:
+		// A program's ServeMux cleans a path before it routes, but a
+		// handler served by itself gets it as sent, and the inner mux's
+		// redirect to the clean path would drop the prefix.
+		to := s.cfg.Prefix + cleanPath(rest)
+		if r.URL.RawQuery != "" {
+			to += "?" + r.URL.RawQuery
+		}
+		http.Redirect(w, r, to, http.StatusTemporaryRedirect)
+		return
 	}
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.URL = new(url.URL)
 	*r2.URL = *r.URL
-	r2.URL.Path, r2.URL.RawPath = rest, ""
-	if raw, ok := strings.CutPrefix(r.URL.RawPath, s.cfg.Prefix); ok {
-		r2.URL.RawPath = raw
+	r2.URL.Path = strings.TrimPrefix(r.URL.Path, s.cfg.Prefix)
+	if r.URL.RawPath != "" {
+		r2.URL.RawPath = rest
 	}
 	s.mux.ServeHTTP(w, r2)
+}
+
+// cleanPath is p without . and .. elements and repeated slashes, its
+// trailing slash kept, as http.ServeMux cleans a path.
+func cleanPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// checkPrefix says what is wrong with Config.Prefix, or "".
+func checkPrefix(p string) string {
+	switch {
+	case p == "":
+		return ""
+	case !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/"):
+		return "want a path that starts with / and does not end with one, such as /admin/aegis"
+	case path.Clean(p) != p:
+		return "want a clean path: no empty, . or .. element"
+	case (&url.URL{Path: p}).EscapedPath() != p:
+		return "want a path of letters, digits and -._~$&+,:;=@ between slashes, which needs no escaping"
+	}
+	return ""
 }
 
 // badText says which part of the request's address is not text a store
