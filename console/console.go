@@ -12,6 +12,11 @@
 // request. Changes are POSTs from its own forms, checked against a CSRF
 // field and the request's origin; ReadOnly hides and refuses them. The
 // store's URL, passwords and lease owners never reach a page or a log.
+//
+// A service mounts the handler in its own mux under Config.Prefix, on the
+// *sql.DB it already has; behind its own authentication middleware it sets
+// Config.CallerAuthenticates, and the console's checks of a change stay
+// (see the example, and examples/admin for the whole program).
 package console
 
 import (
