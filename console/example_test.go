@@ -30,28 +30,19 @@ func ExampleServer() {
 	}
 	defer db.Close()
 
+	const token = "the-service's-own-secret" // from its secret store, in a real service
 	srv, err := console.New(context.Background(), &console.Config{
-		DB:                  db,
+		DB:                  db, // the service's own *sql.DB
 		Prefix:              "/admin/aegis",
-		CallerAuthenticates: true, // requireToken below
+		CallerAuthenticates: true, // requireToken serves it
 		ReadOnly:            true,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	const token = "the-service's-own-secret" // from its secret store, in a real service
-	requireToken := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1 {
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.Handle("/admin/aegis/", requireToken(srv))
+	mux.Handle("/admin/aegis/", requireToken(token, srv))
 
 	// The service serves mux with its own http.Server; here a test server.
 	ts := httptest.NewServer(mux)
@@ -71,4 +62,17 @@ func ExampleServer() {
 	// Output:
 	// with token false: 401 Unauthorized
 	// with token true: 200 OK
+}
+
+// requireToken is the service's own authentication: next serves only the
+// requests that carry the token as a Bearer header.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
