@@ -117,7 +117,7 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 		return err
 	}
 	d.Stuck.ReadOnly, d.Dead.ReadOnly = s.cfg.ReadOnly, s.cfg.ReadOnly
-	if d.Stuck.Jobs, err = in.Stuck(ctx, stuckShown); err != nil {
+	if d.Stuck.Jobs, err = in.Stuck(ctx, "", stuckShown); err != nil {
 		return err
 	}
 	if d.Dead.Jobs, err = in.Dead(ctx, deadShown); err != nil {

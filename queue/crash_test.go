@@ -52,22 +52,10 @@ func crashChild() int {
 	select {}
 }
 
-// TestCrashedWorkerProcess kills a real worker process mid-job with
-// SIGKILL: the job's lease expires, the reaper reclaims it with a greater
-// token, another worker runs it and completes it, exactly once.
-func TestCrashedWorkerProcess(t *testing.T) {
-	t.Parallel()
-	p := pool(t)
-	ctx := t.Context()
-	_, err := p.Exec(ctx, `CREATE TABLE effect (job_id bigint PRIMARY KEY, token bigint NOT NULL)`)
-	require.NoError(t, err)
-
-	enq := client(t, p, nil)
-	res, err := enq.Enqueue(ctx, testArgs{N: 1}, nil)
-	require.NoError(t, err)
-	id := res.Job.ID
-
-	// The child worker claims the job and hangs in its handler.
+// startCrashChild starts the child worker and waits until it says it
+// claimed job id, with token 1. The child is killed when the test ends.
+func startCrashChild(t *testing.T, id int64) *exec.Cmd {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), crashChildEnv+"="+testenv.PostgresURL(t))
 	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -90,6 +78,26 @@ func TestCrashedWorkerProcess(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the child worker did not claim the job within 20s")
 	}
+	return child
+}
+
+// TestCrashedWorkerProcess kills a real worker process mid-job with
+// SIGKILL: the job's lease expires, the reaper reclaims it with a greater
+// token, another worker runs it and completes it, exactly once.
+func TestCrashedWorkerProcess(t *testing.T) {
+	t.Parallel()
+	p := pool(t)
+	ctx := t.Context()
+	_, err := p.Exec(ctx, `CREATE TABLE effect (job_id bigint PRIMARY KEY, token bigint NOT NULL)`)
+	require.NoError(t, err)
+
+	enq := client(t, p, nil)
+	res, err := enq.Enqueue(ctx, testArgs{N: 1}, nil)
+	require.NoError(t, err)
+	id := res.Job.ID
+
+	// The child worker claims the job and hangs in its handler.
+	child := startCrashChild(t, id)
 
 	// Crash: SIGKILL, mid-job. The job is still running under the child's lease.
 	require.NoError(t, child.Process.Signal(syscall.SIGKILL))

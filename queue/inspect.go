@@ -16,9 +16,9 @@ import (
 
 // Inspector reads the queue's tables for an operator (aegis console's
 // queue pages): counts per queue and state, the last hour's throughput and
-// waits, stuck jobs, dead letters, the jobs of a queue in a state, and one
-// job with its args and errors bounded, all in database time. It changes
-// nothing: the changes are Client's (RetryDead, CancelJob, DiscardDead).
+// waits, the stuck, overdue and dead jobs (Health), the jobs of a queue in
+// a state, and one job with its args and errors bounded, all in database
+// time. It changes nothing: the changes are Client's (RetryDead, CancelJob, DiscardDead).
 //
 // It works through database/sql with pgx's stdlib driver
 // (stdlib.OpenDBFromPool for a pool), on the tables of the connection's
@@ -209,10 +209,99 @@ type JobSummary struct {
 	Errors    int
 }
 
-// Stuck reads the running jobs past their lease (the reaper's), the
-// longest past first, at most limit (at least 1).
-func (i *Inspector) Stuck(ctx context.Context, limit int) ([]JobSummary, error) {
-	return i.jobList(ctx, "stuck jobs", queueStuckSQL, limit)
+// Stuck reads the running jobs past their lease (database time) of queue
+// ("" for every queue): their worker paused or died, and no started
+// client's reaper has handed them on yet. The longest past first, at most
+// limit; a limit under 1 is an error wrapping aegis.ErrInvalid.
+func (i *Inspector) Stuck(ctx context.Context, queue string, limit int) ([]JobSummary, error) {
+	return i.jobList(ctx, "stuck jobs", queueStuckSQL, limit, queue)
+}
+
+// Overdue reads the overdue jobs of queue ("" for every queue): jobs still
+// waiting (available, or scheduled and not yet promoted) that fell due
+// (run_at) more than grace ago, database time, in a queue that is not
+// paused. A working queue starts an available job as soon as a worker has
+// room and a started client promotes a due scheduled job within its
+// ReapInterval, so a job overdue by a grace of many such rounds (the
+// console's: 30s) has no worker taking it, or workers too few. The longest
+// overdue first, at most limit. A negative grace or a limit under 1 is an
+// error wrapping aegis.ErrInvalid.
+func (i *Inspector) Overdue(ctx context.Context, queue string, grace time.Duration, limit int) ([]JobSummary, error) {
+	if grace < 0 {
+		return nil, invalid("Inspector.Overdue: grace %s is negative", grace)
+	}
+	return i.jobList(ctx, "overdue jobs", queueOverdueSQL, limit, queue, grace.Microseconds())
+}
+
+// CountLimit bounds each count of Health: a count stops at CountLimit+1,
+// which reads "more than CountLimit", so that a huge backlog costs a
+// bounded scan.
+const CountLimit = 10000
+
+// Health is the queue's triage at a glance (aegis console's overview),
+// database time.
+type Health struct {
+	// Stuck are the running jobs past their lease (as Stuck).
+	Stuck int64
+	// Overdue are the jobs overdue by the grace (as Overdue).
+	Overdue int64
+	// DeadHour and DeadDay are the jobs cancelled or discarded (dead
+	// letters) in the last hour and in the last 24 hours, by finalized_at.
+	DeadHour, DeadDay int64
+	// Oldest is each queue's oldest waiting job, the longest waiting first.
+	Oldest []Waiting
+}
+
+// Waiting is a queue's oldest waiting job (available, or scheduled and
+// due), with what tells whether a worker takes the queue's jobs. The queue
+// keeps no table of live clients: a worker shows only through the jobs it
+// holds and starts.
+type Waiting struct {
+	Queue string
+	ID    int64
+	// RunAt is when the job fell due, and Wait how long ago that was.
+	RunAt time.Time
+	Wait  time.Duration
+	// Paused tells that the queue is paused: nobody claims its jobs.
+	Paused bool
+	// Leased are the queue's running jobs whose lease is current: a live
+	// client renewed them within its Lease.
+	Leased int64
+	// LastStart is the queue's latest start (attempted_at) of a running
+	// job, or of a job finished in the last hour; zero when there is none.
+	LastStart time.Time
+}
+
+// Health counts the stuck, the overdue (by grace, as Overdue) and the dead
+// jobs, each up to CountLimit+1, and reads the oldest waiting job of at
+// most maxQueues queues. A negative grace or a maxQueues under 1 is an
+// error wrapping aegis.ErrInvalid.
+func (i *Inspector) Health(ctx context.Context, grace time.Duration, maxQueues int) (*Health, error) {
+	switch {
+	case grace < 0:
+		return nil, invalid("Inspector.Health: grace %s is negative", grace)
+	case maxQueues < 1:
+		return nil, invalid("Inspector.Health: maxQueues %d is not positive", maxQueues)
+	}
+	var h Health
+	if err := i.db.QueryRowContext(ctx, queueHealthSQL, grace.Microseconds(), CountLimit+1).Scan(
+		&h.Stuck, &h.Overdue, &h.DeadHour, &h.DeadDay); err != nil {
+		return nil, fmt.Errorf("queue: count the stuck, overdue and dead jobs: %w", err)
+	}
+	if err := eachRow(ctx, i.db, queueOldestSQL, []any{maxQueues}, func(rows *sql.Rows) error {
+		var w Waiting
+		var wait float64
+		var last sql.NullTime
+		if err := rows.Scan(&w.Queue, &w.ID, &w.RunAt, &wait, &w.Paused, &w.Leased, &last); err != nil {
+			return err
+		}
+		w.Wait, w.LastStart = seconds(wait), last.Time
+		h.Oldest = append(h.Oldest, w)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("queue: read the oldest waiting jobs: %w", err)
+	}
+	return &h, nil
 }
 
 // Dead reads the dead letters (cancelled and discarded jobs), the latest

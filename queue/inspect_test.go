@@ -1,9 +1,13 @@
 package queue
 
 import (
+	"fmt"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
@@ -40,10 +44,7 @@ INSERT INTO aegis_queue (name, paused) VALUES ('quiet', true);
 func TestInspector(t *testing.T) {
 	t.Parallel()
 	ctx, p := t.Context(), pool(t)
-	db := stdlib.OpenDBFromPool(p)
-	t.Cleanup(func() { db.Close() })
-	in, err := NewInspector(db)
-	require.NoError(t, err)
+	in := inspector(t, p)
 	missing, err := in.Missing(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "", missing)
@@ -80,7 +81,10 @@ func TestInspector(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, keeps)
 
-	stuck, err := in.Stuck(ctx, 10)
+	stuck, err := in.Stuck(ctx, "other", 10)
+	require.NoError(t, err)
+	require.Empty(t, stuck, "another queue's")
+	stuck, err = in.Stuck(ctx, "", 10)
 	require.NoError(t, err)
 	require.Len(t, stuck, 1)
 	require.Equal(t, JobSummary{ID: 3, Queue: "mail", Kind: "email", State: StateRunning, Attempt: 1, MaxAttempts: 3, Token: 1, LockedBy: "w1",
@@ -146,4 +150,139 @@ func TestInspectorMissing(t *testing.T) {
 	require.Equal(t, "aegis_job", missing)
 	_, err = NewInspector(nil)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
+
+// A worker process frozen mid-job (SIGSTOP): its job stays running past
+// its lease, stuck, with nobody to reap it; jobs due twelve minutes ago
+// wait in its queue, overdue, and so does one in a paused queue, which is
+// not counted; the dead letters count by hour and day; each queue's
+// oldest waiting job says that no worker holds a current lease there.
+func TestInspectorHealth(t *testing.T) {
+	t.Parallel()
+	ctx, p := t.Context(), pool(t)
+	in := inspector(t, p)
+	enq := client(t, p, nil) // never started: it claims nothing and reaps nothing
+	h, err := in.Health(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.Equal(t, &Health{}, h, "an empty queue")
+
+	res, err := enq.Enqueue(ctx, testArgs{N: 1}, nil)
+	require.NoError(t, err)
+	frozen := res.Job.ID
+	child := startCrashChild(t, frozen)
+	require.NoError(t, child.Process.Signal(syscall.SIGSTOP), "the worker freezes mid-job")
+	eventually(t, "the frozen worker's job is past its lease", func() bool {
+		s, err := in.Stuck(ctx, DefaultQueue, 10)
+		return err == nil && len(s) == 1 && s[0].ID == frozen
+	})
+
+	var overdue []int64
+	for i := range 2 {
+		r, err := enq.Enqueue(ctx, testArgs{N: 10 + i}, &EnqueueOpts{RunAt: time.Now().Add(-12*time.Minute + time.Duration(i)*time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, StateAvailable, r.Job.State)
+		overdue = append(overdue, r.Job.ID)
+	}
+	r, err := enq.Enqueue(ctx, testArgs{N: 20}, &EnqueueOpts{Queue: "held", RunAt: time.Now().Add(-20 * time.Minute)})
+	require.NoError(t, err)
+	held := r.Job
+	require.NoError(t, enq.Pause(ctx, "held"))
+	r, err = enq.Enqueue(ctx, testArgs{N: 30}, &EnqueueOpts{Delay: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, StateScheduled, r.Job.State)
+	unpromoted := r.Job.ID
+	for i := range 2 {
+		r, err := enq.Enqueue(ctx, testArgs{N: 40 + i}, &EnqueueOpts{Queue: "mail"})
+		require.NoError(t, err)
+		require.NoError(t, enq.CancelJob(ctx, r.Job.ID, "not wanted"))
+		if i == 1 {
+			_, err = p.Exec(ctx, `UPDATE aegis_job_finished SET finalized_at = now() - interval '3 hours' WHERE id = $1`, r.Job.ID)
+			require.NoError(t, err)
+		}
+	}
+
+	h, err = in.Health(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, h.Stuck)
+	require.EqualValues(t, 2, h.Overdue, "the two due twelve minutes ago; not the paused queue's, not the one due now")
+	require.EqualValues(t, 1, h.DeadHour)
+	require.EqualValues(t, 2, h.DeadDay)
+	require.Len(t, h.Oldest, 2, "mail has no waiting job")
+	require.Equal(t, "held", h.Oldest[0].Queue, "the longest waiting first")
+	require.Equal(t, held.ID, h.Oldest[0].ID)
+	require.True(t, h.Oldest[0].Paused)
+	require.True(t, h.Oldest[0].RunAt.Equal(held.RunAt), "%s, %s", h.Oldest[0].RunAt, held.RunAt)
+	require.GreaterOrEqual(t, h.Oldest[0].Wait, 20*time.Minute)
+	require.Less(t, h.Oldest[0].Wait, 25*time.Minute)
+	require.Zero(t, h.Oldest[0].LastStart, "nothing of held ever started")
+	def := h.Oldest[1]
+	require.Equal(t, Waiting{Queue: DefaultQueue, ID: overdue[0], RunAt: def.RunAt, Wait: def.Wait, LastStart: def.LastStart}, def,
+		"no lease current in the frozen worker's queue")
+	frozenJob, err := enq.Job(ctx, frozen)
+	require.NoError(t, err)
+	require.True(t, def.LastStart.Equal(frozenJob.AttemptedAt), "the frozen job's start is the queue's last")
+	h, err = in.Health(ctx, time.Minute, 1)
+	require.NoError(t, err)
+	require.Len(t, h.Oldest, 1)
+
+	jobs, err := in.Overdue(ctx, "", time.Minute, 10)
+	require.NoError(t, err)
+	require.Equal(t, overdue, ids(jobs), "the longest overdue first")
+	jobs, err = in.Overdue(ctx, DefaultQueue, time.Minute, 1)
+	require.NoError(t, err)
+	require.Equal(t, overdue[:1], ids(jobs))
+	jobs, err = in.Overdue(ctx, "mail", time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	eventually(t, "the scheduled job nobody promotes is overdue by a grace of 0", func() bool {
+		jobs, err := in.Overdue(ctx, DefaultQueue, 0, 10)
+		return err == nil && slices.Contains(ids(jobs), unpromoted)
+	})
+	j, err := enq.Job(ctx, unpromoted)
+	require.NoError(t, err)
+	require.Equal(t, StateScheduled, j.State, "nobody promoted it")
+
+	_, err = in.Health(ctx, -time.Second, 10)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = in.Health(ctx, time.Minute, 0)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = in.Overdue(ctx, "", -time.Second, 10)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = in.Overdue(ctx, "", time.Minute, 0)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = in.Stuck(ctx, "", 0)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
+
+// Health's counts stop past CountLimit: a huge backlog costs a bounded
+// scan.
+func TestInspectorHealthBounded(t *testing.T) {
+	t.Parallel()
+	ctx, p := t.Context(), pool(t)
+	in := inspector(t, p)
+	_, err := p.Exec(ctx, fmt.Sprintf(`INSERT INTO aegis_job (queue, kind, args, max_attempts, run_at)
+SELECT 'bulk', 'test', '{}', 1, now() - interval '1 hour' FROM generate_series(1, %d)`, CountLimit+5))
+	require.NoError(t, err)
+	h, err := in.Health(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, CountLimit+1, h.Overdue)
+}
+
+// ids are the jobs' ids, in order.
+func ids(jobs []JobSummary) []int64 {
+	out := make([]int64, 0, len(jobs))
+	for _, j := range jobs {
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+// inspector is an Inspector on p, through pgx's database/sql driver.
+func inspector(t *testing.T, p *pgxpool.Pool) *Inspector {
+	t.Helper()
+	db := stdlib.OpenDBFromPool(p)
+	t.Cleanup(func() { db.Close() })
+	in, err := NewInspector(db)
+	require.NoError(t, err)
+	return in
 }

@@ -62,10 +62,52 @@ FROM aegis_job_finished WHERE state = 'completed' AND finalized_at >= now() - in
 	run_at, attempted_at, locked_until, NULL::timestamptz, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
 	jobLineFinished = `id, queue, kind, state, attempt, max_attempts, token, coalesce(locked_by, ''),
 	run_at, attempted_at, NULL::timestamptz, finalized_at, left(coalesce(errors->-1->>'error', ''), 300), jsonb_array_length(errors)`
-	queueStuckSQL = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE state = 'running' AND locked_until < now() ORDER BY locked_until LIMIT $1`
+	// queueStuckSQL lists the running jobs past their lease, of queue $1
+	// ('' for every queue).
+	queueStuckSQL = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE state = 'running' AND locked_until < now()
+	AND ($1 = '' OR queue = $1) ORDER BY locked_until, id LIMIT $2`
+	// queueOverdueSQL lists the overdue jobs of queue $1 ('' for every
+	// queue): waiting (available, or scheduled and not promoted) and due
+	// more than $2 µs ago, in a queue that is not paused (a paused queue's
+	// wait is its operator's).
+	queueOverdueSQL = `SELECT ` + jobLineLive + ` FROM aegis_job j WHERE state IN ('available', 'scheduled')
+	AND run_at < now() - $2::bigint * interval '1 microsecond' AND ($1 = '' OR queue = $1)
+	AND NOT EXISTS (SELECT 1 FROM aegis_queue q WHERE q.name = j.queue AND q.paused)
+	ORDER BY run_at, id LIMIT $3`
 	queueDeadSQL  = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE state <> 'completed' ORDER BY finalized_at DESC, id DESC LIMIT $1`
 	queueLiveSQL  = `SELECT ` + jobLineLive + ` FROM aegis_job WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
 	queueEndedSQL = `SELECT ` + jobLineFinished + ` FROM aegis_job_finished WHERE queue = $1 AND state = $2 ORDER BY id DESC LIMIT $3`
+
+	// queueHealthSQL counts, in one round trip, the stuck jobs, the
+	// overdue ones (grace $1 µs, as queueOverdueSQL) and the dead letters
+	// of the last hour and day. Each count stops at $2 rows, so that a
+	// huge backlog costs a bounded scan.
+	queueHealthSQL = `SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM aegis_job WHERE state = 'running' AND locked_until < now() LIMIT $2) s),
+	(SELECT count(*) FROM (SELECT 1 FROM aegis_job j WHERE state IN ('available', 'scheduled')
+		AND run_at < now() - $1::bigint * interval '1 microsecond'
+		AND NOT EXISTS (SELECT 1 FROM aegis_queue q WHERE q.name = j.queue AND q.paused) LIMIT $2) s),
+	(SELECT count(*) FROM (SELECT 1 FROM aegis_job_finished WHERE state <> 'completed'
+		AND finalized_at >= now() - interval '1 hour' LIMIT $2) s),
+	(SELECT count(*) FROM (SELECT 1 FROM aegis_job_finished WHERE state <> 'completed'
+		AND finalized_at >= now() - interval '1 day' LIMIT $2) s)`
+	// queueOldestSQL reads each queue's oldest waiting job (available, or
+	// scheduled and due: a promotion away), the longest waiting first, at
+	// most $1 queues, with what tells whether a worker takes the queue's
+	// jobs: its running jobs whose lease is current (a live client renews
+	// them), and its latest start (a running job's, or one of a job
+	// finished in the last hour: the index on finalized_at bounds it).
+	queueOldestSQL = `SELECT w.queue, w.id, w.run_at, greatest(0, extract(epoch FROM now() - w.run_at))::float8,
+	EXISTS (SELECT 1 FROM aegis_queue q WHERE q.name = w.queue AND q.paused),
+	(SELECT count(*) FROM aegis_job r WHERE r.state = 'running' AND r.queue = w.queue AND r.locked_until >= now()),
+	greatest((SELECT max(attempted_at) FROM aegis_job r WHERE r.state = 'running' AND r.queue = w.queue),
+		(SELECT max(attempted_at) FROM aegis_job_finished f WHERE f.queue = w.queue
+			AND f.finalized_at >= now() - interval '1 hour' AND f.attempted_at >= now() - interval '1 hour'))
+FROM (
+	SELECT DISTINCT ON (queue) queue, id, run_at FROM aegis_job
+	WHERE state = 'available' OR (state = 'scheduled' AND run_at <= now())
+	ORDER BY queue, run_at, id
+) w ORDER BY w.run_at, w.queue LIMIT $1`
 
 	// jobDetailSQL reads one job, live or finished, with its args ($2
 	// characters of their text) and its errors (the latest $3) bounded,
