@@ -14,7 +14,8 @@ import (
 	"github.com/aegislab/aegis/queue"
 )
 
-// An operator in Chromium retries a dead job: the queue page with its
+// An operator in Chromium follows the overview's stuck card to the stuck
+// job, its age in words, and retries a dead job: the queue page with its
 // counts, stuck job and dead letters; the job's attempts with their
 // tokens and errors; the retry through its confirmation; a worker then
 // completes the job.
@@ -53,6 +54,11 @@ func TestEndToEndQueueInChromium(t *testing.T) {
 		}
 	}
 
+	do("follow the overview's stuck card", chromedp.Navigate(ts.URL+"/"), chromedp.Click(chromedp.CSS(`#card-queue-stuck`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-job="%d"][data-state="running"]`, stuck))))
+	age, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-job="%d"] .age`, stuck))))
+	require.NoError(t, err)
+	require.Regexp(t, `^stuck 1m0\ds$`, age, "its lease ended a minute ago")
 	do("open the queue", chromedp.Navigate(ts.URL+"/"), chromedp.Click(chromedp.CSS(`nav a[href="/queue"]`)), chromedp.WaitVisible(chromedp.CSS(`#queues`)))
 	completed, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`tr[data-queue="mail"] td[data-state="completed"]`)))
 	require.NoError(t, err)

@@ -69,10 +69,14 @@ type queueData struct {
 }
 
 // jobRows is a list of jobs for the template that shows them (which hides
-// the controls of a read-only console).
+// the controls of a read-only console), with its times relative to the
+// database's now. Show is the filter that listed them, stuck or overdue,
+// whose age each row says ("stuck 12m00s").
 type jobRows struct {
 	Jobs     []queue.JobSummary
 	ReadOnly bool
+	Show     string
+	clock
 }
 
 // queueMissing tells whether the database has the queue's tables: ""
@@ -116,7 +120,12 @@ func (s *Server) readQueues(ctx context.Context, d *queueData) error {
 	if d.KeepsCompleted, err = in.KeepsCompleted(ctx); err != nil {
 		return err
 	}
-	d.Stuck.ReadOnly, d.Dead.ReadOnly = s.cfg.ReadOnly, s.cfg.ReadOnly
+	now, err := s.st.now(ctx)
+	if err != nil {
+		return err
+	}
+	d.Stuck = jobRows{ReadOnly: s.cfg.ReadOnly, Show: showStuck, clock: clock{now}}
+	d.Dead = jobRows{ReadOnly: s.cfg.ReadOnly, clock: clock{now}}
 	if d.Stuck.Jobs, err = in.Stuck(ctx, "", stuckShown); err != nil {
 		return err
 	}
@@ -157,35 +166,74 @@ func wait(d time.Duration) string {
 	return short(d)
 }
 
+// The filters of /queue/jobs besides the states: they list every queue's
+// jobs, or one queue's with ?queue=.
+const (
+	showStuck   = "stuck"   // running past their lease (queue.Inspector.Stuck)
+	showOverdue = "overdue" // waiting past due by overdueGrace (queue.Inspector.Overdue)
+)
+
 type jobsData struct {
-	Queue string
-	State queue.State
+	Queue string // "" for every queue (stuck, overdue)
+	State string
 	Jobs  jobRows
 	Shown int
+	Grace string
+	// Queues are the overdue list's queues with their oldest waiting job
+	// and what tells whether a worker is there.
+	Queues []queue.Waiting
 }
 
-// jobs lists the jobs of one queue in one state, newest first.
+// jobs lists the jobs of one queue in one state, newest first, or the
+// stuck or overdue jobs of every queue (or of ?queue=), the longest first.
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	q, state := r.URL.Query().Get("queue"), queue.State(r.URL.Query().Get("state"))
+	q, state := r.URL.Query().Get("queue"), r.URL.Query().Get("state")
+	filter := state == showStuck || state == showOverdue
 	switch {
-	case q == "":
-		http.Error(w, "the parameter queue is missing: /queue/jobs?queue=NAME&state=STATE", http.StatusBadRequest)
+	case q == "" && !filter:
+		http.Error(w, "the parameter queue is missing: /queue/jobs?queue=NAME&state=STATE (or state=stuck or state=overdue, of every queue)", http.StatusBadRequest)
 		return
-	case !slices.Contains(queueStates, state):
-		http.Error(w, fmt.Sprintf("state %.40q is not a state of a job: want one of %v", state, queueStates), http.StatusBadRequest)
+	case !filter && !slices.Contains(queueStates, queue.State(state)):
+		http.Error(w, fmt.Sprintf("state %.40q is not a state of a job: want one of %v, or stuck or overdue", state, queueStates), http.StatusBadRequest)
 		return
 	}
 	if s.queueUnavailable(w, r) {
 		return
 	}
-	d := jobsData{Queue: q, State: state, Shown: jobsShown, Jobs: jobRows{ReadOnly: s.cfg.ReadOnly}}
-	var err error
-	if d.Jobs.Jobs, err = s.st.queueTables.Jobs(ctx, q, state, jobsShown); err != nil {
+	now, err := s.st.now(ctx)
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.renderQueue(w, r, "queuejobs", fmt.Sprintf("Queue %s: %s jobs", q, state), d)
+	d := jobsData{Queue: q, State: state, Shown: jobsShown, Grace: overdueGrace.String(),
+		Jobs: jobRows{ReadOnly: s.cfg.ReadOnly, clock: clock{now}}}
+	in := s.st.queueTables
+	var title string
+	switch state {
+	case showStuck:
+		d.Jobs.Show, title = showStuck, "Stuck jobs"
+		d.Jobs.Jobs, err = in.Stuck(ctx, q, jobsShown)
+	case showOverdue:
+		d.Jobs.Show, title = showOverdue, "Overdue jobs"
+		if d.Jobs.Jobs, err = in.Overdue(ctx, q, overdueGrace, jobsShown); err == nil {
+			var h *queue.Health
+			if h, err = in.Health(ctx, overdueGrace, oldestShown); err == nil {
+				d.Queues = h.Oldest
+			}
+		}
+	default:
+		title = fmt.Sprintf("Queue %s: %s jobs", q, state)
+		d.Jobs.Jobs, err = in.Jobs(ctx, q, queue.State(state), jobsShown)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if filter && q != "" {
+		title += " of queue " + q
+	}
+	s.renderQueue(w, r, "queuejobs", title, d)
 }
 
 // queueUnavailable answers a request for a job where there is no queue,
@@ -214,6 +262,7 @@ type jobDetail struct {
 	Live, Dead     bool
 	StuckNow       bool
 	Ops            []jobOpLink // the changes the job's state allows
+	clock
 }
 
 // errNoJob is a job id that names no job.
@@ -227,7 +276,11 @@ func (s *Server) readJob(ctx context.Context, id int64) (*jobDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := jobDetail{JobDetail: *qj, StuckNow: qj.Stuck}
+	now, err := s.st.now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j := jobDetail{JobDetail: *qj, StuckNow: qj.Stuck, clock: clock{now}}
 	j.EarlierEntries = j.Errors - len(j.Entries)
 	for i := range j.Entries {
 		j.Entries[i].Error = cut(j.Entries[i].Error, errorLenShown)

@@ -244,7 +244,7 @@ func TestQueueRetryDeadJob(t *testing.T) {
 		if i > 0 {
 			require.Greater(t, e.Token, dead.Errors[i-1].Token, "each attempt a greater token")
 		}
-		require.Regexp(t, fmt.Sprintf(`<tr data-attempt="%d" data-token="%d"><td class="num">%d</td><td class="num token">%d</td><td>[^<]+</td><td class="error">smtp: 550 mailbox unavailable &lt;b&gt;for now&lt;/b&gt;</td>`,
+		require.Regexp(t, fmt.Sprintf(`<tr data-attempt="%d" data-token="%d"><td class="num">%d</td><td class="num token">%d</td><td title="[^"]+">[^<]+ ago</td><td class="error">smtp: 550 mailbox unavailable &lt;b&gt;for now&lt;/b&gt;</td>`,
 			e.Attempt, e.Token, e.Attempt, e.Token), body)
 	}
 	require.Contains(t, body, `&#34;to&#34;: &#34;d@example.com&#34;`, "the args, indented and escaped")
