@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"os"
 	"os/exec"
@@ -179,6 +180,26 @@ func TestQueueTriage(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `<a class="warn" href="/queue/jobs?queue=mail&amp;state=stuck"><span data-stuck="1">(1 stuck)</span></a>`)
 	require.Regexp(t, fmt.Sprintf(`(?s)id="stuck".*<tr data-job="%d" data-state="running" data-token="1">.*stuck \d.*id="dead-letters"`, frozen), body)
+
+	// Mounted under a prefix, every link of these pages starts with it,
+	// and each card's link answers.
+	const prefix = "/admin/aegis"
+	mounted := serve(t, &console.Config{DB: f.db, Prefix: prefix})
+	href := regexp.MustCompile(`href="([^"]*)"`)
+	for _, p := range []string{"/", "/queue", "/queue/jobs?state=stuck", "/queue/jobs?state=overdue", fmt.Sprintf("/queue/jobs/%d", frozen)} {
+		code, body := get(t, c, mounted.URL+prefix+p)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+		for _, m := range href.FindAllStringSubmatch(body, -1) {
+			require.True(t, strings.HasPrefix(m[1], prefix+"/"), "%s links to %s", p, m[1])
+		}
+	}
+	_, body = get(t, c, mounted.URL+prefix+"/")
+	for _, card := range []string{"card-queue-stuck", "card-queue-overdue", "card-queue-dead", "card-queue-oldest"} {
+		m := regexp.MustCompile(`<a href="([^"]+)" id="` + card + `"`).FindStringSubmatch(body)
+		require.NotNil(t, m, card)
+		code, page := get(t, c, mounted.URL+html.UnescapeString(m[1]))
+		require.Equal(t, http.StatusOK, code, "%s → %s: %s", card, m[1], page)
+	}
 }
 
 // Where there is no queue, SQLite or a database without its tables, the
