@@ -219,7 +219,7 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 		if d.Jobs.Jobs, err = in.Overdue(ctx, q, overdueGrace, jobsShown); err == nil {
 			var h *queue.Health
 			if h, err = in.Health(ctx, overdueGrace, oldestShown); err == nil {
-				d.Queues = h.Oldest
+				d.Queues = slices.DeleteFunc(h.Oldest, func(w queue.Waiting) bool { return q != "" && w.Queue != q })
 			}
 		}
 	default:

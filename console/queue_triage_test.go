@@ -170,6 +170,11 @@ func TestQueueTriage(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.NotContains(t, body, "<tr data-job=", "no overdue job in reports")
 	require.Contains(t, body, "<h1>Overdue jobs of queue reports</h1>")
+	require.NotContains(t, body, `<li data-queue="mail"`, "another queue's worker line")
+	code, body = get(t, c, ts.URL+"/queue/jobs?state=overdue&queue=mail")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Len(t, regexp.MustCompile(`<tr data-job="(\d+)" data-state="available"`).FindAllString(body, -1), 2, body)
+	require.Contains(t, body, `<li data-queue="mail" data-leased="0">`)
 
 	code, body = get(t, c, fmt.Sprintf("%s/queue/jobs/%d", ts.URL, frozen))
 	require.Equal(t, http.StatusOK, code, body)
