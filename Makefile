@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -109,6 +109,14 @@ lab-campaign-safe:
 # Seed 000's invoice export, told step by step against PostgreSQL.
 invoice: services
 	$(WITH_ENV) $(GO) run ./examples/invoice
+
+# The on-call demo's end-to-end test (examples/oncall: three catalog
+# replicas, a lease holder and a queue worker paused, the console in
+# Chromium), writing the console's screenshots over it into
+# docs/console-overview.png and docs/console-schedule.png. About 20s on
+# 2 cores; make test runs it without the screenshots.
+console-shots: services
+	$(WITH_ENV) AEGIS_CONSOLE_SHOTS=1 $(GO) test -count=1 -run '^TestOnCallConsole$$' ./examples/oncall
 
 # Benchmarks of the library, then against its peers (the bench module).
 bench: services
