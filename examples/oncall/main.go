@@ -7,10 +7,13 @@
 // jobs, dead jobs). By hand, on PostgreSQL:
 //
 //	export AEGIS_POSTGRES_URL=postgres://aegis@127.0.0.1:15432/aegis?sslmode=disable
-//	go run ./examples/catalog -node a & go run ./examples/catalog -node b & go run ./examples/catalog -node c &
+//	go run ./examples/catalog -node a -handlers report & go run ./examples/catalog -node b -handlers report &
+//	go run ./examples/catalog -node c -handlers echo &
 //	aegis schedule put nightly --cron '0 0 3 * * *' --handler report --args '{"work":"5s"}' --lock-at-most-for 2s
-//	aegis schedule put orphan --every 5s --handler nobody   # unbound: missed ticks
-//	# in the console, Run now nightly; kill -STOP the replica that printed its "run", kill -CONT it after another's "run"
+//	aegis schedule put heartbeat --every 2s --handler echo   # replica c's alone
+//	aegis schedule put orphan --every 5s --handler nobody    # no replica's: missed, unbound
+//	aegis schedule run-now nightly
+//	kill -STOP <the pid of the replica that printed nightly's "run">; after the other's "run": kill -CONT <it>
 //
 //	go run ./examples/oncall -mode lease -holder worker-7 &   # holds invoice/2026-12, writes ledger/2026-12 every second
 //	kill -STOP <its pid>

@@ -201,7 +201,10 @@ func runDemo(t *testing.T, url, bin string) demo {
 
 	// The catalog: nightly works 5s under a 2s lease, and runs once a day
 	// at a time the test does not reach, so its one tick is the Run now
-	// below; orphan's handler no replica has.
+	// below; orphan's handler no replica has; heartbeat's attempts, every
+	// 2s, bury nightly's in the unfiltered history. replica-a and -b have
+	// nightly's handler, replica-c heartbeat's alone: the replica paused in
+	// nightly's run is running nothing else, so no other tick runs twice.
 	cat, err := schedule.NewCatalog(ctx, db, nil)
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, schedule.Entry{Name: "nightly", Cron: fmt.Sprintf("0 0 %d * * *", (time.Now().UTC().Hour()+12)%24),
@@ -209,17 +212,20 @@ func runDemo(t *testing.T, url, bin string) demo {
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, schedule.Entry{Name: "orphan", Every: 2 * time.Second, Handler: "nobody"})
 	require.NoError(t, err)
+	_, err = cat.Put(ctx, schedule.Entry{Name: "heartbeat", Every: 2 * time.Second, Handler: "echo"})
+	require.NoError(t, err)
 	replicas := &output{}
+	handlers := map[string]string{"replica-a": "report", "replica-b": "report", "replica-c": "echo"}
 	byNode := map[string]*proc{}
-	for _, n := range []string{"replica-a", "replica-b", "replica-c"} {
-		byNode[n] = start(t, replicas, filepath.Join(bin, "catalog"), "-store", url, "-node", n)
+	for n, h := range handlers {
+		byNode[n] = start(t, replicas, filepath.Join(bin, "catalog"), "-store", url, "-node", n, "-handlers", h)
 	}
 	type catalogEvent struct{ Node, Kind, Job, Error string }
 	var cur cursor
 	bound := map[string]bool{}
 	for len(bound) < len(byNode) {
-		e := next(t, replicas, &cur, time.Minute, "every replica to bind nightly", func(e catalogEvent) bool {
-			return e.Kind == "bound" && e.Job == "nightly" || e.Kind == "error"
+		e := next(t, replicas, &cur, time.Minute, "every replica to bind its schedule", func(e catalogEvent) bool {
+			return e.Kind == "bound" && (e.Job == "nightly" || e.Job == "heartbeat") || e.Kind == "error"
 		})
 		require.NotEqual(t, "error", e.Kind, "%s: %s", e.Node, e.Error)
 		bound[e.Node] = true
@@ -256,6 +262,11 @@ func runDemo(t *testing.T, url, bin string) demo {
 	var applied int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM catalog_report WHERE name = 'nightly'`).Scan(&applied))
 	require.Equal(t, 1, applied, "the tick ran twice and was applied once")
+	eventually(t, time.Minute, "heartbeat's attempts", func() bool {
+		as, err := runs.Attempts(ctx, "heartbeat", 3)
+		require.NoError(t, err)
+		return len(as) == 3
+	}, func() string { return "" })
 	eventually(t, time.Minute, "a missed tick of orphan, unbound", func() bool {
 		m, err := runs.Missed(ctx, "orphan", 1)
 		require.NoError(t, err)
