@@ -6,6 +6,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net"
 	"net/http"
 	"os"
@@ -95,6 +98,24 @@ func TestOnCallConsole(t *testing.T) {
 		page.Screenshot("../../docs/console-schedule.png")
 	}
 	require.Empty(t, page.Exceptions())
+}
+
+// The refusal /fence shows is the fence's own record: the program counts
+// none itself (issue 33's second "done when"), which this test holds it to.
+func TestOnCallCountsNoRefusal(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
+	require.NoError(t, err)
+	var calls []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok {
+			if s, ok := c.Fun.(*ast.SelectorExpr); ok && strings.HasPrefix(s.Sel.Name, "CountRefusal") {
+				calls = append(calls, s.Sel.Name)
+			}
+		}
+		return true
+	})
+	require.Empty(t, calls)
 }
 
 // asker asks one question in the browser, counting its clicks from the
