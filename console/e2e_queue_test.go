@@ -50,7 +50,7 @@ func TestEndToEndQueueInChromium(t *testing.T) {
 	shoot := func(name string) {
 		t.Helper()
 		if *screenshots {
-			page.Screenshot("../../../docs/" + name)
+			page.Screenshot("../docs/" + name)
 		}
 	}
 

@@ -29,7 +29,7 @@ func TestEndToEndInChromium(t *testing.T) {
 	shoot := func(name string) {
 		t.Helper()
 		if *screenshots {
-			page.Screenshot("../../../docs/" + name)
+			page.Screenshot("../docs/" + name)
 		}
 	}
 
@@ -94,7 +94,7 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 
 	do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/schedules"]`)), chromedp.WaitVisible(chromedp.CSS(`#history`)))
 	if *screenshots {
-		page.Screenshot("../../../docs/console-attempts.png")
+		page.Screenshot("../docs/console-attempts.png")
 	}
 	do("open nightly from its attempt", chromedp.Click(chromedp.CSS(`table.attempts tr[data-job="nightly"] a`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr.lost[data-job="nightly"][data-state="refused"]`)))

@@ -244,14 +244,14 @@ func TestLeaseGrantsInChromium(t *testing.T) {
 	require.Equal(t, "web-2", cell("holder"))
 	require.Equal(t, fmt.Sprint(held.Token), cell("token"))
 	if *screenshots {
-		page.Screenshot("../../../docs/console-lease-moved.png")
+		page.Screenshot("../docs/console-lease-moved.png")
 	}
 	do("open the key", chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.CSS(`#grants`)))
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#grants tbody tr')].map(r => r.cells[0].innerText + ' ' + r.cells[1].innerText)`))
 	require.NoError(t, err)
 	require.Equal(t, []string{fmt.Sprint(held.Token) + " web-2", fmt.Sprint(first.Token) + " web-1"}, rows)
 	if *screenshots {
-		page.Screenshot("../../../docs/console-lease-grants.png")
+		page.Screenshot("../docs/console-lease-grants.png")
 	}
 	require.Empty(t, exceptions())
 }
