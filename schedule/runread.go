@@ -41,8 +41,9 @@ LIMIT ?2`
 )
 
 // RunReader reads the run table for an operator (aegis console, aegis
-// inspect): a namespace's latest runs with their expiry, and the runs stuck
-// past it in every namespace. Unlike NewStore it creates and migrates
+// inspect): a namespace's latest runs with their expiry, the runs stuck
+// past it in every namespace, the attempt history and the missed ticks,
+// and their triage (Counts, FindAttempts, Health). Unlike NewStore it creates and migrates
 // nothing, so it may be pointed at a database that does not use run-key
 // mode: Exists tells whether the table is there, and the reads fail while
 // it is not. It is safe for concurrent use.
@@ -56,6 +57,7 @@ type RunReader struct {
 	stuck   string
 	// The attempt history's and the missed ticks' reads.
 	attempts, missed string
+	triage           triage
 }
 
 // NewRunReader returns a reader of the run table of cfg (its Table and
@@ -79,7 +81,7 @@ func NewRunReader(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*RunReader
 	mt, _ := migrate.Table("schedule: the missed table", mn)
 	r := &RunReader{db: db, dialect: d, ns: c.Namespace, name: c.Table, table: table,
 		latest: fmt.Sprintf(latestRunsPG, table), stuck: fmt.Sprintf(stuckRunsPG, table),
-		attempts: fmt.Sprintf(attemptsPG, at), missed: fmt.Sprintf(missedPG, mt)}
+		attempts: fmt.Sprintf(attemptsPG, at), missed: fmt.Sprintf(missedPG, mt), triage: newTriage(d, at, mt)}
 	if d == migrate.SQLite {
 		r.latest, r.stuck = fmt.Sprintf(latestRunsSQLite, table), fmt.Sprintf(stuckRunsSQLite, table)
 		r.attempts, r.missed = fmt.Sprintf(attemptsSQLite, at), fmt.Sprintf(missedSQLite, mt)
@@ -216,10 +218,11 @@ type Attempt struct {
 	Attempt   int
 	Node      string
 	// Outcome is running, succeeded, failed, skipped (overlap forbid),
-	// replaced, abandoned, enqueued (leader mode), lost (a later attempt
-	// took the tick while this one was running: its run row had expired)
-	// or refused (a lost attempt that ran to its end: the store refused
-	// its outcome, and the tick ran twice; Error says how it ended).
+	// replaced, abandoned, enqueued (leader mode), lost (lease lost: a
+	// later attempt took the tick while this one was running, its run row
+	// had expired) or refused (refused by the fence: a lost attempt that
+	// ran to its end, whose outcome write the store refused; its tick ran
+	// twice, and was applied once; Error says how it ended).
 	Outcome string
 	Claimed time.Time // the claim, which starts the run
 	Ended   time.Time // zero while running
@@ -265,32 +268,42 @@ func (r *RunReader) Attempts(ctx context.Context, job string, limit int) ([]Atte
 	defer rows.Close()
 	var out []Attempt
 	for rows.Next() {
-		a := Attempt{Namespace: r.ns}
-		var token int64
-		if r.dialect == migrate.SQLite {
-			var fire, claimed int64
-			var ended sql.NullInt64
-			if err := rows.Scan(&a.Job, &fire, &token, &a.Attempt, &a.Node, &a.Outcome, &claimed, &ended, &a.Error, &a.TraceID); err != nil {
-				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
-			}
-			a.Fire, a.Claimed = time.UnixMilli(fire), time.UnixMilli(claimed)
-			if ended.Valid {
-				a.Ended = time.UnixMilli(ended.Int64)
-			}
-		} else {
-			var ended sql.NullTime
-			if err := rows.Scan(&a.Job, &a.Fire, &token, &a.Attempt, &a.Node, &a.Outcome, &a.Claimed, &ended, &a.Error, &a.TraceID); err != nil {
-				return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
-			}
-			a.Ended = ended.Time
+		a, err := r.scanAttempt(rows)
+		if err != nil {
+			return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
 		}
-		a.Token = aegis.Token(token)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("schedule: read the attempt history: %w", err)
 	}
 	return out, nil
+}
+
+// scanAttempt reads a row of the attempt history, its columns as
+// attemptsPG's (or attemptsSQLite's) in order, then the columns of extra.
+func (r *RunReader) scanAttempt(rows *sql.Rows, extra ...any) (Attempt, error) {
+	a := Attempt{Namespace: r.ns}
+	var token int64
+	if r.dialect == migrate.SQLite {
+		var fire, claimed int64
+		var ended sql.NullInt64
+		if err := rows.Scan(append([]any{&a.Job, &fire, &token, &a.Attempt, &a.Node, &a.Outcome, &claimed, &ended, &a.Error, &a.TraceID}, extra...)...); err != nil {
+			return a, err
+		}
+		a.Fire, a.Claimed = time.UnixMilli(fire), time.UnixMilli(claimed)
+		if ended.Valid {
+			a.Ended = time.UnixMilli(ended.Int64)
+		}
+	} else {
+		var ended sql.NullTime
+		if err := rows.Scan(append([]any{&a.Job, &a.Fire, &token, &a.Attempt, &a.Node, &a.Outcome, &a.Claimed, &ended, &a.Error, &a.TraceID}, extra...)...); err != nil {
+			return a, err
+		}
+		a.Ended = ended.Time
+	}
+	a.Token = aegis.Token(token)
+	return a, nil
 }
 
 // Missed returns the namespace's latest missed ticks of job, or of every

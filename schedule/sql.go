@@ -116,6 +116,9 @@ ON CONFLICT DO NOTHING`},
 		// The owner of the run row's grant: random per claim and reclaim,
 		// so that a claim whose reply was lost finds the row it took (mine).
 		{Version: 14, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS owner text`},
+		// The operator's counts of the last hour and day (RunReader.Counts,
+		// FindAttempts) find the ticks by claim time.
+		{Version: 15, SQL: `CREATE INDEX IF NOT EXISTS "%[12]s_attempt_claimed" ON %[8]s (namespace, claimed_at)`},
 	},
 	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
 	// $7 namespace, $8 owner.
@@ -331,6 +334,7 @@ SELECT namespace, job, fire_ms, token, attempt, node, state, started_ms, ended_m
 ) WITHOUT ROWID`},
 		{Version: 14, SQL: `ALTER TABLE %[8]s ADD COLUMN trace_id TEXT`},
 		{Version: 15, SQL: `ALTER TABLE %[1]s ADD COLUMN owner TEXT`},
+		{Version: 16, SQL: `CREATE INDEX IF NOT EXISTS %[11]s"%[12]s_attempt_claimed" ON %[10]s (namespace, claimed_ms)`},
 	},
 	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms, owner)
 SELECT $7, $1, $2, $3, $4, 1,

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
@@ -169,5 +170,60 @@ func OpenSQLite(t *testing.T, path string) func() *sql.DB {
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		return db
+	}
+}
+
+// Row is an attempt WriteAttempts writes beside what real schedulers
+// leave: what a fenced store never shows (a tick applied twice), a
+// failure, trouble older than an hour. Fire and Claimed are before the
+// store's now; the attempt ends a second after its claim.
+type Row struct {
+	Job            string
+	Fire, Claimed  time.Duration
+	Token, Attempt int64
+	Outcome, Error string
+}
+
+// Rows are the attempts the triage tests write: ledger's tick 10m ago
+// applied twice and its tick 20m ago failed ("disk full"); report's tick
+// 2h ago with its first attempt lost and its second succeeded.
+var Rows = []Row{
+	{Job: "ledger", Fire: 10 * time.Minute, Claimed: 10 * time.Minute, Token: 2, Attempt: 1, Outcome: "succeeded"},
+	{Job: "ledger", Fire: 10 * time.Minute, Claimed: 9 * time.Minute, Token: 3, Attempt: 2, Outcome: "succeeded"},
+	{Job: "ledger", Fire: 20 * time.Minute, Claimed: 20 * time.Minute, Token: 1, Attempt: 1, Outcome: "failed", Error: "disk full"},
+	{Job: "report", Fire: 2 * time.Hour, Claimed: 2 * time.Hour, Token: 1, Attempt: 1, Outcome: "lost", Error: "its run row expired"},
+	{Job: "report", Fire: 2 * time.Hour, Claimed: 2*time.Hour - time.Minute, Token: 2, Attempt: 2, Outcome: "succeeded"},
+}
+
+// Now is the store's clock: PostgreSQL's now(); SQLite's is this
+// process's.
+func Now(t *testing.T, db *sql.DB) time.Time {
+	t.Helper()
+	d, err := migrate.Detect(t.Context(), db)
+	require.NoError(t, err)
+	if d == migrate.SQLite {
+		return time.Now()
+	}
+	var now time.Time
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT now()`).Scan(&now))
+	return now
+}
+
+// WriteAttempts inserts rows into the default attempt table (NewStore's),
+// their times before now.
+func WriteAttempts(t *testing.T, db *sql.DB, now time.Time, rows []Row) {
+	t.Helper()
+	d, err := migrate.Detect(t.Context(), db)
+	require.NoError(t, err)
+	q := `INSERT INTO aegis_schedule_run_attempt (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at, error)
+		VALUES ('default', $1, to_timestamp($2 / 1000.0), $3, $4, 'n1', $5, to_timestamp($6 / 1000.0), to_timestamp($7 / 1000.0), nullif($8, ''))`
+	if d == migrate.SQLite {
+		q = `INSERT INTO aegis_schedule_run_attempt (namespace, job, fire_ms, token, attempt, node, outcome, claimed_ms, ended_ms, error)
+		VALUES ('default', $1, $2, $3, $4, 'n1', $5, $6, $7, nullif($8, ''))`
+	}
+	for _, r := range rows {
+		claimed := now.Add(-r.Claimed).UnixMilli()
+		_, err := db.ExecContext(t.Context(), q, r.Job, now.Add(-r.Fire).UnixMilli(), r.Token, r.Attempt, r.Outcome, claimed, claimed+1000, r.Error)
+		require.NoError(t, err)
 	}
 }

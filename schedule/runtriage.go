@@ -1,0 +1,239 @@
+package schedule
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aegislab/aegis/internal/migrate"
+)
+
+// The tick-level outcomes FindAttempts takes besides an attempt's own.
+const (
+	// RanTwice selects every attempt of the ticks that ran twice: a tick
+	// with an attempt lost or refused, whose handler a reclaim started
+	// again while the earlier attempt was still running.
+	RanTwice = "ran-twice"
+	// AppliedTwice selects every attempt of the ticks applied twice: two
+	// attempts of one tick recorded as succeeded, which a fenced store
+	// never lets happen.
+	AppliedTwice = "applied-twice"
+)
+
+// outcomes are an attempt's outcomes (see Attempt.Outcome).
+var outcomes = []string{"running", "succeeded", "failed", "skipped", "replaced", "abandoned", "enqueued", "lost", "refused"}
+
+// Outcomes returns what FindAttempts takes as AttemptFilter.Outcome: an
+// attempt's outcomes (see Attempt.Outcome), then RanTwice and
+// AppliedTwice.
+func Outcomes() []string { return append(slices.Clone(outcomes), RanTwice, AppliedTwice) }
+
+// The operator's triage of the attempt history, one text for both
+// dialects: {A} is the attempt table, {M} the missed table, {fire},
+// {claimed}, {ended} their columns and {since} the time parameter $2 as
+// the column's type. $1 is the namespace. A tick (job, fire time) is in a
+// window when one of its attempts was claimed in it; the ticks are found
+// through the (namespace, claim time) index, then all their attempts
+// through the primary key.
+const (
+	// countsSQL counts the attempts lost and refused claimed since $2, and
+	// the ticks of the window that ran twice (an attempt lost or refused)
+	// and that were applied twice (two attempts succeeded).
+	countsSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A} WHERE namespace = $1 AND {claimed} >= {since})
+SELECT coalesce(sum(lost), 0), coalesce(sum(refused), 0),
+       coalesce(sum(CASE WHEN taken > 0 THEN 1 ELSE 0 END), 0), coalesce(sum(CASE WHEN succeeded > 1 THEN 1 ELSE 0 END), 0)
+FROM (SELECT sum(CASE WHEN a.outcome = 'lost' AND a.{claimed} >= {since} THEN 1 ELSE 0 END) AS lost,
+             sum(CASE WHEN a.outcome = 'refused' AND a.{claimed} >= {since} THEN 1 ELSE 0 END) AS refused,
+             sum(CASE WHEN a.outcome IN ('lost', 'refused') THEN 1 ELSE 0 END) AS taken,
+             sum(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) AS succeeded
+      FROM {A} a JOIN recent r ON a.job = r.job AND a.{fire} = r.fire
+      WHERE a.namespace = $1
+      GROUP BY a.job, a.{fire}) t`
+
+	// findSQL reads the attempts claimed since $2 of job $3 ('' every
+	// job) with outcome $4 ('' any), at most $5, with how many there are.
+	findSQL = `SELECT job, {fire}, token, attempt, node, outcome, {claimed}, {ended}, coalesce(error, ''), coalesce(trace_id, ''), count(*) OVER ()
+FROM {A} WHERE namespace = $1 AND {claimed} >= {since} AND ($3 = '' OR job = $3) AND ($4 = '' OR outcome = $4)
+ORDER BY {fire} DESC, job, token DESC LIMIT $5`
+
+	// findTicksSQL reads every attempt of the ticks of the window of job
+	// $3 ('' every job) that ran twice ($4 = 'ran-twice') or were applied
+	// twice ($4 = 'applied-twice'), at most $5, with how many there are.
+	findTicksSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A} WHERE namespace = $1 AND {claimed} >= {since} AND ($3 = '' OR job = $3)),
+ticks AS (SELECT a.job, a.{fire} AS fire FROM {A} a JOIN recent r ON a.job = r.job AND a.{fire} = r.fire
+	WHERE a.namespace = $1
+	GROUP BY a.job, a.{fire}
+	HAVING ($4 = 'ran-twice' AND sum(CASE WHEN a.outcome IN ('lost', 'refused') THEN 1 ELSE 0 END) > 0)
+	    OR ($4 = 'applied-twice' AND sum(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) > 1))
+SELECT a.job, a.{fire}, a.token, a.attempt, a.node, a.outcome, a.{claimed}, a.{ended}, coalesce(a.error, ''), coalesce(a.trace_id, ''), count(*) OVER ()
+FROM {A} a JOIN ticks t ON a.job = t.job AND a.{fire} = t.fire
+WHERE a.namespace = $1
+ORDER BY a.{fire} DESC, a.job, a.token DESC LIMIT $5`
+
+	// healthSQL reads job $3's last success (its end), last failure (its
+	// end and error), newest tick first, and its ticks missed since $2
+	// by fire time: one round trip, through the primary keys.
+	healthSQL = `SELECT s.{ended}, f.{ended}, coalesce(f.error, ''),
+       (SELECT count(*) FROM {M} WHERE namespace = $1 AND job = $3 AND {fire} >= {since})
+FROM (SELECT 1 AS one) o
+LEFT JOIN (SELECT {ended} FROM {A} WHERE namespace = $1 AND job = $3 AND outcome = 'succeeded' ORDER BY {fire} DESC, token DESC LIMIT 1) s ON true
+LEFT JOIN (SELECT {ended}, error FROM {A} WHERE namespace = $1 AND job = $3 AND outcome = 'failed' ORDER BY {fire} DESC, token DESC LIMIT 1) f ON true`
+)
+
+// triage are the reader's triage statements, for its dialect.
+type triage struct{ counts, find, findTicks, health string }
+
+func newTriage(d migrate.Dialect, attempts, missed string) triage {
+	r := strings.NewReplacer("{A}", attempts, "{M}", missed, "{fire}", "fire_at", "{claimed}", "claimed_at", "{ended}", "ended_at",
+		"{since}", "timestamptz 'epoch' + $2 * interval '1 millisecond'")
+	if d == migrate.SQLite {
+		r = strings.NewReplacer("{A}", attempts, "{M}", missed, "{fire}", "fire_ms", "{claimed}", "claimed_ms", "{ended}", "ended_ms", "{since}", "$2")
+	}
+	return triage{counts: r.Replace(countsSQL), find: r.Replace(findSQL), findTicks: r.Replace(findTicksSQL), health: r.Replace(healthSQL)}
+}
+
+// AttemptCounts are the harm and the trouble of a window of the attempt
+// history (see RunReader.Counts).
+type AttemptCounts struct {
+	// Lost are the attempts whose lease was lost: a later attempt took
+	// the tick while they were still running. Not yet harm.
+	Lost int
+	// Refused are the attempts whose outcome write the fence refused:
+	// they ran to their end after their tick was taken over. The fence
+	// working.
+	Refused int
+	// RanTwice are the ticks whose handler started in two attempts (a
+	// tick with an attempt lost or refused): the work was done twice.
+	RanTwice int
+	// AppliedTwice are the ticks with two attempts recorded as succeeded:
+	// their effect landed twice. 0 on a fenced store.
+	AppliedTwice int
+}
+
+// Counts counts, in the store, the namespace's attempts lost and refused
+// claimed at or after since, and the ticks with an attempt claimed at or
+// after since that ran twice and that were applied twice (their attempts
+// before since included). A zero since counts the whole history. Compare
+// since with the store's clock: the claim times are its.
+func (r *RunReader) Counts(ctx context.Context, since time.Time) (AttemptCounts, error) {
+	var c AttemptCounts
+	var lost, refused, twice, applied int64
+	if err := r.db.QueryRowContext(ctx, r.triage.counts, r.ns, sinceMS(since)).Scan(&lost, &refused, &twice, &applied); err != nil {
+		return c, fmt.Errorf("schedule: count the attempt history: %w", err)
+	}
+	return AttemptCounts{Lost: int(lost), Refused: int(refused), RanTwice: int(twice), AppliedTwice: int(applied)}, nil
+}
+
+// sinceMS is since in Unix milliseconds; the zero time is the epoch.
+func sinceMS(since time.Time) int64 {
+	if since.IsZero() {
+		return 0
+	}
+	return since.UnixMilli()
+}
+
+// AttemptFilter selects attempts of the history (RunReader.FindAttempts).
+type AttemptFilter struct {
+	// Job is the schedule whose attempts are read. Default "": every
+	// schedule's.
+	Job string
+	// Outcome is an attempt's outcome (see Attempt.Outcome), or RanTwice
+	// or AppliedTwice for every attempt of the ticks that ran twice or
+	// were applied twice. Default "": any.
+	Outcome string
+	// Since keeps the attempts claimed at or after it, by the store's
+	// clock; with RanTwice or AppliedTwice, the ticks with an attempt
+	// claimed at or after it, and all their attempts. Default zero: the
+	// whole history.
+	Since time.Time
+	// Limit bounds the attempts returned. Required: at least 1.
+	Limit int
+}
+
+// FindAttempts returns the namespace's attempts that f selects, newest
+// tick first, then by job and newest attempt, at most f.Limit, and how
+// many f selects in all (0 when none). A filter that is not valid (an
+// unknown outcome, a limit below 1) is an error wrapping aegis.ErrInvalid
+// that names what is wrong.
+func (r *RunReader) FindAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
+	switch {
+	case f.Limit < 1:
+		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Limit %d is not positive", f.Limit)
+	case f.Outcome != "" && !slices.Contains(Outcomes(), f.Outcome):
+		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Outcome %q is not an outcome: want one of %s", f.Outcome, strings.Join(Outcomes(), ", "))
+	}
+	q := r.triage.find
+	if f.Outcome == RanTwice || f.Outcome == AppliedTwice {
+		q = r.triage.findTicks
+	}
+	rows, err := r.db.QueryContext(ctx, q, r.ns, sinceMS(f.Since), f.Job, f.Outcome, f.Limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
+	}
+	defer rows.Close()
+	var out []Attempt
+	var total int64
+	for rows.Next() {
+		a, err := r.scanAttempt(rows, &total)
+		if err != nil {
+			return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
+	}
+	return out, int(total), nil
+}
+
+// Health is a schedule's recent record (RunReader.Health).
+type Health struct {
+	Job string
+	// LastSuccess is when its newest succeeded attempt (by tick) ended;
+	// zero when none is on record.
+	LastSuccess time.Time
+	// LastFailure and LastError are when its newest failed attempt (its
+	// handler returned an error) ended, and the error; zero and "" when
+	// none is on record.
+	LastFailure time.Time
+	LastError   string
+	// Missed counts its ticks missed whose fire time is at or after the
+	// since given.
+	Missed int
+}
+
+// Health reads job's last success, last failure and the ticks it missed
+// since since (by fire time), in one round trip. It needs the attempt and
+// the missed tables (NewStore creates both); on a database without them
+// it fails. An empty job is an error wrapping aegis.ErrInvalid.
+func (r *RunReader) Health(ctx context.Context, job string, since time.Time) (Health, error) {
+	h := Health{Job: job}
+	if job == "" {
+		return h, invalid("schedule: health: job is empty")
+	}
+	var missed int64
+	var lastErr string
+	var err error
+	if r.dialect == migrate.SQLite {
+		var ok, failed sql.NullInt64
+		err = r.db.QueryRowContext(ctx, r.triage.health, r.ns, sinceMS(since), job).Scan(&ok, &failed, &lastErr, &missed)
+		if ok.Valid {
+			h.LastSuccess = time.UnixMilli(ok.Int64)
+		}
+		if failed.Valid {
+			h.LastFailure = time.UnixMilli(failed.Int64)
+		}
+	} else {
+		var ok, failed sql.NullTime
+		err = r.db.QueryRowContext(ctx, r.triage.health, r.ns, sinceMS(since), job).Scan(&ok, &failed, &lastErr, &missed)
+		h.LastSuccess, h.LastFailure = ok.Time, failed.Time
+	}
+	if err != nil {
+		return Health{Job: job}, fmt.Errorf("schedule: health of %q: %w", job, err)
+	}
+	h.LastError, h.Missed = lastErr, int(missed)
+	return h, nil
+}
