@@ -109,6 +109,8 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ago":      ago,
 	"left":     left,
 	"instant":  instant,
+	"when":     when,
+	"rows":     func(now time.Time, class string, rs any) rows { return rows{Now: now, Class: class, Rows: rs} },
 	"segment":  segment,
 	"joinList": func(s []string) string { return strings.Join(s, ", ") },
 	"navs":     func() []nav { return navs },
@@ -408,8 +410,14 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 // scheduleRow is an entry of the catalog as the page shows it.
 type scheduleRow struct {
 	schedule.Entry
-	Next time.Time
+	Next time.Time // zero: paused, or no replica runs it
+	// Health is its last success, last failure and misses of the last
+	// hour; nil without the attempt and missed tables.
+	Health *schedule.Health
 }
+
+// Unbound tells that no live replica has the entry's handler: none runs it.
+func (r scheduleRow) Unbound() bool { return len(r.Replicas) == 0 }
 
 type schedulesData struct {
 	Missing string
@@ -424,10 +432,14 @@ type schedulesData struct {
 	Runs []runRow
 	history
 	Selected string
+	// Query is the page's filter; Jobs the names its form offers.
+	Query attemptQuery
+	Jobs  []string
 }
 
-func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, error) {
-	var d schedulesData
+func (s *Server) schedulesData(ctx context.Context, q attemptQuery) (schedulesData, error) {
+	d := schedulesData{Query: q, Selected: q.Job}
+	job := q.Job
 	now, err := s.st.now(ctx)
 	if err != nil {
 		return d, err
@@ -452,8 +464,13 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 			return d, err
 		}
 		for _, e := range es {
-			if job == "" || e.Name == job {
-				d.Entries = append(d.Entries, scheduleRow{Entry: e, Next: nextFire(e, now)})
+			d.Jobs = append(d.Jobs, e.Name)
+			row := scheduleRow{Entry: e}
+			if (job == "" || e.Name == job) && q.handles(row) {
+				if !row.Unbound() {
+					row.Next = nextFire(e, now)
+				}
+				d.Entries = append(d.Entries, row)
 			}
 		}
 	}
@@ -473,21 +490,38 @@ func (s *Server) schedulesData(ctx context.Context, job string) (schedulesData, 
 			}
 		}
 		d.Runs = runs
-		if d.history, err = s.st.history(ctx, job, s.cfg.TraceURL); err != nil {
+		if d.history, err = s.st.history(ctx, now, q, s.cfg.TraceURL); err != nil {
 			return d, err
 		}
-		for i, a := range d.Attempts {
-			d.Attempts[i].Stuck = a.Outcome == "running" && slices.ContainsFunc(d.Stuck, func(r runRow) bool {
-				return r.Job == a.Job && r.Fire.Equal(a.Fire) && r.Token == a.Token
-			})
+		stuck := func(as []attemptRow) {
+			for i, a := range as {
+				as[i].Stuck = a.Outcome == "running" && slices.ContainsFunc(d.Stuck, func(r runRow) bool {
+					return r.Job == a.Job && r.Fire.Equal(a.Fire) && r.Token == a.Token
+				})
+			}
+		}
+		stuck(d.Attempts)
+		stuck(d.Trouble)
+		if d.NoAttempts == "" && d.NoMissed == "" {
+			for i := range d.Entries {
+				h, err := s.st.runTable.Health(ctx, d.Entries[i].Name, now.Add(-missedWindow))
+				if err != nil {
+					return d, err
+				}
+				d.Entries[i].Health = &h
+			}
 		}
 	}
-	d.Selected = job
 	return d, nil
 }
 
 func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
-	d, err := s.schedulesData(r.Context(), "")
+	q, bad := parseAttemptQuery(r, "")
+	if bad != "" {
+		http.Error(w, bad, http.StatusBadRequest)
+		return
+	}
+	d, err := s.schedulesData(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -497,7 +531,12 @@ func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 	name := unsegment(r.PathValue("name"))
-	d, err := s.schedulesData(r.Context(), name)
+	q, bad := parseAttemptQuery(r, name)
+	if bad != "" {
+		http.Error(w, bad, http.StatusBadRequest)
+		return
+	}
+	d, err := s.schedulesData(r.Context(), q)
 	if err != nil {
 		s.fail(w, err)
 		return

@@ -344,7 +344,7 @@ func TestUnreadableCatalogRow(t *testing.T) {
 	code, body := get(t, c, ts.URL+"/")
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `<b>1</b> schedules, 0 paused, <span class="warn" id="unreadable">1 unreadable</span>`)
-	unreadable := `<tr class="unreadable" data-schedule="bad"><td>bad</td><td colspan="6"><b class="warn">unreadable</b>: schedule: catalog row &#34;bad&#34;: spec &#34;@every banana&#34; is not an interval</td></tr>`
+	unreadable := `<tr class="unreadable" data-schedule="bad"><td>bad</td><td colspan="8"><b class="warn">unreadable</b>: schedule: catalog row &#34;bad&#34;: spec &#34;@every banana&#34; is not an interval</td></tr>`
 	for _, page := range []string{"/schedules", "/schedules/bad"} {
 		code, body = get(t, c, ts.URL+page)
 		require.Equal(t, http.StatusOK, code, body)

@@ -107,12 +107,12 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 		eval("the lost row's colours", `[getComputedStyle(document.querySelector('tr.lost td')).backgroundColor, getComputedStyle(document.querySelector('tr.lost b.warn')).color]`),
 		"the refused attempt is marked as a stuck run is")
 	require.Equal(t, []string{"http://localhost:16686/trace/" + traceID, traceID},
-		eval("the trace link", `[...document.querySelectorAll('a.trace')].flatMap(a => [a.href, a.innerText])`))
+		eval("the trace link", `[...document.querySelectorAll('table.attempts a.trace')].flatMap(a => [a.href, a.innerText])`))
 	require.Contains(t, text(), "No missed tick on record.")
 
 	do("open orphan from its missed tick", chromedp.Navigate(ts.URL+"/schedules"), chromedp.WaitVisible(chromedp.CSS(`#missed`)),
 		chromedp.Click(chromedp.CSS(`table.missed tr[data-job="orphan"] a`)), chromedp.WaitVisible(chromedp.CSS(`tr.missed[data-job="orphan"]`)))
-	missed := eval("the missed ticks", `[...document.querySelectorAll('table.missed tbody tr')].map(r => [r.cells[1].innerText, r.cells[2].innerText, r.cells[4].innerText].join(' '))`)
+	missed := eval("the missed ticks", `[...document.querySelectorAll('table.missed tbody tr')].map(r => [r.cells[1].title, r.cells[2].innerText, r.cells[4].innerText].join(' '))`)
 	require.Len(t, missed, len(h.Missed))
 	for i, m := range h.Missed {
 		require.Equal(t, instant(m.Fire)+" unbound watcher", missed[i])

@@ -63,3 +63,23 @@ func segment(name string) string {
 
 // unsegment is the name a path value (unescaped by the router) names.
 func unsegment(v string) string { return strings.TrimPrefix(v, "~") }
+
+// when prints how far t is from now, either way: "12m00s ago", "in 3.5s";
+// zero prints a dash.
+func when(now, t time.Time) string {
+	switch {
+	case t.IsZero():
+		return "—"
+	case t.After(now):
+		return "in " + short(t.Sub(now))
+	}
+	return short(now.Sub(t)) + " ago"
+}
+
+// rows is a table's rows, its class and the page's time, for a template
+// that prints their ages.
+type rows struct {
+	Now   time.Time
+	Class string
+	Rows  any
+}

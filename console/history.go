@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -75,7 +77,7 @@ type attemptRow struct {
 	// .Attempt is the embedded struct.
 	Number int
 	// Lost: a later attempt took its tick (lost, or refused when it ran to
-	// its end: the tick ran twice).
+	// its end): its tick ran twice.
 	Lost bool
 	// Trace is the link to its trace, when the console has a TraceURL and
 	// the attempt a trace id.
@@ -84,19 +86,41 @@ type attemptRow struct {
 	Stuck bool
 }
 
+func newAttemptRows(as []schedule.Attempt, traceURL string) []attemptRow {
+	out := make([]attemptRow, 0, len(as))
+	for _, a := range as {
+		out = append(out, attemptRow{Attempt: a, Number: a.Attempt, Lost: a.Outcome == "lost" || a.Outcome == "refused", Trace: traceLink(traceURL, a.TraceID)})
+	}
+	return out
+}
+
 // history is the attempt history and the missed ticks of a page.
 type history struct {
 	// NoAttempts and NoMissed are the tables that are missing, when they
 	// are.
 	NoAttempts, NoMissed string
-	Attempts             []attemptRow
-	Missed               []schedule.MissedTick
+	// Attempts are those the page's query selects, the newest
+	// historyShown, of Total.
+	Attempts []attemptRow
+	Total    int
+	// Trouble, on a page without show or since, is every attempt of the
+	// ticks of the last day that ran twice (the newest historyShown, of
+	// TroubleTotal), and AppliedTwice those of the ticks applied twice:
+	// above the full list, which a frequent schedule's runs fill.
+	Trouble      []attemptRow
+	TroubleTotal int
+	AppliedTwice []attemptRow
+	Missed       []schedule.MissedTick
 }
 
-// history reads job's attempts and missed ticks (every job's when job is
-// ""), newest tick first, with the links to their traces made from
-// traceURL.
-func (st *store) history(ctx context.Context, job, traceURL string) (history, error) {
+// troubleWindow is how far back a page's default list finds the ticks
+// that ran twice or were applied twice.
+const troubleWindow = 24 * time.Hour
+
+// history reads the attempts that q selects and the missed ticks of its
+// job (every job's when it has none), newest tick first, with the links to
+// their traces made from traceURL.
+func (st *store) history(ctx context.Context, now time.Time, q attemptQuery, traceURL string) (history, error) {
 	var h history
 	ok, err := st.exists(ctx, attemptTable)
 	if err != nil {
@@ -105,12 +129,26 @@ func (st *store) history(ctx context.Context, job, traceURL string) (history, er
 	if !ok {
 		h.NoAttempts = attemptTable
 	} else {
-		as, err := st.runTable.Attempts(ctx, job, historyShown)
+		f := schedule.AttemptFilter{Job: q.Job, Outcome: q.Show, Limit: historyShown}
+		if w := windows[q.Since]; w > 0 {
+			f.Since = now.Add(-w)
+		}
+		as, n, err := st.runTable.FindAttempts(ctx, f)
 		if err != nil {
 			return h, err
 		}
-		for _, a := range as {
-			h.Attempts = append(h.Attempts, attemptRow{Attempt: a, Number: a.Attempt, Lost: a.Outcome == "lost" || a.Outcome == "refused", Trace: traceLink(traceURL, a.TraceID)})
+		h.Attempts, h.Total = newAttemptRows(as, traceURL), n
+		if q.Show == "" && q.Since == "" {
+			f := schedule.AttemptFilter{Job: q.Job, Outcome: schedule.RanTwice, Since: now.Add(-troubleWindow), Limit: historyShown}
+			if as, h.TroubleTotal, err = st.runTable.FindAttempts(ctx, f); err != nil {
+				return h, err
+			}
+			h.Trouble = newAttemptRows(as, traceURL)
+			f.Outcome = schedule.AppliedTwice
+			if as, _, err = st.runTable.FindAttempts(ctx, f); err != nil {
+				return h, err
+			}
+			h.AppliedTwice = newAttemptRows(as, traceURL)
 		}
 	}
 	if ok, err = st.exists(ctx, missedTable); err != nil {
@@ -118,10 +156,87 @@ func (st *store) history(ctx context.Context, job, traceURL string) (history, er
 	}
 	if !ok {
 		h.NoMissed = missedTable
-	} else if h.Missed, err = st.runTable.Missed(ctx, job, historyShown); err != nil {
+	} else if h.Missed, err = st.runTable.Missed(ctx, q.Job, historyShown); err != nil {
 		return h, err
 	}
 	return h, nil
+}
+
+// attemptQuery is a schedules page's filter, from its address's
+// parameters: show (an outcome, ran-twice or applied-twice), job, since
+// (1h, 24h or 7d) and, for the catalog, handler (none: the schedules no
+// live replica has a handler for; some: those some live replicas lack).
+type attemptQuery struct {
+	Show, Job, Since, Handler string
+}
+
+// windows are the values of since.
+var windows = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour}
+
+// parseAttemptQuery reads the page's filter; page is the schedule of a
+// schedule's page, which is its job. bad says what is wrong with it.
+func parseAttemptQuery(r *http.Request, page string) (q attemptQuery, bad string) {
+	v := r.URL.Query()
+	q = attemptQuery{Show: v.Get("show"), Job: cmp.Or(page, v.Get("job")), Since: v.Get("since"), Handler: v.Get("handler")}
+	switch {
+	case q.Show != "" && !slices.Contains(schedule.Outcomes(), q.Show):
+		return q, fmt.Sprintf("show=%.40q is not an outcome: want one of %s", q.Show, strings.Join(schedule.Outcomes(), ", "))
+	case q.Since != "" && windows[q.Since] == 0:
+		return q, fmt.Sprintf("since=%.40q is not a window: want 1h, 24h or 7d", q.Since)
+	case q.Handler != "" && q.Handler != "none" && q.Handler != "some":
+		return q, fmt.Sprintf("handler=%.40q: want none (the schedules no live replica has a handler for) or some (those some live replicas lack)", q.Handler)
+	}
+	return q, ""
+}
+
+// handles tells whether the catalog's row passes the query's handler.
+func (q attemptQuery) handles(r scheduleRow) bool {
+	switch q.Handler {
+	case "none":
+		return r.Unbound()
+	case "some":
+		return !r.Unbound() && len(r.MissingOn) > 0
+	}
+	return true
+}
+
+// Outcomes are what the page's form offers for show.
+func (attemptQuery) Outcomes() []string { return schedule.Outcomes() }
+
+// Windows are what the page's form offers for since.
+func (attemptQuery) Windows() []string { return []string{"1h", "24h", "7d"} }
+
+// Describe says what the attempts list shows, and how many of how many.
+func (q attemptQuery) Describe(shown, total int) string {
+	what := "attempts"
+	switch q.Show {
+	case "":
+	case "lost":
+		what = "attempts lost (their lease lost)"
+	case "refused":
+		what = "attempts refused by the fence"
+	case schedule.RanTwice:
+		what = "attempts of the ticks that ran twice"
+	case schedule.AppliedTwice:
+		what = "attempts of the ticks applied twice"
+	default:
+		what = "attempts " + q.Show
+	}
+	of := "of every schedule"
+	if q.Job != "" {
+		of = "of " + q.Job
+	}
+	window := "on record"
+	if q.Since != "" {
+		window = "in the last " + strings.Replace(q.Since, "d", " days", 1)
+	}
+	if shown == total {
+		if total == 1 {
+			what = strings.Replace(what, "attempts", "attempt", 1)
+		}
+		return fmt.Sprintf("%d %s %s %s.", total, what, of, window)
+	}
+	return fmt.Sprintf("The newest %d of %d %s %s %s.", shown, total, what, of, window)
 }
 
 // missedCount is a schedule's missed ticks in the overview's window.

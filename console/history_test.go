@@ -28,8 +28,8 @@ func instant(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.00
 // attemptRE matches the row of attempt a on a schedule's page, up to its
 // node.
 func attemptRE(a schedule.Attempt, class string) string {
-	return regexp.QuoteMeta(fmt.Sprintf(`<tr data-job="%s" data-state="%s" data-token="%d" data-attempt="%d"%s><td><a href="/schedules/%s">%s</a></td><td>%s</td><td class="num">%d</td><td>%s</td>`,
-		a.Job, a.Outcome, a.Token, a.Attempt, class, a.Job, a.Job, instant(a.Fire), a.Attempt, a.Node))
+	return regexp.QuoteMeta(fmt.Sprintf(`<tr data-job="%s" data-state="%s" data-token="%d" data-attempt="%d"%s><td><a href="/schedules/%s">%s</a></td><td title="%s">`,
+		a.Job, a.Outcome, a.Token, a.Attempt, class, a.Job, a.Job, instant(a.Fire))) + `[^<]+ ago</td>` + regexp.QuoteMeta(fmt.Sprintf(`<td class="num">%d</td><td>%s</td>`, a.Attempt, a.Node))
 }
 
 // A schedule's page shows every attempt of its ticks, the lost one
@@ -61,7 +61,7 @@ func TestScheduleHistory(t *testing.T) {
 			code, body := get(t, c, ts.URL+"/schedules/nightly")
 			require.Equal(t, http.StatusOK, code, body)
 			require.Regexp(t, `(?s)`+attemptRE(h.Successor, "")+`.*`+attemptRE(h.Holder, ` class="lost"`), body, "both attempts of the tick, the successor's first")
-			require.Contains(t, body, `<b class="warn" title="taken over while it ran, it ran to its end: the store refused its outcome, and the tick ran twice">refused</b>`)
+			require.Contains(t, body, `<b class="warn" title="refused by the fence: taken over while it ran, it ran to its end and the store refused its outcome write; the tick ran twice, its outcome was recorded once">refused</b>`)
 			require.Contains(t, body, `<td class="error">`+template.HTMLEscapeString(h.Holder.Error)+`</td>`)
 			require.Contains(t, h.Holder.Error, "the run ended succeeded")
 			require.Contains(t, body, "No missed tick on record.")
@@ -73,8 +73,8 @@ func TestScheduleHistory(t *testing.T) {
 			for _, m := range h.Missed {
 				require.Equal(t, schedule.CauseUnbound, m.Cause)
 				require.Equal(t, "watcher", m.Node)
-				require.Contains(t, body, fmt.Sprintf(`<tr data-job="orphan" data-cause="unbound" class="missed"><td><a href="/schedules/orphan">orphan</a></td><td>%s</td><td><b class="warn">unbound</b></td><td>%s</td><td>watcher</td><td>%s</td></tr>`,
-					instant(m.Fire), template.HTMLEscapeString(m.Detail), instant(m.Recorded)))
+				require.Regexp(t, regexp.QuoteMeta(fmt.Sprintf(`<tr data-job="orphan" data-cause="unbound" class="missed"><td><a href="/schedules/orphan">orphan</a></td><td title="%s">`, instant(m.Fire)))+`[^<]+ ago`+
+					regexp.QuoteMeta(fmt.Sprintf(`</td><td><b class="warn">unbound</b></td><td>%s</td><td>watcher</td><td title="%s">`, template.HTMLEscapeString(m.Detail), instant(m.Recorded)))+`[^<]+ ago</td></tr>`, body)
 			}
 			require.Contains(t, h.Missed[0].Detail, `has no handler "absent"`)
 

@@ -10,9 +10,17 @@ import (
 
 // schedCards are the overview's cards of the schedules.
 type schedCards struct {
-	Schedules, Paused, Unhandled, Stuck int
-	Unreadable                          int // catalog rows the catalog cannot read
-	NoCatalog                           bool
+	Schedules, Paused, Stuck int
+	// Unbound are the schedules whose handler no live replica has (none
+	// runs them); SomeLack those that some live replicas lack while
+	// others run them.
+	Unbound, SomeLack int
+	Unreadable        int // catalog rows the catalog cannot read
+	NoCatalog         bool
+	// Hour and Day are the attempt history's harm and trouble in the last
+	// hour and day; NoAttempts is the attempt table when it is missing.
+	Hour, Day  schedule.AttemptCounts
+	NoAttempts string
 	// RunTable: the schedule's run table is there. Missed are the missed
 	// ticks of the last hour by schedule, the most missed first, and
 	// MissedTotal their sum (at least, with MissedMore: the overview
@@ -29,7 +37,8 @@ type schedCards struct {
 const missedWindow = time.Hour
 
 // scheduleCounts fills the overview's counts of the schedules: the
-// catalog's, the stuck runs, the last hour's missed ticks.
+// catalog's, the stuck runs, the attempts' harm and trouble of the last
+// hour and day, the last hour's missed ticks.
 func (s *Server) schedCards(ctx context.Context, now time.Time) (schedCards, error) {
 	var d schedCards
 	return d, s.scheduleCounts(ctx, now, &d)
@@ -54,8 +63,11 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *schedCard
 			if e.Paused {
 				d.Paused++
 			}
-			if len(e.MissingOn) > 0 {
-				d.Unhandled++
+			switch {
+			case len(e.Replicas) == 0:
+				d.Unbound++
+			case len(e.MissingOn) > 0:
+				d.SomeLack++
 			}
 		}
 	} else {
@@ -74,6 +86,18 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *schedCard
 		}
 	}
 	d.RunTable = true
+	if ok, err := s.st.exists(ctx, attemptTable); err != nil {
+		return err
+	} else if !ok {
+		d.NoAttempts = attemptTable
+	} else {
+		if d.Hour, err = s.st.runTable.Counts(ctx, now.Add(-time.Hour)); err != nil {
+			return err
+		}
+		if d.Day, err = s.st.runTable.Counts(ctx, now.Add(-24*time.Hour)); err != nil {
+			return err
+		}
+	}
 	counts, more, found, err := s.st.missedSince(ctx, now.Add(-missedWindow))
 	if err != nil {
 		return err

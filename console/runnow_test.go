@@ -25,9 +25,10 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
-// replicaOn starts a run-key scheduler on db that runs the catalog's
-// "rebuild" schedule, and stops it (bounded) when the test ends.
-func replicaOn(t *testing.T, db *sql.DB, node string) {
+// replicaOn starts a run-key scheduler on db that has the handlers (default
+// "rebuild", which runs the catalog's "rebuild" schedule), and stops it
+// (bounded) when the test ends.
+func replicaOn(t *testing.T, db *sql.DB, node string, handlers ...string) {
 	t.Helper()
 	ctx := t.Context()
 	st, err := schedule.NewStore(ctx, db, nil)
@@ -36,7 +37,12 @@ func replicaOn(t *testing.T, db *sql.DB, node string) {
 	require.NoError(t, err)
 	s, err := schedule.New(&schedule.Config{Node: node, Store: st, Catalog: cat})
 	require.NoError(t, err)
-	require.NoError(t, s.Handle("rebuild", func(context.Context, json.RawMessage) error { return nil }))
+	if len(handlers) == 0 {
+		handlers = []string{"rebuild"}
+	}
+	for _, h := range handlers {
+		require.NoError(t, s.Handle(h, func(context.Context, json.RawMessage) error { return nil }))
+	}
 	require.NoError(t, s.Start(context.Background()))
 	t.Cleanup(func() {
 		done := make(chan struct{})
@@ -88,7 +94,7 @@ func requireRunNowRuns(t *testing.T, ts string, db *sql.DB) {
 
 	// The run appears, done, with its node and token: its attempt, the
 	// claim.
-	row := regexp.MustCompile(`data-job="rebuild" data-state="succeeded" data-token="(\d+)" data-attempt="1"><td><a href="/schedules/rebuild">rebuild</a></td><td>` + regexp.QuoteMeta(fire) + `</td><td class="num">1</td><td>([^<]+)</td>`)
+	row := regexp.MustCompile(`data-job="rebuild" data-state="succeeded" data-token="(\d+)" data-attempt="1"><td><a href="/schedules/rebuild">rebuild</a></td><td title="` + regexp.QuoteMeta(fire) + `">[^<]+</td><td class="num">1</td><td>([^<]+)</td>`)
 	var got []string
 	require.Eventually(t, func() bool {
 		// Not get: its require would end this polling goroutine, not the test.
@@ -222,6 +228,8 @@ func TestRunNowInChromium(t *testing.T) {
 	row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(done)))
 	require.NoError(t, err)
 	require.Contains(t, row, "replica-0")
-	require.Contains(t, row, e.RunNow.UTC().Format("2006-01-02 15:04:05.000"))
+	fire, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('`+done+`').cells[1].title`))
+	require.NoError(t, err)
+	require.Equal(t, e.RunNow.UTC().Format("2006-01-02 15:04:05.000"), fire, "the fire time, absolute on hover")
 	require.Empty(t, exceptions())
 }
