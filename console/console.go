@@ -1,11 +1,17 @@
 // Package console is `aegis console`: an operator's web console over a
 // production database of Aegis (PostgreSQL, or SQLite for one host). It
 // shows who holds which lease key with which token, the schedule catalog
-// with its stuck runs, every attempt of its ticks (linked to their traces
-// with Config.TraceURL) and its missed ticks with their cause, the queue's
+// with each schedule's handler status, last success and failure, misses
+// and next fire, its stuck runs, every attempt of its ticks (filtered by
+// outcome, schedule and time; linked to their traces with
+// Config.TraceURL) and its missed ticks with their cause, the queue's
 // jobs, and the fence's resources, and lets an operator pause, resume and
 // run now a schedule, and retry, cancel or discard a job, after a
-// confirmation.
+// confirmation. Its overview counts the attempts whose lease was lost or
+// whose outcome the fence refused, and the ticks that ran twice (executed)
+// and that were applied twice (their effect landed twice), in the last
+// hour and day: docs/console.md defines these words, and the pages use
+// each for one thing only.
 //
 // Access: a console on a loopback address serves loopback names only; on
 // any other address it needs a token or a user and password on every

@@ -31,11 +31,12 @@ usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--t
 Console serves a web console over the database Aegis keeps its state in:
 every lease key with its token, holder and expiry (database time) and,
 when the Lockers keep it, its last grants; the schedule catalog with each
-schedule's next fire and the replicas missing its handler, the stuck
-runs, every attempt of each tick with node, token and outcome (a lost or
-refused one marked: the tick ran twice), and the missed ticks with their
-cause and the replica that recorded them (the overview counts the last
-hour's); the queue's jobs by queue and state, a job's attempts with their
+schedule's handler status, last success and failure, misses and next
+fire, the stuck runs, every attempt of each tick with node, token and
+outcome, filtered by outcome, schedule and time (one whose lease was lost
+or whose outcome the fence refused marked: its tick ran twice), and the
+missed ticks with their cause and the replica that recorded them (the
+overview counts the last hour's and day's); the queue's jobs by queue and state, a job's attempts with their
 tokens and errors, the last hour's throughput and waits, dead letters;
 and the fence's resources with their last accepted token and the
 refusals counted. After a confirmation, a schedule can be paused, resumed

@@ -40,10 +40,11 @@ lease table, the lab's audit. QUERY is one of
 	            replica started by their starting deadline, with their
 	            cause (held, unbound, paused, misfire, store, down) and
 	            the replica that recorded them
-	lost        the latest attempts of --namespace's schedules that a
-	            later attempt took over, their run row expired: lost
-	            while it ran, or refused when it ran to its end (the tick
-	            ran twice), with the attempt that took the tick
+	lost        the latest attempts of --namespace's schedules whose
+	            lease was lost (their run row expired, a later attempt
+	            took the tick): lost, or refused by the fence when they
+	            ran on to their end; either way their tick ran twice.
+	            With the attempt that took the tick
 	expired     leases that ran out instead of being released
 	tokens      the token history of --key (lab-RUN/JOB for a lab run's
 	            job, in lower case; every run's when unset)
@@ -146,7 +147,7 @@ var historyQueries = []historyQuery{
 		read:    missedTicks,
 	},
 	{
-		name: "lost", title: "lost attempts: a later attempt took the tick over while they ran (refused: it ran to its end, the tick ran twice), the newest first",
+		name: "lost", title: "attempts whose lease was lost: a later attempt took the tick over while they ran (refused: they ran on to their end and the fence refused their outcome write); their ticks ran twice, the newest first",
 		table:   "aegis_schedule_run_attempt",
 		columns: []string{"namespace", "job", "fire_at", "node", "token", "attempt", "outcome", "ended_at", "taken_by", "error"},
 		read:    lostAttempts,

@@ -64,8 +64,9 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	        fire time, node, fencing token, attempt, start (the claim), end
 	        and outcome (also of a deleted schedule or a job defined in
 	        code). A tick has a line per attempt: a reclaim of a crashed or
-	        stopped run is a second one, and the first then says lost (or
-	        refused, when it ran to its end: the tick ran twice). A tick no
+	        stopped run is a second one, and the first then says lost (its
+	        lease lost) or refused (by the fence, when it ran on to its
+	        end): the tick ran twice, its outcome recorded once. A tick no
 	        replica started by its starting deadline says missed, with its
 	        cause (held, unbound, paused, misfire, store, down) and the
 	        replica that recorded it
