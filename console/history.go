@@ -236,7 +236,11 @@ func (q attemptQuery) Describe(shown, total int) string {
 		}
 		return fmt.Sprintf("%d %s %s %s.", total, what, of, window)
 	}
-	return fmt.Sprintf("The newest %d of %d %s %s %s.", shown, total, what, of, window)
+	n := fmt.Sprint(total)
+	if total >= schedule.CountBound {
+		n += " or more" // FindAttempts counts no further
+	}
+	return fmt.Sprintf("The newest %d of %s %s %s %s.", shown, n, what, of, window)
 }
 
 // missedCount is a schedule's missed ticks in the overview's window.

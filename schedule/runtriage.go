@@ -53,25 +53,32 @@ FROM (SELECT sum(CASE WHEN a.outcome = 'lost' AND a.{claimed} >= {since} THEN 1 
       WHERE a.namespace = $1
       GROUP BY a.job, a.{fire}) t`
 
-	// findSQL reads the attempts claimed since $2 of job $3 ('' every
-	// job) with outcome $4 ('' any), at most $5, with how many there are.
-	findSQL = `SELECT job, {fire}, token, attempt, node, outcome, {claimed}, {ended}, coalesce(error, ''), coalesce(trace_id, ''), count(*) OVER ()
-FROM {A} WHERE namespace = $1 AND {claimed} >= {since} AND ($3 = '' OR job = $3) AND ($4 = '' OR outcome = $4)
-ORDER BY {fire} DESC, job, token DESC LIMIT $5`
+	// findSQL selects the attempts claimed since $2 of job $3 ('' every
+	// job) with outcome $4 ('' any); {cols} are the columns read.
+	findSQL = `SELECT {cols} FROM {A} a
+WHERE a.namespace = $1 AND a.{claimed} >= {since} AND ($3 = '' OR a.job = $3) AND ($4 = '' OR a.outcome = $4)`
 
-	// findTicksSQL reads every attempt of the ticks of the window of job
-	// $3 ('' every job) that ran twice ($4 = 'ran-twice') or were applied
-	// twice ($4 = 'applied-twice'), at most $5, with how many there are.
+	// findTicksSQL selects every attempt of the ticks of the window of
+	// job $3 ('' every job) that ran twice ($4 = 'ran-twice') or were
+	// applied twice ($4 = 'applied-twice').
 	findTicksSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A} WHERE namespace = $1 AND {claimed} >= {since} AND ($3 = '' OR job = $3)),
 ticks AS (SELECT a.job, a.{fire} AS fire FROM {A} a JOIN recent r ON a.job = r.job AND a.{fire} = r.fire
 	WHERE a.namespace = $1
 	GROUP BY a.job, a.{fire}
 	HAVING ($4 = 'ran-twice' AND sum(CASE WHEN a.outcome IN ('lost', 'refused') THEN 1 ELSE 0 END) > 0)
 	    OR ($4 = 'applied-twice' AND sum(CASE WHEN a.outcome = 'succeeded' THEN 1 ELSE 0 END) > 1))
-SELECT a.job, a.{fire}, a.token, a.attempt, a.node, a.outcome, a.{claimed}, a.{ended}, coalesce(a.error, ''), coalesce(a.trace_id, ''), count(*) OVER ()
-FROM {A} a JOIN ticks t ON a.job = t.job AND a.{fire} = t.fire
-WHERE a.namespace = $1
+SELECT {cols} FROM {A} a JOIN ticks t ON a.job = t.job AND a.{fire} = t.fire
+WHERE a.namespace = $1`
+
+	// findCols and findOrder make a find statement the read of the
+	// newest $5 attempts; countFind makes it the count of at most
+	// CountBound (a filter that selects a week of an every-2-s job counts
+	// no more).
+	findCols  = `a.job, a.{fire}, a.token, a.attempt, a.node, a.outcome, a.{claimed}, a.{ended}, coalesce(a.error, ''), coalesce(a.trace_id, '')`
+	findOrder = `
 ORDER BY a.{fire} DESC, a.job, a.token DESC LIMIT $5`
+	countFind = `SELECT count(*) FROM (%s
+LIMIT %d) c`
 
 	// healthSQL reads job $3's last success (its end), last failure (its
 	// end and error), newest tick first, and its ticks missed since $2
@@ -83,8 +90,13 @@ LEFT JOIN (SELECT {ended} FROM {A} WHERE namespace = $1 AND job = $3 AND outcome
 LEFT JOIN (SELECT {ended}, error FROM {A} WHERE namespace = $1 AND job = $3 AND outcome = 'failed' ORDER BY {fire} DESC, token DESC LIMIT 1) f ON true`
 )
 
-// triage are the reader's triage statements, for its dialect.
-type triage struct{ counts, find, findTicks, health string }
+// CountBound bounds the attempts RunReader.FindAttempts counts: a total
+// of CountBound means at least that many.
+const CountBound = 10000
+
+// triage are the reader's triage statements, for its dialect: find and
+// findTicks read, countFind and countTicks count.
+type triage struct{ counts, find, findTicks, countFind, countTicks, health string }
 
 func newTriage(d migrate.Dialect, attempts, missed string) triage {
 	r := strings.NewReplacer("{A}", attempts, "{M}", missed, "{fire}", "fire_at", "{claimed}", "claimed_at", "{ended}", "ended_at",
@@ -92,7 +104,12 @@ func newTriage(d migrate.Dialect, attempts, missed string) triage {
 	if d == migrate.SQLite {
 		r = strings.NewReplacer("{A}", attempts, "{M}", missed, "{fire}", "fire_ms", "{claimed}", "claimed_ms", "{ended}", "ended_ms", "{since}", "$2")
 	}
-	return triage{counts: r.Replace(countsSQL), find: r.Replace(findSQL), findTicks: r.Replace(findTicksSQL), health: r.Replace(healthSQL)}
+	rows := func(q string) string { return r.Replace(strings.Replace(q, "{cols}", findCols, 1) + findOrder) }
+	count := func(q string) string {
+		return fmt.Sprintf(countFind, r.Replace(strings.Replace(q, "{cols}", "1", 1)), CountBound)
+	}
+	return triage{counts: r.Replace(countsSQL), find: rows(findSQL), findTicks: rows(findTicksSQL),
+		countFind: count(findSQL), countTicks: count(findTicksSQL), health: r.Replace(healthSQL)}
 }
 
 // AttemptCounts are the harm and the trouble of a window of the attempt
@@ -155,7 +172,9 @@ type AttemptFilter struct {
 
 // FindAttempts returns the namespace's attempts that f selects, newest
 // tick first, then by job and newest attempt, at most f.Limit, and how
-// many f selects in all (0 when none). A filter that is not valid (an
+// many f selects in all, counted up to CountBound (0 when none). It reads
+// the count, then the attempts: an attempt recorded in between can make
+// them disagree by one. A filter that is not valid (an
 // unknown outcome, a limit below 1) is an error wrapping aegis.ErrInvalid
 // that names what is wrong.
 func (r *RunReader) FindAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
@@ -165,19 +184,23 @@ func (r *RunReader) FindAttempts(ctx context.Context, f AttemptFilter) ([]Attemp
 	case f.Outcome != "" && !slices.Contains(Outcomes(), f.Outcome):
 		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Outcome %q is not an outcome: want one of %s", f.Outcome, strings.Join(Outcomes(), ", "))
 	}
-	q := r.triage.find
+	find, count := r.triage.find, r.triage.countFind
 	if f.Outcome == RanTwice || f.Outcome == AppliedTwice {
-		q = r.triage.findTicks
+		find, count = r.triage.findTicks, r.triage.countTicks
 	}
-	rows, err := r.db.QueryContext(ctx, q, r.ns, sinceMS(f.Since), f.Job, f.Outcome, f.Limit)
+	args := []any{r.ns, sinceMS(f.Since), f.Job, f.Outcome}
+	var total int
+	if err := r.db.QueryRowContext(ctx, count, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("schedule: count attempts: %w", err)
+	}
+	rows, err := r.db.QueryContext(ctx, find, append(args, f.Limit)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
 	}
 	defer rows.Close()
 	var out []Attempt
-	var total int64
 	for rows.Next() {
-		a, err := r.scanAttempt(rows, &total)
+		a, err := r.scanAttempt(rows)
 		if err != nil {
 			return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
 		}
@@ -186,7 +209,7 @@ func (r *RunReader) FindAttempts(ctx context.Context, f AttemptFilter) ([]Attemp
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("schedule: find attempts: %w", err)
 	}
-	return out, int(total), nil
+	return out, total, nil
 }
 
 // Health is a schedule's recent record (RunReader.Health).

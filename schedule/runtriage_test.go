@@ -144,3 +144,38 @@ func TestRunReaderTriageRefusesBadInput(t *testing.T) {
 	require.Contains(t, schedule.Outcomes(), schedule.RanTwice)
 	require.Contains(t, schedule.Outcomes(), schedule.AppliedTwice)
 }
+
+// FindAttempts counts at most CountBound attempts, and reads its limit.
+func TestFindAttemptsCountsToTheBound(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "sqlite"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			open := historytest.OpenPostgres(t)
+			fill := `INSERT INTO aegis_schedule_run_attempt (namespace, job, fire_at, token, attempt, node, outcome, claimed_at)
+SELECT 'default', 'busy', to_timestamp(i), i, 1, 'n1', 'succeeded', now() FROM generate_series(1, $1) AS i`
+			if dialect == "sqlite" {
+				open = historytest.OpenSQLite(t, filepath.Join(t.TempDir(), "bound.db"))
+				fill = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+INSERT INTO aegis_schedule_run_attempt (namespace, job, fire_ms, token, attempt, node, outcome, claimed_ms)
+SELECT 'default', 'busy', i * 1000, i, 1, 'n1', 'succeeded', ` + "CAST(unixepoch('subsec') * 1000 AS INTEGER)" + ` FROM n`
+			}
+			db := open()
+			_, err := schedule.NewStore(ctx, db, nil)
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, fill, schedule.CountBound+5)
+			require.NoError(t, err)
+			r, err := schedule.NewRunReader(ctx, db, nil)
+			require.NoError(t, err)
+			as, n, err := r.FindAttempts(ctx, schedule.AttemptFilter{Job: "busy", Limit: 3})
+			require.NoError(t, err)
+			require.Equal(t, schedule.CountBound, n, "counted up to the bound")
+			require.Len(t, as, 3)
+			require.Equal(t, []aegis.Token{schedule.CountBound + 5, schedule.CountBound + 4, schedule.CountBound + 3}, []aegis.Token{as[0].Token, as[1].Token, as[2].Token}, "the newest tick first")
+			c, err := r.Counts(ctx, time.Now().Add(-time.Hour))
+			require.NoError(t, err)
+			require.Zero(t, c, "nothing lost, refused, ran twice or applied twice")
+		})
+	}
+}
