@@ -35,14 +35,19 @@ func Outcomes() []string { return append(slices.Clone(outcomes), RanTwice, Appli
 // dialects: {A} is the attempt table, {M} the missed table, {fire},
 // {claimed}, {ended} their columns and {since} the time parameter $2 as
 // the column's type. $1 is the namespace. A tick (job, fire time) is in a
-// window when one of its attempts was claimed in it; the ticks are found
-// through the (namespace, claim time) index, then all their attempts
-// through the primary key.
+// window when one of its attempts was claimed in it. Only a tick with a
+// second attempt can have run or been applied twice, and its attempt 2
+// or later (a reclaim, or a queue worker's retry), claimed after its
+// first, is in the window if any of its attempts is; so is every attempt
+// lost or refused: the windows' candidate ticks are found through the
+// partial index of these attempts (migration 15, SQLite 16), then all
+// their attempts through the primary key.
 const (
 	// countsSQL counts the attempts lost and refused claimed since $2, and
 	// the ticks of the window that ran twice (an attempt lost or refused)
 	// and that were applied twice (two attempts succeeded).
-	countsSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A} WHERE namespace = $1 AND {claimed} >= {since})
+	countsSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A}
+	WHERE namespace = $1 AND {claimed} >= {since} AND (attempt >= 2 OR outcome IN ('lost', 'refused'))) -- the candidates, by the partial index
 SELECT coalesce(sum(lost), 0), coalesce(sum(refused), 0),
        coalesce(sum(CASE WHEN taken > 0 THEN 1 ELSE 0 END), 0), coalesce(sum(CASE WHEN succeeded > 1 THEN 1 ELSE 0 END), 0)
 FROM (SELECT sum(CASE WHEN a.outcome = 'lost' AND a.{claimed} >= {since} THEN 1 ELSE 0 END) AS lost,
@@ -61,7 +66,9 @@ WHERE a.namespace = $1 AND a.{claimed} >= {since} AND ($3 = '' OR a.job = $3) AN
 	// findTicksSQL selects every attempt of the ticks of the window of
 	// job $3 ('' every job) that ran twice ($4 = 'ran-twice') or were
 	// applied twice ($4 = 'applied-twice').
-	findTicksSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A} WHERE namespace = $1 AND {claimed} >= {since} AND ($3 = '' OR job = $3)),
+	findTicksSQL = `WITH recent AS (SELECT DISTINCT job, {fire} AS fire FROM {A}
+	WHERE namespace = $1 AND {claimed} >= {since} AND (attempt >= 2 OR outcome IN ('lost', 'refused')) -- the candidates, by the partial index
+	AND ($3 = '' OR job = $3)),
 ticks AS (SELECT a.job, a.{fire} AS fire FROM {A} a JOIN recent r ON a.job = r.job AND a.{fire} = r.fire
 	WHERE a.namespace = $1
 	GROUP BY a.job, a.{fire}

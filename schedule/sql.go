@@ -117,8 +117,10 @@ ON CONFLICT DO NOTHING`},
 		// so that a claim whose reply was lost finds the row it took (mine).
 		{Version: 14, SQL: `ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS owner text`},
 		// The operator's counts of the last hour and day (RunReader.Counts,
-		// FindAttempts) find the ticks by claim time.
-		{Version: 15, SQL: `CREATE INDEX IF NOT EXISTS "%[12]s_attempt_claimed" ON %[8]s (namespace, claimed_at)`},
+		// FindAttempts) find by claim time the ticks that can have run or
+		// been applied twice: those with a second attempt. Partial, so that
+		// the claims of the ticks that ran once write no more.
+		{Version: 15, SQL: `CREATE INDEX IF NOT EXISTS "%[12]s_attempt_twice" ON %[8]s (namespace, claimed_at) WHERE attempt >= 2 OR outcome IN ('lost', 'refused')`},
 	},
 	// $1 job, $2 fire ms, $3 token, $4 node, $5 ttl ms, $6 forbid overlap,
 	// $7 namespace, $8 owner.
@@ -334,7 +336,7 @@ SELECT namespace, job, fire_ms, token, attempt, node, state, started_ms, ended_m
 ) WITHOUT ROWID`},
 		{Version: 14, SQL: `ALTER TABLE %[8]s ADD COLUMN trace_id TEXT`},
 		{Version: 15, SQL: `ALTER TABLE %[1]s ADD COLUMN owner TEXT`},
-		{Version: 16, SQL: `CREATE INDEX IF NOT EXISTS %[11]s"%[12]s_attempt_claimed" ON %[10]s (namespace, claimed_ms)`},
+		{Version: 16, SQL: `CREATE INDEX IF NOT EXISTS %[11]s"%[12]s_attempt_twice" ON %[10]s (namespace, claimed_ms) WHERE attempt >= 2 OR outcome IN ('lost', 'refused')`},
 	},
 	claim: `INSERT INTO %[1]s (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms, owner)
 SELECT $7, $1, $2, $3, $4, 1,
