@@ -92,6 +92,14 @@ func TestAttemptHistoryInChromium(t *testing.T) {
 	do("open the overview", chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`#missed-hour`)))
 	require.Contains(t, text(), fmt.Sprintf("%d\nmissed ticks in the last hour: orphan %d", h.AllMissed, len(h.Missed)), "orphan the most missed")
 
+	require.Equal(t, []string{"rgb(179, 38, 30)", "rgb(29, 35, 48)"},
+		eval("the cards' colours", `[getComputedStyle(document.querySelector('#card-refused')).color, getComputedStyle(document.querySelector('#card-lost')).color]`),
+		"a card with trouble is marked, one without is not")
+	do("open the refused attempts from their card", chromedp.Click(chromedp.CSS(`#card-refused`)), chromedp.WaitVisible(chromedp.CSS(`#shown`)))
+	require.Equal(t, []string{fmt.Sprintf("nightly refused holder %d", h.Holder.Token)},
+		eval("the refused attempts", `[...document.querySelectorAll('table.attempts tbody tr')].map(r => [r.dataset.job, r.dataset.state, r.cells[3].innerText, r.cells[4].innerText].join(' '))`))
+	require.Contains(t, text(), "1 attempt refused by the fence of every schedule in the last 24h.")
+
 	do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/schedules"]`)), chromedp.WaitVisible(chromedp.CSS(`#history`)))
 	if *screenshots {
 		page.Screenshot("../docs/console-attempts.png")
