@@ -195,6 +195,19 @@ func TestTriage(t *testing.T) {
 				}
 			})
 
+			t.Run("prefix", func(t *testing.T) {
+				pts := serve(t, &console.Config{DB: db, Prefix: "/ops/aegis"})
+				for _, path := range []string{"/", "/schedules", "/schedules?handler=none", "/schedules?show=ran-twice&since=24h", "/schedules/nightly"} {
+					code, body := get(t, c, pts.URL+"/ops/aegis"+path)
+					require.Equal(t, http.StatusOK, code, body)
+					links := regexp.MustCompile(`(?:href|action)="([^"]*)"`).FindAllStringSubmatch(body, -1)
+					require.NotEmpty(t, links)
+					for _, l := range links {
+						require.True(t, strings.HasPrefix(l[1], "/ops/aegis/") || strings.HasPrefix(l[1], "#"), "%s links to %s", path, l[1])
+					}
+				}
+			})
+
 			t.Run("default list", func(t *testing.T) {
 				body := page("/schedules")
 				require.Equal(t, []string{"report/succeeded", "report/lost", "nightly/succeeded", "nightly/refused"}, attemptRows(body, "trouble")[:4],
