@@ -528,6 +528,10 @@ func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.schedulesData(r.Context(), q)
+	if errors.Is(err, aegis.ErrInvalid) { // a name no schedule can have
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -543,6 +547,10 @@ func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.schedulesData(r.Context(), q)
+	if errors.Is(err, aegis.ErrInvalid) { // a name no schedule can have
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	if err != nil {
 		s.fail(w, err)
 		return

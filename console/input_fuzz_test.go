@@ -21,6 +21,7 @@ import (
 // element in it stays text), and no page the lease's secret owner.
 func FuzzConsoleInput(f *testing.F) {
 	for _, s := range [][5]string{
+		{"export", "k", "24h", "", "ran-twice"},
 		{"export", "invoice-export/2026-10", "1", "default", "available"},
 		{"nope", "nope", "0", "", "running"},
 		{"a/../export", "../leases", "-1", "q", "bogus"},
@@ -49,6 +50,7 @@ func FuzzConsoleInput(f *testing.F) {
 				"/leases/" + url.PathEscape(key),
 				"/queue/jobs/" + url.PathEscape(id),
 				"/queue/jobs?" + url.Values{"queue": {queueName}, "state": {state}}.Encode(),
+				"/schedules?" + url.Values{"show": {state}, "job": {name}, "since": {id}, "handler": {queueName}}.Encode(),
 			}
 		}
 		for _, target := range targets(name, key, id, queueName, state) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -181,15 +182,20 @@ type AttemptFilter struct {
 // tick first, then by job and newest attempt, at most f.Limit, and how
 // many f selects in all, counted up to CountBound (0 when none). It reads
 // the count, then the attempts: an attempt recorded in between can make
-// them disagree by one. A filter that is not valid (an
-// unknown outcome, a limit below 1) is an error wrapping aegis.ErrInvalid
-// that names what is wrong.
+// them disagree by one. A filter that is not valid (an unknown outcome, a
+// limit below 1, a job that is no lease key: not UTF-8, a NUL, too long)
+// is an error wrapping aegis.ErrInvalid that names what is wrong.
 func (r *RunReader) FindAttempts(ctx context.Context, f AttemptFilter) ([]Attempt, int, error) {
 	switch {
 	case f.Limit < 1:
 		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Limit %d is not positive", f.Limit)
 	case f.Outcome != "" && !slices.Contains(Outcomes(), f.Outcome):
-		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Outcome %q is not an outcome: want one of %s", f.Outcome, strings.Join(Outcomes(), ", "))
+		return nil, 0, invalid("schedule: find attempts: AttemptFilter.Outcome %.40q is not an outcome: want one of %s", f.Outcome, strings.Join(Outcomes(), ", "))
+	}
+	if f.Job != "" {
+		if err := driver.CheckKey(f.Job); err != nil {
+			return nil, 0, fmt.Errorf("schedule: find attempts: AttemptFilter.Job: %w", err)
+		}
 	}
 	find, count := r.triage.find, r.triage.countFind
 	if f.Outcome == RanTwice || f.Outcome == AppliedTwice {
@@ -238,11 +244,12 @@ type Health struct {
 // Health reads job's last success, last failure and the ticks it missed
 // since since (by fire time), in one round trip. It needs the attempt and
 // the missed tables (NewStore creates both); on a database without them
-// it fails. An empty job is an error wrapping aegis.ErrInvalid.
+// it fails. A job that is no lease key (empty, not UTF-8, a NUL, too
+// long) is an error wrapping aegis.ErrInvalid.
 func (r *RunReader) Health(ctx context.Context, job string, since time.Time) (Health, error) {
 	h := Health{Job: job}
-	if job == "" {
-		return h, invalid("schedule: health: job is empty")
+	if err := driver.CheckKey(job); err != nil {
+		return h, fmt.Errorf("schedule: health: job: %w", err)
 	}
 	var missed int64
 	var lastErr string

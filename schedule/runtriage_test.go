@@ -133,6 +133,8 @@ func TestRunReaderTriageRefusesBadInput(t *testing.T) {
 		{schedule.AttemptFilter{Limit: -1, Outcome: "lost"}, "AttemptFilter.Limit -1"},
 		{schedule.AttemptFilter{Limit: 10, Outcome: "ran twice"}, `AttemptFilter.Outcome "ran twice" is not an outcome: want one of running, succeeded`},
 		{schedule.AttemptFilter{Limit: 10, Outcome: "Lost"}, `AttemptFilter.Outcome "Lost"`},
+		{schedule.AttemptFilter{Limit: 10, Job: "a\x00b"}, "AttemptFilter.Job: aegis: invalid argument: key contains a NUL byte at offset 1"},
+		{schedule.AttemptFilter{Limit: 10, Job: "\xff"}, "AttemptFilter.Job: aegis: invalid argument: key is not valid UTF-8"},
 	} {
 		_, _, err := r.FindAttempts(ctx, tt.f)
 		require.ErrorIs(t, err, aegis.ErrInvalid, tt.want)
@@ -140,7 +142,7 @@ func TestRunReaderTriageRefusesBadInput(t *testing.T) {
 	}
 	_, err = r.Health(ctx, "", time.Time{})
 	require.ErrorIs(t, err, aegis.ErrInvalid)
-	require.ErrorContains(t, err, "job is empty")
+	require.ErrorContains(t, err, "health: job: aegis: invalid argument: key is empty")
 	require.Contains(t, schedule.Outcomes(), schedule.RanTwice)
 	require.Contains(t, schedule.Outcomes(), schedule.AppliedTwice)
 }
