@@ -242,15 +242,16 @@ func missedTicks(ctx context.Context, r *schedule.RunReader, limit int) ([][]str
 	return rows, nil
 }
 
-// attemptsScanned is how many of the latest attempts lost looks through:
-// RunReader reads attempts by tick, not by outcome.
+// attemptsScanned bounds the attempts lost reads: every attempt of the
+// ticks that ran twice, the newest first.
 const attemptsScanned = 1000
 
-// lostAttempts lists the lost and refused attempts among the latest
-// attemptsScanned, each with the attempt that took its tick (the next
-// one of the tick, when it is among them).
+// lostAttempts lists the lost and refused attempts of the latest ticks
+// that ran twice, each with the attempt that took its tick (the next one
+// of the tick). It reads them by outcome, so that no number of later
+// attempts of a frequent schedule hides them.
 func lostAttempts(ctx context.Context, r *schedule.RunReader, limit int) ([][]string, error) {
-	as, err := r.Attempts(ctx, "", attemptsScanned)
+	as, _, err := r.FindAttempts(ctx, schedule.AttemptFilter{Outcome: schedule.RanTwice, Limit: attemptsScanned})
 	if err != nil {
 		return nil, err
 	}

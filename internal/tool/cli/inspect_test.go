@@ -51,6 +51,25 @@ func TestInspectMissedAndLost(t *testing.T) {
 	require.Equal(t, 2, strings.Count(stdout, "  (none)\n"), stdout)
 }
 
+// Lost finds a refused attempt however many attempts of a frequent
+// schedule came after it: 1,500 ticks of an every-2-s job, newer than
+// nightly's, each attempt succeeded.
+func TestInspectLostUnderAFrequentSchedule(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	open := historytest.OpenPostgres(t)
+	h := historytest.Make(t, open)
+	_, err := open().ExecContext(t.Context(), `INSERT INTO aegis_schedule_run_attempt (namespace, job, fire_at, token, attempt, node, outcome, claimed_at, ended_at)
+SELECT 'default', 'every-2s', now() - i * interval '2 seconds', i, 1, 'n1', 'succeeded', now() - i * interval '2 seconds', now() - i * interval '2 seconds'
+FROM generate_series(1, 1500) AS i`)
+	require.NoError(t, err)
+
+	code, stdout, stderr := run(t, "inspect", "--postgres-url", url, "lost")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `\n  default\s+nightly\s+\S+\s+holder\s+`+fmt.Sprint(h.Holder.Token)+`\s+1\s+refused\s+`, stdout)
+	require.NotContains(t, stdout, "every-2s")
+}
+
 // A database without the history's tables (its schedulers predate them,
 // or it keeps no schedule) skips missed and lost, and gets no table.
 func TestInspectHistoryMissing(t *testing.T) {
