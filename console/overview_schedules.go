@@ -64,7 +64,7 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *schedCard
 				d.Paused++
 			}
 			switch {
-			case len(e.Replicas) == 0:
+			case scheduleRow{Entry: e}.Unbound():
 				d.Unbound++
 			case len(e.MissingOn) > 0:
 				d.SomeLack++

@@ -57,7 +57,11 @@ type RunReader struct {
 	stuck   string
 	// The attempt history's and the missed ticks' reads.
 	attempts, missed string
-	triage           triage
+	// The triage's statements; on SQLite, unhinted are those without the
+	// partial index's hint, twiceIndex asks whether the index twiceName
+	// is there.
+	triage, unhinted      triage
+	twiceIndex, twiceName string
 }
 
 // NewRunReader returns a reader of the run table of cfg (its Table and
@@ -81,10 +85,18 @@ func NewRunReader(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*RunReader
 	mt, _ := migrate.Table("schedule: the missed table", mn)
 	r := &RunReader{db: db, dialect: d, ns: c.Namespace, name: c.Table, table: table,
 		latest: fmt.Sprintf(latestRunsPG, table), stuck: fmt.Sprintf(stuckRunsPG, table),
-		attempts: fmt.Sprintf(attemptsPG, at), missed: fmt.Sprintf(missedPG, mt), triage: newTriage(d, at, mt)}
+		attempts: fmt.Sprintf(attemptsPG, at), missed: fmt.Sprintf(missedPG, mt), triage: newTriage(d, at, mt, "")}
 	if d == migrate.SQLite {
 		r.latest, r.stuck = fmt.Sprintf(latestRunsSQLite, table), fmt.Sprintf(stuckRunsSQLite, table)
 		r.attempts, r.missed = fmt.Sprintf(attemptsSQLite, at), fmt.Sprintf(missedSQLite, mt)
+		// The index of migration 16, in the attempt table's schema.
+		parts := strings.Split(c.Table, ".")
+		r.twiceName = parts[len(parts)-1] + "_attempt_twice"
+		r.twiceIndex = `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`
+		if len(parts) == 2 {
+			r.twiceIndex = `SELECT count(*) FROM "` + parts[0] + `".sqlite_master WHERE type = 'index' AND name = ?`
+		}
+		r.triage, r.unhinted = newTriage(d, at, mt, `INDEXED BY "`+r.twiceName+`"`), r.triage
 	}
 	return r, nil
 }

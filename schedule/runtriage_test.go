@@ -117,6 +117,35 @@ func TestRunReaderTriage(t *testing.T) {
 	}
 }
 
+// On SQLite the reads hint the planner to the attempt table's partial
+// index, and go without the hint on a database whose replicas predate the
+// index (the reader migrates nothing).
+func TestRunReaderTriageWithoutTheIndex(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := historytest.OpenSQLite(t, filepath.Join(t.TempDir(), "old.db"))()
+	_, err := schedule.NewStore(ctx, db, nil)
+	require.NoError(t, err)
+	now := historytest.Now(t, db)
+	historytest.WriteAttempts(t, db, now, historytest.Rows)
+	r, err := schedule.NewRunReader(ctx, db, nil)
+	require.NoError(t, err)
+	check := func() {
+		t.Helper()
+		c, err := r.Counts(ctx, now.Add(-24*time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, schedule.AttemptCounts{Lost: 1, RanTwice: 1, AppliedTwice: 1}, c)
+		as, n, err := r.FindAttempts(ctx, schedule.AttemptFilter{Outcome: schedule.AppliedTwice, Limit: 10})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Len(t, as, 2)
+	}
+	check()
+	_, err = db.ExecContext(ctx, `DROP INDEX aegis_schedule_run_attempt_twice`)
+	require.NoError(t, err)
+	check()
+}
+
 func TestRunReaderTriageRefusesBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
