@@ -521,38 +521,37 @@ func (s *Server) schedulesData(ctx context.Context, q attemptQuery) (schedulesDa
 	return d, nil
 }
 
-func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
-	q, bad := parseAttemptQuery(r, "")
+// readSchedules reads the data of a schedules' page, of the schedule
+// name ("" for every one) with the request's filter; false when it
+// answered the request with an error.
+func (s *Server) readSchedules(w http.ResponseWriter, r *http.Request, name string) (schedulesData, bool) {
+	q, bad := parseAttemptQuery(r, name)
 	if bad != "" {
 		http.Error(w, bad, http.StatusBadRequest)
-		return
+		return schedulesData{}, false
 	}
 	d, err := s.schedulesData(r.Context(), q)
-	if errors.Is(err, aegis.ErrInvalid) { // a name no schedule can have
+	switch {
+	case errors.Is(err, aegis.ErrInvalid): // a name no schedule can have
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err != nil {
+		return d, false
+	case err != nil:
 		s.fail(w, err)
-		return
+		return d, false
 	}
-	s.render(w, r, "schedules", "Schedules", d)
+	return d, true
+}
+
+func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
+	if d, ok := s.readSchedules(w, r, ""); ok {
+		s.render(w, r, "schedules", "Schedules", d)
+	}
 }
 
 func (s *Server) scheduleDetail(w http.ResponseWriter, r *http.Request) {
 	name := unsegment(r.PathValue("name"))
-	q, bad := parseAttemptQuery(r, name)
-	if bad != "" {
-		http.Error(w, bad, http.StatusBadRequest)
-		return
-	}
-	d, err := s.schedulesData(r.Context(), q)
-	if errors.Is(err, aegis.ErrInvalid) { // a name no schedule can have
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err != nil {
-		s.fail(w, err)
+	d, ok := s.readSchedules(w, r, name)
+	if !ok {
 		return
 	}
 	// A schedule its replicas declare in code is not in the catalog: it
