@@ -9,6 +9,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
+	"github.com/aegislab/aegis/internal/actor"
 )
 
 // MaxNameLen is the longest job name, in bytes: the name is a lease key
@@ -270,6 +271,14 @@ type (
 	runKey   struct{}
 	leaseKey struct{}
 )
+
+// withRun is a handler's context: it carries its run (RunFrom), and who
+// runs it for the fence (internal/actor), so that a write the fence
+// refuses inside the handler names its node, schedule, tick and attempt.
+func withRun(ctx context.Context, run Run) context.Context {
+	ctx = actor.With(ctx, actor.Writer{Node: run.Node, Schedule: run.Job, Fire: run.Fire, Attempt: run.Attempt})
+	return context.WithValue(ctx, runKey{}, run)
+}
 
 // RunFrom returns the run that ctx belongs to, when ctx is (derived from)
 // a job's context.

@@ -437,7 +437,7 @@ func (l *leaderClaimer) work(ctx context.Context, qj *queue.Job[runArgs]) error 
 	}
 	run := Run{Job: j.Name, Namespace: s.ns, Fire: fire, Node: s.cfg.Node, Token: runToken(fire) - 1 + qj.Token, Attempt: qj.Attempt, Args: c.args, Version: c.version}
 	s.emit(Event{Kind: EventRun, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt})
-	jobErr := j.call(context.WithValue(ctx, runKey{}, run))
+	jobErr := j.call(withRun(ctx, run))
 	lost := errors.Is(context.Cause(ctx), aegis.ErrLost)
 	if lost {
 		s.emit(Event{Kind: EventLost, Job: j.Name, Fire: fire, Token: run.Token, Attempt: run.Attempt, Err: context.Cause(ctx)})

@@ -60,7 +60,7 @@ func (j *job) launch(ctx context.Context, run Run, lease *aegis.Lease, until tim
 			defer jcancel(nil)
 			defer context.AfterFunc(rctx, func() { jcancel(context.Cause(rctx)) })()
 		}
-		jctx = context.WithValue(jctx, runKey{}, run)
+		jctx = withRun(jctx, run)
 		jobErr := j.call(jctx)
 		tracing.Fail(span, jobErr)
 		if rk != nil {
