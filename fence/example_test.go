@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,9 +166,10 @@ func exportHeld(pool *pgxpool.Pool, h *aegis.Held) error {
 	})
 }
 
-// A refusal rolls its transaction back, so it is counted after, on the
-// pool: the operator's console shows the count.
-func ExampleCountRefusal() {
+// A holder paused past its lease comes back and is refused: the fence
+// records the refusal itself, on a connection of its own (the refused
+// transaction rolls back), and the operator reads it from the refusal log.
+func ExampleRefusalLog() {
 	ctx := context.Background()
 	pool, drop, err := docsnippets.Postgres(ctx)
 	if err != nil {
@@ -186,19 +188,18 @@ func ExampleCountRefusal() {
 	}
 	token := aegis.Token(40) // a holder paused past its lease comes back
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, res, token) })
-	if _, cerr := fence.CountRefusal(ctx, pool, "", err); cerr != nil { // "": the *StaleError names the resource
-		fmt.Println(cerr)
-		return
+	if se, ok := errors.AsType[*fence.StaleError](err); ok && !se.Recorded {
+		log.Printf("refused, not recorded: %v", se.RecordErr) // the refusal stands
 	}
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	refusals, err := fence.Refusals(ctx, db, 10)
+	refusals, err := fence.RefusalLog(ctx, db, &fence.RefusalFilter{Resource: res}, 10)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	r := refusals[0]
-	fmt.Println(r.Resource, r.Refusals, r.LastToken, r.LastHeld)
+	fmt.Println(r.Resource, r.Token, r.Held)
 	// Output:
-	// ledger/2026-10 1 40 41
+	// ledger/2026-10 40 41
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -222,5 +223,92 @@ func TestFailpointTableInDocs(t *testing.T) {
 			want = append(want, failpoint.Row("fence", stmt, f, fenceFPResults[stmt][f]))
 		}
 	}
+	for _, f := range failpoint.Faults {
+		want = append(want, failpoint.Row("fence", "the record of a refusal (the fence's own write, on another connection)", f, recordFPResults[f]))
+	}
 	failpoint.CheckDoc(t, "../docs/failpoints.md", "fence", want)
+}
+
+// recordFPResults are the rows of the fence's own write of a refusal.
+var recordFPResults = map[failpoint.Fault]string{
+	failpoint.Before: "the write is still refused with aegis.ErrStale; StaleError.RecordErr says the record failed and why; nothing is recorded; CountRefusal counts it",
+	failpoint.After:  "the record commits and its reply is lost; the fence reads its row back by its id: Recorded, counted once (CountRefusal counts nothing more)",
+	failpoint.Data:   "the write is still refused with aegis.ErrStale; StaleError.RecordErr carries the store's refusal; nothing is recorded; CountRefusal counts it",
+}
+
+// TestRecordFailpoints: the record of a refusal, the fence's own write on
+// another connection, made to fail three ways through pgx and database/sql
+// on PostgreSQL and on SQLite: the refusal stands, and the StaleError says
+// whether the refusal was recorded, or why not. Not parallel: the pgx
+// records' connections go through the plan for its length.
+func TestRecordFailpoints(t *testing.T) {
+	for _, f := range failpoint.Faults {
+		t.Run(f.String(), func(t *testing.T) {
+			plan := failpoint.NewPlan()
+			defer fence.RecordPgxThrough(plan)()
+			ctx := t.Context()
+			pool, pgDB := pgStores(t)
+			lite := sqliteStore(t)
+			pgCfg, err := pgx.ParseConfig(testenv.PostgresURL(t))
+			require.NoError(t, err)
+			pgFaulty := plan.DB(stdlib.GetConnector(*pgCfg), failpoint.PostgresDataError)
+			var file string
+			require.NoError(t, lite.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file))
+			liteFaulty := plan.DB(failpoint.DSN(&sqlite.Driver{}, sqlitelease.DSN(file)), failpoint.SQLiteDataError)
+			t.Cleanup(func() { pgFaulty.Close(); liteFaulty.Close() })
+			// The records of database/sql go through the faulty handles:
+			// the newest of their databases the fence was given.
+			require.NoError(t, fence.RecordRefusalsOn(ctx, pgFaulty))
+			require.NoError(t, fence.RecordRefusalsOn(ctx, liteFaulty))
+
+			for _, tg := range []struct {
+				name  string
+				db    *sql.DB
+				res   string
+				write func(token aegis.Token) error
+			}{
+				{"pgx", pgDB, "rec-pgx", func(token aegis.Token) error {
+					return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, "rec-pgx", token) })
+				}},
+				{"postgres sql", pgDB, "rec-sql", func(token aegis.Token) error {
+					return sqlWrite(ctx, t, pgDB, func(tx *sql.Tx) error { return fence.CheckSQL(ctx, tx, "rec-sql", token) })
+				}},
+				{"sqlite", lite, "rec-sqlite", func(token aegis.Token) error {
+					return sqlWrite(ctx, t, lite, func(tx *sql.Tx) error { return fence.CheckSQL(ctx, tx, "rec-sqlite", token) })
+				}},
+			} {
+				t.Run(tg.name, func(t *testing.T) {
+					require.NoError(t, tg.write(5))
+					plan.Arm("record", "INSERT INTO aegis_fence_refusal_log", f, 1)
+					err := tg.write(4)
+					require.Equal(t, 1, plan.Fired("record"), "the record was made to fail")
+					require.ErrorIs(t, err, aegis.ErrStale, "the refusal stands")
+					se, ok := errors.AsType[*fence.StaleError](err)
+					require.True(t, ok)
+					require.EqualValues(t, 5, se.Held)
+					log, lerr := fence.RefusalLog(ctx, tg.db, &fence.RefusalFilter{Resource: tg.res}, 0)
+					require.NoError(t, lerr)
+					counted, cerr := fence.CountRefusalSQL(ctx, tg.db, "", err)
+					require.NoError(t, cerr)
+					require.True(t, counted)
+					rs, rerr := fence.Refusals(ctx, tg.db, 0)
+					require.NoError(t, rerr)
+					i := slices.IndexFunc(rs, func(r fence.Refusal) bool { return r.Resource == tg.res })
+					require.GreaterOrEqual(t, i, 0, "counted: %v", rs)
+					require.EqualValues(t, 1, rs[i].Refusals, "counted once, by the fence or by CountRefusal")
+					if f == failpoint.After {
+						require.True(t, se.Recorded, "read back: %v", se.RecordErr)
+						require.NoError(t, se.RecordErr)
+						require.Len(t, log, 1)
+					} else {
+						require.False(t, se.Recorded)
+						require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
+						require.Contains(t, err.Error(), "refusal not recorded", "the error says so")
+						require.Empty(t, log, "nothing recorded")
+					}
+					plan.Disarm()
+				})
+			}
+		})
+	}
 }

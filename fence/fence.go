@@ -44,6 +44,34 @@
 // trace or in none. Exec, ExecSQL and the object functions make no span
 // (package tracing).
 //
+// # Refusals, recorded by the fence
+//
+// Every refusal of Check, CheckSQL, CheckLease, CheckLeaseSQL, Exec and
+// ExecSQL is recorded by the fence itself, with nothing for the caller to
+// call: a row of the refusal log, aegis_fence_refusal_log (the resource,
+// the refused and the held token, a lease's key, the writer's node,
+// schedule, tick and attempt when a scheduler runs it, the trace, when),
+// and one more in the resource's count, aegis_fence_refusal, in one
+// transaction of its own. The refused transaction rolls back, so the
+// record goes through another connection: for pgx one made from the
+// refused transaction's connection's config (a pool's own for Exec on a
+// pool); for database/sql a *sql.DB of the same database that the process
+// gave the fence (MigrateSQL, RecordRefusalsOn), since a *sql.Tx cannot
+// reach its pool. On SQLite a refused *sql.Tx holds the database's write
+// lock, so the fence rolls it back before it records (the caller's
+// Rollback then returns sql.ErrTxDone). A record takes at most 2s, and at
+// most 4 are in flight in the process; one whose reply was lost is read
+// back. Exec and ExecSQL, given no resource name, record under
+// ExecResource(statement), with the scheduled run's token when their
+// context is a handler's.
+//
+// A record that fails does not change the refusal: the caller gets its
+// aegis.ErrStale, a *StaleError whose RecordErr says why the refusal was
+// not recorded (and whose text says it too). The log keeps the newest
+// LogKept refusals of each resource; RefusalLog and CountRefusalsSince read
+// it, Refusals the counts. CountRefusal, which callers called before, is
+// no longer needed: a refusal the fence recorded is not counted twice.
+//
 // What the fence does not do: stop a stale holder's side effects outside the
 // fenced store (an e-mail, a call to a service that does not check the
 // token). Those need idempotency on the receiving side.
@@ -63,6 +91,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/actor"
+	"github.com/aegislab/aegis/internal/errtext"
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
@@ -107,12 +137,16 @@ var migrations = []migrate.Migration{
 	{Version: 1, SQL: migrateSQL},
 	{Version: 2, SQL: migrateOwnerSQL},
 	{Version: 3, SQL: migrateRefusalSQL},
+	{Version: 4, SQL: migrateLogSQL},
+	{Version: 5, SQL: migrateLogAtSQL},
+	{Version: 6, SQL: migrateLogResourceSQL},
 }
 
 // Migrate creates the fence table if it is missing (PostgreSQL), and
 // upgrades one created by an earlier version in place: version 2 adds the
 // owner_hash column that CheckLease needs, NULL in the rows already there,
-// so their tokens keep fencing. It is safe to call from many processes at
+// so their tokens keep fencing; version 3 the refusal table, 4 to 6 the
+// refusal log and its indexes. It is safe to call from many processes at
 // once. Check and CheckLease both need version 2: upgrade the schema before
 // the binaries.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
@@ -121,13 +155,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return apply(ctx, db, migrate.Postgres)
 }
 
-// MigrateSQL does the same through database/sql (PostgreSQL or SQLite).
+// MigrateSQL does the same through database/sql (PostgreSQL or SQLite),
+// and then RecordRefusalsOn(db): the refusals of database/sql
+// transactions of db's database are recorded through db.
 func MigrateSQL(ctx context.Context, db *sql.DB) error {
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
 		return fmt.Errorf("fence: migrate: %w", err)
 	}
-	return apply(ctx, db, d)
+	if err := apply(ctx, db, d); err != nil {
+		return err
+	}
+	return RecordRefusalsOn(ctx, db)
 }
 
 func apply(ctx context.Context, db *sql.DB, d migrate.Dialect) error {
@@ -144,7 +183,9 @@ const MaxResource = 1024
 
 // Check records token for resource inside tx. When a greater token was
 // already accepted it writes nothing and returns aegis.ErrStale; the caller
-// rolls back. The error is a *StaleError naming the token the table held.
+// rolls back. The error is a *StaleError naming the token the table held;
+// the fence records the refusal itself, on a connection of its own (see
+// the package doc).
 //
 // Check is for tokens that come without a lease: a scheduled run's token
 // (schedule.TokenFrom), a queue job's. The same token lands any number of
@@ -169,11 +210,17 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	return check(ctx, pgxTx{tx}, resource, token, "")
+	err = check(ctx, pgxTx{tx}, resource, token, "")
+	if se, ok := errors.AsType[*StaleError](err); ok {
+		recordPgx(ctx, tx, se, "")
+	}
+	return err
 }
 
 // CheckSQL is Check for a database/sql transaction (PostgreSQL or SQLite),
-// with the same validation.
+// with the same validation. Its refusal is recorded through a *sql.DB of
+// tx's database given to MigrateSQL or RecordRefusalsOn; on SQLite the
+// fence rolls tx back first, and tx.Rollback then returns sql.ErrTxDone.
 func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) (err error) {
 	ctx, span := startCheck(ctx, resource, token)
 	defer endCheck(span, &err)
@@ -183,7 +230,11 @@ func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Toke
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	return check(ctx, sqlTx{tx}, resource, token, "")
+	err = check(ctx, sqlTx{tx}, resource, token, "")
+	if se, ok := errors.AsType[*StaleError](err); ok {
+		recordSQL(ctx, tx, se, "")
+	}
+	return err
 }
 
 // validate refuses what Check must never send: a resource that is no
@@ -264,7 +315,11 @@ type Execer interface {
 //
 // and returns aegis.ErrStale when it affects no row: another holder's token
 // is in the row now. The statement's WHERE clause must compare the token;
-// Exec cannot check that it does. It returns the rows affected.
+// Exec cannot check that it does. It returns the rows affected. A refusal
+// is a *StaleError named ExecResource(sql), with the token of the
+// scheduled run ctx belongs to (0 outside one) and Held 0 (not known); the
+// fence records it (see the package doc) through db: a pgx.Tx's or
+// *pgx.Conn's config, a *pgxpool.Pool itself.
 //
 // A nil db or an empty statement is an error wrapping aegis.ErrInvalid.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
@@ -279,7 +334,9 @@ func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error
 		return 0, fmt.Errorf("fence: exec: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return 0, aegis.ErrStale
+		e := execStale(ctx, sql)
+		recordPgx(ctx, db, e, "")
+		return 0, e
 	}
 	return tag.RowsAffected(), nil
 }
@@ -289,7 +346,9 @@ type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// ExecSQL is Exec through database/sql (PostgreSQL or SQLite).
+// ExecSQL is Exec through database/sql (PostgreSQL or SQLite). A refusal
+// is recorded through db when it is a *sql.DB, and as CheckSQL's when it
+// is a *sql.Tx (or *sql.Conn).
 func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
@@ -306,7 +365,39 @@ func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int6
 		return 0, fmt.Errorf("fence: exec: %w", err)
 	}
 	if n == 0 {
-		return 0, aegis.ErrStale
+		e := execStale(ctx, query)
+		recordSQL(ctx, db, e, "")
+		return 0, e
 	}
 	return n, nil
 }
+
+// execStale is the refusal of Exec's statement: a resource named by the
+// statement, which is all Exec knows of what it fences, and the token of
+// the scheduled run ctx belongs to, when it does (Exec cannot tell which
+// argument is the token).
+func execStale(ctx context.Context, statement string) *StaleError {
+	e := &StaleError{Resource: ExecResource(statement)}
+	if w, ok := actor.From(ctx); ok {
+		e.Token = aegis.Token(w.Token)
+	}
+	e.reason = fmt.Sprintf("the fenced statement affected no row: another holder's token is in it (%s)", e.Resource)
+	return e
+}
+
+// ExecResource is the resource under which Exec and ExecSQL record a
+// refusal (they are given no name): "exec: " and the statement, its
+// spaces collapsed, cut to 200 bytes, storable (internal/errtext).
+func ExecResource(statement string) string {
+	r := "exec: " + errtext.Clean(strings.Join(strings.Fields(statement), " "))
+	if len(r) > execResourceLen {
+		cut := execResourceLen
+		for cut > 0 && !utf8.RuneStart(r[cut]) {
+			cut--
+		}
+		r = r[:cut] + "…"
+	}
+	return r
+}
+
+const execResourceLen = 200

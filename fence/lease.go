@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -42,7 +43,11 @@ func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lea
 	if err := validateLease(resource, lease); err != nil {
 		return err
 	}
-	return check(ctx, pgxTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	err = check(ctx, pgxTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	if se, ok := errors.AsType[*StaleError](err); ok {
+		recordPgx(ctx, tx, se, lease.Key)
+	}
+	return err
 }
 
 // CheckLeaseSQL is CheckLease for a database/sql transaction (PostgreSQL
@@ -56,7 +61,11 @@ func CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis
 	if err := validateLease(resource, lease); err != nil {
 		return err
 	}
-	return check(ctx, sqlTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	err = check(ctx, sqlTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	if se, ok := errors.AsType[*StaleError](err); ok {
+		recordSQL(ctx, tx, se, lease.Key)
+	}
+	return err
 }
 
 func validateLease(resource string, lease aegis.Lease) error {
@@ -145,11 +154,24 @@ type StaleError struct {
 	// refused Token, read in the same transaction: greater than Token, or
 	// equal to it and recorded by another owner (or bare, by Check). 0 when
 	// it could not be read.
-	Held   aegis.Token
-	reason string
+	Held aegis.Token
+	// Recorded reports that the fence recorded this refusal itself, in the
+	// refusal log and the refusal table (a write of its own, on another
+	// connection: the refused transaction rolls back). CountRefusal then
+	// counts nothing more.
+	Recorded bool
+	// RecordErr says why the refusal could not be recorded, when it could
+	// not (it wraps ErrNotRecorded); nil otherwise. The refusal stands.
+	RecordErr error
+	reason    string
 }
 
-func (e *StaleError) Error() string { return aegis.ErrStale.Error() + ": " + e.reason }
+func (e *StaleError) Error() string {
+	if e.RecordErr != nil {
+		return aegis.ErrStale.Error() + ": " + e.reason + " (" + e.RecordErr.Error() + ")"
+	}
+	return aegis.ErrStale.Error() + ": " + e.reason
+}
 
 // Unwrap returns aegis.ErrStale.
 func (e *StaleError) Unwrap() error { return aegis.ErrStale }

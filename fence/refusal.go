@@ -12,9 +12,10 @@ import (
 
 // The refusal table counts, per resource, the writes the fence refused:
 // what an operator reads to see that stale holders came back (aegis
-// console shows it). It is kept only by callers that ask, with
-// CountRefusal, because a refusal rolls back the transaction it happened
-// in: the count is a write of its own, after the rollback.
+// console shows it). The fence keeps it itself, with the refusal log, in
+// a write of its own (record.go): a refusal rolls back the transaction it
+// happened in. CountRefusal, from before, counts what the fence could not
+// record.
 const (
 	migrateRefusalSQL = `CREATE TABLE IF NOT EXISTS aegis_fence_refusal (
 	resource   text   PRIMARY KEY,
@@ -28,9 +29,13 @@ ON CONFLICT (resource) DO UPDATE SET refusals = r.refusals + 1, last_token = exc
 )
 
 // CountRefusal adds one to resource's refusals in the refusal table when
-// err is a refusal of the fence (aegis.ErrStale: a *StaleError of Check
-// or CheckLease, or Exec's), and reports whether it counted. Call it
-// after the refused transaction rolled back, on the pool:
+// err is a refusal of the fence (aegis.ErrStale: a *StaleError of Check,
+// CheckLease or Exec, or a bare aegis.ErrStale), and reports whether it is
+// counted. There is no need to call it any more: the fence records its
+// refusals itself. A *StaleError the fence recorded (Recorded) is not
+// counted again: CountRefusal writes nothing and reports true. One it
+// could not record (RecordErr) is counted here, in the table only. Call
+// it after the refused transaction rolled back, on the pool:
 //
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { … fence.Check(ctx, tx, res, token) … })
 //	if _, cerr := fence.CountRefusal(ctx, pool, res, err); cerr != nil { log… }
@@ -43,8 +48,8 @@ func CountRefusal(ctx context.Context, db Execer, resource string, err error) (b
 		return false, fmt.Errorf("%w: fence: count refusal: db is nil", aegis.ErrInvalid)
 	}
 	r, token, held, ok, verr := refusalOf(resource, err)
-	if !ok || verr != nil {
-		return false, verr
+	if !ok || verr != nil || r == "" {
+		return ok, verr
 	}
 	if _, err := db.Exec(ctx, countRefusalSQL, r, token, held, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("fence: count the refusal of %q: %w", r, err)
@@ -59,8 +64,8 @@ func CountRefusalSQL(ctx context.Context, db SQLExecer, resource string, err err
 		return false, fmt.Errorf("%w: fence: count refusal: db is nil", aegis.ErrInvalid)
 	}
 	r, token, held, ok, verr := refusalOf(resource, err)
-	if !ok || verr != nil {
-		return false, verr
+	if !ok || verr != nil || r == "" {
+		return ok, verr
 	}
 	if _, err := db.ExecContext(ctx, countRefusalSQL, r, token, held, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("fence: count the refusal of %q: %w", r, err)
@@ -68,12 +73,17 @@ func CountRefusalSQL(ctx context.Context, db SQLExecer, resource string, err err
 	return true, nil
 }
 
+// refusalOf is what CountRefusal counts of err: ok is false when err is
+// no refusal, r is "" when the fence recorded it already (counted).
 func refusalOf(resource string, err error) (r string, token, held int64, ok bool, verr error) {
 	if !errors.Is(err, aegis.ErrStale) {
 		return "", 0, 0, false, nil
 	}
 	r = resource
 	if se, isStale := errors.AsType[*StaleError](err); isStale {
+		if se.Recorded {
+			return "", 0, 0, true, nil
+		}
 		token, held = int64(se.Token), int64(se.Held)
 		if r == "" {
 			r = se.Resource

@@ -49,7 +49,7 @@ func TestResources(t *testing.T) {
 				require.NoError(t, err)
 				if err := fence.CheckSQL(ctx, tx, c.resource, c.token); err != nil {
 					require.ErrorIs(t, err, aegis.ErrStale)
-					require.NoError(t, tx.Rollback())
+					rollback(t, tx)
 					continue
 				}
 				require.NoError(t, tx.Commit())

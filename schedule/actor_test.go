@@ -41,7 +41,7 @@ func TestHandlerContextCarriesWriter(t *testing.T) {
 			}})
 			s := testenv.Recv(t, got, time.Minute, "the job's first run")
 			require.True(t, s.ok, "the handler's context carries its writer")
-			require.Equal(t, actor.Writer{Node: "node-a", Schedule: "nightly", Fire: s.run.Fire, Attempt: s.run.Attempt}, s.w)
+			require.Equal(t, actor.Writer{Node: "node-a", Schedule: "nightly", Fire: s.run.Fire, Attempt: s.run.Attempt, Token: int64(s.run.Token)}, s.w)
 			require.Positive(t, s.w.Attempt)
 		})
 	}

@@ -276,7 +276,7 @@ type (
 // runs it for the fence (internal/actor), so that a write the fence
 // refuses inside the handler names its node, schedule, tick and attempt.
 func withRun(ctx context.Context, run Run) context.Context {
-	ctx = actor.With(ctx, actor.Writer{Node: run.Node, Schedule: run.Job, Fire: run.Fire, Attempt: run.Attempt})
+	ctx = actor.With(ctx, actor.Writer{Node: run.Node, Schedule: run.Job, Fire: run.Fire, Attempt: run.Attempt, Token: int64(run.Token)})
 	return context.WithValue(ctx, runKey{}, run)
 }
 

@@ -1,6 +1,6 @@
 // Package actor carries, in a context, who is writing: the scheduler sets
 // it on a handler's context (the node running it, the schedule, the fire
-// time and the attempt), and the fence reads it to name the writer of a
+// time, the attempt and its token), and the fence reads it to name the writer of a
 // write it refused. It is a carrier only: nothing here writes or checks.
 package actor
 
@@ -15,6 +15,7 @@ type Writer struct {
 	Schedule string    // the schedule whose tick it runs ("": none)
 	Fire     time.Time // the tick's fire time (zero: none)
 	Attempt  int       // the tick's attempt, 1 and up (0: none)
+	Token    int64     // the run's fencing token (0: none), for a refusal that names none (fence.Exec)
 }
 
 type key struct{}
