@@ -43,7 +43,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/webaccess"
 	"github.com/aegislab/aegis/schedule"
@@ -629,21 +628,4 @@ func (s *Server) edit(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: schedule edited", "op", op, "schedule", name, "version", e.Version)
 	http.Redirect(w, r, s.cfg.Prefix+"/schedules/"+segment(name)+"?done="+o.done, http.StatusSeeOther)
-}
-
-func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	var d section[fenceRow]
-	ok, refusals, err := fence.Tables(ctx, s.st.db)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if !ok {
-		d.Missing = fenceTable
-	} else if d.Rows, err = s.st.fence(ctx, refusals); err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.render(w, r, "fence", "Fence", d)
 }

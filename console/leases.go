@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 
@@ -67,6 +68,11 @@ type leaseData struct {
 	// Since is the oldest recorded token above 1: the grants before it
 	// were trimmed, or made before the history was on.
 	Since aegis.Token
+	// RefusalLog: the fence's refusal log is there; Refusals are its
+	// refusals of this key's holders (at most refusalsShown counted).
+	RefusalLog   bool
+	Refusals     int
+	RefusalsMore bool // there may be more than Refusals
 }
 
 func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
@@ -109,6 +115,18 @@ func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 				d.Since = oldest
 			}
 		}
+	}
+	if d.RefusalLog, err = fence.LogTable(ctx, s.st.db); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if d.RefusalLog {
+		rs, err := fence.RefusalLog(ctx, s.st.db, &fence.RefusalFilter{Key: key}, refusalsShown)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		d.Refusals, d.RefusalsMore = len(rs), len(rs) == refusalsShown
 	}
 	s.renderPage(w, r, "lease", "leases", notices, "Lease "+key, d) // under the Leases link
 }

@@ -10,6 +10,11 @@ import (
 // fenceCards are the overview's cards of the fence.
 type fenceCards struct {
 	Resources int
+	// Log: the refusal log is there. Hour and Day count its refusals in
+	// the last hour and day; Last is the newest refusal, its writer named.
+	Log       bool
+	Hour, Day int64
+	Last      *refusalRow
 }
 
 func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, error) {
@@ -23,5 +28,21 @@ func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, err
 		return d, err
 	}
 	d.Resources = len(fs)
+	if d.Log, err = fence.LogTable(ctx, s.st.db); err != nil || !d.Log {
+		return d, err
+	}
+	if d.Hour, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalHour)); err != nil {
+		return d, err
+	}
+	if d.Day, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalDay)); err != nil {
+		return d, err
+	}
+	last, err := s.refusals(ctx, nil, 1)
+	if err != nil {
+		return d, err
+	}
+	if len(last) > 0 {
+		d.Last = &last[0]
+	}
 	return d, nil
 }

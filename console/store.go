@@ -130,7 +130,7 @@ func (st *store) leases(ctx context.Context, now time.Time) ([]leaseRow, error) 
 }
 
 // fenceRow is a resource of the fence, the greatest token it accepted, and
-// the refusals counted (fence.CountRefusal) when the table is there.
+// its refusals counted (by the fence) when the table is there.
 type fenceRow struct {
 	Resource string
 	Token    aegis.Token // 0: a resource with refusals only (a business table's own check)

@@ -1,0 +1,202 @@
+package console_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/console"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+	"github.com/aegislab/aegis/schedule"
+)
+
+// refusalRow finds the row of table#refusals for resource's refused token
+// and held token, and returns it.
+func refusalRow(t *testing.T, body, resource string, token, held aegis.Token) string {
+	t.Helper()
+	table := regexp.MustCompile(`(?s)<table id="refusals">.*?</table>`).FindString(body)
+	require.NotEmpty(t, table, "table#refusals:\n%s", body)
+	row := regexp.MustCompile(fmt.Sprintf(`(?s)<tr data-resource="%s" data-token="%d" data-held="%d">.*?</tr>`, regexp.QuoteMeta(resource), token, held)).FindString(table)
+	require.NotEmpty(t, row, "a row of %s refusing token %d with %d held:\n%s", resource, token, held, table)
+	return row
+}
+
+// A holder paused past its lease's TTL, its lease taken over by another
+// node, writes late through fence.CheckLease and is refused: /fence shows
+// the refusal with its node (from the grant history), its token, the
+// token held, and a link to the lease key, with nothing in the program but
+// the check (no CountRefusal). The key's page links back to it; the
+// overview's card counts it and names the writer.
+func TestFenceShowsThePausedHolder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, db := pgLeases(t)
+	require.NoError(t, fence.Migrate(ctx, pool))
+	nodeA, err := pglease.New(pool, &pglease.Config{Holder: "node-a", History: 10})
+	require.NoError(t, err)
+	nodeB, err := pglease.New(pool, &pglease.Config{Holder: "node-b", History: 10})
+	require.NoError(t, err)
+
+	const key, resource = "nightly/export", "ledger/2026-10"
+	a, err := nodeA.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	// node-a pauses: it stops renewing. node-b is granted the key once
+	// the lease expired, and writes.
+	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b, err := nodeB.Acquire(bctx, key, time.Minute)
+	require.NoError(t, err, "node-b is granted the key after node-a's TTL")
+	require.Greater(t, b.Token, a.Token)
+	write := func(l aegis.Lease) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.CheckLease(ctx, tx, resource, l) })
+	}
+	require.NoError(t, write(*b))
+	// node-a wakes up and writes late.
+	err = write(*a)
+	require.ErrorIs(t, err, aegis.ErrStale, "the fence refuses the paused holder")
+
+	ts := serve(t, &console.Config{DB: db})
+	c := client(t)
+	code, body := get(t, c, ts.URL+"/fence")
+	require.Equal(t, http.StatusOK, code, body)
+	require.NotContains(t, body, "CountRefusal", "the page no longer says refusals are counted where the code asks")
+	row := refusalRow(t, body, resource, a.Token, b.Token)
+	require.Regexp(t, `<td class="writer"><span title="from the lease&#39;s grant history">node-a</span></td>`, row)
+	require.Contains(t, row, `<a class="lease" href="/leases/nightly%2Fexport"><code>nightly/export</code></a>`)
+	require.Regexp(t, `<tr data-resource="ledger/2026-10" data-refusals="1">`, body, "the resource's count")
+
+	// Filtered by the key, from the key's page.
+	code, body = get(t, c, ts.URL+"/leases/nightly%2Fexport")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<a id="lease-refusals" href="/fence?key=nightly%2fexport#refusals" class="warn">1 write of this key's holders refused by the fence</a>`)
+	code, body = get(t, c, ts.URL+"/fence?key=nightly%2fexport")
+	require.Equal(t, http.StatusOK, code, body)
+	refusalRow(t, body, resource, a.Token, b.Token)
+	code, body = get(t, c, ts.URL+"/fence?key=other")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "No write was refused under this lease key.")
+
+	// The overview's card.
+	code, body = get(t, c, ts.URL+"/")
+	require.Equal(t, http.StatusOK, code, body)
+	card := regexp.MustCompile(`(?s)<a href="/fence#refusals" id="card-fence-refusals" data-hour="(\d+)" data-day="(\d+)".*?</a>`).FindStringSubmatch(body)
+	require.NotNil(t, card, "#card-fence-refusals:\n%s", body)
+	require.Equal(t, []string{"1", "1"}, card[1:])
+	require.Contains(t, card[0], fmt.Sprintf(`<span class="writer">node-a with token %d</span>`, a.Token))
+}
+
+// Without the grant history, the page says the holder was not recorded
+// and how to record it.
+func TestFenceHolderNotRecordedWithoutHistory(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, db := pgLeases(t)
+	require.NoError(t, fence.Migrate(ctx, pool))
+	l, err := pglease.New(pool, &pglease.Config{Holder: "node-a"})
+	require.NoError(t, err)
+	a, err := l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, "r", a.Token+5) }))
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.CheckLease(ctx, tx, "r", aegis.Lease{Key: "k", Token: a.Token, Owner: "another"})
+	})
+	require.ErrorIs(t, err, aegis.ErrStale)
+	// The lease row's token is the refused one: its holder is named.
+	ts := serve(t, &console.Config{DB: db})
+	_, body := get(t, client(t), ts.URL+"/fence")
+	require.Contains(t, refusalRow(t, body, "r", a.Token, a.Token+5), `<span title="from the lease row">node-a</span>`)
+	// An older token, neither in a history nor in the row.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.CheckLease(ctx, tx, "r", aegis.Lease{Key: "k", Token: a.Token + 2, Owner: "another"})
+	})
+	require.ErrorIs(t, err, aegis.ErrStale)
+	_, body = get(t, client(t), ts.URL+"/fence")
+	require.Contains(t, refusalRow(t, body, "r", a.Token+2, a.Token+5), `<td class="writer"><span class="missing">not recorded: turn on <code>History</code></span></td>`)
+}
+
+// On SQLite: a scheduler's handler writes through fence.CheckSQL with its
+// run's token after a later writer's (a greater token in the fence), and is
+// refused; /fence names the node that ran it, its schedule and attempt,
+// with no CountRefusal call. And a paused sqlitelease holder refused by
+// CheckLeaseSQL is named from the grant history, as on PostgreSQL.
+func TestFenceShowsRefusalsOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "aegis.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	require.NoError(t, fence.MigrateSQL(ctx, db))
+	write := func(ctx context.Context, check func(tx *sql.Tx) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() // after a refusal the fence rolled it back already
+		if err := check(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	// A later writer took the resource with a token greater than any run's.
+	const later = aegis.Token(math.MaxInt64 / 2)
+	require.NoError(t, write(ctx, func(tx *sql.Tx) error { return fence.CheckSQL(ctx, tx, "catalog/nightly", later) }))
+
+	store, err := schedule.NewStore(ctx, db, nil)
+	require.NoError(t, err)
+	s, err := schedule.New(&schedule.Config{Node: "node-a", Store: store})
+	require.NoError(t, err)
+	refused := make(chan error, 1)
+	require.NoError(t, s.Add(schedule.Job{Name: "nightly", Every: time.Second, Run: func(ctx context.Context) error {
+		token, _ := schedule.TokenFrom(ctx)
+		err := write(ctx, func(tx *sql.Tx) error { return fence.CheckSQL(ctx, tx, "catalog/nightly", token) })
+		select {
+		case refused <- err:
+		default:
+		}
+		return err
+	}}))
+	require.NoError(t, s.Start(ctx))
+	err = testenv.Recv(t, refused, time.Minute, "the handler's write")
+	s.Stop()
+	require.ErrorIs(t, err, aegis.ErrStale)
+	se, ok := errors.AsType[*fence.StaleError](err)
+	require.True(t, ok)
+	require.True(t, se.Recorded, "%v", se.RecordErr)
+
+	// A paused sqlitelease holder, its key taken over.
+	nodeA, err := sqlitelease.New(db, &sqlitelease.Config{Holder: "node-a", History: 10})
+	require.NoError(t, err)
+	nodeB, err := sqlitelease.New(db, &sqlitelease.Config{Holder: "node-b", History: 10})
+	require.NoError(t, err)
+	a, err := nodeA.TryAcquire(ctx, "export", time.Second)
+	require.NoError(t, err)
+	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b, err := nodeB.Acquire(bctx, "export", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, write(ctx, func(tx *sql.Tx) error { return fence.CheckLeaseSQL(ctx, tx, "ledger", *b) }))
+	require.ErrorIs(t, write(ctx, func(tx *sql.Tx) error { return fence.CheckLeaseSQL(ctx, tx, "ledger", *a) }), aegis.ErrStale)
+
+	ts := serve(t, &console.Config{DB: db})
+	_, body := get(t, client(t), ts.URL+"/fence")
+	row := refusalRow(t, body, "catalog/nightly", se.Token, later)
+	require.Contains(t, row, `<td class="writer"><span title="from the scheduler&#39;s handler that wrote it">node-a</span></td>`)
+	require.Regexp(t, `<a class="attempt" href="/schedules/nightly" title="fire [^"]+">nightly #1</a>`, row)
+	row = refusalRow(t, body, "ledger", a.Token, b.Token)
+	require.Contains(t, row, `<span title="from the lease&#39;s grant history">node-a</span>`)
+	require.Contains(t, row, `<a class="lease" href="/leases/export">`)
+}
