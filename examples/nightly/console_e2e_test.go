@@ -26,7 +26,7 @@ var screenshots = flag.Bool("screenshots", false, "write the console's screensho
 // Issue 17's "done when": `aegis console` on the database of the demo,
 // after its story ran, shows the paused replica's run reclaimed by another
 // node with a greater token, and the paused replica's stale write refused
-// by the fence, with both tokens.
+// by the fence, with both tokens and, as the fence recorded it, its writer.
 func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
 	t.Parallel()
 	testenv.Reserve(t, 1, "the demo's three replicas, then a browser")
@@ -95,6 +95,11 @@ func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
 	require.Equal(t, "1", cell(refused+`(3)`), "one stale write refused")
 	require.Equal(t, fmt.Sprint(res.RunnerToken), cell(refused+`(4)`), "the paused replica's token")
 	require.Equal(t, fmt.Sprint(res.ReclaimToken), cell(refused+`(5)`), "the reclaiming token the fence held")
+	// The refusal as the fence recorded it, with no call of the replica's:
+	// its writer and its run.
+	rec := fmt.Sprintf(`#refusals tr[data-resource="reconciliation"][data-token="%d"][data-held="%d"]`, res.RunnerToken, res.ReclaimToken)
+	require.Equal(t, res.Runner, cell(rec+` td.writer`), "the paused replica wrote it")
+	require.Equal(t, "nightly-reconciliation #1", cell(rec+` a.attempt`), "its run's first attempt")
 	shoot("console-nightly-fence.png")
 	require.Empty(t, exceptions())
 }

@@ -9,11 +9,11 @@
 // pauses that process for real (SIGSTOP) past its run's lease. Another
 // replica's reaper reclaims the run with a greater token and finishes the
 // reconciliation. Then the demo resumes the first (SIGCONT): its next write
-// carries the old token and the update rejects it
-// (UPDATE … WHERE last_token <= $t), so no order is applied twice; the
-// replica counts the refusal in the fence's refusal table
-// (fence.CountRefusalSQL). With -fence=false the same story applies an
-// order twice.
+// carries the old token and the fence refuses it (fence.CheckSQL), so no
+// order is applied twice; the fence records the refusal itself (the
+// refused token, the token it held, the replica and run that wrote it),
+// with no call of the replica's. With -fence=false the same story applies
+// an order twice.
 //
 // It works in its own schema, aegis_nightly_demo, recreated on every run and
 // left in place at the end, and prints the command that opens the
@@ -22,7 +22,7 @@
 //	go run ./cmd/aegis console --store 'postgres://…?search_path=aegis_nightly_demo'
 //
 // whose Schedules page shows the run reclaimed with the greater token and
-// whose Fence page shows the refused write with both tokens.
+// whose Fence page shows the refused write with both tokens and its writer.
 package main
 
 import (
@@ -171,8 +171,9 @@ func prepare(ctx context.Context, conn *pgx.Conn, o options) (string, error) {
 	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
 		return "", fmt.Errorf("create the orders tables: %w", err)
 	}
-	// The fence's tables, where the replicas count the writes it refused
-	// (aegis_fence_refusal): what aegis console's Fence page reads. Created
+	// The fence's tables, where it records the writes it refused
+	// (aegis_fence_refusal_log, aegis_fence_refusal): what aegis console's
+	// Fence page reads. Created
 	// once here, before the replicas start, as a deployment's migration
 	// would.
 	if err := migrateFence(ctx, replicaURL); err != nil {
@@ -255,10 +256,10 @@ func (s *story) tell(l line) error {
 		tl.say(l.Node, "applied order %d with token %d", l.Order, l.Token)
 		s.applied[l.Order] = true
 	case "stale":
-		tl.say(l.Node, "order %d with token %d: UPDATE … WHERE last_token <= $t hit 0 rows: stale, rolled back, stops", l.Order, l.Token)
+		tl.say(l.Node, "order %d with token %d: refused by the fence, which holds token %s: rolled back, stops", l.Order, l.Token, l.Text)
 		res.Stale = true
-	case "counted":
-		tl.say(l.Node, "counted the refusal in aegis_fence_refusal: %s", l.Text)
+	case "recorded":
+		tl.say(l.Node, "the fence recorded the refusal: %s", l.Text)
 	case "lost", "done":
 		tl.say(l.Node, "%s %s (token %d) %s", l.Kind, l.Fire, l.Token, l.Text)
 	}

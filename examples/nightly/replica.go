@@ -21,19 +21,15 @@ import (
 	"github.com/aegislab/aegis/schedule"
 )
 
-// The orders service's tables. reconciliation.last_token is the fence: every
-// write of the job carries its token, and the update rejects lower ones
-// (the fence in the business row).
+// The orders service's tables. The fence is fence.CheckSQL on the
+// resource "reconciliation": every write of the job carries its token, and
+// the fence refuses a lower one than it accepted, in the same transaction.
 const schemaSQL = `
 CREATE TABLE orders (id int PRIMARY KEY, amount_cents bigint NOT NULL, reconciled boolean NOT NULL DEFAULT false);
 CREATE TABLE ledger (id bigserial PRIMARY KEY, order_id int NOT NULL, token bigint NOT NULL, node text NOT NULL);
-CREATE TABLE reconciliation (id int PRIMARY KEY, last_token bigint NOT NULL);
-INSERT INTO reconciliation VALUES (1, 0);
 INSERT INTO orders (id, amount_cents) SELECT i, i * 1000 FROM generate_series(1, 10) AS i;`
 
 const (
-	// fenceSQL: 0 rows means a greater token has written: this run is stale.
-	fenceSQL   = `UPDATE reconciliation SET last_token = $1 WHERE id = 1 AND last_token <= $1`
 	applySQL   = `INSERT INTO ledger (order_id, token, node) VALUES ($1, $2, $3)`
 	markSQL    = `UPDATE orders SET reconciled = true WHERE id = $1`
 	pendingSQL = `SELECT id FROM orders WHERE NOT reconciled ORDER BY id`
@@ -74,6 +70,13 @@ func replicaMain() int {
 	defer pool.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
+	// The demo migrated the fence's tables, as a deployment step would:
+	// the fence records its refusals of this replica's transactions
+	// through db.
+	if err := fence.RecordRefusalsOn(ctx, db); err != nil {
+		say(line{Node: node, Kind: "error", Text: err.Error()})
+		return 1
+	}
 	store, err := schedule.NewStore(ctx, db, nil)
 	if err != nil {
 		say(line{Node: node, Kind: "error", Text: err.Error()})
@@ -154,10 +157,14 @@ func reconcile(ctx context.Context, db *sql.DB, node string, work time.Duration,
 	say(line{Node: node, Kind: "pending", Token: int64(token), Text: fmt.Sprint(pending)})
 	for _, id := range pending {
 		time.Sleep(work) // reconciling one order; a paused process stops here
-		held, err := apply(db, id, token, node, fenced)
-		if errors.Is(err, aegis.ErrStale) {
-			say(line{Node: node, Kind: "stale", Order: id, Token: int64(token)})
-			countRefusal(db, node, token, held)
+		err := apply(ctx, db, id, token, node, fenced)
+		if se, ok := errors.AsType[*fence.StaleError](err); ok {
+			say(line{Node: node, Kind: "stale", Order: id, Token: int64(token), Text: fmt.Sprint(se.Held)})
+			if se.Recorded {
+				say(line{Node: node, Kind: "recorded", Token: int64(token), Text: fmt.Sprintf("%s refused token %d, holding %d", se.Resource, se.Token, se.Held)})
+			} else {
+				say(line{Node: node, Kind: "recorded", Token: int64(token), Text: se.RecordErr.Error()})
+			}
 		}
 		if err != nil {
 			return err
@@ -167,59 +174,34 @@ func reconcile(ctx context.Context, db *sql.DB, node string, work time.Duration,
 	return nil
 }
 
-// fenceResource is the name the refusals of reconciliation.last_token are
-// counted under: the console's Fence page shows it.
+// fenceResource is the resource the job's writes are fenced under: the
+// console's Fence page shows it, and its refusals.
 const fenceResource = "reconciliation"
 
-// heldSQL reads the token the fence holds, in the refused transaction.
-const heldSQL = `SELECT last_token FROM reconciliation WHERE id = 1`
-
 // apply records one order in the ledger, fenced by token: the write runs
-// whatever the job's context says (a resumed process does not look), and
-// the fence is what rejects it. When it does (aegis.ErrStale), held is the
-// token the fence held, read in the same transaction before it rolls back.
-func apply(db *sql.DB, id int, token aegis.Token, node string, fenced bool) (held aegis.Token, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// whatever the job's context says (a resumed process does not look: its
+// cancellation is dropped, its values, the run the fence names in its
+// record of a refusal, kept), and the fence is what refuses it, with a
+// *fence.StaleError that says which token it held and that it recorded the
+// refusal.
+func apply(ctx context.Context, db *sql.DB, id int, token aegis.Token, node string, fenced bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer tx.Rollback()
 	if fenced {
-		if _, err := fence.ExecSQL(ctx, tx, fenceSQL, int64(token)); err != nil {
-			if errors.Is(err, aegis.ErrStale) {
-				var h int64
-				if qerr := tx.QueryRowContext(ctx, heldSQL).Scan(&h); qerr == nil {
-					held = aegis.Token(h)
-				}
-			}
-			return held, err
+		if err := fence.CheckSQL(ctx, tx, fenceResource, token); err != nil {
+			return err
 		}
 	}
 	if _, err := tx.ExecContext(ctx, applySQL, id, int64(token), node); err != nil {
-		return 0, err
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, markSQL, id); err != nil {
-		return 0, err
+		return err
 	}
-	return 0, tx.Commit()
-}
-
-// countRefusal counts a refused write in the fence's refusal table, after
-// its transaction rolled back (a refusal rolls back all it did, so the
-// count is a write of its own). The business table's own check
-// (fence.ExecSQL) refuses with a bare aegis.ErrStale, which names no
-// token: a *fence.StaleError carries the refused token and the one the
-// table held to the count. Like apply, it runs whatever the job's context
-// says.
-func countRefusal(db *sql.DB, node string, token, held aegis.Token) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	refusal := &fence.StaleError{Resource: fenceResource, Token: token, Held: held}
-	if _, err := fence.CountRefusalSQL(ctx, db, fenceResource, refusal); err != nil {
-		say(line{Node: node, Kind: "error", Text: err.Error()})
-		return
-	}
-	say(line{Node: node, Kind: "counted", Token: int64(token), Text: fmt.Sprintf("%s refused token %d, holding %d", fenceResource, token, held)})
+	return tx.Commit()
 }
