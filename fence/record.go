@@ -381,7 +381,7 @@ func identity(ctx context.Context, q rowQuerier) (string, error) {
 // *sql.Tx holds the database's write lock, which the record on another
 // connection would wait for until its caller rolls back, that is forever:
 // so the fence rolls it back first (the caller's own Rollback then
-// returns sql.ErrTxDone).
+// returns sql.ErrTxDone), when it has a handle to record through.
 func recordSQL(ctx context.Context, h SQLExecer, e *StaleError, key string) {
 	r := newRecord(ctx, e, key)
 	e.recorded(recordBounded(ctx, func(ctx context.Context) error {
@@ -397,23 +397,37 @@ func recordSQL(ctx context.Context, h SQLExecer, e *StaleError, key string) {
 			if err != nil {
 				return err
 			}
+			if candidates = openDBs(ctx, knownDBs(id)); len(candidates) == 0 {
+				return errNoHandle
+			}
 			if tx, ok := h.(*sql.Tx); ok && strings.HasPrefix(id, "sqlite|") {
 				_ = tx.Rollback() // refused: the caller rolls back anyway
 			}
-			if candidates = knownDBs(id); len(candidates) == 0 {
-				return errors.New("no *sql.DB of this database was given to fence.MigrateSQL or fence.RecordRefusalsOn in this process")
-			}
 		}
-		var err error
 		for _, db := range candidates {
 			d := sqlRecordDB{db}
-			if err = r.write(ctx, d, func(context.Context) (recordDB, func(), error) { return d, func() {}, nil }); err == nil || !closed(err) {
+			if err := r.write(ctx, d, func(context.Context) (recordDB, func(), error) { return d, func() {}, nil }); err == nil || !closed(err) {
 				return err
 			}
-			forget(db)
+			forget(db) // closed since openDBs
 		}
-		return err
+		return errNoHandle
 	}))
+}
+
+var errNoHandle = errors.New("no open *sql.DB of this database was given to fence.MigrateSQL or fence.RecordRefusalsOn in this process")
+
+// openDBs are dbs without the closed ones, which it forgets.
+func openDBs(ctx context.Context, dbs []*sql.DB) []*sql.DB {
+	out := dbs[:0]
+	for _, db := range dbs {
+		if err := db.PingContext(ctx); err != nil && closed(err) {
+			forget(db)
+			continue
+		}
+		out = append(out, db)
+	}
+	return out
 }
 
 // knownDBs are the remembered handles of database id, newest first.

@@ -233,3 +233,36 @@ func FuzzExecResource(f *testing.F) {
 		require.True(t, strings.HasPrefix(r, "exec: "))
 	})
 }
+
+// A *sql.Tx of a database the process gave the fence no handle of: the
+// refusal stands, the StaleError says why it was not recorded, and on
+// SQLite the transaction is left to its caller (nothing to record through,
+// so no reason to free the write lock).
+func TestRefusalNotRecordedWithoutAHandle(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "f.db")
+	setup, err := sqlitelease.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { setup.Close() })
+	require.NoError(t, fence.MigrateSQL(ctx, setup))
+	require.NoError(t, sqlWrite(ctx, t, setup, func(tx *sql.Tx) error { return fence.CheckSQL(ctx, tx, "r", 5) }))
+	require.NoError(t, setup.Close()) // the fence's only handle of the file, closed
+
+	db, err := sqlitelease.Open(path) // never given to the fence
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	err = fence.CheckSQL(ctx, tx, "r", 4)
+	require.ErrorIs(t, err, aegis.ErrStale)
+	se, ok := errors.AsType[*fence.StaleError](err)
+	require.True(t, ok)
+	require.False(t, se.Recorded)
+	require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
+	require.ErrorContains(t, err, "no open *sql.DB of this database was given to fence.MigrateSQL or fence.RecordRefusalsOn")
+	var held int64
+	require.NoError(t, tx.QueryRowContext(ctx, `SELECT token FROM aegis_fence WHERE resource = 'r'`).Scan(&held), "the transaction is still the caller's")
+	require.EqualValues(t, 5, held)
+	require.NoError(t, tx.Rollback())
+}
