@@ -22,3 +22,16 @@ func RecordPgxThrough(p *failpoint.Plan) (restore func()) {
 	}
 	return func() { dialPgx = old }
 }
+
+// HoldRecordPgxDials makes the connections of the records of pgx
+// refusals wait, once they hold their slot of the process's bound, until
+// release is closed; each says so on entered first. Not for parallel tests.
+func HoldRecordPgxDials(entered chan<- struct{}, release <-chan struct{}) (restore func()) {
+	old := dialPgx
+	dialPgx = func(ctx context.Context, cfg *pgx.ConnConfig) (pgxHandle, func(), error) {
+		entered <- struct{}{}
+		<-release
+		return old(ctx, cfg)
+	}
+	return func() { dialPgx = old }
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -265,4 +266,65 @@ func TestRefusalNotRecordedWithoutAHandle(t *testing.T) {
 	require.NoError(t, tx.QueryRowContext(ctx, `SELECT token FROM aegis_fence WHERE resource = 'r'`).Scan(&held), "the transaction is still the caller's")
 	require.EqualValues(t, 5, held)
 	require.NoError(t, tx.Rollback())
+}
+
+// At most 4 records are in flight in the process: a fifth refusal, while
+// four records wait for their connections, is not recorded, and says
+// why, within the record's bound (2s); so are the four, held past theirs;
+// and the next refusal is recorded.
+// Not parallel: the records' connections are the process's.
+func TestRecordsInFlightAreBounded(t *testing.T) {
+	ctx := t.Context()
+	_, db := pgStores(t)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 8 // five refused transactions open at once
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	// One resource each: refusals of one resource wait for each other on
+	// its fence row.
+	refuse := func(i int) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, fmt.Sprint("r", i), 1) })
+	}
+	for i := range 5 {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.Check(ctx, tx, fmt.Sprint("r", i), 10) }))
+	}
+	entered, release := make(chan struct{}, 5), make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	defer fence.HoldRecordPgxDials(entered, release)()
+	defer let() // a failed test lets the held records go on
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() { errs <- refuse(i) }()
+	}
+	for range 4 {
+		testenv.Recv(t, entered, time.Minute, "a record holding its slot")
+	}
+	err = refuse(4)
+	require.ErrorIs(t, err, aegis.ErrStale, "the refusal stands")
+	se, ok := errors.AsType[*fence.StaleError](err)
+	require.True(t, ok, "%v", err)
+	require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
+	require.ErrorContains(t, err, "4 refusals were being recorded already")
+	let()
+	// The four held past their own bound (it began before the fifth's):
+	// not recorded either, each saying why.
+	for range 4 {
+		err := testenv.Recv(t, errs, time.Minute, "a held record")
+		require.ErrorIs(t, err, aegis.ErrStale)
+		se, ok := errors.AsType[*fence.StaleError](err)
+		require.True(t, ok, "%v", err)
+		require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
+		require.ErrorIs(t, se.RecordErr, context.DeadlineExceeded)
+	}
+	log, err := fence.RefusalLog(ctx, db, nil, 0)
+	require.NoError(t, err)
+	require.Empty(t, log)
+	// The slots are free again.
+	err = refuse(0)
+	se, ok = errors.AsType[*fence.StaleError](err)
+	require.True(t, ok, "%v", err)
+	require.True(t, se.Recorded, "%v", se.RecordErr)
 }
