@@ -144,7 +144,7 @@ func (h *holders) of(ctx context.Context, key string, token aegis.Token) (holder
 	return "", "", true, nil
 }
 
-// refusalWindow are the overview's windows of refusals.
+// The overview's windows of refusals.
 const (
 	refusalHour = time.Hour
 	refusalDay  = 24 * time.Hour

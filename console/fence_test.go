@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/console"
@@ -65,11 +66,14 @@ func TestFenceShowsThePausedHolder(t *testing.T) {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fence.CheckLease(ctx, tx, resource, l) })
 	}
 	require.NoError(t, write(*b))
-	// node-a wakes up and writes late.
-	err = write(*a)
+	// node-a wakes up and writes late, in a traced request.
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 0x2f}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return fence.CheckLease(trace.ContextWithSpanContext(ctx, sc), tx, resource, *a)
+	})
 	require.ErrorIs(t, err, aegis.ErrStale, "the fence refuses the paused holder")
 
-	ts := serve(t, &console.Config{DB: db})
+	ts := serve(t, &console.Config{DB: db, TraceURL: "http://jaeger.example:16686/trace/{trace_id}"})
 	c := client(t)
 	code, body := get(t, c, ts.URL+"/fence")
 	require.Equal(t, http.StatusOK, code, body)
@@ -77,6 +81,7 @@ func TestFenceShowsThePausedHolder(t *testing.T) {
 	row := refusalRow(t, body, resource, a.Token, b.Token)
 	require.Regexp(t, `<td class="writer"><span title="from the lease&#39;s grant history">node-a</span></td>`, row)
 	require.Contains(t, row, `<a class="lease" href="/leases/nightly%2Fexport"><code>nightly/export</code></a>`)
+	require.Contains(t, row, fmt.Sprintf(`<a class="trace" href="http://jaeger.example:16686/trace/%[1]s" rel="noreferrer">%[1]s</a>`, sc.TraceID()))
 	require.Regexp(t, `<tr data-resource="ledger/2026-10" data-refusals="1">`, body, "the resource's count")
 
 	// Filtered by the key, from the key's page.
@@ -89,6 +94,18 @@ func TestFenceShowsThePausedHolder(t *testing.T) {
 	code, body = get(t, c, ts.URL+"/fence?key=other")
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, "No write was refused under this lease key.")
+
+	// Under a prefix, every link of the refusal starts with it.
+	mounted := serve(t, &console.Config{DB: db, Prefix: "/admin/aegis"})
+	code, body = get(t, c, mounted.URL+"/admin/aegis/fence")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, refusalRow(t, body, resource, a.Token, b.Token), `<a class="lease" href="/admin/aegis/leases/nightly%2Fexport">`)
+	code, body = get(t, c, mounted.URL+"/admin/aegis/leases/nightly%2Fexport")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<a id="lease-refusals" href="/admin/aegis/fence?key=nightly%2fexport#refusals"`)
+	code, body = get(t, c, mounted.URL+"/admin/aegis/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<a href="/admin/aegis/fence#refusals" id="card-fence-refusals"`)
 
 	// The overview's card.
 	code, body = get(t, c, ts.URL+"/")
