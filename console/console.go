@@ -5,7 +5,8 @@
 // and next fire, its stuck runs, every attempt of its ticks (filtered by
 // outcome, schedule and time; linked to their traces with
 // Config.TraceURL) and its missed ticks with their cause, the queue's
-// jobs, and the fence's resources, and lets an operator pause, resume and
+// jobs, and the fence's resources and the writes it refused (with their
+// writer), and lets an operator pause, resume and
 // run now a schedule, and retry, cancel or discard a job, after a
 // confirmation. Its overview counts the attempts whose lease was lost or
 // whose outcome the fence refused, and the ticks that ran twice (executed)

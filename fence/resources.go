@@ -53,8 +53,9 @@ func Resources(ctx context.Context, db *sql.DB, limit int) ([]Resource, error) {
 
 // Tables tells which of the fence's tables db has (PostgreSQL, in the
 // connection's search_path, or SQLite): the fence table, which Migrate
-// creates for Check and CheckLease, and the refusal table of CountRefusal
-// (Migrate's version 3). It creates nothing.
+// creates for Check and CheckLease, and the refusal table, where the fence
+// counts its refusals (Migrate's version 3; LogTable tells of the refusal
+// log, version 4). It creates nothing.
 func Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
 	if db == nil {
 		return false, false, fmt.Errorf("%w: fence: tables: db is nil", aegis.ErrInvalid)
