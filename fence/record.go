@@ -18,6 +18,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/actor"
 	"github.com/aegislab/aegis/internal/errtext"
+	"github.com/aegislab/aegis/internal/outcome"
 )
 
 // The refusal log: one row per refusal the fence recorded itself (see
@@ -164,7 +165,7 @@ func (d sqlRecordDB) queryRow(ctx context.Context, query string, args ...any) sc
 // through again (a fresh connection: the failed one may be broken).
 func (r record) write(ctx context.Context, db recordDB, again func(ctx context.Context) (recordDB, func(), error)) error {
 	err := r.tryWrite(ctx, db)
-	if err == nil || errtext.Refused(err) || !mayHaveLanded(err) {
+	if err == nil || !outcome.MaybeLanded(err) {
 		return err
 	}
 	db2, done, aerr := again(ctx)
@@ -200,19 +201,6 @@ func (r record) tryWrite(ctx context.Context, db recordDB) error {
 		return err
 	}
 	return commit(ctx)
-}
-
-// mayHaveLanded reports whether a failed write may have landed: it is not
-// the server's answer (a refusal, a missing table) nor a failure that says
-// nothing was sent.
-func mayHaveLanded(err error) bool {
-	var pe interface{ SQLState() string }
-	var se interface{ Code() int }
-	var sr interface{ SafeToRetry() bool }
-	if errors.As(err, &sr) && sr.SafeToRetry() {
-		return false
-	}
-	return !errors.As(err, &pe) && !errors.As(err, &se)
 }
 
 // recordBounded runs write within the process's bound of records in
