@@ -256,11 +256,16 @@ func recordPgx(ctx context.Context, h any, e *StaleError, key string) {
 	case *pgxpool.Pool:
 		dial = func(context.Context) (recordDB, func(), error) { return pgxRecordDB{h}, func() {}, nil }
 	case interface{ Conn() *pgx.Conn }: // pgx.Tx, *pgxpool.Conn
-		dial = dialFrom(h.Conn())
-	case interface{ Config() *pgx.ConnConfig }: // *pgx.Conn
-		dial = dialFrom(h)
-	default:
-		e.recorded(fmt.Errorf("fence.Exec cannot reach the database from a %T: pass a pgx.Tx, *pgx.Conn or *pgxpool.Pool", h))
+		if c := h.Conn(); c != nil {
+			dial = dialFrom(c)
+		}
+	case *pgx.Conn:
+		if h != nil {
+			dial = dialFrom(h)
+		}
+	}
+	if dial == nil {
+		e.recorded(fmt.Errorf("the fence cannot reach the database from a %T: pass a pgx.Tx, *pgx.Conn or *pgxpool.Pool", h))
 		return
 	}
 	e.recorded(recordBounded(ctx, func(ctx context.Context) error {
@@ -273,12 +278,7 @@ func recordPgx(ctx context.Context, h any, e *StaleError, key string) {
 	}))
 }
 
-func dialFrom(c interface{ Config() *pgx.ConnConfig }) func(ctx context.Context) (recordDB, func(), error) {
-	if c == nil {
-		return func(context.Context) (recordDB, func(), error) {
-			return nil, nil, errors.New("the refused transaction has no connection")
-		}
-	}
+func dialFrom(c *pgx.Conn) func(ctx context.Context) (recordDB, func(), error) {
 	cfg := c.Config().Copy()
 	return func(ctx context.Context) (recordDB, func(), error) {
 		h, done, err := dialPgx(ctx, cfg)

@@ -20,6 +20,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/actor"
+	"github.com/aegislab/aegis/internal/tool/failpoint"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
@@ -327,4 +328,21 @@ func TestRecordsInFlightAreBounded(t *testing.T) {
 	se, ok = errors.AsType[*fence.StaleError](err)
 	require.True(t, ok, "%v", err)
 	require.True(t, se.Recorded, "%v", se.RecordErr)
+}
+
+// Exec given a handle the fence cannot reach the database from (a wrapper
+// of a pool): the refusal stands and says why it was not recorded.
+func TestExecRefusalThroughAnUnknownHandle(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := pgStores(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE export (period text PRIMARY KEY, token bigint NOT NULL); INSERT INTO export VALUES ('p', 9)`)
+	require.NoError(t, err)
+	_, err = fence.Exec(ctx, failpoint.NewPlan().Pgx(pool), `UPDATE export SET token = $2 WHERE period = $1 AND token <= $2`, "p", 8)
+	require.ErrorIs(t, err, aegis.ErrStale)
+	se, ok := errors.AsType[*fence.StaleError](err)
+	require.True(t, ok, "%v", err)
+	require.False(t, se.Recorded)
+	require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
+	require.ErrorContains(t, err, "the fence cannot reach the database from a *failpoint.pgxDB")
 }
