@@ -346,3 +346,15 @@ func TestExecRefusalThroughAnUnknownHandle(t *testing.T) {
 	require.ErrorIs(t, se.RecordErr, fence.ErrNotRecorded)
 	require.ErrorContains(t, err, "the fence cannot reach the database from a *failpoint.pgxDB")
 }
+
+// The log's readers refuse a nil db as the caller's mistake.
+func TestRefusalLogNilDB(t *testing.T) {
+	t.Parallel()
+	_, err := fence.RefusalLog(t.Context(), nil, nil, 0)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = fence.CountRefusalsSince(t.Context(), nil, time.Now())
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	_, err = fence.LogTable(t.Context(), nil)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorIs(t, fence.RecordRefusalsOn(t.Context(), nil), aegis.ErrInvalid)
+}

@@ -39,8 +39,9 @@ type RefusalFilter struct {
 
 // RefusalLog reads the refusal log, the newest first, at most limit
 // entries (limit ≤ 0 means 100), through database/sql (PostgreSQL or
-// SQLite). f may be nil. A missing table (a schema before version 4: run
-// Migrate) is an error; LogTable tells first whether it is there.
+// SQLite). f may be nil. A nil db is an error wrapping aegis.ErrInvalid; a
+// missing table (a schema before version 4: run Migrate) is an error;
+// LogTable tells first whether it is there.
 func RefusalLog(ctx context.Context, db *sql.DB, f *RefusalFilter, limit int) ([]RefusalEntry, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fence: refusal log: db is nil", aegis.ErrInvalid)
@@ -82,7 +83,8 @@ ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit)
 }
 
 // CountRefusalsSince counts the refusal log's entries at or after since
-// (of every resource; the log keeps the newest LogKept of each).
+// (of every resource; the log keeps the newest LogKept of each). A nil db
+// is an error wrapping aegis.ErrInvalid; a missing table is an error.
 func CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: count refusals: db is nil", aegis.ErrInvalid)
@@ -96,7 +98,7 @@ func CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (int64
 
 // LogTable tells whether db has the refusal log (Migrate's version 4),
 // on PostgreSQL in the connection's search_path, or SQLite. It creates
-// nothing.
+// nothing. A nil db is an error wrapping aegis.ErrInvalid.
 func LogTable(ctx context.Context, db *sql.DB) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: log table: db is nil", aegis.ErrInvalid)

@@ -35,11 +35,17 @@ func TestResources(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, f)
 			require.False(t, r)
+			logged, err := fence.LogTable(ctx, db)
+			require.NoError(t, err)
+			require.False(t, logged)
 			require.NoError(t, fence.MigrateSQL(ctx, db))
 			f, r, err = fence.Tables(ctx, db)
 			require.NoError(t, err)
 			require.True(t, f)
 			require.True(t, r)
+			logged, err = fence.LogTable(ctx, db)
+			require.NoError(t, err)
+			require.True(t, logged)
 
 			for _, c := range []struct {
 				resource string
