@@ -217,3 +217,28 @@ func TestFenceShowsRefusalsOnSQLite(t *testing.T) {
 	require.Contains(t, row, `<span title="from the lease&#39;s grant history">node-a</span>`)
 	require.Contains(t, row, `<a class="lease" href="/leases/export">`)
 }
+
+// A database whose fence predates the refusal log (version 3: the fence
+// and the refusal table) shows its resources and says the log is missing
+// and how to get it; the overview has no card of refusals.
+func TestFenceWithoutTheRefusalLog(t *testing.T) {
+	t.Parallel()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "old.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.ExecContext(t.Context(), `CREATE TABLE aegis_fence (resource text PRIMARY KEY, token bigint NOT NULL, owner_hash text);
+CREATE TABLE aegis_fence_refusal (resource text PRIMARY KEY, refusals bigint NOT NULL, last_token bigint NOT NULL, last_held bigint NOT NULL, last_ms bigint NOT NULL);
+INSERT INTO aegis_fence VALUES ('r', 7, NULL)`)
+	require.NoError(t, err)
+	ts := serve(t, &console.Config{DB: db})
+	c := client(t)
+	code, body := get(t, c, ts.URL+"/fence")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<tr data-resource="r" data-refusals="0">`)
+	require.Contains(t, body, `id="no-refusal-log"`)
+	require.NotContains(t, body, `<table id="refusals">`)
+	code, body = get(t, c, ts.URL+"/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `id="card-fence"`)
+	require.NotContains(t, body, `card-fence-refusals`)
+}
