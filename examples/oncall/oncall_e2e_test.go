@@ -48,13 +48,15 @@ const (
 	workQueue     = "oncall"
 )
 
-// Issue 33's on-call demo: three examples/catalog replicas, a lease
-// holder and a queue worker, real processes on PostgreSQL, each paused
-// with SIGSTOP where the story needs it; then Chromium on the console over
-// its database answers the on-call engineer's questions from the
-// overview, each in at most two clicks, read from the page: who holds the
-// key? which missed and why? Each question is a subtest, so that a
-// missing answer names itself and the others are still asked.
+// Issue 33's first "done when": the real demo (three examples/catalog
+// replicas, a lease holder and a queue worker, real processes on
+// PostgreSQL, each paused with SIGSTOP where the story needs it), then
+// Chromium on the console over its database answers the on-call
+// engineer's five questions from the overview, each in at most two
+// clicks, read from the page: run twice? refused, and whose? who holds
+// the key? which missed and why? which queue jobs are stuck or overdue?
+// Each question is a subtest, so that a missing answer names itself and
+// the others are still asked.
 func TestOnCallConsole(t *testing.T) {
 	t.Parallel()
 	testenv.Reserve(t, 1, "the on-call demo's five processes, then a browser")
@@ -76,6 +78,39 @@ func TestOnCallConsole(t *testing.T) {
 			t.Logf("%d clicks from the overview", a.clicks)
 		})
 	}
+	ask("RanTwice", func(a *asker) {
+		for id, want := range map[string]string{"#card-ran-twice": "1", "#card-refused": "1", "#card-applied-twice": "0"} {
+			c := a.need(id)
+			require.Equal(a.t, want, c.Attrs["data-hour"], "%s's count of the last hour", id)
+			require.Equal(a.t, want, c.Attrs["data-day"], "%s's count of the last day", id)
+		}
+		a.click("#card-ran-twice")
+		require.Contains(a.t, a.location(), "show=ran-twice", "the card links to the attempts filtered")
+		rows := a.all(`table.attempts tbody tr[data-attempt]`)
+		require.Len(a.t, rows, 2, "the attempts of the one tick that ran twice, and no other: %v", rows)
+		for _, r := range rows {
+			require.Equal(a.t, "nightly", r.Attrs["data-job"])
+			at := d.first
+			if r.Attrs["data-attempt"] == "2" {
+				at = d.second
+			}
+			require.Equal(a.t, at.Outcome, r.Attrs["data-state"], "attempt %d", at.Attempt)
+			require.Equal(a.t, fmt.Sprint(at.Token), r.Attrs["data-token"], "attempt %d", at.Attempt)
+			require.Contains(a.t, r.Text, at.Node, "attempt %d's node", at.Attempt)
+		}
+	})
+	ask("RefusedAndWhose", func(a *asker) {
+		c := a.need("#card-fence-refusals")
+		require.NotContains(a.t, []string{"", "0"}, c.Attrs["data-day"], "refusals of the last day")
+		w := a.need("#card-fence-refusals .writer")
+		require.Contains(a.t, w.Text, staleHolder, "the last refused writer")
+		require.Regexp(a.t, fmt.Sprintf(`(^|\D)%d(\D|$)`, d.staleToken), w.Text, "its token")
+		a.click("#card-fence-refusals")
+		row := fmt.Sprintf(`table#refusals tbody tr[data-resource=%q][data-token="%d"][data-held="%d"]`, leaseResource, d.staleToken, d.newToken)
+		a.need(row)
+		require.Contains(a.t, a.need(row+" td.writer").Text, staleHolder, "the refused writer's holder label")
+		require.Contains(a.t, a.need(row + " a.lease").Attrs["href"], "/leases/", "the refusal links to its lease key")
+	})
 	ask("WhoHoldsTheKey", func(a *asker) {
 		a.click("#card-leases")
 		row := fmt.Sprintf(`tr[data-key=%q]`, leaseKey)
@@ -89,6 +124,34 @@ func TestOnCallConsole(t *testing.T) {
 		require.Contains(a.t, a.need("#missed-hour").Text, "orphan")
 		a.click("#missed-hour")
 		a.need(`table.missed tr[data-job="orphan"][data-cause="unbound"]`)
+	})
+	ask("Unbound", func(a *asker) {
+		require.Equal(a.t, "1", a.need("#card-unbound").Attrs["data-count"], "schedules whose handler no replica has")
+		require.Equal(a.t, "2", a.need("#card-some-lack").Attrs["data-count"], "schedules some replicas lack: nightly (replica-c), heartbeat (replica-a, -b)")
+		a.click("#card-unbound")
+		require.Empty(a.t, a.all(`tr[data-schedule="nightly"], tr[data-schedule="heartbeat"]`), "the filter leaves out the schedules a replica runs")
+		row := `tr[data-schedule="orphan"]`
+		require.NotEmpty(a.t, a.need(row+" td.handler-status").Text)
+		require.NotRegexp(a.t, `^in `, a.need(row+" td.next-fire").Text, "no next fire for a schedule no replica runs")
+	})
+	ask("QueueStuck", func(a *asker) {
+		require.Equal(a.t, "1", a.need("#card-queue-stuck").Attrs["data-count"])
+		a.click("#card-queue-stuck")
+		require.Contains(a.t, a.need(fmt.Sprintf(`tr[data-job="%d"][data-state]`, d.stuckJob)).Text, "stuck")
+	})
+	ask("QueueOverdue", func(a *asker) {
+		require.Equal(a.t, "2", a.need("#card-queue-overdue").Attrs["data-count"])
+		a.click("#card-queue-overdue")
+		for _, id := range d.overdueJobs {
+			require.Contains(a.t, a.need(fmt.Sprintf(`tr[data-job="%d"][data-state]`, id)).Text, "12m", "job %d: how long past due, in words", id)
+		}
+	})
+	ask("QueueDead", func(a *asker) {
+		require.Equal(a.t, "2", a.need("#card-queue-dead").Attrs["data-count"], "a discarded and a cancelled job")
+		a.click("#card-queue-dead")
+		for _, id := range d.deadJobs {
+			a.need(fmt.Sprintf(`tr[data-job="%d"]`, id))
+		}
 	})
 
 	if os.Getenv(shotsEnv) == "1" {
