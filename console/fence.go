@@ -19,6 +19,7 @@ type fenceData struct {
 	section[fenceRow]
 	NoLog    bool   // the refusal log is missing (a schema before fence's version 4)
 	Key      string // the lease key the refusals are filtered by ("": all)
+	Job      string // the schedule the refusals are filtered by ("": all)
 	Refusals []refusalRow
 }
 
@@ -40,7 +41,7 @@ type refusalRow struct {
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := fenceData{Key: r.URL.Query().Get("key")}
+	d := fenceData{Key: r.URL.Query().Get("key"), Job: r.URL.Query().Get("job")}
 	ok, refusals, err := fence.Tables(ctx, s.st.db)
 	if err != nil {
 		s.fail(w, err)
@@ -62,7 +63,7 @@ func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	}
 	d.NoLog = !logged
 	if logged {
-		if d.Refusals, err = s.refusals(ctx, &fence.RefusalFilter{Key: d.Key}, refusalsShown); err != nil {
+		if d.Refusals, err = s.refusals(ctx, &fence.RefusalFilter{Key: d.Key, Schedule: d.Job}, refusalsShown); err != nil {
 			s.fail(w, err)
 			return
 		}

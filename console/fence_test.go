@@ -216,6 +216,17 @@ func TestFenceShowsRefusalsOnSQLite(t *testing.T) {
 	row = refusalRow(t, body, "ledger", a.Token, b.Token)
 	require.Contains(t, row, `<span title="from the lease&#39;s grant history">node-a</span>`)
 	require.Contains(t, row, `<a class="lease" href="/leases/export">`)
+
+	// Both ways: the schedule's page links to its runs' refused writes,
+	// which list nightly's and not the lease's.
+	_, body = get(t, client(t), ts.URL+"/schedules/nightly")
+	require.Contains(t, body, `<a id="fence-of-job" href="/fence?job=nightly#refusals">`)
+	_, body = get(t, client(t), ts.URL+"/fence?job=nightly")
+	refusalRow(t, body, "catalog/nightly", se.Token, later)
+	require.NotContains(t, body, `data-resource="ledger" data-token`, "the lease's refusal is no write of nightly's runs")
+	require.Contains(t, body, `id="all-refusals"`)
+	_, body = get(t, client(t), ts.URL+"/fence?job=other")
+	require.Contains(t, body, "No write was refused in a run of this schedule.")
 }
 
 // A database whose fence predates the refusal log (version 3: the fence

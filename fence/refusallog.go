@@ -34,6 +34,7 @@ type RefusalEntry struct {
 type RefusalFilter struct {
 	Key      string    // only this lease key's refusals ("": any)
 	Resource string    // only this resource's ("": any)
+	Schedule string    // only those written in a run of this schedule ("": any)
 	Since    time.Time // only those at or after it (zero: any)
 }
 
@@ -57,8 +58,8 @@ func RefusalLog(ctx context.Context, db *sql.DB, f *RefusalFilter, limit int) ([
 		since = f.Since.UnixMilli()
 	}
 	rows, err := db.QueryContext(ctx, `SELECT resource, token, held, lease_key, node, schedule, fire_ms, attempt, trace_id, at_ms FROM aegis_fence_refusal_log
-WHERE ($1 = '' OR lease_key = $1) AND ($2 = '' OR resource = $2) AND at_ms >= $3
-ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit)
+WHERE ($1 = '' OR lease_key = $1) AND ($2 = '' OR resource = $2) AND at_ms >= $3 AND ($5 = '' OR schedule = $5)
+ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit, f.Schedule)
 	if err != nil {
 		return nil, fmt.Errorf("fence: read the refusal log: %w", err)
 	}
