@@ -29,11 +29,11 @@ type refusalRow struct {
 	fence.RefusalEntry
 	// Writer names who wrote: the node a scheduler ran the write on, or a
 	// lease's holder from the grant history or the lease row. WriterFrom
-	// says where it was read; NoHistory that a lease's holder could not be
+	// says where it was read; Unknown why a lease's holder could not be
 	// read (the Lockers run without History).
 	Writer      string
 	WriterFrom  string
-	NoHistory   bool
+	Unknown     string
 	LeaseLink   string // the lease key's page
 	AttemptLink string // the schedule's page
 	Trace       string // the trace, through Config.TraceURL
@@ -91,7 +91,7 @@ func (s *Server) refusals(ctx context.Context, f *fence.RefusalFilter, limit int
 		case e.Node != "":
 			row.Writer, row.WriterFrom = e.Node, "the scheduler's handler that wrote it"
 		case e.Key != "":
-			if row.Writer, row.WriterFrom, row.NoHistory, err = h.of(ctx, e.Key, e.Token); err != nil {
+			if row.Writer, row.WriterFrom, row.Unknown, err = h.of(ctx, e.Key, e.Token); err != nil {
 				return nil, err
 			}
 		}
@@ -106,43 +106,48 @@ func (s *Server) refusals(ctx context.Context, f *fence.RefusalFilter, limit int
 type holders struct {
 	st      *store
 	checked bool
+	lease   bool // the lease table is in this database (pglease, sqlitelease)
 	history bool
 	grants  map[string][]pglease.Grant
 }
 
-func (h *holders) of(ctx context.Context, key string, token aegis.Token) (holder, from string, noHistory bool, err error) {
+// of returns the holder key's token was granted to and where it was read,
+// or why it is not known.
+func (h *holders) of(ctx context.Context, key string, token aegis.Token) (holder, from, unknown string, err error) {
 	if !h.checked {
-		var lease bool
-		if lease, h.history, err = h.st.leaseTables.Tables(ctx); err != nil {
-			return "", "", false, err
+		if h.lease, h.history, err = h.st.leaseTables.Tables(ctx); err != nil {
+			return "", "", "", err
 		}
 		h.checked = true
-		if !lease {
-			return "", "", true, nil
-		}
+	}
+	if !h.lease {
+		return "", "", "not known: the lease is not in this database's lease table (another backend's)", nil
 	}
 	if h.history {
 		gs, ok := h.grants[key]
 		if !ok {
 			if gs, err = h.st.leaseTables.Grants(ctx, key, grantsShown); err != nil {
-				return "", "", false, err
+				return "", "", "", err
 			}
 			h.grants[key] = gs
 		}
 		for _, g := range gs {
 			if g.Token == token && g.Holder != "" {
-				return g.Holder, "the lease's grant history", false, nil
+				return g.Holder, "the lease's grant history", "", nil
 			}
 		}
 	}
 	k, ok, err := h.st.leaseTables.Key(ctx, key)
 	if err != nil {
-		return "", "", false, err
+		return "", "", "", err
 	}
 	if ok && k.Token == token && k.Holder != "" {
-		return k.Holder, "the lease row", false, nil
+		return k.Holder, "the lease row", "", nil
 	}
-	return "", "", true, nil
+	if h.history {
+		return "", "", "not known: the grant history no longer has this token (or it was granted without a holder name)", nil
+	}
+	return "", "", "not recorded: turn on History", nil
 }
 
 // The overview's windows of refusals.

@@ -14,7 +14,10 @@ type fenceCards struct {
 	// the last hour and day; Last is the newest refusal, its writer named.
 	Log       bool
 	Hour, Day int64
-	Last      *refusalRow
+	// HourMore, DayMore: the log may have pruned more of the window (a
+	// resource's newest LogKept all fall in it): "at least".
+	HourMore, DayMore bool
+	Last              *refusalRow
 }
 
 func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, error) {
@@ -31,10 +34,10 @@ func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, err
 	if d.Log, err = fence.LogTable(ctx, s.st.db); err != nil || !d.Log {
 		return d, err
 	}
-	if d.Hour, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalHour)); err != nil {
+	if d.Hour, d.HourMore, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalHour)); err != nil {
 		return d, err
 	}
-	if d.Day, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalDay)); err != nil {
+	if d.Day, d.DayMore, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalDay)); err != nil {
 		return d, err
 	}
 	last, err := s.refusals(ctx, nil, 1)

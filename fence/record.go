@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -240,9 +241,20 @@ func missingLogTable(err error) bool {
 var dialPgx = func(ctx context.Context, cfg *pgx.ConnConfig) (pgxHandle, func(), error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
+		// Its cause only: pgx's text names the user and the database, and
+		// a refusal's error can end up on a page (an attempt's error).
+		if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && ce.Unwrap() != nil {
+			err = fmt.Errorf("connect: %w", ce.Unwrap())
+		}
 		return nil, nil, err
 	}
-	return conn, func() { _ = conn.Close(context.WithoutCancel(ctx)) }, nil
+	return conn, func() {
+		// Its own bound: the record's may have run out, and a close that
+		// hangs would hold a slot of recordsAtOnce for ever.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}, nil
 }
 
 // recordPgx records e from a pgx handle of the refused write (a

@@ -175,12 +175,14 @@ func TestRefusalsRecordedByTheFence(t *testing.T) {
 			byRes, err := fence.RefusalLog(ctx, db, &fence.RefusalFilter{Key: f.key, Resource: want.Resource, Since: before.Add(-time.Second)}, 0)
 			require.NoError(t, err)
 			require.Len(t, byRes, 1)
-			n, err := fence.CountRefusalsSince(ctx, db, before.Add(-time.Second))
+			n, more, err := fence.CountRefusalsSince(ctx, db, before.Add(-time.Second))
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n)
-			n, err = fence.CountRefusalsSince(ctx, db, time.Now().Add(time.Hour))
+			require.False(t, more)
+			n, more, err = fence.CountRefusalsSince(ctx, db, time.Now().Add(time.Hour))
 			require.NoError(t, err)
 			require.Zero(t, n)
+			require.False(t, more)
 		})
 	}
 }
@@ -218,6 +220,11 @@ func TestRefusalLogKeepsTheNewest(t *testing.T) {
 	rs, err := fence.Refusals(ctx, db, 0)
 	require.NoError(t, err)
 	require.EqualValues(t, n, rs[0].Refusals)
+	// The count of a window the pruning cut says it may be short.
+	count, more, err := fence.CountRefusalsSince(ctx, db, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.EqualValues(t, fence.LogKept+1, count, "busy's kept and quiet's")
+	require.True(t, more, "busy's older refusals of the hour were pruned")
 }
 
 // FuzzExecResource: the resource Exec records a refusal under is a name
@@ -352,7 +359,7 @@ func TestRefusalLogNilDB(t *testing.T) {
 	t.Parallel()
 	_, err := fence.RefusalLog(t.Context(), nil, nil, 0)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
-	_, err = fence.CountRefusalsSince(t.Context(), nil, time.Now())
+	_, _, err = fence.CountRefusalsSince(t.Context(), nil, time.Now())
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	_, err = fence.LogTable(t.Context(), nil)
 	require.ErrorIs(t, err, aegis.ErrInvalid)

@@ -83,18 +83,22 @@ ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit, f.Sched
 	return out, nil
 }
 
-// CountRefusalsSince counts the refusal log's entries at or after since
-// (of every resource; the log keeps the newest LogKept of each). A nil db
-// is an error wrapping aegis.ErrInvalid; a missing table is an error.
-func CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (int64, error) {
+// CountRefusalsSince counts the refusal log's entries at or after since,
+// of every resource. The log keeps the newest LogKept of each resource, so
+// the count can be short: more is true when a resource's LogKept entries
+// all fall at or after since, and older ones of the window may have been
+// pruned (a page then says "n or more"; Refusals counts every refusal of
+// a resource, without a window). A nil db is an error wrapping
+// aegis.ErrInvalid; a missing table is an error.
+func CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (n int64, more bool, err error) {
 	if db == nil {
-		return 0, fmt.Errorf("%w: fence: count refusals: db is nil", aegis.ErrInvalid)
+		return 0, false, fmt.Errorf("%w: fence: count refusals: db is nil", aegis.ErrInvalid)
 	}
-	var n int64
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM aegis_fence_refusal_log WHERE at_ms >= $1`, since.UnixMilli()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("fence: count the refusal log: %w", err)
+	if err := db.QueryRowContext(ctx, `SELECT count(*), EXISTS (SELECT 1 FROM aegis_fence_refusal_log GROUP BY resource HAVING count(*) >= $2 AND min(at_ms) >= $1)
+FROM aegis_fence_refusal_log WHERE at_ms >= $1`, since.UnixMilli(), LogKept).Scan(&n, &more); err != nil {
+		return 0, false, fmt.Errorf("fence: count the refusal log: %w", err)
 	}
-	return n, nil
+	return n, more, nil
 }
 
 // LogTable tells whether db has the refusal log (Migrate's version 4),
