@@ -490,10 +490,8 @@ func (s *Server) schedulesData(ctx context.Context, q attemptQuery) (schedulesDa
 		if err != nil {
 			return d, err
 		}
-		for _, r := range runs {
-			if r.Stuck {
-				d.Stuck = append(d.Stuck, r)
-			}
+		if d.Stuck, _, err = s.st.stuck(ctx, job); err != nil {
+			return d, err
 		}
 		d.Runs = runs
 		if d.history, err = s.st.history(ctx, now, q, s.cfg.TraceURL); err != nil {

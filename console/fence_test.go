@@ -142,7 +142,7 @@ func TestFenceHolderNotRecordedWithoutHistory(t *testing.T) {
 	})
 	require.ErrorIs(t, err, aegis.ErrStale)
 	_, body = get(t, client(t), ts.URL+"/fence")
-	require.Contains(t, refusalRow(t, body, "r", a.Token+2, a.Token+5), `<td class="writer"><span class="missing">not recorded: turn on <code>History</code></span></td>`)
+	require.Contains(t, refusalRow(t, body, "r", a.Token+2, a.Token+5), `<td class="writer"><span class="missing">not recorded: turn on History</span></td>`)
 }
 
 // On SQLite: a scheduler's handler writes through fence.CheckSQL with its
@@ -252,4 +252,65 @@ INSERT INTO aegis_fence VALUES ('r', 7, NULL)`)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `id="card-fence"`)
 	require.NotContains(t, body, `card-fence-refusals`)
+}
+
+// Refusals of leases that are not in this database's lease table (a Redis
+// or etcd lease fencing a SQL write): /fence lists each, saying why its
+// holder is not known. Two of them answered 500 before: the first call
+// learned there was no lease table, the second read it.
+func TestFenceRefusalsOfAnotherBackendsLeases(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "fence-only.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	require.NoError(t, fence.MigrateSQL(ctx, db))
+	check := func(l aegis.Lease) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() // after a refusal the fence rolled it back already
+		if err := fence.CheckLeaseSQL(ctx, tx, "ledger", l); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	require.NoError(t, check(aegis.Lease{Key: "redis-key", Token: 9, Owner: "b"}))
+	for _, tok := range []aegis.Token{3, 4} {
+		require.ErrorIs(t, check(aegis.Lease{Key: "redis-key", Token: tok, Owner: "a"}), aegis.ErrStale)
+	}
+	ts := serve(t, &console.Config{DB: db})
+	code, body := get(t, client(t), ts.URL+"/fence")
+	require.Equal(t, http.StatusOK, code, body)
+	for _, tok := range []aegis.Token{3, 4} {
+		require.Contains(t, refusalRow(t, body, "ledger", tok, 9), "not known: the lease is not in this database&#39;s lease table")
+	}
+}
+
+// A run stuck for a while, under 600 later runs of a frequent schedule:
+// the overview counts it and /schedules lists it. Before, both looked
+// among the run table's latest 500 (100) rows only and said 0.
+func TestStuckRunUnderAFrequentSchedule(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := sqlitelease.Open(filepath.Join(t.TempDir(), "runs.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = schedule.NewStore(ctx, db, nil)
+	require.NoError(t, err)
+	now := time.Now().UnixMilli()
+	_, err = db.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 600)
+INSERT INTO aegis_schedule_run (namespace, job, fire_ms, token, node, attempt, state, started_ms, ended_ms, expires_ms)
+SELECT 'default', 'heartbeat', $1 - i * 2000, i, 'a', 1, 'succeeded', $1 - i * 2000, $1 - i * 2000 + 5, $1 - i * 2000 + 30000 FROM n`, now)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO aegis_schedule_run (namespace, job, fire_ms, token, node, attempt, state, started_ms, expires_ms)
+VALUES ('default', 'nightly', $1, 9000, 'b', 1, 'running', $1, $2)`, now-30*60_000, now-29*60_000)
+	require.NoError(t, err)
+	ts := serve(t, &console.Config{DB: db})
+	c := client(t)
+	_, body := get(t, c, ts.URL+"/")
+	require.Contains(t, body, `id="card-stuck-runs" data-count="1"`)
+	_, body = get(t, c, ts.URL+"/schedules")
+	require.Regexp(t, `(?s)id="stuck".*<tr data-job="nightly" data-state="running" data-token="9000"`, body)
 }

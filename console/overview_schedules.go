@@ -11,6 +11,7 @@ import (
 // schedCards are the overview's cards of the schedules.
 type schedCards struct {
 	Schedules, Paused, Stuck int
+	StuckMore                bool // more stuck runs than the overview read
 	// Unbound are the schedules whose handler no live replica has (none
 	// runs them); SomeLack those that some live replicas lack while
 	// others run them.
@@ -76,15 +77,11 @@ func (s *Server) scheduleCounts(ctx context.Context, now time.Time, d *schedCard
 	if ok, err := s.st.runTable.Exists(ctx); err != nil || !ok {
 		return err
 	}
-	runs, err := s.st.runs(ctx, now, "", 500)
+	stuck, more, err := s.st.stuck(ctx, "")
 	if err != nil {
 		return err
 	}
-	for _, r := range runs {
-		if r.Stuck {
-			d.Stuck++
-		}
-	}
+	d.Stuck, d.StuckMore = len(stuck), more
 	d.RunTable = true
 	if ok, err := s.st.exists(ctx, attemptTable); err != nil {
 		return err

@@ -142,7 +142,7 @@ func TestQueueTriage(t *testing.T) {
 	require.Regexp(t, `<a href="/queue/jobs\?state=stuck" id="card-queue-stuck" data-count="1" class="warn"[^>]*><b>1</b> queue jobs stuck`, body)
 	require.Regexp(t, `<a href="/queue/jobs\?state=overdue" id="card-queue-overdue" data-count="2" class="warn"[^>]*><b>2</b> queue jobs overdue \(due more than 30s ago, not started\)`, body)
 	require.Regexp(t, `<a href="/queue#dead-letters" id="card-queue-dead" data-count="2" data-hour="1" data-day="2" class="warn"[^>]*><b>2</b> dead jobs in the last 24 h, 1 in the last hour`, body)
-	oldest := regexp.MustCompile(`(?s)<a href="/queue#queues" id="card-queue-oldest" data-count="1"[^>]*><b>12m\d\ds</b> oldest waiting job(.*?)</a>`).FindStringSubmatch(body)
+	oldest := regexp.MustCompile(`(?s)<a href="/queue#queues" id="card-queue-oldest" data-count="1"[^>]*><b title="due [^"]+">12m\d\ds</b> oldest waiting job(.*?)</a>`).FindStringSubmatch(body)
 	require.NotNil(t, oldest, "the oldest waiting job: mail's, due twelve minutes ago: %s", body)
 	require.Regexp(t, fmt.Sprintf(`^<span class="oldest" data-queue="mail" data-job="%d" data-leased="0"><br><code>mail</code>: due <span title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}">12m\d\ds ago</span>, <span class="warn">no job with a current lease</span>, last start <span title="[^"]+">\d[^<]* ago</span></span>$`, overdue[0]), oldest[1],
 		"its worker holds no current lease; its last start was the frozen job's")

@@ -185,6 +185,27 @@ func (st *store) runs(ctx context.Context, now time.Time, job string, limit int)
 	return out, nil
 }
 
+// stuckScanned bounds the stuck runs the pages read (of every namespace).
+const stuckScanned = 1000
+
+// stuck reads the runs of this namespace (of job, or every job when job
+// is "") running past their lease, by the store's clock, the latest
+// started first: every one among the latest stuckScanned of the run table
+// (more: there may be more), not only among its latest rows, which a
+// frequent schedule fills.
+func (st *store) stuck(ctx context.Context, job string) (out []runRow, more bool, err error) {
+	rs, err := st.runTable.Stuck(ctx, 0, stuckScanned)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, r := range rs {
+		if r.Namespace == st.ns && (job == "" || r.Job == job) {
+			out = append(out, runRow{RunStatus: r, Stuck: true})
+		}
+	}
+	return out, len(rs) == stuckScanned, nil
+}
+
 // catalog opens the schedule catalog when its table is there.
 func (st *store) catalog(ctx context.Context) (*schedule.Catalog, error) {
 	ok, err := st.exists(ctx, "aegis_schedule")

@@ -118,7 +118,7 @@ func TestTriage(t *testing.T) {
 				want("card-lost", "0", "0", "", "0 attempts lost their lease in the last hour, 0 in 24 h")
 				want("card-refused", "1", "1", "warn", "1 attempts refused by the fence in the last hour, 1 in 24 h")
 				want("card-ran-twice", "1", "1", "warn", "1 ticks ran twice in the last hour, 1 in 24 h")
-				want("card-applied-twice", "0", "0", "", "none applied twice in 24 h: the fence held")
+				want("card-applied-twice", "0", "0", "", "ticks applied twice in 24 h: none, the fence held")
 				a, _ := card(t, body, "card-ran-twice")
 				require.Equal(t, "/schedules?show=ran-twice&amp;since=24h#history", a["href"])
 				a, text := card(t, body, "card-unbound")
