@@ -20,6 +20,7 @@ type fenceData struct {
 	NoLog    bool   // the refusal log is missing (a schema before fence's version 4)
 	Key      string // the lease key the refusals are filtered by ("": all)
 	Job      string // the schedule the refusals are filtered by ("": all)
+	Resource string // the resource the refusals are filtered by ("": all)
 	Refusals []refusalRow
 }
 
@@ -41,7 +42,7 @@ type refusalRow struct {
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := fenceData{Key: r.URL.Query().Get("key"), Job: r.URL.Query().Get("job")}
+	d := fenceData{Key: r.URL.Query().Get("key"), Job: r.URL.Query().Get("job"), Resource: r.URL.Query().Get("resource")}
 	ok, refusals, err := fence.Tables(ctx, s.st.db)
 	if err != nil {
 		s.fail(w, err)
@@ -63,7 +64,7 @@ func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	}
 	d.NoLog = !logged
 	if logged {
-		if d.Refusals, err = s.refusals(ctx, &fence.RefusalFilter{Key: d.Key, Schedule: d.Job}, refusalsShown); err != nil {
+		if d.Refusals, err = s.refusals(ctx, &fence.RefusalFilter{Key: d.Key, Schedule: d.Job, Resource: d.Resource}, refusalsShown); err != nil {
 			s.fail(w, err)
 			return
 		}

@@ -227,6 +227,12 @@ func TestFenceShowsRefusalsOnSQLite(t *testing.T) {
 	require.Contains(t, body, `id="all-refusals"`)
 	_, body = get(t, client(t), ts.URL+"/fence?job=other")
 	require.Contains(t, body, "No write was refused in a run of this schedule.")
+	// And from a resource to its refusals.
+	_, body = get(t, client(t), ts.URL+"/fence")
+	require.Contains(t, body, `<a class="refusals" href="/fence?resource=ledger#refusals">1</a>`)
+	_, body = get(t, client(t), ts.URL+"/fence?resource=ledger")
+	refusalRow(t, body, "ledger", a.Token, b.Token)
+	require.NotContains(t, body, `data-resource="catalog/nightly" data-token`, "nightly's refusal is of another resource")
 }
 
 // A database whose fence predates the refusal log (version 3: the fence
