@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test api fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -28,6 +28,12 @@ test: fmt-check
 	wait $$services || status=$$?; \
 	exit $$status
 	$(WITH_ENV) $(GO) test -count=1 -timeout 25m ./...
+
+# Rewrite api/, the library's exported API on record, from the code
+# (internal/tool/apicheck; its test, run by make test, fails when they
+# differ). Say the change in CHANGELOG.md.
+api:
+	$(GO) run ./internal/tool/apicheck -write
 
 # Every fuzz target of the module (func FuzzXxx, found by go test -list,
 # so that a new one is not forgotten) for FUZZTIME each, one after the

@@ -5,5 +5,6 @@
 // latency recorder and queue harness (latency, queuebench), the consensus
 // backends' loss scenarios (losstest), and the checks that keep the
 // documentation's snippets and the contract of docs/design.md compiling
-// (docsnippets, contract). The library's own mechanics are in internal.
+// (docsnippets, contract), and the library's exported API on record in
+// api/ (apicheck). The library's own mechanics are in internal.
 package tool

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The library's exported API is the one on record in api/: a change of an
+// exported name fails here, with the lines and the command to run.
+func TestAPIOnRecord(t *testing.T) {
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	require.NoError(t, Check(root))
+}
+
+// module writes a module of its own into a temporary directory: path to
+// content.
+func module(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files["go.mod"] = "module example.com/m\n\ngo 1.26\n"
+	for name, content := range files {
+		edit(t, dir, name, content)
+	}
+	return dir
+}
+
+func edit(t *testing.T, dir, name, content string) {
+	t.Helper()
+	path := filepath.Join(dir, filepath.FromSlash(name))
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+}
+
+// The check itself fails when a signature, a field, a constant's value or
+// the set of packages changes without api/, naming each line, and passes
+// after -write; renaming a parameter or changing unexported code is no
+// change of the API.
+func TestCheckFailsOnAChange(t *testing.T) {
+	t.Setenv("GOWORK", "off")
+	dir := module(t, map[string]string{
+		"m.go":            "package m\n\nconst Limit = 10\n\ntype T struct {\n\tName string\n\thidden int\n}\n\nfunc (t *T) Get(key string) error { return nil }\n",
+		"p/p.go":          "package p\n\nimport \"context\"\n\nfunc F(ctx context.Context, n int) error { return nil }\n\nfunc g() {}\n",
+		"internal/q/q.go": "package q\n\nfunc Q() {}\n",
+		"cmd/c/main.go":   "package main\n\nfunc main() {}\n",
+	})
+	require.NoError(t, Write(dir))
+	require.NoError(t, Check(dir))
+	b, err := os.ReadFile(filepath.Join(dir, "api", "p.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "pkg example.com/m/p, func F(context.Context, int) error\n", string(b))
+	b, err = os.ReadFile(filepath.Join(dir, "api", "m.txt"))
+	require.NoError(t, err)
+	require.Equal(t, `pkg example.com/m, const Limit = 10
+pkg example.com/m, const Limit ideal-int
+pkg example.com/m, method (*T) Get(string) error
+pkg example.com/m, type T struct
+pkg example.com/m, type T struct, Name string
+`, string(b))
+	entries, err := os.ReadDir(filepath.Join(dir, "api"))
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "internal/ and cmd/ have no file")
+
+	edit(t, dir, "p/p.go", "package p\n\nimport \"context\"\n\nfunc F(c context.Context, count int) error { return nil }\n\nfunc g(int) {}\n")
+	require.NoError(t, Check(dir), "a renamed parameter or an unexported change is no change of the API")
+
+	edit(t, dir, "p/p.go", "package p\n\nimport \"context\"\n\nfunc F(ctx context.Context, n int64) error { return nil }\n")
+	edit(t, dir, "m.go", "package m\n\nconst Limit = 20\n\ntype T struct {\n\tName string\n\tAge  int\n}\n\nfunc (t *T) Get(key string) error { return nil }\n")
+	edit(t, dir, "r/r.go", "package r\n\nvar V int\n")
+	err = Check(dir)
+	require.Error(t, err)
+	for _, want := range []string{
+		"api/p.txt: -pkg example.com/m/p, func F(context.Context, int) error\n",
+		"api/p.txt: +pkg example.com/m/p, func F(context.Context, int64) error\n",
+		"api/m.txt: -pkg example.com/m, const Limit = 10\n",
+		"api/m.txt: +pkg example.com/m, const Limit = 20\n",
+		"api/m.txt: +pkg example.com/m, type T struct, Age int\n",
+		"api/r.txt: missing (a new package of the library)\n",
+		"api/r.txt: +pkg example.com/m/r, var V int\n",
+		"run make api (go run ./internal/tool/apicheck -write)",
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+
+	require.NoError(t, Write(dir))
+	require.NoError(t, Check(dir))
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "r")))
+	err = Check(dir)
+	require.ErrorContains(t, err, "api/r.txt: no such package of the library any more")
+}
