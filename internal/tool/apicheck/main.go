@@ -3,7 +3,9 @@
 // for the others), a line per exported name in the style of the Go
 // project's api/ files, sorted. Its test fails when the API of the code
 // differs from the files, naming the lines added and removed; `make api`
-// (go run ./internal/tool/apicheck -write) rewrites them.
+// (go run ./internal/tool/apicheck -write) rewrites them. Its test also
+// holds CHANGELOG.md's table of migrations to the library's migration
+// lists, so that each names the release that added it.
 //
 // The packages are read from their export data (go list -export), so the
 // check costs what building them does, and the build cache makes it cheap.

@@ -91,3 +91,40 @@ pkg example.com/m, type T struct, Name string
 	err = Check(dir)
 	require.ErrorContains(t, err, "api/r.txt: no such package of the library any more")
 }
+
+// Every migration of the library has its release in CHANGELOG.md's table.
+func TestMigrationsOnRecord(t *testing.T) {
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	code, err := migrationLists(root)
+	require.NoError(t, err)
+	require.Contains(t, code, "fence/fence.go")
+	require.Len(t, code["schedule/sql.go"], 2, "the run table's PostgreSQL and SQLite lists")
+	b, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	require.NoError(t, err)
+	require.NoError(t, checkMigrations(code, string(b)))
+}
+
+// The migrations' check fails on a migration without a row, a row without
+// a migration and a release without a section.
+func TestCheckMigrationsFailsOnAChange(t *testing.T) {
+	const changelog = "## v0.1.0 — 2026-12-07\n\n" +
+		"| `c` | PostgreSQL | `a/sql.go` | 1–3 | v0.1.0 | t |\n" +
+		"| `c` | SQLite | `a/sql.go` | 1–2 | v0.1.0 | t |\n" +
+		"| `c` | SQLite | `a/sql.go` | 3 | v0.2.0 | t |\n" +
+		"| `d` | SQLite | `b/b.go` | 1 | v0.1.0 | t |\n"
+	err := checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3}, {1, 2, 3}}, "b/b.go": {{1}}}, changelog)
+	require.ErrorContains(t, err, "the row of a/sql.go's versions 3–3 names v0.2.0, which has no section")
+	require.NoError(t, checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3}, {1, 2, 3}}, "b/b.go": {{1}}},
+		changelog+"## v0.2.0 — 2026-12-08\n"))
+
+	err = checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3, 4}, {1, 2, 3}}, "c/c.go": {{1}}}, changelog)
+	require.Error(t, err)
+	for _, want := range []string{
+		"a/sql.go's list 1 of migrations has versions 1, 2, 3, 4, the table 1, 2, 3",
+		"b/b.go's list 1 of migrations has versions none, the table 1",
+		"c/c.go's list 1 of migrations has versions 1, the table none",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
