@@ -63,10 +63,10 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// library reports whether a package (relative to the module, "." for the
+// public reports whether a package (relative to the module, "." for the
 // root) is one of the library's public packages: nothing under internal/,
 // examples/ or cmd/, as docs/architecture.md has it.
-func library(rel string) bool {
+func public(rel string) bool {
 	for _, p := range []string{"internal", "examples", "cmd"} {
 		if rel == p || strings.HasPrefix(rel, p+"/") || strings.Contains(rel, "/"+p+"/") || strings.HasSuffix(rel, "/"+p) {
 			return false
@@ -80,64 +80,80 @@ type listed struct {
 	ImportPath string
 	Name       string
 	Export     string
-	Standard   bool
 	Module     *struct{ Path string }
-	DepOnly    bool
-	Error      *struct{ Err string }
 }
 
-// API is the exported API of the module's library packages: the file's
-// name under api/ to its sorted lines.
-func API(root string) (map[string][]string, error) {
-	cmd := exec.Command("go", "list", "-export", "-deps", "-json=ImportPath,Name,Export,Standard,Module,DepOnly,Error", "./...")
+// goList runs go list -json in root.
+func goList(root string, args ...string) ([]listed, error) {
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("go list -export: %w\n%s", err, stderr.String())
+		return nil, fmt.Errorf("go list: %w\n%s", err, stderr.String())
 	}
-	exports := map[string]string{}
-	var mine []listed
-	var module string
+	var ps []listed
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p listed
 		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("go list -export: %w", err)
+			return nil, fmt.Errorf("go list: %w", err)
 		}
-		if p.Error != nil {
-			return nil, fmt.Errorf("package %s: %s", p.ImportPath, p.Error.Err)
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// API is the exported API of the module's library packages: the file's
+// name under api/ to its sorted lines. Only the library and what it
+// imports are built for their export data.
+func API(root string) (map[string][]string, error) {
+	all, err := goList(root, "-json=ImportPath,Name,Module", "./...")
+	if err != nil {
+		return nil, err
+	}
+	rels := map[string]string{} // import path to path in the module
+	var paths []string
+	for _, p := range all {
+		if p.Module == nil || p.Name == "main" {
+			continue
 		}
-		exports[p.ImportPath] = p.Export
-		if !p.DepOnly && p.Module != nil {
-			module = p.Module.Path
-			mine = append(mine, p)
+		rel := "."
+		if p.ImportPath != p.Module.Path {
+			rel = strings.TrimPrefix(p.ImportPath, p.Module.Path+"/")
+		}
+		if public(rel) {
+			rels[p.ImportPath] = rel
+			paths = append(paths, p.ImportPath)
 		}
 	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+	api := map[string][]string{}
+	if len(paths) == 0 {
+		return api, nil
+	}
+	deps, err := goList(root, append([]string{"-export", "-deps", "-json=ImportPath,Export"}, paths...)...)
+	if err != nil {
+		return nil, err
+	}
+	exports := map[string]string{}
+	for _, p := range deps {
+		exports[p.ImportPath] = p.Export
+	}
+	imp := importer.ForCompiler(token.NewFileSet(), "gc", func(path string) (io.ReadCloser, error) {
 		f, ok := exports[path]
 		if !ok || f == "" {
 			return nil, fmt.Errorf("no export data for %s", path)
 		}
 		return os.Open(f)
 	})
-	api := map[string][]string{}
-	for _, p := range mine {
-		rel := "."
-		if p.ImportPath != module {
-			rel = strings.TrimPrefix(p.ImportPath, module+"/")
-		}
-		if !library(rel) || p.Name == "main" {
-			continue
-		}
-		pkg, err := imp.Import(p.ImportPath)
+	for _, path := range paths {
+		pkg, err := imp.Import(path)
 		if err != nil {
-			return nil, fmt.Errorf("read the export data of %s: %w", p.ImportPath, err)
+			return nil, fmt.Errorf("read the export data of %s: %w", path, err)
 		}
-		name := rel + ".txt"
-		if rel == "." {
+		name := rels[path] + ".txt"
+		if rels[path] == "." {
 			name = pkg.Name() + ".txt"
 		}
 		api[name] = Lines(pkg)

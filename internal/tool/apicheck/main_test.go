@@ -11,6 +11,7 @@ import (
 // The library's exported API is the one on record in api/: a change of an
 // exported name fails here, with the lines and the command to run.
 func TestAPIOnRecord(t *testing.T) {
+	t.Parallel()
 	root, err := moduleRoot()
 	require.NoError(t, err)
 	require.NoError(t, Check(root))
@@ -94,6 +95,7 @@ pkg example.com/m, type T struct, Name string
 
 // Every migration of the library has its release in CHANGELOG.md's table.
 func TestMigrationsOnRecord(t *testing.T) {
+	t.Parallel()
 	root, err := moduleRoot()
 	require.NoError(t, err)
 	code, err := migrationLists(root)
@@ -108,6 +110,7 @@ func TestMigrationsOnRecord(t *testing.T) {
 // The migrations' check fails on a migration without a row, a row without
 // a migration and a release without a section.
 func TestCheckMigrationsFailsOnAChange(t *testing.T) {
+	t.Parallel()
 	const changelog = "## v0.1.0 — 2026-12-07\n\n" +
 		"| `c` | PostgreSQL | `a/sql.go` | 1–3 | v0.1.0 | t |\n" +
 		"| `c` | SQLite | `a/sql.go` | 1–2 | v0.1.0 | t |\n" +

@@ -24,6 +24,18 @@ var (
 	release = regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+) `)
 )
 
+// shipped reports whether a directory (relative to the module) holds code
+// the library ships, internal mechanics included: not the tool, the lab,
+// the examples or the command (docs/architecture.md's library).
+func shipped(rel string) bool {
+	for _, p := range []string{"internal/tool", "internal/lab", "examples", "cmd"} {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			return false
+		}
+	}
+	return true
+}
+
 // migrationLists reads the library's migrations from its sources: file
 // (relative to root, with slashes) to its lists of migrations in source
 // order, each the versions it has in order.
@@ -39,7 +51,7 @@ func migrationLists(root string) (map[string][][]int, error) {
 			if rel == "." {
 				return nil
 			}
-			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || !library(rel) {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || !shipped(rel) {
 				return filepath.SkipDir
 			}
 			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
