@@ -44,6 +44,7 @@ func TestCheckFailsOnAChange(t *testing.T) {
 	t.Setenv("GOWORK", "off")
 	dir := module(t, map[string]string{
 		"m.go":            "package m\n\nconst Limit = 10\n\ntype T struct {\n\tName string\n\thidden int\n}\n\nfunc (t *T) Get(key string) error { return nil }\n",
+		"g/g.go":          "package g\n\nimport \"io\"\n\ntype R interface {\n\tio.Reader\n\tClose() error\n}\n\ntype Box[V any] struct{ V V }\n\nfunc (b Box[V]) Get() V { return b.V }\n\nfunc Map[V any](vs []V, f func(v V) V, opts ...string) (out []V) { return nil }\n",
 		"p/p.go":          "package p\n\nimport \"context\"\n\nfunc F(ctx context.Context, n int) error { return nil }\n\nfunc g() {}\n",
 		"internal/q/q.go": "package q\n\nfunc Q() {}\n",
 		"cmd/c/main.go":   "package main\n\nfunc main() {}\n",
@@ -61,9 +62,19 @@ pkg example.com/m, method (*T) Get(string) error
 pkg example.com/m, type T struct
 pkg example.com/m, type T struct, Name string
 `, string(b))
+	b, err = os.ReadFile(filepath.Join(dir, "api", "g.txt"))
+	require.NoError(t, err)
+	require.Equal(t, `pkg example.com/m/g, func Map[V any]([]V, func(V) V, ...string) []V
+pkg example.com/m/g, method (Box[V]) Get() V
+pkg example.com/m/g, type Box[V any] struct
+pkg example.com/m/g, type Box[V any] struct, V V
+pkg example.com/m/g, type R interface { Close, Read }
+pkg example.com/m/g, type R interface, Close() error
+pkg example.com/m/g, type R interface, Read([]byte) (int, error)
+`, string(b))
 	entries, err := os.ReadDir(filepath.Join(dir, "api"))
 	require.NoError(t, err)
-	require.Len(t, entries, 2, "internal/ and cmd/ have no file")
+	require.Len(t, entries, 3, "internal/ and cmd/ have no file")
 
 	edit(t, dir, "p/p.go", "package p\n\nimport \"context\"\n\nfunc F(c context.Context, count int) error { return nil }\n\nfunc g(int) {}\n")
 	require.NoError(t, Check(dir), "a renamed parameter or an unexported change is no change of the API")
