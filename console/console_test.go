@@ -155,7 +155,7 @@ func TestPagesShowTheStore(t *testing.T) {
 
 	code, body = get(t, c, ts.URL+"/fence")
 	require.Equal(t, http.StatusOK, code, body)
-	require.Regexp(t, `data-resource="ledger/2026-10" data-refusals="1"><td><code>ledger/2026-10</code></td><td class="num token">41</td>\n<td class="num warn">1</td><td class="num">40</td><td class="num">41</td>`, body)
+	require.Regexp(t, `data-resource="ledger/2026-10" data-refusals="1"><td><code>ledger/2026-10</code></td><td class="num token">41</td>\n<td class="num warn"><a class="refusals" href="/fence\?resource=ledger%2f2026-10#refusals">1</a></td><td class="num">40</td><td class="num">41</td>`, body)
 
 	code, _ = get(t, c, ts.URL+"/schedules/nope")
 	require.Equal(t, http.StatusNotFound, code)
