@@ -158,31 +158,38 @@ func (c *Catalog) Put(ctx context.Context, e Entry) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("schedule: put %q: %w", e.Name, err)
 	}
-	spec, tz := v.storedSpec()
 	err = c.edit(ctx, func(tx execer, gen, now int64) error {
 		var cur row
-		prevSpec, prevTZ, effective := sql.NullString{}, sql.NullString{}, now+c.editDelay.Milliseconds()
 		err := cur.scan(tx.QueryRowContext(ctx, c.q.get, c.ns, e.Name))
-		switch {
-		case errors.Is(err, sql.ErrNoRows): // new: no ticks before it takes effect
-		case err != nil:
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
-		case cur.spec == spec && cur.tz == tz: // the same spec: its instant stays
-			prevSpec, prevTZ, effective = cur.prevSpec, cur.prevTZ, cur.effectiveMS
-		case now < cur.effectiveMS: // an edit before the last one took effect
-			prevSpec, prevTZ = cur.prevSpec, cur.prevTZ
-		default:
-			prevSpec, prevTZ = sql.NullString{String: cur.spec, Valid: true}, sql.NullString{String: cur.tz, Valid: true}
 		}
-		_, err = tx.ExecContext(ctx, c.q.put, c.ns, e.Name, spec, tz, prevSpec, prevTZ, effective, v.Handler, string(v.Args),
-			v.Misfire.String(), v.Overlap.String(), v.StartingDeadline.Milliseconds(), v.CatchUpMax, v.MaxAttempts,
-			v.LockAtMostFor.Milliseconds(), v.LockAtLeastFor.Milliseconds(), gen, now, !v.DisableKeepAlive)
-		return err
+		return c.write(ctx, tx, v, cur, err == nil, gen, now)
 	})
 	if err != nil {
 		return Entry{}, fmt.Errorf("schedule: put %q: %w", e.Name, err)
 	}
 	return c.Get(ctx, e.Name)
+}
+
+// write writes the validated entry v, over cur when found, as version gen
+// at the store's time now (ms).
+func (c *Catalog) write(ctx context.Context, tx execer, v Entry, cur row, found bool, gen, now int64) error {
+	spec, tz := v.storedSpec()
+	prevSpec, prevTZ, effective := sql.NullString{}, sql.NullString{}, now+c.editDelay.Milliseconds()
+	switch {
+	case !found: // new: no ticks before it takes effect
+	case cur.spec == spec && cur.tz == tz: // the same spec: its instant stays
+		prevSpec, prevTZ, effective = cur.prevSpec, cur.prevTZ, cur.effectiveMS
+	case now < cur.effectiveMS: // an edit before the last one took effect
+		prevSpec, prevTZ = cur.prevSpec, cur.prevTZ
+	default:
+		prevSpec, prevTZ = sql.NullString{String: cur.spec, Valid: true}, sql.NullString{String: cur.tz, Valid: true}
+	}
+	_, err := tx.ExecContext(ctx, c.q.put, c.ns, v.Name, spec, tz, prevSpec, prevTZ, effective, v.Handler, string(v.Args),
+		v.Misfire.String(), v.Overlap.String(), v.StartingDeadline.Milliseconds(), v.CatchUpMax, v.MaxAttempts,
+		v.LockAtMostFor.Milliseconds(), v.LockAtLeastFor.Milliseconds(), gen, now, !v.DisableKeepAlive)
+	return err
 }
 
 // Pause stops the schedule: no tick is claimed after Pause returns (the
