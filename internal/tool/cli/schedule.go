@@ -33,6 +33,7 @@ var scheduleCommand = command{
 const scheduleUsage = `
 usage: aegis schedule list   [--namespace NS] [--json]
        aegis schedule put    NAME (--cron SPEC | --every D) [--tz ZONE] --handler H [--args JSON] [--namespace NS]
+       aegis schedule apply  -f FILE [--dry-run] [--prune] [--namespace NS]
        aegis schedule pause|resume|run-now|rm NAME [--namespace NS]
        aegis schedule runs   NAME [--limit N] [--json]
 
@@ -53,6 +54,15 @@ replica uses, so each tick runs once across replicas, also across an edit.
 	        zone (default UTC); --every an interval aligned to the Unix
 	        epoch (30s, 5m). --args is the handler's JSON (default {}).
 	        A warning says when no live replica has --handler
+	apply   make the namespace's schedules match FILE (YAML or JSON:
+	        schedules:, a list of schedules whose keys are name and put's
+	        flags; docs/schedule.md): create those it lacks, put those that
+	        differ, and with --prune delete those not in FILE. Prints per
+	        schedule created, updated (each field, old → new), unchanged,
+	        or deleted (kept without --prune); --dry-run prints the same
+	        and writes nothing. The whole file is checked first: a mistake
+	        names the schedule and the key, and nothing is applied. A
+	        paused schedule stays paused
 	pause   claim no tick of NAME from now on; a run going ends normally
 	resume  run NAME again from its next tick
 	run-now one extra run of NAME as soon as a replica with its handler
@@ -77,8 +87,9 @@ Flags may come before or after NAME; every subcommand takes --store and
 The store is --store, else $AEGIS_POSTGRES_URL, else $AEGIS_SQLITE_PATH.
 A --store that begins with postgres:// or postgresql:// is a PostgreSQL
 URL; sqlite://PATH and file:PATH name a SQLite file; any other value
-without "://" is a SQLite file's path. Only put creates a missing SQLite
-file; the tables are created when missing.
+without "://" is a SQLite file's path. Only put and apply (without
+--dry-run) create a missing SQLite file; the tables are created when
+missing.
 
 Exit status 2 for a mistake in the command line or a value the catalog
 refuses (the message names the flag; nothing is written, no file or
@@ -94,6 +105,8 @@ type scheduleFlags struct {
 
 	cron, tz, handler, args string
 	every                   time.Duration
+	file                    string
+	dryRun, prune           bool
 	misfire, overlap        string
 	deadline                time.Duration
 	attempts, catchUp       int
@@ -106,6 +119,7 @@ type scheduleFlags struct {
 var scheduleSubs = map[string][]string{
 	"list":    {"json"},
 	"put":     {"put"},
+	"apply":   {"apply"},
 	"pause":   nil,
 	"resume":  nil,
 	"run-now": nil,
@@ -122,6 +136,10 @@ func (f *scheduleFlags) register(fs *flagSet, groups []string) {
 			fs.BoolVar(&f.json, "json", false, "print JSON (an array of objects) instead of a table")
 		case "limit":
 			fs.IntVar(&f.limit, "limit", 20, "the most runs to show")
+		case "apply":
+			fs.StringVar(&f.file, "f", "", "the `file` of schedules, YAML or JSON (required)")
+			fs.BoolVar(&f.dryRun, "dry-run", false, "print what apply would do, and change nothing")
+			fs.BoolVar(&f.prune, "prune", false, "delete the namespace's schedules that are not in the file")
 		case "put":
 			fs.StringVar(&f.cron, "cron", "", "a cron `spec` with seconds, such as \"0 30 2 * * *\" or @daily")
 			fs.DurationVar(&f.every, "every", 0, "an `interval`, aligned to the Unix epoch (instead of --cron)")
@@ -145,7 +163,7 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	db, closeDB, err := openScheduleStore(ctx, c.f.store, c.given["store"], c.sub == "put")
+	db, closeDB, err := openScheduleStore(ctx, c.f.store, c.given["store"], c.sub == "put" || c.sub == "apply" && !c.f.dryRun)
 	if err != nil {
 		return err
 	}
@@ -175,15 +193,16 @@ type scheduleCmd struct {
 	sub   string // the subcommand
 	name  string // NAME; "" for list
 	f     scheduleFlags
-	given map[string]bool // the flags on the command line
-	entry schedule.Entry  // put's schedule
+	given map[string]bool  // the flags on the command line
+	entry schedule.Entry   // put's schedule
+	file  []schedule.Entry // apply's schedules
 }
 
 // parseSchedule parses the subcommand and its flags (or prints the usage
 // for `aegis help schedule`) and checks them before any store is opened.
 func parseSchedule(args []string, stderr io.Writer) (*scheduleCmd, error) {
 	if len(args) == 0 {
-		return nil, usagef("missing subcommand: list, put, pause, resume, rm or runs")
+		return nil, usagef("missing subcommand: list, put, apply, pause, resume, rm or runs")
 	}
 	c := &scheduleCmd{sub: args[0], given: map[string]bool{}}
 	groups, ok := scheduleSubs[c.sub]
@@ -194,10 +213,10 @@ func parseSchedule(args []string, stderr io.Writer) (*scheduleCmd, error) {
 			fs := newFlagSet("schedule", stderr, scheduleUsage)
 			fs.Usage = func() {} // parse prints the whole usage
 			var f scheduleFlags
-			f.register(fs, []string{"json", "limit", "put"})
+			f.register(fs, []string{"json", "limit", "apply", "put"})
 			return nil, fs.parse([]string{"-h"})
 		}
-		return nil, usagef("unknown subcommand %.40q: want list, put, pause, resume, rm or runs", c.sub)
+		return nil, usagef("unknown subcommand %.40q: want list, put, apply, pause, resume, rm or runs", c.sub)
 	}
 	fs := newFlagSet("schedule", stderr, scheduleUsage)
 	fs.Usage = func() {
@@ -227,9 +246,22 @@ func (c *scheduleCmd) check(pos []string) error {
 		return usagef("--namespace is empty")
 	}
 	switch {
-	case c.sub == "list" && len(pos) > 0:
-		return usagef("list: unexpected argument %.40q", pos[0])
+	case (c.sub == "list" || c.sub == "apply") && len(pos) > 0:
+		return usagef("%s: unexpected argument %.40q", c.sub, pos[0])
 	case c.sub == "list":
+	case c.sub == "apply":
+		if c.f.file == "" {
+			return usagef("apply: give -f FILE")
+		}
+		if err := (schedule.CatalogConfig{Namespace: c.f.ns}).Validate(); err != nil {
+			return catalogError(err, "", c.f.ns)
+		}
+		// The whole file, before the store is opened: a mistake applies
+		// nothing.
+		var err error
+		if c.file, err = readScheduleFile(c.f.file); err != nil {
+			return err
+		}
 	case len(pos) == 0:
 		return usagef("%s: missing NAME", c.sub)
 	case len(pos) > 1:
@@ -269,6 +301,8 @@ func (c *scheduleCmd) edit(ctx context.Context, cat *schedule.Catalog, stdout, s
 		return scheduleList(ctx, cat, c.f.json, stdout)
 	case "put":
 		return schedulePut(ctx, cat, c.entry, ns, stdout, stderr)
+	case "apply":
+		return scheduleApply(ctx, cat, c.file, c.f.dryRun, c.f.prune, stdout)
 	case "pause":
 		e, err := cat.Pause(ctx, name)
 		if err != nil {
@@ -355,7 +389,7 @@ func scheduleSynopsis(sub string) string {
 			}
 		}
 	}
-	return "aegis schedule list|put|pause|resume|rm|runs ..."
+	return "aegis schedule list|put|apply|pause|resume|rm|runs ..."
 }
 
 // checkScheduleName checks NAME as the catalog would, naming NAME rather
