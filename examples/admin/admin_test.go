@@ -128,7 +128,7 @@ func TestAdminExample(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	locker, err := pglease.New(pool, nil)
 	require.NoError(t, err)
-	held, err := locker.TryAcquire(ctx, "invoice-export/2026-10", time.Minute)
+	held, err := locker.TryAcquire(ctx, "invoice-export/2026-10", 10*time.Minute) // longer than the test: a wait for a browser slot must not let it expire
 	require.NoError(t, err)
 	cat, err := schedule.NewCatalog(ctx, db, nil)
 	require.NoError(t, err)
