@@ -2,6 +2,8 @@ package fence
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,7 +32,13 @@ func HoldRecordPgxDials(entered chan<- struct{}, release <-chan struct{}) (resto
 	old := dialPgx
 	dialPgx = func(ctx context.Context, cfg *pgx.ConnConfig) (pgxHandle, func(), error) {
 		entered <- struct{}{}
-		<-release
+		// Held past the record's own 2s bound on purpose; a test that never
+		// releases fails here instead of hanging.
+		select {
+		case <-release:
+		case <-time.After(time.Minute):
+			return nil, nil, errors.New("HoldRecordPgxDials: the test did not release the record within a minute")
+		}
 		return old(ctx, cfg)
 	}
 	return func() { dialPgx = old }

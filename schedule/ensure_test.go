@@ -73,7 +73,12 @@ func TestEnsureReplicasStartingTogether(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					<-barrier
+					select {
+					case <-barrier:
+					case <-ctx.Done():
+						errs[i] = fmt.Errorf("the barrier never opened: %w", ctx.Err())
+						return
+					}
 					got[i], errs[i] = cat.Ensure(ctx, want)
 				}()
 			}

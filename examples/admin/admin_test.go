@@ -79,7 +79,11 @@ func start(t *testing.T, bin, storeURL string, args ...string) (string, *testenv
 			require.NoError(t, err, "the example's exit; it printed:\n%s", output.String())
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			select {
+			case <-exited:
+			case <-time.After(20 * time.Second):
+				t.Errorf("the example did not end within 20s of SIGKILL")
+			}
 			t.Errorf("the example did not stop within 20s of SIGTERM; it printed:\n%s", output.String())
 		}
 		require.NotContains(t, output.String(), password, "the password is never printed")

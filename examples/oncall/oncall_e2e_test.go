@@ -585,7 +585,11 @@ func start(t *testing.T, o *output, bin string, args ...string) *proc {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.exited
+			select {
+			case <-p.exited:
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s did not end within 20s of SIGKILL", filepath.Base(p.cmd.Path))
+			}
 		}
 	})
 	return p
