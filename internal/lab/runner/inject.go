@@ -25,7 +25,8 @@ import (
 // the critical section or its write, or with an error if none is before
 // ctx ends); its end is reported as a healed event. A fault that kills,
 // restarts or fails over a server holds that server for the run until it
-// ends, and is refused while another run of the session holds it.
+// ends, and is refused while another run of the session holds it. A fault
+// asked for once the run is stopping or over is refused.
 func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 	if n := ch.Node(); n > r.cfg.Nodes {
 		return badinput.Errorf("--chaos %s: node%d does not exist: the run has %d nodes", ch, n, r.cfg.Nodes)
@@ -45,6 +46,14 @@ func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 		return err
 	}
 	began := make(chan error, 1)
+	// Added under mu, and not once the supervisor waits for the faults: a
+	// fault added after that wait would restart a node after the run
+	// stopped its nodes, and leave it running.
+	r.mu.Lock()
+	if r.chaosShut || r.ending() {
+		r.mu.Unlock()
+		return errors.New("the run has ended")
+	}
 	r.chaos.Go(func() {
 		ctx, cancel := r.lifetime()
 		defer cancel()
@@ -52,6 +61,7 @@ func (r *Run) Inject(ctx context.Context, ch lab.Chaos) error {
 			r.note("%s: %v", ch, err)
 		}
 	})
+	r.mu.Unlock()
 	select {
 	case err := <-began:
 		return err

@@ -31,13 +31,14 @@ type Run struct {
 
 	stop     chan struct{} // closed when the run ends or is stopped
 	stopOnce sync.Once
-	chaos    sync.WaitGroup // fault goroutines
+	chaos    sync.WaitGroup // fault goroutines; added to under mu while !chaosShut
 	bg       sync.WaitGroup // the run's other goroutines
 	done     chan struct{}
 	report   *lab.Report
 	err      error
 
 	mu         sync.Mutex
+	chaosShut  bool // the supervisor waits for the faults: Inject adds none
 	events     []lab.Event
 	changed    chan struct{} // closed and replaced at each event
 	nodes      []*nodeProc

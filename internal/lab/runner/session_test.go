@@ -76,6 +76,12 @@ func TestRunStop(t *testing.T) {
 	defer cancel()
 	nextEvent(t, events, "an execution", func(e lab.Event) bool { return e.Kind == lab.EventExecuted })
 	r.Stop()
+	// A fault asked for once the run is stopping is refused: added while
+	// the supervisor waits for the faults, it would restart a node after
+	// the nodes were stopped, and leave it running.
+	kill, err := lab.ParseChaos("kill:node1@0s")
+	require.NoError(t, err)
+	require.ErrorContains(t, r.Inject(t.Context(), kill), "the run has ended")
 	ctx, done := context.WithTimeout(t.Context(), 30*time.Second)
 	defer done()
 	rep, err := r.Wait(ctx)

@@ -67,6 +67,9 @@ func (r *Run) supervise() {
 		break
 	}
 	r.Stop()
+	r.mu.Lock()
+	r.chaosShut = true
+	r.mu.Unlock()
 	r.chaos.Wait()
 	r.stopNodes()
 	r.closeProxies()
