@@ -112,7 +112,7 @@ func TestQueueTriage(t *testing.T) {
 	ctx := t.Context()
 	frozen := f.enqueue(t, mailArgs{To: "frozen@example.com"}, &queue.EnqueueOpts{Queue: "mail"})
 	startFrozenWorker(t, f.url, frozen)
-	in, err := queue.NewInspector(f.db)
+	in, err := queue.NewInspector(f.db, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		s, err := in.Stuck(ctx, "mail", 10)

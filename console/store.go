@@ -61,7 +61,7 @@ func newStore(ctx context.Context, db *sql.DB, d migrate.Dialect, ns string) (*s
 	} else {
 		st.leaseTables, err = pglease.NewInspector(db, nil)
 		if err == nil {
-			st.queueTables, err = queue.NewInspector(db)
+			st.queueTables, err = queue.NewInspector(db, nil)
 		}
 	}
 	if err != nil {

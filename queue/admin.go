@@ -34,7 +34,7 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 		return invalid("pause/resume: %v", err)
 	}
 	var ignored bool
-	if err := c.db.QueryRow(ctx, pauseSQL, queue, paused).Scan(&ignored); err != nil {
+	if err := c.db.QueryRow(ctx, c.stmt(pauseSQL), queue, paused).Scan(&ignored); err != nil {
 		return fmt.Errorf("queue: pause/resume %q: %w", queue, translate(err))
 	}
 	return nil
@@ -46,7 +46,7 @@ func (c *Client) Paused(ctx context.Context, queue string) (bool, error) {
 		return false, invalid("paused: %v", err)
 	}
 	var paused bool
-	if err := c.db.QueryRow(ctx, pausedSQL, queue).Scan(&paused); err != nil {
+	if err := c.db.QueryRow(ctx, c.stmt(pausedSQL), queue).Scan(&paused); err != nil {
 		return false, fmt.Errorf("queue: paused %q: %w", queue, translate(err))
 	}
 	return paused, nil
@@ -84,7 +84,7 @@ func (c *Client) DeadJobs(ctx context.Context, f *DeadFilter) ([]*JobRow, error)
 	if o.Before <= 0 {
 		o.Before = math.MaxInt64
 	}
-	rows, err := c.db.Query(ctx, deadSQL, o.Queue, o.Before, o.Limit)
+	rows, err := c.db.Query(ctx, c.stmt(deadSQL), o.Queue, o.Before, o.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("queue: dead jobs: %w", translate(err))
 	}
@@ -108,7 +108,7 @@ func (c *Client) DeadJobs(ctx context.Context, f *DeadFilter) ([]*JobRow, error)
 // kept. ErrNotFound when id is not a dead letter; an error when a live job
 // holds its unique key.
 func (c *Client) RetryDead(ctx context.Context, id int64) (*JobRow, error) {
-	j, err := scanInserted(c.db.QueryRow(ctx, retryDeadSQL, id))
+	j, err := scanInserted(c.db.QueryRow(ctx, c.stmt(retryDeadSQL), id))
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -131,7 +131,7 @@ func (c *Client) CancelJob(ctx context.Context, id int64, reason string) error {
 	if reason == "" {
 		reason = "cancelled by Client.CancelJob"
 	}
-	tag, err := c.db.Exec(ctx, cancelSQL, id, errtext.Clean(reason))
+	tag, err := c.db.Exec(ctx, c.stmt(cancelSQL), id, errtext.Clean(reason))
 	if err != nil {
 		return fmt.Errorf("queue: cancel job %d: %w", id, translate(err))
 	}
@@ -144,7 +144,7 @@ func (c *Client) CancelJob(ctx context.Context, id int64, reason string) error {
 // Job returns the job with id, live or finished (completed jobs only while
 // they are kept: Config.CompletedRetention). ErrNotFound when there is none.
 func (c *Client) Job(ctx context.Context, id int64) (*JobRow, error) {
-	j, err := scanJob(c.db.QueryRow(ctx, jobSQL, id), true)
+	j, err := scanJob(c.db.QueryRow(ctx, c.stmt(jobSQL), id), true)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
@@ -164,7 +164,7 @@ const discardDeadSQL = `DELETE FROM aegis_job_finished WHERE id = $1 AND state <
 // cancelled first, with CancelJob; a completed one is left to
 // Config.CompletedRetention).
 func (c *Client) DiscardDead(ctx context.Context, id int64) error {
-	tag, err := c.db.Exec(ctx, discardDeadSQL, id)
+	tag, err := c.db.Exec(ctx, c.stmt(discardDeadSQL), id)
 	if err != nil {
 		return fmt.Errorf("queue: discard dead job %d: %w", id, translate(err))
 	}

@@ -23,16 +23,32 @@ import (
 // retry, a hand-back), whatever the job's context.
 const writeTimeout = 10 * time.Second
 
-// Migrate creates or upgrades the queue's tables in the pool's current
-// schema. It is safe to call from many processes at once, and cheap when
-// the schema is up to date.
+// Migrate creates or upgrades the queue's tables of the default
+// Config.Table (aegis_job) in the pool's current schema: Client.Migrate of
+// a client without Table. It is safe to call from many processes at once,
+// and cheap when the schema is up to date. A nil pool is an error wrapping
+// aegis.ErrInvalid.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if pool == nil {
 		return invalid("Migrate: pool is nil")
 	}
+	t, _ := newTables("Config.Table", DefaultTable)
+	return migrateTables(ctx, pool, t)
+}
+
+// Migrate creates or upgrades the tables of the client's Config.Table,
+// recording their migrations under "queue" for the default table (as
+// before Table existed) and "queue:<Table>" for another. It is safe to
+// call from many processes at once, and cheap when the schema is up to
+// date.
+func (c *Client) Migrate(ctx context.Context) error {
+	return migrateTables(ctx, c.pool, c.cfg.tables)
+}
+
+func migrateTables(ctx context.Context, pool *pgxpool.Pool, t tables) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	if err := migrate.Apply(ctx, db, migrate.Postgres, "queue", migrations); err != nil {
+	if err := migrate.Apply(ctx, db, migrate.Postgres, t.component(), t.migrations()); err != nil {
 		return fmt.Errorf("queue: %w", err)
 	}
 	return nil
@@ -81,7 +97,8 @@ type Client struct {
 	nextScheduled chan time.Time
 }
 
-// New returns a client on pool. It does no I/O: run Migrate once before
+// New returns a client on pool. It does no I/O: run Migrate (or
+// Client.Migrate, for a Config.Table of its own) once before
 // the first Enqueue or Start. A nil cfg means defaults (an enqueue-only
 // client).
 func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
@@ -92,7 +109,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(c.Registerer, pool)
+	m, err := newMetrics(c.Registerer, pool, c.tables)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +131,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	return cl, nil
 }
 
+// stmt is the statement s (sql.go, written with the default names) for
+// the client's tables.
+func (c *Client) stmt(s string) string { return c.cfg.tables.sql(s) }
+
 // ID is the client's ID (Config.ID or its default).
 func (c *Client) ID() string { return c.cfg.ID }
 
@@ -133,11 +154,11 @@ func (c *Client) Start(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("queue: Start: already started")
 	}
-	if err := c.db.QueryRow(ctx, channelNameSQL).Scan(&c.channel); err != nil {
+	if err := c.db.QueryRow(ctx, c.stmt(channelNameSQL)).Scan(&c.channel); err != nil {
 		c.started.Store(false)
 		return fmt.Errorf("queue: start: %w", err)
 	}
-	if _, err := c.db.Exec(ctx, checkSchemaSQL); err != nil {
+	if _, err := c.db.Exec(ctx, c.stmt(checkSchemaSQL)); err != nil {
 		c.started.Store(false)
 		return fmt.Errorf("queue: start: %w", translate(err))
 	}

@@ -34,6 +34,18 @@ const (
 // Config configures a Client. A nil Config, or a zero field, means the
 // default the field's comment gives.
 type Config struct {
+	// Table is the job table, optionally schema-qualified
+	// ("billing.job"); the queue's other objects are named from it:
+	// <Table>_finished (finished jobs), <Table>_queue (paused queues), the
+	// function <Table>_next and the indexes <Table>_fetch, _running,
+	// _scheduled, _unique, _finished_at and _dead, with the LISTEN/NOTIFY
+	// channel, so services with different tables share a database and a
+	// schema without seeing each other's jobs. The default table keeps the
+	// names it always had (aegis_job, aegis_job_finished, aegis_queue,
+	// aegis_job_next). Letters, digits and _, at most 50 bytes (without
+	// the schema). Default DefaultTable ("aegis_job").
+	Table string
+
 	// Queues are the queues this client works, each with its own
 	// concurrency. Empty means the client only enqueues and administers;
 	// Start then returns an error.
@@ -123,7 +135,8 @@ type Config struct {
 	// otel.GetTracerProvider() to trace with it.
 	TracerProvider trace.TracerProvider
 
-	hooks *testHooks // tests only
+	hooks  *testHooks // tests only
+	tables tables     // the names derived from Table (withDefaults)
 }
 
 // QueueConfig configures one queue of a client.
@@ -172,6 +185,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Table = cmp.Or(cfg.Table, DefaultTable)
+	t, err := newTables("Config.Table", cfg.Table)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.tables = t
 
 	switch {
 	case cfg.Lease < 100*time.Millisecond || cfg.Lease > aegis.MaxTTL:

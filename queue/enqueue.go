@@ -171,7 +171,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueuePar
 // copyJobs inserts the jobs of ins without a unique key with COPY, and
 // sets their ids.
 func (c *Client) copyJobs(ctx context.Context, tx pgx.Tx, ins []insert, ids []int64, n int) error {
-	rows, err := tx.Query(ctx, idsSQL, n)
+	rows, err := tx.Query(ctx, c.stmt(idsSQL), n)
 	if err != nil {
 		return fmt.Errorf("queue: EnqueueMany: %w", translate(err))
 	}
@@ -207,11 +207,11 @@ func (c *Client) copyJobs(ctx context.Context, tx pgx.Tx, ins []insert, ids []in
 		data = append(data, []any{ids[i], in.queue, in.kind, in.args, in.priority, runAt, string(state), in.maxAttempts})
 	}
 	cols := []string{"id", "queue", "kind", "args", "priority", "run_at", "state", "max_attempts"}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"aegis_job"}, cols, pgx.CopyFromRows(data)); err != nil {
+	if _, err := tx.CopyFrom(ctx, c.cfg.tables.ident, cols, pgx.CopyFromRows(data)); err != nil {
 		return fmt.Errorf("queue: EnqueueMany: copy: %w", translate(err))
 	}
 	if len(wake) > 0 {
-		if _, err := tx.Exec(ctx, notifySQL, wake); err != nil {
+		if _, err := tx.Exec(ctx, c.stmt(notifySQL), wake); err != nil {
 			return fmt.Errorf("queue: EnqueueMany: notify: %w", translate(err))
 		}
 	}
@@ -240,7 +240,7 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, c.insertErr(q, in, err)
 		}
-		j, err = scanJob(q.QueryRow(ctx, uniqueSQL, in.uniqueKey), false)
+		j, err = scanJob(q.QueryRow(ctx, c.stmt(uniqueSQL), in.uniqueKey), false)
 		if err == nil {
 			return &Enqueued{Job: j, Duplicate: true}, nil
 		}

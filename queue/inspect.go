@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
 )
@@ -20,26 +23,77 @@ import (
 // a state, and one job with its args and errors bounded, all in database
 // time. It changes nothing: the changes are Client's (RetryDead, CancelJob, DiscardDead).
 //
-// It works through database/sql with pgx's stdlib driver
-// (stdlib.OpenDBFromPool for a pool), on the tables of the connection's
-// current schema, like a Client. It is safe for concurrent use.
+// It reads the tables of a Config's Table (found on the connection's
+// search_path when unqualified), like a Client of that Config. It is safe
+// for concurrent use.
 type Inspector struct {
-	db *sql.DB
+	db   *sql.DB       // nil when made from a pool
+	pool *pgxpool.Pool // nil when made from a *sql.DB
+	t    tables
 }
 
-// NewInspector returns an Inspector on db. It does no I/O.
-func NewInspector(db *sql.DB) (*Inspector, error) {
+// NewInspector returns an Inspector on db (PostgreSQL through pgx's stdlib
+// driver) of the tables of cfg's Table; it reads no other field of cfg. A
+// nil cfg means the default table. It does no I/O. A nil db or a bad
+// Table is an error wrapping aegis.ErrInvalid.
+func NewInspector(db *sql.DB, cfg *Config) (*Inspector, error) {
 	if db == nil {
 		return nil, invalid("NewInspector: db is nil")
 	}
-	return &Inspector{db: db}, nil
+	t, err := inspectorTables(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{db: db, t: t}, nil
 }
 
-// Missing returns the first of the queue's tables (aegis_job,
-// aegis_job_finished, aegis_queue) that the current schema does not have
-// (Migrate creates them), or "" when it has them all.
+// NewInspectorFromPool is NewInspector on a pgx pool: a program whose
+// handle is a pool needs no database/sql of its own. Each call of the
+// Inspector borrows the pool through database/sql for its duration, so
+// the Inspector holds nothing to close. A nil pool or a bad Table is an
+// error wrapping aegis.ErrInvalid.
+func NewInspectorFromPool(pool *pgxpool.Pool, cfg *Config) (*Inspector, error) {
+	if pool == nil {
+		return nil, invalid("NewInspectorFromPool: pool is nil")
+	}
+	t, err := inspectorTables(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{pool: pool, t: t}, nil
+}
+
+func inspectorTables(cfg *Config) (tables, error) {
+	var table string
+	if cfg != nil {
+		table = cfg.Table
+	}
+	return newTables("Config.Table", table)
+}
+
+// open returns the Inspector to read through for one call, and what ends
+// it: i itself, or for a pool's Inspector a copy on a database/sql handle
+// of the pool, closed by done (it would hold a goroutine until closed).
+func (i *Inspector) open() (in *Inspector, done func()) {
+	if i.pool == nil {
+		return i, func() {}
+	}
+	db := stdlib.OpenDBFromPool(i.pool)
+	return &Inspector{db: db, t: i.t}, func() { _ = db.Close() }
+}
+
+// Table is the job table the Inspector reads, as configured (Config.Table
+// or DefaultTable).
+func (i *Inspector) Table() string { return i.t.name }
+
+// Missing returns the first of the queue's tables (the job table, its
+// finished jobs' and its paused queues': aegis_job, aegis_job_finished,
+// aegis_queue by default) that the database does not have (Migrate
+// creates them), or "" when it has them all.
 func (i *Inspector) Missing(ctx context.Context) (string, error) {
-	for _, t := range []string{"aegis_job", "aegis_job_finished", "aegis_queue"} {
+	i, done := i.open()
+	defer done()
+	for _, t := range i.t.list() {
 		ok, err := migrate.Exists(ctx, i.db, migrate.Postgres, t)
 		if err != nil {
 			return "", fmt.Errorf("queue: %w", err)
@@ -80,6 +134,8 @@ type Summary struct {
 
 // Summary reads every queue's line, ordered by queue name.
 func (i *Inspector) Summary(ctx context.Context) ([]Summary, error) {
+	i, done := i.open()
+	defer done()
 	at := map[string]*Summary{}
 	line := func(q string) *Summary {
 		if c, ok := at[q]; ok {
@@ -105,7 +161,7 @@ func (i *Inspector) Summary(ctx context.Context) ([]Summary, error) {
 
 // counts reads the jobs per queue and state, and the paused queues.
 func (i *Inspector) counts(ctx context.Context, line func(string) *Summary) error {
-	if err := eachRow(ctx, i.db, queueCountsSQL, nil, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queueCountsSQL), nil, func(rows *sql.Rows) error {
 		var q, state string
 		var n, retrying, stuck int64
 		if err := rows.Scan(&q, &state, &n, &retrying, &stuck); err != nil {
@@ -119,7 +175,7 @@ func (i *Inspector) counts(ctx context.Context, line func(string) *Summary) erro
 	}); err != nil {
 		return fmt.Errorf("queue: count the jobs: %w", err)
 	}
-	if err := eachRow(ctx, i.db, queuePausedSQL, nil, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queuePausedSQL), nil, func(rows *sql.Rows) error {
 		var q string
 		if err := rows.Scan(&q); err != nil {
 			return err
@@ -135,7 +191,7 @@ func (i *Inspector) counts(ctx context.Context, line func(string) *Summary) erro
 // lastHour reads the last hour's finished jobs, waits and completions per
 // minute.
 func (i *Inspector) lastHour(ctx context.Context, line func(string) *Summary) error {
-	if err := eachRow(ctx, i.db, queueHourSQL, nil, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queueHourSQL), nil, func(rows *sql.Rows) error {
 		var q string
 		var done, dead int64
 		if err := rows.Scan(&q, &done, &dead); err != nil {
@@ -147,7 +203,7 @@ func (i *Inspector) lastHour(ctx context.Context, line func(string) *Summary) er
 	}); err != nil {
 		return fmt.Errorf("queue: count the last hour's jobs: %w", err)
 	}
-	if err := eachRow(ctx, i.db, queueWaitSQL, nil, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queueWaitSQL), nil, func(rows *sql.Rows) error {
 		var q string
 		var n int64
 		var p50, p95 float64
@@ -160,7 +216,7 @@ func (i *Inspector) lastHour(ctx context.Context, line func(string) *Summary) er
 	}); err != nil {
 		return fmt.Errorf("queue: measure the last hour's waits: %w", err)
 	}
-	if err := eachRow(ctx, i.db, queueMinutesSQL, nil, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queueMinutesSQL), nil, func(rows *sql.Rows) error {
 		var q string
 		var m int
 		var n int64
@@ -183,8 +239,10 @@ func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Se
 // KeepsCompleted tells whether the finished jobs include completed ones:
 // whether a client keeps them (Config.CompletedRetention).
 func (i *Inspector) KeepsCompleted(ctx context.Context) (bool, error) {
+	i, done := i.open()
+	defer done()
 	var keeps bool
-	if err := i.db.QueryRowContext(ctx, queueKeepsCompletedSQL).Scan(&keeps); err != nil {
+	if err := i.db.QueryRowContext(ctx, i.t.sql(queueKeepsCompletedSQL)).Scan(&keeps); err != nil {
 		return false, fmt.Errorf("queue: look for completed jobs: %w", err)
 	}
 	return keeps, nil
@@ -214,6 +272,8 @@ type JobSummary struct {
 // client's reaper has handed them on yet. The longest past first, at most
 // limit; a limit under 1 is an error wrapping aegis.ErrInvalid.
 func (i *Inspector) Stuck(ctx context.Context, queue string, limit int) ([]JobSummary, error) {
+	i, done := i.open()
+	defer done()
 	return i.jobList(ctx, "stuck jobs", queueStuckSQL, limit, queue)
 }
 
@@ -227,6 +287,8 @@ func (i *Inspector) Stuck(ctx context.Context, queue string, limit int) ([]JobSu
 // overdue first, at most limit. A negative grace or a limit under 1 is an
 // error wrapping aegis.ErrInvalid.
 func (i *Inspector) Overdue(ctx context.Context, queue string, grace time.Duration, limit int) ([]JobSummary, error) {
+	i, done := i.open()
+	defer done()
 	if grace < 0 {
 		return nil, invalid("Inspector.Overdue: grace %s is negative", grace)
 	}
@@ -277,6 +339,8 @@ type Waiting struct {
 // most maxQueues queues. A negative grace or a maxQueues under 1 is an
 // error wrapping aegis.ErrInvalid.
 func (i *Inspector) Health(ctx context.Context, grace time.Duration, maxQueues int) (*Health, error) {
+	i, done := i.open()
+	defer done()
 	switch {
 	case grace < 0:
 		return nil, invalid("Inspector.Health: grace %s is negative", grace)
@@ -284,11 +348,11 @@ func (i *Inspector) Health(ctx context.Context, grace time.Duration, maxQueues i
 		return nil, invalid("Inspector.Health: maxQueues %d is not positive", maxQueues)
 	}
 	var h Health
-	if err := i.db.QueryRowContext(ctx, queueHealthSQL, grace.Microseconds(), CountLimit+1).Scan(
+	if err := i.db.QueryRowContext(ctx, i.t.sql(queueHealthSQL), grace.Microseconds(), CountLimit+1).Scan(
 		&h.Stuck, &h.Overdue, &h.DeadHour, &h.DeadDay); err != nil {
 		return nil, fmt.Errorf("queue: count the stuck, overdue and dead jobs: %w", err)
 	}
-	if err := eachRow(ctx, i.db, queueOldestSQL, []any{maxQueues}, func(rows *sql.Rows) error {
+	if err := eachRow(ctx, i.db, i.t.sql(queueOldestSQL), []any{maxQueues}, func(rows *sql.Rows) error {
 		var w Waiting
 		var wait float64
 		var last sql.NullTime
@@ -307,6 +371,8 @@ func (i *Inspector) Health(ctx context.Context, grace time.Duration, maxQueues i
 // Dead reads the dead letters (cancelled and discarded jobs), the latest
 // finished first, at most limit (at least 1).
 func (i *Inspector) Dead(ctx context.Context, limit int) ([]JobSummary, error) {
+	i, done := i.open()
+	defer done()
 	return i.jobList(ctx, "dead letters", queueDeadSQL, limit)
 }
 
@@ -314,6 +380,8 @@ func (i *Inspector) Dead(ctx context.Context, limit int) ([]JobSummary, error) {
 // at most limit (at least 1). A state that is not one of the State
 // constants is an error wrapping aegis.ErrInvalid.
 func (i *Inspector) Jobs(ctx context.Context, queue string, state State, limit int) ([]JobSummary, error) {
+	i, done := i.open()
+	defer done()
 	stmt := queueLiveSQL
 	switch state {
 	case StateAvailable, StateScheduled, StateRunning:
@@ -332,7 +400,7 @@ func (i *Inspector) jobList(ctx context.Context, what, stmt string, limit int, a
 		return nil, invalid("Inspector: %s: limit %d is not positive", what, limit)
 	}
 	var out []JobSummary
-	err := eachRow(ctx, i.db, stmt, append(args, limit), func(rows *sql.Rows) error {
+	err := eachRow(ctx, i.db, i.t.sql(stmt), append(args, limit), func(rows *sql.Rows) error {
 		var j JobSummary
 		var state string
 		var token int64
@@ -373,6 +441,8 @@ type JobDetail struct {
 // its args and its latest maxErrors errors (both at least 1). ErrNotFound
 // when there is no such job (or it completed and was not kept).
 func (i *Inspector) Job(ctx context.Context, id int64, maxArgs, maxErrors int) (*JobDetail, error) {
+	i, done := i.open()
+	defer done()
 	if maxArgs < 1 || maxErrors < 1 {
 		return nil, invalid("Inspector.Job: maxArgs %d and maxErrors %d must be positive", maxArgs, maxErrors)
 	}
@@ -382,7 +452,7 @@ func (i *Inspector) Job(ctx context.Context, id int64, maxArgs, maxErrors int) (
 	var attempted, until, finished sql.NullTime
 	var entries []byte
 	var stuck sql.NullBool
-	err := i.db.QueryRowContext(ctx, jobDetailSQL, id, maxArgs, maxErrors).Scan(&j.ID, &j.Queue, &j.Kind, &state,
+	err := i.db.QueryRowContext(ctx, i.t.sql(jobDetailSQL), id, maxArgs, maxErrors).Scan(&j.ID, &j.Queue, &j.Kind, &state,
 		&j.Attempt, &j.MaxAttempts, &token, &j.LockedBy, &j.RunAt, &attempted, &until, &finished,
 		&j.Priority, &j.UniqueKey, &j.Args, &j.ArgsLen, &j.Created, &j.Errors, &entries, &stuck)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -143,12 +143,12 @@ func TestInspectorMissing(t *testing.T) {
 	t.Parallel()
 	db := stdlib.OpenDBFromPool(poolWithoutTables(t))
 	t.Cleanup(func() { db.Close() })
-	in, err := NewInspector(db)
+	in, err := NewInspector(db, nil)
 	require.NoError(t, err)
 	missing, err := in.Missing(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, "aegis_job", missing)
-	_, err = NewInspector(nil)
+	_, err = NewInspector(nil, nil)
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 }
 
@@ -282,7 +282,7 @@ func inspector(t *testing.T, p *pgxpool.Pool) *Inspector {
 	t.Helper()
 	db := stdlib.OpenDBFromPool(p)
 	t.Cleanup(func() { db.Close() })
-	in, err := NewInspector(db)
+	in, err := NewInspector(db, nil)
 	require.NoError(t, err)
 	return in
 }

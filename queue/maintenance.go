@@ -110,7 +110,7 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 // prune deletes finished jobs past their retention.
 func (c *Client) prune(ctx context.Context) {
 	for {
-		tag, err := c.db.Exec(ctx, pruneSQL, c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
+		tag, err := c.db.Exec(ctx, c.stmt(pruneSQL), c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: prune finished jobs", "err", err)
@@ -129,7 +129,7 @@ func (c *Client) vacuum(ctx context.Context) {
 		return
 	}
 	var dead, live int64
-	if err := c.db.QueryRow(ctx, deadRowsSQL).Scan(&dead, &live); err != nil {
+	if err := c.db.QueryRow(ctx, c.stmt(deadRowsSQL)).Scan(&dead, &live); err != nil {
 		if ctx.Err() == nil {
 			c.log.Error("queue: read the hot table's statistics", "err", err)
 		}
@@ -149,7 +149,7 @@ func (c *Client) vacuum(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	if _, err := c.db.Exec(ctx, vacuumSQL); err != nil {
+	if _, err := c.db.Exec(ctx, c.stmt(vacuumSQL)); err != nil {
 		if ctx.Err() == nil {
 			c.log.Error("queue: vacuum the hot table", "err", err)
 		}

@@ -46,7 +46,7 @@ type metrics struct {
 	claimSecondsV                                                                         *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, t tables) (*metrics, error) {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "aegis", Subsystem: "queue", Name: name, Help: help}, labels)
 	}
@@ -78,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*metrics, error)
 	if err := promreg.Register(reg, &m.claimSecondsV); err != nil {
 		return nil, fmt.Errorf("queue: register metrics: %w", err)
 	}
-	if err := reg.Register(&depthCollector{pool: pool}); err != nil {
+	if err := reg.Register(&depthCollector{pool: pool, t: t}); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if !errors.As(err, &are) {
 			return nil, fmt.Errorf("queue: register metrics: %w", err)
@@ -102,7 +102,10 @@ func (m *metrics) claimSeconds(q string) prometheus.Observer {
 
 // depthCollector counts jobs per queue, kind and state in the database
 // when scraped.
-type depthCollector struct{ pool *pgxpool.Pool }
+type depthCollector struct {
+	pool *pgxpool.Pool
+	t    tables
+}
 
 var (
 	depthDesc = prometheus.NewDesc("aegis_queue_jobs", "Jobs per queue and state in the database (state dead: cancelled and discarded jobs kept).",
@@ -173,7 +176,7 @@ func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 // read runs the scrape's two statements.
 func (d *depthCollector) read(ctx context.Context) (*jobCounts, error) {
 	c := &jobCounts{byKind: map[queueKind]map[string]int64{}, oldest: map[queueKind]float64{}, paused: map[string]bool{}}
-	rows, err := d.pool.Query(ctx, metricsJobsSQL)
+	rows, err := d.pool.Query(ctx, d.t.sql(metricsJobsSQL))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -197,7 +200,7 @@ func (d *depthCollector) read(ctx context.Context) (*jobCounts, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	rows, err = d.pool.Query(ctx, queuePausedSQL)
+	rows, err = d.pool.Query(ctx, d.t.sql(queuePausedSQL))
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -41,6 +41,7 @@ const custom = pgx.QueryExecModeExec
 // statements runs the package's SQL. Every write after a claim is fenced
 // by the claim's token and reports whether it landed.
 type statements struct {
+	t            tables
 	lease        int64 // µs
 	by           string
 	complete     string
@@ -51,15 +52,16 @@ type statements struct {
 
 func newStatements(cfg Config) statements {
 	s := statements{
+		t:            cfg.tables,
 		lease:        cfg.Lease.Microseconds(),
 		by:           cfg.ID,
-		complete:     completeSQL,
-		completeMany: completeManySQL,
-		insertPlain:  fmt.Sprintf(insertSQL, ""),
-		insertUnique: fmt.Sprintf(insertSQL, onConflictUnique),
+		complete:     cfg.tables.sql(completeSQL),
+		completeMany: cfg.tables.sql(completeManySQL),
+		insertPlain:  cfg.tables.sql(fmt.Sprintf(insertSQL, "")),
+		insertUnique: cfg.tables.sql(fmt.Sprintf(insertSQL, onConflictUnique)),
 	}
 	if cfg.CompletedRetention > 0 {
-		s.complete, s.completeMany = completeKeepSQL, completeKeepManySQL
+		s.complete, s.completeMany = cfg.tables.sql(completeKeepSQL), cfg.tables.sql(completeKeepManySQL)
 	}
 	return s
 }
@@ -67,7 +69,7 @@ func newStatements(cfg Config) statements {
 // claim claims up to n available jobs of queue, marking them with the
 // claim's id.
 func (s statements) claim(ctx context.Context, q querier, queue string, n int, id string) ([]*JobRow, error) {
-	rows, err := q.Query(ctx, claimSQL, queue, n, s.lease, s.by, id)
+	rows, err := q.Query(ctx, s.t.sql(claimSQL), queue, n, s.lease, s.by, id)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", translate(err))
 	}
@@ -77,7 +79,7 @@ func (s statements) claim(ctx context.Context, q querier, queue string, n int, i
 // adopt returns the jobs that the claim id of this client holds (its
 // reply was lost).
 func (s statements) adopt(ctx context.Context, q querier, id string) ([]*JobRow, error) {
-	rows, err := q.Query(ctx, adoptSQL, s.by, id)
+	rows, err := q.Query(ctx, s.t.sql(adoptSQL), s.by, id)
 	if err != nil {
 		return nil, fmt.Errorf("find the jobs of a claim whose reply was lost: %w", translate(err))
 	}
@@ -111,7 +113,7 @@ func (s statements) claimed(rows pgx.Rows, op string) ([]*JobRow, error) {
 // still matches it (to be renewed next round), or a stale error (wrapping
 // aegis.ErrStale) when the claim's token is no longer the job's.
 func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int64) ([]error, error) {
-	renewed, err := s.ids(ctx, q, "heartbeat", heartbeatSQL, ids, tokens, s.lease)
+	renewed, err := s.ids(ctx, q, "heartbeat", s.t.sql(heartbeatSQL), ids, tokens, s.lease)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +127,7 @@ func (s statements) heartbeat(ctx context.Context, q querier, ids, tokens []int6
 			mids, mtokens = append(mids, id), append(mtokens, tokens[i])
 		}
 	}
-	held, err := s.ids(ctx, q, "heartbeat", stillHeldSQL, mids, mtokens)
+	held, err := s.ids(ctx, q, "heartbeat", s.t.sql(stillHeldSQL), mids, mtokens)
 	if err != nil {
 		return nil, err
 	}
@@ -204,20 +206,20 @@ func (s statements) ids(ctx context.Context, q querier, op, sql string, ids, tok
 // retry hands a failed claim back to run after delay: nil, or a stale
 // error.
 func (s statements) retry(ctx context.Context, q querier, id, token int64, delay time.Duration, msg string) error {
-	return s.one(ctx, q, "retry", retrySQL, id, token, delay.Microseconds(), msg)
+	return s.one(ctx, q, "retry", s.t.sql(retrySQL), id, token, delay.Microseconds(), msg)
 }
 
 // snooze hands a claim back to run after delay, not counting the attempt:
 // nil, or a stale error.
 func (s statements) snooze(ctx context.Context, q querier, id, token int64, delay time.Duration) error {
-	return s.one(ctx, q, "snooze", snoozeSQL, id, token, delay.Microseconds())
+	return s.one(ctx, q, "snooze", s.t.sql(snoozeSQL), id, token, delay.Microseconds())
 }
 
 // finish moves a claim to the dead letters as cancelled or discarded:
 // nil, or a stale error.
 func (s statements) finish(ctx context.Context, q querier, id, token int64, state State, msg string) error {
 	op := map[State]string{StateCancelled: "cancel", StateDiscarded: "discard"}[state]
-	tag, err := q.Exec(ctx, finishSQL, id, token, string(state), msg)
+	tag, err := q.Exec(ctx, s.t.sql(finishSQL), id, token, string(state), msg)
 	if err != nil {
 		return fmt.Errorf("%s job %d: %w", op, id, translate(err))
 	}
@@ -242,7 +244,7 @@ func (s statements) one(ctx context.Context, q querier, op, sql string, id, toke
 
 // handBack gives leases back (shutdown); per claim, nil or a stale error.
 func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64) ([]error, error) {
-	got, err := s.ids(ctx, q, "hand back", handBackSQL, ids, tokens, "handed back: the client stopped before the handler returned")
+	got, err := s.ids(ctx, q, "hand back", s.t.sql(handBackSQL), ids, tokens, "handed back: the client stopped before the handler returned")
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +254,7 @@ func (s statements) handBack(ctx context.Context, q querier, ids, tokens []int64
 // reap reclaims up to limit expired leases; it returns the jobs made
 // available again and the ones discarded (no attempts left).
 func (s statements) reap(ctx context.Context, q querier, limit int) (reclaimed []reaped, err error) {
-	rows, err := q.Query(ctx, reapSQL, custom, limit)
+	rows, err := q.Query(ctx, s.t.sql(reapSQL), custom, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reap: %w", translate(err))
 	}
@@ -279,7 +281,7 @@ type reaped struct {
 
 // promote makes up to limit due scheduled jobs available.
 func (s statements) promote(ctx context.Context, q querier, limit int) (int, error) {
-	rows, err := q.Query(ctx, promoteSQL, custom, limit)
+	rows, err := q.Query(ctx, s.t.sql(promoteSQL), custom, limit)
 	if err != nil {
 		return 0, fmt.Errorf("promote: %w", translate(err))
 	}
@@ -298,7 +300,7 @@ func (s statements) promote(ctx context.Context, q querier, limit int) (int, err
 // false when none is scheduled.
 func (s statements) nextScheduled(ctx context.Context, q querier) (d time.Duration, ok bool, err error) {
 	var us *int64
-	if err := q.QueryRow(ctx, nextScheduledSQL).Scan(&us); err != nil {
+	if err := q.QueryRow(ctx, s.t.sql(nextScheduledSQL)).Scan(&us); err != nil {
 		return 0, false, fmt.Errorf("next scheduled: %w", translate(err))
 	}
 	if us == nil {
