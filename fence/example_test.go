@@ -203,3 +203,44 @@ func ExampleRefusalLog() {
 	// Output:
 	// ledger/2026-10 40 41
 }
+
+// A fence on a table of its own: the service's resources are fenced apart
+// from another service's on the same database and schema, and from the
+// default tables of the package's functions.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, drop, err := docsnippets.Postgres(ctx) // a pool on a new, empty schema
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
+
+	lease := aegis.Lease{Key: "invoice-export", Owner: "replica-1", Token: 3}
+	fmt.Println("checked:", ownTable(ctx, pool, "invoice-export/2026-10", lease))
+	f, _ := fence.New(&fence.Config{Table: "billing_fence"})
+	landed, err := f.Landed(ctx, pool, "invoice-export/2026-10", lease)
+	fmt.Println("in billing_fence:", landed, err)
+	if err := fence.Migrate(ctx, pool); err != nil {
+		fmt.Println(err)
+		return
+	}
+	landed, err = fence.Landed(ctx, pool, "invoice-export/2026-10", lease)
+	fmt.Println("in aegis_fence:", landed, err)
+	// Output:
+	// checked: <nil>
+	// in billing_fence: true <nil>
+	// in aegis_fence: false <nil>
+}
+
+// ownTable is docs/fence.md's "A table of its own", as printed there.
+func ownTable(ctx context.Context, pool *pgxpool.Pool, res string, lease aegis.Lease) error {
+	f, err := fence.New(&fence.Config{Table: "billing_fence"}) // optionally schema-qualified: "billing.fence"
+	if err != nil {
+		return err // a bad name wraps aegis.ErrInvalid
+	}
+	if err := f.Migrate(ctx, pool); err != nil { // billing_fence, billing_fence_refusal, billing_fence_refusal_log
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f.CheckLease(ctx, tx, res, lease) })
+}

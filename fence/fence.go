@@ -29,6 +29,14 @@
 // MaxResource, not UTF-8 or contains NUL. A missing fence table, or one
 // created before the owner column, is an error that says to run Migrate.
 //
+// # Tables
+//
+// The package's functions use the default tables (aegis_fence and its
+// refusal tables), found on the connection's search_path. A Fence made by
+// New from a Config with its own Table has the same functions as methods,
+// on that table and the refusal tables named from it: two services on one
+// database and schema fence apart with a Fence each.
+//
 // # Tracing
 //
 // Check, CheckSQL, CheckLease and CheckLeaseSQL start a span,
@@ -82,6 +90,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -149,28 +158,43 @@ var migrations = []migrate.Migration{
 // refusal log and its indexes. It is safe to call from many processes at
 // once. Check and CheckLease both need version 2: upgrade the schema before
 // the binaries.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error { return std.Migrate(ctx, pool) }
+
+// Migrate is the package function Migrate on f's tables.
+func (f *Fence) Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
-	return apply(ctx, db, migrate.Postgres)
+	return f.apply(ctx, db, migrate.Postgres)
 }
 
 // MigrateSQL does the same through database/sql (PostgreSQL or SQLite),
 // and then RecordRefusalsOn(db): the refusals of database/sql
 // transactions of db's database are recorded through db.
-func MigrateSQL(ctx context.Context, db *sql.DB) error {
+func MigrateSQL(ctx context.Context, db *sql.DB) error { return std.MigrateSQL(ctx, db) }
+
+// MigrateSQL is the package function MigrateSQL on f's tables.
+func (f *Fence) MigrateSQL(ctx context.Context, db *sql.DB) error {
 	d, err := migrate.Detect(ctx, db)
 	if err != nil {
 		return fmt.Errorf("fence: migrate: %w", err)
 	}
-	if err := apply(ctx, db, d); err != nil {
+	if err := f.apply(ctx, db, d); err != nil {
 		return err
 	}
 	return RecordRefusalsOn(ctx, db)
 }
 
-func apply(ctx context.Context, db *sql.DB, d migrate.Dialect) error {
-	if err := migrate.Apply(ctx, db, d, "fence", migrations); err != nil {
+func (f *Fence) apply(ctx context.Context, db *sql.DB, d migrate.Dialect) error {
+	if d == migrate.SQLite && strings.Contains(f.t.name, ".") {
+		// SQLite names an index with its schema and its table without:
+		// the renamed statements, PostgreSQL's way round, do not apply.
+		return fmt.Errorf("fence: migrate: %w: Config.Table %q: a schema-qualified table is PostgreSQL's; on SQLite name the table alone", aegis.ErrInvalid, f.t.name)
+	}
+	ms := slices.Clone(migrations)
+	for i := range ms {
+		ms[i].SQL = f.t.sql(ms[i].SQL)
+	}
+	if err := migrate.Apply(ctx, db, d, f.t.component(), ms); err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
 	return nil
@@ -202,6 +226,11 @@ const MaxResource = 1024
 // returned before any SQL is sent. When the fence table is missing, or
 // predates the owner column, the error says to run Migrate.
 func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (err error) {
+	return std.Check(ctx, tx, resource, token)
+}
+
+// Check is the package function Check on f's tables.
+func (f *Fence) Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (err error) {
 	ctx, span := startCheck(ctx, resource, token)
 	defer endCheck(span, &err)
 	if tx == nil {
@@ -210,9 +239,9 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	err = check(ctx, pgxTx{tx}, resource, token, "")
+	err = check(ctx, f.t, pgxTx{tx}, resource, token, "")
 	if se, ok := errors.AsType[*StaleError](err); ok {
-		recordPgx(ctx, tx, se, "")
+		recordPgx(ctx, f.t, tx, se, "")
 	}
 	return err
 }
@@ -222,6 +251,11 @@ func Check(ctx context.Context, tx pgx.Tx, resource string, token aegis.Token) (
 // tx's database given to MigrateSQL or RecordRefusalsOn; on SQLite the
 // fence rolls tx back first, and tx.Rollback then returns sql.ErrTxDone.
 func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) (err error) {
+	return std.CheckSQL(ctx, tx, resource, token)
+}
+
+// CheckSQL is the package function CheckSQL on f's tables.
+func (f *Fence) CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Token) (err error) {
 	ctx, span := startCheck(ctx, resource, token)
 	defer endCheck(span, &err)
 	if tx == nil {
@@ -230,9 +264,9 @@ func CheckSQL(ctx context.Context, tx *sql.Tx, resource string, token aegis.Toke
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	err = check(ctx, sqlTx{tx}, resource, token, "")
+	err = check(ctx, f.t, sqlTx{tx}, resource, token, "")
 	if se, ok := errors.AsType[*StaleError](err); ok {
-		recordSQL(ctx, tx, se, "")
+		recordSQL(ctx, f.t, tx, se, "")
 	}
 	return err
 }
@@ -272,25 +306,26 @@ func validName(what, name string) error {
 // checkErr wraps a failed check, naming the fix when the fence table is
 // missing (the first thing a new user meets) or is still at version 1 (the
 // first thing an upgrade that skipped Migrate meets).
-func checkErr(resource string, err error) error {
+func checkErr(t tables, resource string, err error) error {
 	switch {
 	case missingTable(err):
-		return fmt.Errorf("fence: check %q: table aegis_fence does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) first: %w", resource, err)
+		return fmt.Errorf("fence: check %q: table %s does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) first: %w", resource, t.table("aegis_fence"), err)
 	case missingOwnerColumn(err):
-		return fmt.Errorf("fence: check %q: table aegis_fence has no owner_hash column (schema version 1): run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade it: %w", resource, err)
+		return fmt.Errorf("fence: check %q: table %s has no owner_hash column (schema version 1): run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade it: %w", resource, t.table("aegis_fence"), err)
 	}
 	return fmt.Errorf("fence: check %q: %w", resource, err)
 }
 
 // missingTable reports whether err is PostgreSQL's undefined_table (42P01)
-// or SQLite's "no such table" for the fence table.
+// or SQLite's "no such table" (the statements it is asked of name one
+// table: the fence table, or a refusal table).
 func missingTable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code == "42P01"
 	}
 	// modernc.org/sqlite has no code for it but the message.
-	return strings.Contains(err.Error(), "no such table: aegis_fence")
+	return strings.Contains(err.Error(), "no such table: ")
 }
 
 // missingOwnerColumn reports whether err is PostgreSQL's undefined_column
@@ -323,6 +358,11 @@ type Execer interface {
 //
 // A nil db or an empty statement is an error wrapping aegis.ErrInvalid.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
+	return std.Exec(ctx, db, sql, args...)
+}
+
+// Exec is the package function Exec on f's tables.
+func (f *Fence) Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
 	}
@@ -335,7 +375,7 @@ func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error
 	}
 	if tag.RowsAffected() == 0 {
 		e := execStale(ctx, sql)
-		recordPgx(ctx, db, e, "")
+		recordPgx(ctx, f.t, db, e, "")
 		return 0, e
 	}
 	return tag.RowsAffected(), nil
@@ -350,6 +390,11 @@ type SQLExecer interface {
 // is recorded through db when it is a *sql.DB, and as CheckSQL's when it
 // is a *sql.Tx (or *sql.Conn).
 func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
+	return std.ExecSQL(ctx, db, query, args...)
+}
+
+// ExecSQL is the package function ExecSQL on f's tables.
+func (f *Fence) ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
 	}
@@ -366,7 +411,7 @@ func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int6
 	}
 	if n == 0 {
 		e := execStale(ctx, query)
-		recordSQL(ctx, db, e, "")
+		recordSQL(ctx, f.t, db, e, "")
 		return 0, e
 	}
 	return n, nil

@@ -34,27 +34,37 @@ type Querier interface {
 // A resource Check would refuse, or a token that is not positive, is an
 // error wrapping aegis.ErrInvalid.
 func Landed(ctx context.Context, db Querier, resource string, lease aegis.Lease) (bool, error) {
+	return std.Landed(ctx, db, resource, lease)
+}
+
+// Landed is the package function Landed on f's tables.
+func (f *Fence) Landed(ctx context.Context, db Querier, resource string, lease aegis.Lease) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: landed: db is nil", aegis.ErrInvalid)
 	}
 	if err := validate(resource, lease.Token); err != nil {
 		return false, err
 	}
-	return landed(db.QueryRow(ctx, recordedSQL, resource), resource, lease)
+	return landed(f.t, db.QueryRow(ctx, f.t.sql(recordedSQL), resource), resource, lease)
 }
 
 // LandedSQL is Landed through database/sql (PostgreSQL or SQLite).
 func LandedSQL(ctx context.Context, db *sql.DB, resource string, lease aegis.Lease) (bool, error) {
+	return std.LandedSQL(ctx, db, resource, lease)
+}
+
+// LandedSQL is the package function LandedSQL on f's tables.
+func (f *Fence) LandedSQL(ctx context.Context, db *sql.DB, resource string, lease aegis.Lease) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: landed: db is nil", aegis.ErrInvalid)
 	}
 	if err := validate(resource, lease.Token); err != nil {
 		return false, err
 	}
-	return landed(db.QueryRowContext(ctx, recordedSQL, resource), resource, lease)
+	return landed(f.t, db.QueryRowContext(ctx, f.t.sql(recordedSQL), resource), resource, lease)
 }
 
-func landed(row scanner, resource string, lease aegis.Lease) (bool, error) {
+func landed(t tables, row scanner, resource string, lease aegis.Lease) (bool, error) {
 	var token int64
 	var hash sql.NullString
 	err := row.Scan(&token, &hash)
@@ -62,7 +72,7 @@ func landed(row scanner, resource string, lease aegis.Lease) (bool, error) {
 	case errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, checkErr(resource, err)
+		return false, checkErr(t, resource, err)
 	case aegis.Token(token) != lease.Token:
 		return false, nil
 	case lease.Owner == "":

@@ -35,6 +35,11 @@ import (
 // resource Check would refuse. When the fence table is missing, or predates
 // the owner column, the error says to run Migrate.
 func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lease) (err error) {
+	return std.CheckLease(ctx, tx, resource, lease)
+}
+
+// CheckLease is the package function CheckLease on f's tables.
+func (f *Fence) CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lease) (err error) {
 	ctx, span := startCheck(ctx, resource, lease.Token, tracing.Key(lease.Key))
 	defer endCheck(span, &err)
 	if tx == nil {
@@ -43,9 +48,9 @@ func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lea
 	if err := validateLease(resource, lease); err != nil {
 		return err
 	}
-	err = check(ctx, pgxTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	err = check(ctx, f.t, pgxTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
 	if se, ok := errors.AsType[*StaleError](err); ok {
-		recordPgx(ctx, tx, se, lease.Key)
+		recordPgx(ctx, f.t, tx, se, lease.Key)
 	}
 	return err
 }
@@ -53,6 +58,11 @@ func CheckLease(ctx context.Context, tx pgx.Tx, resource string, lease aegis.Lea
 // CheckLeaseSQL is CheckLease for a database/sql transaction (PostgreSQL
 // or SQLite), with the same validation.
 func CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis.Lease) (err error) {
+	return std.CheckLeaseSQL(ctx, tx, resource, lease)
+}
+
+// CheckLeaseSQL is the package function CheckLeaseSQL on f's tables.
+func (f *Fence) CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis.Lease) (err error) {
 	ctx, span := startCheck(ctx, resource, lease.Token, tracing.Key(lease.Key))
 	defer endCheck(span, &err)
 	if tx == nil {
@@ -61,9 +71,9 @@ func CheckLeaseSQL(ctx context.Context, tx *sql.Tx, resource string, lease aegis
 	if err := validateLease(resource, lease); err != nil {
 		return err
 	}
-	err = check(ctx, sqlTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
+	err = check(ctx, f.t, sqlTx{tx}, resource, lease.Token, ownerHash(lease.Owner))
 	if se, ok := errors.AsType[*StaleError](err); ok {
-		recordSQL(ctx, tx, se, lease.Key)
+		recordSQL(ctx, f.t, tx, se, lease.Key)
 	}
 	return err
 }
@@ -125,21 +135,21 @@ func (t sqlTx) queryRow(ctx context.Context, query string, args ...any) scanner 
 
 // check runs the fence's one statement: checkSQL for a bare token (hash
 // ""), checkLeaseSQL for a lease's.
-func check(ctx context.Context, t querier, resource string, token aegis.Token, hash string) error {
+func check(ctx context.Context, tb tables, t querier, resource string, token aegis.Token, hash string) error {
 	var n int64
 	var err error
 	if hash == "" {
-		n, err = t.exec(ctx, checkSQL, resource, int64(token))
+		n, err = t.exec(ctx, tb.sql(checkSQL), resource, int64(token))
 	} else {
-		n, err = t.exec(ctx, checkLeaseSQL, resource, int64(token), hash)
+		n, err = t.exec(ctx, tb.sql(checkLeaseSQL), resource, int64(token), hash)
 	}
 	if err != nil {
-		return checkErr(resource, err)
+		return checkErr(tb, resource, err)
 	}
 	if n > 0 {
 		return nil
 	}
-	return refused(ctx, t, resource, token, hash)
+	return refused(ctx, tb, t, resource, token, hash)
 }
 
 // StaleError is the error of a check the fence refused: it wraps
@@ -180,11 +190,11 @@ func (e *StaleError) Unwrap() error { return aegis.ErrStale }
 // refused it: the user who mixes Check and CheckLease on one resource reads
 // that, not a puzzling "greater token". It names tokens, never an owner or
 // its hash.
-func refused(ctx context.Context, t querier, resource string, token aegis.Token, hash string) error {
+func refused(ctx context.Context, tb tables, t querier, resource string, token aegis.Token, hash string) error {
 	var recorded int64
 	var recordedHash sql.NullString
 	e := &StaleError{Resource: resource, Token: token}
-	if err := t.queryRow(ctx, recordedSQL, resource).Scan(&recorded, &recordedHash); err != nil {
+	if err := t.queryRow(ctx, tb.sql(recordedSQL), resource).Scan(&recorded, &recordedHash); err != nil {
 		e.reason = fmt.Sprintf("resource %q refused token %d (reading why: %v)", resource, token, err)
 		return e
 	}

@@ -90,13 +90,14 @@ type record struct {
 	w           actor.Writer
 	traceID     string
 	at          time.Time
+	t           tables // where it is written
 }
 
 // newRecord is the record of refusal e, made in the refused write's ctx:
 // its writer (internal/actor, set by a scheduler's handler) and its trace.
 // Every text goes through errtext: a name a driver accepted may still be
 // one the log's store refuses.
-func newRecord(ctx context.Context, e *StaleError, key string) record {
+func newRecord(ctx context.Context, t tables, e *StaleError, key string) record {
 	// The id orders a process's refusals of one millisecond (the log is
 	// read, and pruned, by time then id) and is random past that.
 	now := time.Now()
@@ -104,7 +105,7 @@ func newRecord(ctx context.Context, e *StaleError, key string) record {
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	w, _ := actor.From(ctx)
 	w.Node, w.Schedule = errtext.Clean(w.Node), errtext.Clean(w.Schedule)
-	r := record{id: fmt.Sprintf("%016x", now.UnixNano()) + hex.EncodeToString(b[:]), resource: e.Resource, token: int64(e.Token), held: int64(e.Held), key: errtext.Clean(key), w: w, at: now}
+	r := record{id: fmt.Sprintf("%016x", now.UnixNano()) + hex.EncodeToString(b[:]), resource: e.Resource, token: int64(e.Token), held: int64(e.Held), key: errtext.Clean(key), w: w, at: now, t: t}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.traceID = sc.TraceID().String()
 	}
@@ -175,7 +176,7 @@ func (r record) write(ctx context.Context, db recordDB, again func(ctx context.C
 	}
 	defer done()
 	var n int
-	if rerr := db2.queryRow(ctx, loggedSQL, r.id).Scan(&n); rerr != nil {
+	if rerr := db2.queryRow(ctx, r.t.sql(loggedSQL), r.id).Scan(&n); rerr != nil {
 		return fmt.Errorf("%w (reading back whether it landed: %v)", err, rerr)
 	}
 	if n > 0 {
@@ -189,15 +190,15 @@ func (r record) tryWrite(ctx context.Context, db recordDB) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.exec(ctx, insertLogSQL, r.args()...); err != nil {
+	if _, err := tx.exec(ctx, r.t.sql(insertLogSQL), r.args()...); err != nil {
 		rollback(ctx)
 		return err
 	}
-	if _, err := tx.exec(ctx, countRefusalSQL, r.resource, r.token, r.held, r.at.UnixMilli()); err != nil {
+	if _, err := tx.exec(ctx, r.t.sql(countRefusalSQL), r.resource, r.token, r.held, r.at.UnixMilli()); err != nil {
 		rollback(ctx)
 		return err
 	}
-	if _, err := tx.exec(ctx, pruneLogSQL, r.resource, LogKept-1); err != nil {
+	if _, err := tx.exec(ctx, r.t.sql(pruneLogSQL), r.resource, LogKept-1); err != nil {
 		rollback(ctx)
 		return err
 	}
@@ -221,20 +222,18 @@ func recordBounded(ctx context.Context, write func(ctx context.Context) error) e
 }
 
 // recorded marks e recorded, or says why not: the refusal stands either way.
-func (e *StaleError) recorded(err error) {
+func (e *StaleError) recorded(t tables, err error) {
 	if err == nil {
 		e.Recorded = true
 		return
 	}
 	if missingLogTable(err) {
-		err = fmt.Errorf("table aegis_fence_refusal_log does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade the fence's schema: %w", err)
+		err = fmt.Errorf("table %s does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade the fence's schema: %w", t.table("aegis_fence_refusal_log"), err)
 	}
 	e.RecordErr = fmt.Errorf("%w: %w", ErrNotRecorded, err)
 }
 
-func missingLogTable(err error) bool {
-	return missingTable(err) || strings.Contains(err.Error(), "no such table: aegis_fence_refusal")
-}
+func missingLogTable(err error) bool { return missingTable(err) }
 
 // dialPgx connects for a record from a refused transaction's config; a
 // test replaces it to make the record's statements fail.
@@ -261,8 +260,8 @@ var dialPgx = func(ctx context.Context, cfg *pgx.ConnConfig) (pgxHandle, func(),
 // transaction, a connection, a pool): on a connection of its own, made
 // from the handle's connection's config, since the refused transaction
 // rolls back; on the pool itself for a pool.
-func recordPgx(ctx context.Context, h any, e *StaleError, key string) {
-	r := newRecord(ctx, e, key)
+func recordPgx(ctx context.Context, t tables, h any, e *StaleError, key string) {
+	r := newRecord(ctx, t, e, key)
 	var dial func(ctx context.Context) (recordDB, func(), error)
 	switch h := h.(type) {
 	case *pgxpool.Pool:
@@ -277,10 +276,10 @@ func recordPgx(ctx context.Context, h any, e *StaleError, key string) {
 		}
 	}
 	if dial == nil {
-		e.recorded(fmt.Errorf("the fence cannot reach the database from a %T: pass a pgx.Tx, *pgx.Conn or *pgxpool.Pool", h))
+		e.recorded(t, fmt.Errorf("the fence cannot reach the database from a %T: pass a pgx.Tx, *pgx.Conn or *pgxpool.Pool", h))
 		return
 	}
-	e.recorded(recordBounded(ctx, func(ctx context.Context) error {
+	e.recorded(t, recordBounded(ctx, func(ctx context.Context) error {
 		db, done, err := dial(ctx)
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -382,9 +381,9 @@ func identity(ctx context.Context, q rowQuerier) (string, error) {
 // connection would wait for until its caller rolls back, that is forever:
 // so the fence rolls it back first (the caller's own Rollback then
 // returns sql.ErrTxDone), when it has a handle to record through.
-func recordSQL(ctx context.Context, h SQLExecer, e *StaleError, key string) {
-	r := newRecord(ctx, e, key)
-	e.recorded(recordBounded(ctx, func(ctx context.Context) error {
+func recordSQL(ctx context.Context, t tables, h SQLExecer, e *StaleError, key string) {
+	r := newRecord(ctx, t, e, key)
+	e.recorded(t, recordBounded(ctx, func(ctx context.Context) error {
 		var candidates []*sql.DB
 		if db, ok := h.(*sql.DB); ok {
 			candidates = []*sql.DB{db}

@@ -44,6 +44,11 @@ ON CONFLICT (resource) DO UPDATE SET refusals = r.refusals + 1, last_token = exc
 // resource). Any other error is not counted (false, nil). Migrate creates
 // the table (version 3).
 func CountRefusal(ctx context.Context, db Execer, resource string, err error) (bool, error) {
+	return std.CountRefusal(ctx, db, resource, err)
+}
+
+// CountRefusal is the package function CountRefusal on f's tables.
+func (f *Fence) CountRefusal(ctx context.Context, db Execer, resource string, err error) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: count refusal: db is nil", aegis.ErrInvalid)
 	}
@@ -51,7 +56,7 @@ func CountRefusal(ctx context.Context, db Execer, resource string, err error) (b
 	if !ok || verr != nil || r == "" {
 		return ok, verr
 	}
-	if _, err := db.Exec(ctx, countRefusalSQL, r, token, held, time.Now().UnixMilli()); err != nil {
+	if _, err := db.Exec(ctx, f.t.sql(countRefusalSQL), r, token, held, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("fence: count the refusal of %q: %w", r, err)
 	}
 	return true, nil
@@ -60,6 +65,11 @@ func CountRefusal(ctx context.Context, db Execer, resource string, err error) (b
 // CountRefusalSQL is CountRefusal through database/sql (PostgreSQL or
 // SQLite).
 func CountRefusalSQL(ctx context.Context, db SQLExecer, resource string, err error) (bool, error) {
+	return std.CountRefusalSQL(ctx, db, resource, err)
+}
+
+// CountRefusalSQL is the package function CountRefusalSQL on f's tables.
+func (f *Fence) CountRefusalSQL(ctx context.Context, db SQLExecer, resource string, err error) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: count refusal: db is nil", aegis.ErrInvalid)
 	}
@@ -67,7 +77,7 @@ func CountRefusalSQL(ctx context.Context, db SQLExecer, resource string, err err
 	if !ok || verr != nil || r == "" {
 		return ok, verr
 	}
-	if _, err := db.ExecContext(ctx, countRefusalSQL, r, token, held, time.Now().UnixMilli()); err != nil {
+	if _, err := db.ExecContext(ctx, f.t.sql(countRefusalSQL), r, token, held, time.Now().UnixMilli()); err != nil {
 		return false, fmt.Errorf("fence: count the refusal of %q: %w", r, err)
 	}
 	return true, nil
@@ -110,13 +120,18 @@ type Refusal struct {
 // Refusals reads the refusal table, most refused first (at most limit
 // rows; limit ≤ 0 means 100).
 func Refusals(ctx context.Context, db *sql.DB, limit int) ([]Refusal, error) {
+	return std.Refusals(ctx, db, limit)
+}
+
+// Refusals is the package function Refusals on f's tables.
+func (f *Fence) Refusals(ctx context.Context, db *sql.DB, limit int) ([]Refusal, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fence: refusals: db is nil", aegis.ErrInvalid)
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.QueryContext(ctx, `SELECT resource, refusals, last_token, last_held, last_ms FROM aegis_fence_refusal ORDER BY refusals DESC, resource LIMIT $1`, limit)
+	rows, err := db.QueryContext(ctx, f.t.sql(`SELECT resource, refusals, last_token, last_held, last_ms FROM aegis_fence_refusal ORDER BY refusals DESC, resource LIMIT $1`), limit)
 	if err != nil {
 		return nil, fmt.Errorf("fence: read the refusal table: %w", err)
 	}

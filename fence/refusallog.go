@@ -10,6 +10,15 @@ import (
 	"github.com/aegislab/aegis/internal/migrate"
 )
 
+// The refusal log's reads (PostgreSQL and SQLite).
+const (
+	refusalLogSQL = `SELECT resource, token, held, lease_key, node, schedule, fire_ms, attempt, trace_id, at_ms FROM aegis_fence_refusal_log
+WHERE ($1 = '' OR lease_key = $1) AND ($2 = '' OR resource = $2) AND at_ms >= $3 AND ($5 = '' OR schedule = $5)
+ORDER BY at_ms DESC, id DESC LIMIT $4`
+	countSinceSQL = `SELECT count(*), EXISTS (SELECT 1 FROM aegis_fence_refusal_log GROUP BY resource HAVING count(*) >= $2 AND min(at_ms) >= $1)
+FROM aegis_fence_refusal_log WHERE at_ms >= $1`
+)
+
 // RefusalEntry is one refusal of the refusal log: a write the fence
 // refused, as the fence recorded it when it refused it.
 type RefusalEntry struct {
@@ -44,6 +53,11 @@ type RefusalFilter struct {
 // missing table (a schema before version 4: run Migrate) is an error;
 // LogTable tells first whether it is there.
 func RefusalLog(ctx context.Context, db *sql.DB, f *RefusalFilter, limit int) ([]RefusalEntry, error) {
+	return std.RefusalLog(ctx, db, f, limit)
+}
+
+// RefusalLog is the package function RefusalLog on fc's tables.
+func (fc *Fence) RefusalLog(ctx context.Context, db *sql.DB, f *RefusalFilter, limit int) ([]RefusalEntry, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fence: refusal log: db is nil", aegis.ErrInvalid)
 	}
@@ -57,9 +71,7 @@ func RefusalLog(ctx context.Context, db *sql.DB, f *RefusalFilter, limit int) ([
 	if !f.Since.IsZero() {
 		since = f.Since.UnixMilli()
 	}
-	rows, err := db.QueryContext(ctx, `SELECT resource, token, held, lease_key, node, schedule, fire_ms, attempt, trace_id, at_ms FROM aegis_fence_refusal_log
-WHERE ($1 = '' OR lease_key = $1) AND ($2 = '' OR resource = $2) AND at_ms >= $3 AND ($5 = '' OR schedule = $5)
-ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit, f.Schedule)
+	rows, err := db.QueryContext(ctx, fc.t.sql(refusalLogSQL), f.Key, f.Resource, since, limit, f.Schedule)
 	if err != nil {
 		return nil, fmt.Errorf("fence: read the refusal log: %w", err)
 	}
@@ -91,11 +103,15 @@ ORDER BY at_ms DESC, id DESC LIMIT $4`, f.Key, f.Resource, since, limit, f.Sched
 // a resource, without a window). A nil db is an error wrapping
 // aegis.ErrInvalid; a missing table is an error.
 func CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (n int64, more bool, err error) {
+	return std.CountRefusalsSince(ctx, db, since)
+}
+
+// CountRefusalsSince is the package function CountRefusalsSince on f's tables.
+func (f *Fence) CountRefusalsSince(ctx context.Context, db *sql.DB, since time.Time) (n int64, more bool, err error) {
 	if db == nil {
 		return 0, false, fmt.Errorf("%w: fence: count refusals: db is nil", aegis.ErrInvalid)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT count(*), EXISTS (SELECT 1 FROM aegis_fence_refusal_log GROUP BY resource HAVING count(*) >= $2 AND min(at_ms) >= $1)
-FROM aegis_fence_refusal_log WHERE at_ms >= $1`, since.UnixMilli(), LogKept).Scan(&n, &more); err != nil {
+	if err := db.QueryRowContext(ctx, f.t.sql(countSinceSQL), since.UnixMilli(), LogKept).Scan(&n, &more); err != nil {
 		return 0, false, fmt.Errorf("fence: count the refusal log: %w", err)
 	}
 	return n, more, nil
@@ -104,7 +120,10 @@ FROM aegis_fence_refusal_log WHERE at_ms >= $1`, since.UnixMilli(), LogKept).Sca
 // LogTable tells whether db has the refusal log (Migrate's version 4),
 // on PostgreSQL in the connection's search_path, or SQLite. It creates
 // nothing. A nil db is an error wrapping aegis.ErrInvalid.
-func LogTable(ctx context.Context, db *sql.DB) (bool, error) {
+func LogTable(ctx context.Context, db *sql.DB) (bool, error) { return std.LogTable(ctx, db) }
+
+// LogTable is the package function LogTable on f's tables.
+func (f *Fence) LogTable(ctx context.Context, db *sql.DB) (bool, error) {
 	if db == nil {
 		return false, fmt.Errorf("%w: fence: log table: db is nil", aegis.ErrInvalid)
 	}
@@ -112,7 +131,7 @@ func LogTable(ctx context.Context, db *sql.DB) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("fence: log table: %w", err)
 	}
-	ok, err := migrate.Exists(ctx, db, d, "aegis_fence_refusal_log")
+	ok, err := migrate.Exists(ctx, db, d, f.t.table("aegis_fence_refusal_log"))
 	if err != nil {
 		return false, fmt.Errorf("fence: %w", err)
 	}

@@ -24,13 +24,18 @@ type Resource struct {
 // (limit ≤ 0 means 100), through database/sql (PostgreSQL or SQLite). A
 // missing table is an error: Tables tells first whether it is there.
 func Resources(ctx context.Context, db *sql.DB, limit int) ([]Resource, error) {
+	return std.Resources(ctx, db, limit)
+}
+
+// Resources is the package function Resources on f's tables.
+func (f *Fence) Resources(ctx context.Context, db *sql.DB, limit int) ([]Resource, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: fence: resources: db is nil", aegis.ErrInvalid)
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.QueryContext(ctx, resourcesSQL, limit)
+	rows, err := db.QueryContext(ctx, f.t.sql(resourcesSQL), limit)
 	if err != nil {
 		return nil, fmt.Errorf("fence: read the fence table: %w", err)
 	}
@@ -57,6 +62,11 @@ func Resources(ctx context.Context, db *sql.DB, limit int) ([]Resource, error) {
 // counts its refusals (Migrate's version 3; LogTable tells of the refusal
 // log, version 4). It creates nothing.
 func Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
+	return std.Tables(ctx, db)
+}
+
+// Tables is the package function Tables on f's tables.
+func (f *Fence) Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
 	if db == nil {
 		return false, false, fmt.Errorf("%w: fence: tables: db is nil", aegis.ErrInvalid)
 	}
@@ -64,10 +74,10 @@ func Tables(ctx context.Context, db *sql.DB) (fence, refusals bool, err error) {
 	if err != nil {
 		return false, false, fmt.Errorf("fence: tables: %w", err)
 	}
-	if fence, err = migrate.Exists(ctx, db, d, "aegis_fence"); err != nil {
+	if fence, err = migrate.Exists(ctx, db, d, f.t.table("aegis_fence")); err != nil {
 		return false, false, fmt.Errorf("fence: %w", err)
 	}
-	if refusals, err = migrate.Exists(ctx, db, d, "aegis_fence_refusal"); err != nil {
+	if refusals, err = migrate.Exists(ctx, db, d, f.t.table("aegis_fence_refusal")); err != nil {
 		return false, false, fmt.Errorf("fence: %w", err)
 	}
 	return fence, refusals, nil
