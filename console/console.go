@@ -91,6 +91,14 @@ type Config struct {
 	// its own form, its CSRF field, no cross-site origin) and ReadOnly
 	// stay. Default false: the console's own access rules apply.
 	CallerAuthenticates bool
+	// QueueTable is the queue's job table whose pages the console shows
+	// (queue.Config.Table: optionally schema-qualified, the queue's other
+	// tables named from it). Default queue.DefaultTable ("aegis_job").
+	QueueTable string
+	// FenceTable is the fence table whose resources and refusals the
+	// console shows (fence.Config.Table). Default fence.DefaultTable
+	// ("aegis_fence").
+	FenceTable string
 }
 
 // Server is the console's HTTP handler.
@@ -155,7 +163,7 @@ func New(ctx context.Context, cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: the store: %w", err)
 	}
-	st, err := newStore(ctx, c.DB, d, c.Namespace)
+	st, err := newStore(ctx, c.DB, d, c)
 	if err != nil {
 		return nil, fmt.Errorf("console: the store: %w", err)
 	}
@@ -346,12 +354,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	http.Error(w, "the console could not read the store: "+err.Error(), http.StatusInternalServerError)
 }
 
-// The tables a page names when the database does not have them (the
-// owners' defaults, which the console reads).
-const (
-	leaseTable = "aegis_lease"
-	fenceTable = "aegis_fence"
-)
+// The lease table a page names when the database does not have it (the
+// owner's default, which the console reads).
+const leaseTable = "aegis_lease"
 
 // section is a table the database may not have.
 type section[T any] struct {

@@ -18,6 +18,7 @@ const refusalsShown = 100
 type fenceData struct {
 	section[fenceRow]
 	NoLog    bool   // the refusal log is missing (a schema before fence's version 4)
+	Table    string // the fence table (Config.FenceTable)
 	Key      string // the lease key the refusals are filtered by ("": all)
 	Job      string // the schedule the refusals are filtered by ("": all)
 	Resource string // the resource the refusals are filtered by ("": all)
@@ -42,14 +43,14 @@ type refusalRow struct {
 
 func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := fenceData{Key: r.URL.Query().Get("key"), Job: r.URL.Query().Get("job"), Resource: r.URL.Query().Get("resource")}
-	ok, refusals, err := fence.Tables(ctx, s.st.db)
+	d := fenceData{Key: r.URL.Query().Get("key"), Job: r.URL.Query().Get("job"), Resource: r.URL.Query().Get("resource"), Table: s.st.fences.Table()}
+	ok, refusals, err := s.st.fences.Tables(ctx, s.st.db)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if !ok {
-		d.Missing = fenceTable
+		d.Missing = s.st.fences.Table()
 		s.render(w, r, "fence", "Fence", d)
 		return
 	}
@@ -57,7 +58,7 @@ func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	logged, err := fence.LogTable(ctx, s.st.db)
+	logged, err := s.st.fences.LogTable(ctx, s.st.db)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -74,7 +75,7 @@ func (s *Server) fence(w http.ResponseWriter, r *http.Request) {
 
 // refusals reads the newest refusals of the log and names their writers.
 func (s *Server) refusals(ctx context.Context, f *fence.RefusalFilter, limit int) ([]refusalRow, error) {
-	es, err := fence.RefusalLog(ctx, s.st.db, f, limit)
+	es, err := s.st.fences.RefusalLog(ctx, s.st.db, f, limit)
 	if err != nil {
 		return nil, err
 	}

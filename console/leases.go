@@ -116,12 +116,12 @@ func (s *Server) leaseDetail(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if d.RefusalLog, err = fence.LogTable(ctx, s.st.db); err != nil {
+	if d.RefusalLog, err = s.st.fences.LogTable(ctx, s.st.db); err != nil {
 		s.fail(w, err)
 		return
 	}
 	if d.RefusalLog {
-		rs, err := fence.RefusalLog(ctx, s.st.db, &fence.RefusalFilter{Key: key}, refusalsShown)
+		rs, err := s.st.fences.RefusalLog(ctx, s.st.db, &fence.RefusalFilter{Key: key}, refusalsShown)
 		if err != nil {
 			s.fail(w, err)
 			return

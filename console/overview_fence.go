@@ -3,8 +3,6 @@ package console
 import (
 	"context"
 	"time"
-
-	"github.com/aegislab/aegis/fence"
 )
 
 // fenceCards are the overview's cards of the fence.
@@ -22,7 +20,7 @@ type fenceCards struct {
 
 func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, error) {
 	var d fenceCards
-	ok, refusals, err := fence.Tables(ctx, s.st.db)
+	ok, refusals, err := s.st.fences.Tables(ctx, s.st.db)
 	if err != nil || !ok {
 		return d, err
 	}
@@ -31,13 +29,13 @@ func (s *Server) fenceCards(ctx context.Context, now time.Time) (fenceCards, err
 		return d, err
 	}
 	d.Resources = len(fs)
-	if d.Log, err = fence.LogTable(ctx, s.st.db); err != nil || !d.Log {
+	if d.Log, err = s.st.fences.LogTable(ctx, s.st.db); err != nil || !d.Log {
 		return d, err
 	}
-	if d.Hour, d.HourMore, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalHour)); err != nil {
+	if d.Hour, d.HourMore, err = s.st.fences.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalHour)); err != nil {
 		return d, err
 	}
-	if d.Day, d.DayMore, err = fence.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalDay)); err != nil {
+	if d.Day, d.DayMore, err = s.st.fences.CountRefusalsSince(ctx, s.st.db, now.Add(-refusalDay)); err != nil {
 		return d, err
 	}
 	last, err := s.refusals(ctx, nil, 1)

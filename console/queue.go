@@ -21,9 +21,10 @@ import (
 	"github.com/aegislab/aegis/queue"
 )
 
-// The queue's pages read its tables (aegis_job, the live jobs;
-// aegis_job_finished, the completed ones it keeps and the dead letters;
-// aegis_queue, the paused flags) through package queue's Inspector, in
+// The queue's pages read its tables (those of Config.QueueTable; by
+// default aegis_job, the live jobs; aegis_job_finished, the completed ones
+// it keeps and the dead letters; aegis_queue, the paused flags) through
+// package queue's Inspector, in
 // database time. Changes go through package queue's administration
 // functions (RetryDead, CancelJob, DiscardDead) on a client that is never
 // started: it claims nothing and runs no handler.
@@ -505,7 +506,7 @@ func (s *Server) queueAdmin(ctx context.Context) (*queue.Client, func(), error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue change: open a connection: %w", err)
 	}
-	c, err := queue.New(pool, &queue.Config{ID: "aegis console", Logger: s.log})
+	c, err := queue.New(pool, &queue.Config{ID: "aegis console", Logger: s.log, Table: s.cfg.QueueTable})
 	if err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("queue change: %w", err)

@@ -20,7 +20,8 @@ import (
 // store reads the tables Aegis keeps in one database, each through the
 // package that owns it: the lease table through pglease's or sqlitelease's
 // Inspector, the run table through schedule.RunReader, the fence through
-// fence.Resources and fence.Refusals, the queue through queue.Inspector.
+// the Fence of Config.FenceTable (its Resources and Refusals), the queue
+// through the queue.Inspector of Config.QueueTable.
 // It never creates a table: a table that is missing is a part of Aegis the
 // database does not use, and its page says so.
 type store struct {
@@ -30,6 +31,7 @@ type store struct {
 	leaseTables leaseReader
 	runTable    *schedule.RunReader
 	queueTables *queue.Inspector // nil on SQLite: the queue is PostgreSQL's
+	fences      *fence.Fence     // the fence's tables
 }
 
 // leaseReader is what the console reads of a lease table: pglease's and
@@ -52,17 +54,22 @@ const (
 	grantsShown = 1000
 )
 
-// newStore opens the owners' readers on db (the default table names).
-func newStore(ctx context.Context, db *sql.DB, d migrate.Dialect, ns string) (*store, error) {
+// newStore opens the owners' readers on db: the default lease and run
+// tables, the queue's and the fence's of c (QueueTable, FenceTable).
+func newStore(ctx context.Context, db *sql.DB, d migrate.Dialect, c Config) (*store, error) {
+	ns := c.Namespace
 	st := &store{db: db, dialect: d, ns: ns}
 	var err error
+	if st.fences, err = fence.New(&fence.Config{Table: c.FenceTable}); err != nil {
+		return nil, fmt.Errorf("console: Config.FenceTable: %w", err)
+	}
 	if d == migrate.SQLite {
 		st.leaseTables, err = sqlitelease.NewInspector(db, nil)
 	} else {
-		st.leaseTables, err = pglease.NewInspector(db, nil)
-		if err == nil {
-			st.queueTables, err = queue.NewInspector(db, nil)
+		if st.queueTables, err = queue.NewInspector(db, &queue.Config{Table: c.QueueTable}); err != nil {
+			return nil, fmt.Errorf("console: Config.QueueTable: %w", err)
 		}
+		st.leaseTables, err = pglease.NewInspector(db, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -138,7 +145,7 @@ type fenceRow struct {
 }
 
 func (st *store) fence(ctx context.Context, refusalTable bool) ([]fenceRow, error) {
-	rs, err := fence.Resources(ctx, st.db, 500)
+	rs, err := st.fences.Resources(ctx, st.db, 500)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +158,7 @@ func (st *store) fence(ctx context.Context, refusalTable bool) ([]fenceRow, erro
 	if !refusalTable {
 		return out, nil
 	}
-	refusals, err := fence.Refusals(ctx, st.db, 500)
+	refusals, err := st.fences.Refusals(ctx, st.db, 500)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/console"
+	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/webaccess"
+	"github.com/aegislab/aegis/queue"
 )
 
 var consoleCommand = command{
@@ -26,7 +29,7 @@ var consoleCommand = command{
 const DefaultConsoleAddr = "127.0.0.1:7080"
 
 const consoleUsage = `
-usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only] [--trace-url URL]
+usage: aegis console [--addr 127.0.0.1:7080] [--store URL] [--namespace NS] [--token T | --user U] [--read-only] [--trace-url URL] [--queue-table T] [--fence-table T]
 
 Console serves a web console over the database Aegis keeps its state in:
 every lease key with its token, holder and expiry (database time) and,
@@ -55,6 +58,12 @@ it) to a trace viewer: an http or https URL with {trace_id} where the id
 goes, such as http://localhost:16686/trace/{trace_id} (Jaeger's UI).
 Without it the id is shown as text. It may not carry a user or password,
 which every page would show.
+
+--queue-table and --fence-table name the queue's job table and the fence
+table the pages read, as the service configured them (queue.Config.Table,
+fence.Config.Table; optionally schema-qualified), when it has tables of
+its own on a database it shares; the tables named from them are read
+with them.
 `
 
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -66,11 +75,16 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	user := fs.String("user", "", "basic authentication's `user`; the password is $AEGIS_CONSOLE_PASSWORD")
 	readOnly := fs.Bool("read-only", false, "hide and refuse every change")
 	traceURL := fs.String("trace-url", "", "link attempts to their traces: a `URL` with "+console.TracePlaceholder+" where the trace id goes (default: the id as text)")
+	queueTable := fs.String("queue-table", queue.DefaultTable, "the queue's job `table` (queue.Config.Table)")
+	fenceTable := fs.String("fence-table", fence.DefaultTable, "the fence `table` (fence.Config.Table)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if err := checkTables(*queueTable, *fenceTable); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return usagef("--addr %q: want host:port, such as %s", *addr, DefaultConsoleAddr)
@@ -101,6 +115,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer closeDB()
 	srv, err := console.New(ctx, &console.Config{DB: db, Addr: *addr, Namespace: *ns, Token: *token, User: *user, Password: password, ReadOnly: *readOnly, TraceURL: *traceURL,
+		QueueTable: *queueTable, FenceTable: *fenceTable,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
@@ -144,6 +159,19 @@ func serveConsole(ctx context.Context, hs *http.Server, ln net.Listener) error {
 	}
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve the console: %w", err)
+	}
+	return nil
+}
+
+// checkTables checks the names of --queue-table and --fence-table (the
+// packages check their lengths too: console.New's error then names the
+// Config field).
+func checkTables(queueTable, fenceTable string) error {
+	if _, err := migrate.Table("--queue-table", queueTable); err != nil {
+		return usagef("%v", err)
+	}
+	if _, err := migrate.Table("--fence-table", fenceTable); err != nil {
+		return usagef("%v", err)
 	}
 	return nil
 }

@@ -13,7 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/lab/runner"
+	"github.com/aegislab/aegis/queue"
 
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/tool/servers"
@@ -27,12 +29,13 @@ var inspectCommand = command{
 }
 
 const inspectUsage = `
-usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [--namespace NS] [QUERY...]
+usage: aegis inspect [--postgres-url URL] [--older-than 10m] [--key K] [--limit 20] [--namespace NS] [--queue-table T] [--fence-table T] [QUERY...]
 
 Inspect asks a PostgreSQL database the runbook's questions
 about the tables Aegis keeps there: the schedule's run
 table, its attempt history and missed ticks, pglease's
-lease table, the lab's audit. QUERY is one of
+lease table, the lab's audit, the queue's jobs, the
+fence's refusal log. QUERY is one of
 
 	stuck       runs RUNNING past their lease, started longer than
 	            --older-than ago: a crashed winner the reaper must retry
@@ -49,8 +52,15 @@ lease table, the lab's audit. QUERY is one of
 	tokens      the token history of --key (lab-RUN/JOB for a lab run's
 	            job, in lower case; every run's when unset)
 	duplicates  recent job ticks whose effect was committed more than once
+	jobs        the queue's jobs running past their lease (their worker
+	            paused or died; a started client's reaper reclaims
+	            them), the longest past first, of --queue-table
+	refused     the writes the fence refused, the newest first, from
+	            the refusal log of --fence-table
 
 None means all. A question whose table is missing is skipped.
+--queue-table and --fence-table are the tables a service configured
+(queue.Config.Table, fence.Config.Table; optionally schema-qualified).
 `
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,6 +71,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Key, "key", "", "the lease `key` whose token history to show")
 	fs.IntVar(&o.Limit, "limit", 20, "rows per answer")
 	ns := fs.String("namespace", schedule.DefaultNamespace, "the schedules' `namespace` that missed and lost read")
+	var tables inspectTables
+	fs.StringVar(&tables.queue, "queue-table", queue.DefaultTable, "the queue's job `table` that jobs reads (queue.Config.Table)")
+	fs.StringVar(&tables.fence, "fence-table", fence.DefaultTable, "the fence `table` whose refusal log refused reads (fence.Config.Table)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -87,12 +100,15 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case *ns == "":
 		return usagef("--namespace is empty")
 	}
+	if err := checkTables(tables.queue, tables.fence); err != nil {
+		return err
+	}
 	db, closeDB, err := openPostgres(ctx, *url)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	answers, err := inspect(ctx, db, fs.Args(), o, *ns)
+	answers, err := inspect(ctx, db, fs.Args(), o, *ns, tables)
 	if err != nil {
 		return err
 	}
@@ -165,13 +181,17 @@ func inspectOrder() []string {
 			}
 		}
 	}
+	for _, q := range tableQueries {
+		out = append(out, q.name)
+	}
 	return out
 }
 
 // inspect asks the queries named (all when none) of db: the lab's
 // runbook's through runner.Inspect, the history's through ns's
-// schedule.RunReader, and returns their answers in inspectOrder.
-func inspect(ctx context.Context, db *sql.DB, names []string, o runner.InspectOptions, ns string) ([]runner.InspectAnswer, error) {
+// schedule.RunReader, the queue's and the fence's through their packages
+// on the tables of t, and returns their answers in inspectOrder.
+func inspect(ctx context.Context, db *sql.DB, names []string, o runner.InspectOptions, ns string, t inspectTables) ([]runner.InspectAnswer, error) {
 	asked := func(name string) bool { return len(names) == 0 || slices.Contains(names, name) }
 	var labNames []string
 	for _, q := range runner.InspectQueries {
@@ -209,6 +229,21 @@ func inspect(ctx context.Context, db *sql.DB, names []string, o runner.InspectOp
 			if a.Rows, err = q.read(ctx, reader, o.Limit); err != nil {
 				return nil, fmt.Errorf("query %s: %w", q.name, err)
 			}
+		}
+		byName[q.name] = a
+	}
+	for _, q := range tableQueries {
+		if !asked(q.name) {
+			continue
+		}
+		a := runner.InspectAnswer{Query: runner.InspectQuery{Name: q.name, Title: q.title, Columns: q.columns}}
+		rows, skipped, err := q.read(ctx, db, t, o.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: %w", q.name, err)
+		}
+		a.Rows, a.Skipped = rows, skipped
+		if skipped == "" {
+			a.Columns = q.columns
 		}
 		byName[q.name] = a
 	}
@@ -274,4 +309,74 @@ func lostAttempts(ctx context.Context, r *schedule.RunReader, limit int) ([][]st
 		}
 	}
 	return rows, nil
+}
+
+// inspectTables are the queue's and the fence's tables inspect reads
+// (--queue-table, --fence-table).
+type inspectTables struct{ queue, fence string }
+
+// tableQuery is a question of the queue's or the fence's tables, asked
+// last, through the package that owns them; skipped says why it was not
+// asked (a missing table).
+type tableQuery struct {
+	name, title string
+	columns     []string
+	read        func(ctx context.Context, db *sql.DB, t inspectTables, limit int) (rows [][]string, skipped string, err error)
+}
+
+var tableQueries = []tableQuery{
+	{
+		name: "jobs", title: "the queue's jobs running past their lease: their worker paused or died, and no started client's reaper has reclaimed them yet, the longest past first",
+		columns: []string{"queue", "id", "kind", "attempt", "token", "locked_by", "locked_until", "last_error"},
+		read:    stuckJobs,
+	},
+	{
+		name: "refused", title: "writes the fence refused, from its refusal log, the newest first",
+		columns: []string{"resource", "token", "held", "lease_key", "node", "schedule", "at"},
+		read:    refusedWrites,
+	},
+}
+
+// stuckJobs lists the queue's running jobs past their lease.
+func stuckJobs(ctx context.Context, db *sql.DB, t inspectTables, limit int) ([][]string, string, error) {
+	in, err := queue.NewInspector(db, &queue.Config{Table: t.queue})
+	if err != nil {
+		return nil, "", err
+	}
+	missing, err := in.Missing(ctx)
+	if err != nil || missing != "" {
+		return nil, "no table " + missing + " here", err
+	}
+	js, err := in.Stuck(ctx, "", limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows := make([][]string, 0, len(js))
+	for _, j := range js {
+		rows = append(rows, []string{j.Queue, strconv.FormatInt(j.ID, 10), j.Kind, strconv.Itoa(j.Attempt), strconv.FormatInt(int64(j.Token), 10),
+			j.LockedBy, inspectTime(j.LockedUntil), oneLine(j.LastError, 120)})
+	}
+	return rows, "", nil
+}
+
+// refusedWrites lists the fence's refusal log, the newest first.
+func refusedWrites(ctx context.Context, db *sql.DB, t inspectTables, limit int) ([][]string, string, error) {
+	f, err := fence.New(&fence.Config{Table: t.fence})
+	if err != nil {
+		return nil, "", err
+	}
+	ok, err := f.LogTable(ctx, db)
+	if err != nil || !ok {
+		return nil, "no table " + t.fence + "_refusal_log here", err
+	}
+	es, err := f.RefusalLog(ctx, db, nil, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	rows := make([][]string, 0, len(es))
+	for _, e := range es {
+		rows = append(rows, []string{e.Resource, strconv.FormatInt(int64(e.Token), 10), strconv.FormatInt(int64(e.Held), 10),
+			e.Key, e.Node, e.Schedule, inspectTime(e.At)})
+	}
+	return rows, "", nil
 }
