@@ -37,7 +37,7 @@ type Config struct {
 // default ones. Two services on one database and one schema fence their
 // resources apart with a Fence each, on tables of their own. The package's
 // functions are the Fence of the default tables. A Fence is safe for
-// concurrent use; its zero value is not usable (use New).
+// concurrent use; its zero value is the default tables' Fence.
 type Fence struct {
 	t tables
 }
@@ -61,7 +61,7 @@ func New(cfg *Config) (*Fence, error) {
 }
 
 // Table is the fence table's name, as configured.
-func (f *Fence) Table() string { return f.t.name }
+func (f *Fence) Table() string { return cmp.Or(f.t.name, DefaultTable) }
 
 // tables are the names of the fence's tables, derived from Config.Table.
 // The package's statements are written with the default names; sql
@@ -139,7 +139,7 @@ func (t tables) table(n string) string {
 // component is the key of the fence's migrations in aegis_migrations:
 // "fence" for the default table, as it always was, else "fence:<table>".
 func (t tables) component() string {
-	if t.name == DefaultTable {
+	if t.names == nil {
 		return "fence"
 	}
 	return "fence:" + t.name

@@ -52,3 +52,12 @@ func TestEveryStatementRenamed(t *testing.T) {
 	}
 	require.Equal(t, "fence", std.t.component())
 }
+
+// The zero Fence is the default tables'.
+func TestZeroFence(t *testing.T) {
+	t.Parallel()
+	var f Fence
+	require.Equal(t, DefaultTable, f.Table())
+	require.Equal(t, "fence", f.t.component())
+	require.Equal(t, checkSQL, f.t.sql(checkSQL))
+}
