@@ -146,6 +146,14 @@ func (b *binder) listenOnce(ctx context.Context, wake chan<- struct{}) error {
 			return fmt.Errorf("LISTEN needs pgx's stdlib driver, not %T", dc)
 		}
 		pc := c.Conn()
+		// Closed, not only discarded: over stdlib.OpenDBFromPool a discarded
+		// connection is released to the pgx pool, which keeps an open one,
+		// LISTEN and all, for its next user.
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = pc.Close(cctx)
+		}()
 		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{b.cat.channel}.Sanitize()); err != nil {
 			return err
 		}
