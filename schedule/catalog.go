@@ -70,7 +70,8 @@ type Catalog struct {
 	table     string // quoted
 	editDelay time.Duration
 	q         catalogSQL
-	channel   string // the NOTIFY channel (PostgreSQL)
+	channel   string  // the NOTIFY channel (PostgreSQL)
+	bridge    *sql.DB // db, when NewCatalogFromPool opened it: Close closes it
 }
 
 // Validate checks c as NewCatalog does, without a database: a nil error
@@ -109,9 +110,12 @@ func (c CatalogConfig) check() (CatalogConfig, []any, error) {
 	return c, names, nil
 }
 
-// NewCatalog returns the catalog on db (PostgreSQL through pgx's stdlib
-// driver, or SQLite opened like sqlitelease.Open), applying its numbered
-// migrations. A nil cfg means defaults.
+// NewCatalog returns the catalog on db (SQLite opened like
+// sqlitelease.Open, or PostgreSQL through pgx's stdlib driver; a program
+// with a pgx pool uses NewCatalogFromPool), applying its numbered
+// migrations. A nil cfg means defaults. A nil db is an error wrapping
+// aegis.ErrInvalid; so is bad config, naming the field. db stays the
+// caller's: the Catalog never closes it.
 func NewCatalog(ctx context.Context, db *sql.DB, cfg *CatalogConfig) (*Catalog, error) {
 	if db == nil {
 		return nil, invalid("schedule: NewCatalog: db is nil")

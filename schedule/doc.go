@@ -45,6 +45,12 @@
 // scheduler does not make a job's side effects exactly-once; the token and
 // the store of record's check do.
 //
+// The store, the catalog and the run reader are built from a pgx pool
+// (NewStoreFromPool, NewCatalogFromPool, NewRunReaderFromPool), the pool
+// a program's fence, queue and leases use, or from a *sql.DB for SQLite
+// (NewStore, NewCatalog, NewRunReader). The pool stays the program's;
+// their Close ends what they opened over it.
+//
 // Misfires (ticks older than the starting deadline: the scheduler was down,
 // paused, or its clock jumped) follow Job.Misfire; overlapping runs follow
 // Job.Overlap. A store outage fails closed: no run starts without its row

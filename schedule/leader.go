@@ -15,13 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/backoff"
-	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/outcome"
 	"github.com/aegislab/aegis/queue"
 )
@@ -67,8 +65,7 @@ type leaderClaimer struct {
 	fenced  string        // the fence resource of the election's terms
 
 	mu      sync.Mutex
-	store   *Store
-	db      *sql.DB // the store's, over Pool
+	store   *Store // over Pool (NewStoreFromPool); close closes it
 	term    *elect.Leadership
 	endTerm context.CancelCauseFunc // ends the current term's loops
 }
@@ -161,17 +158,11 @@ func (l *leaderClaimer) open(ctx context.Context) (*Store, error) {
 	if err := fence.Migrate(ctx, l.cfg.Pool); err != nil {
 		return nil, fmt.Errorf("schedule: leader mode: %w", err)
 	}
-	db := stdlib.OpenDBFromPool(l.cfg.Pool)
-	st, err := NewStore(ctx, db, &StoreConfig{Table: l.cfg.Table, Namespace: l.cfg.Namespace})
+	st, err := NewStoreFromPool(ctx, l.cfg.Pool, &StoreConfig{Table: l.cfg.Table, Namespace: l.cfg.Namespace})
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
-	if st.dialect != migrate.Postgres {
-		db.Close()
-		return nil, errors.New("schedule: leader mode needs PostgreSQL")
-	}
-	l.store, l.db = st, db
+	l.store = st
 	return st, nil
 }
 
@@ -180,8 +171,8 @@ func (l *leaderClaimer) mode() Mode { return ModeLeader }
 func (l *leaderClaimer) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.db != nil {
-		l.db.Close()
+	if l.store != nil {
+		_ = l.store.Close()
 	}
 }
 

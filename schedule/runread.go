@@ -62,12 +62,15 @@ type RunReader struct {
 	// is there.
 	triage, unhinted      triage
 	twiceIndex, twiceName string
+	bridge                *sql.DB // db, when NewRunReaderFromPool opened it: Close closes it
 }
 
 // NewRunReader returns a reader of the run table of cfg (its Table and
 // Namespace, defaults as for NewStore) on db, PostgreSQL through pgx's
-// stdlib driver or SQLite. It asks db which of the two it is; a nil cfg
-// means defaults. Bad config is an error wrapping aegis.ErrInvalid.
+// stdlib driver or SQLite (a program with a pgx pool uses
+// NewRunReaderFromPool). It asks db which of the two it is; a nil cfg
+// means defaults. A nil db or bad config is an error wrapping
+// aegis.ErrInvalid. db stays the caller's: the reader never closes it.
 func NewRunReader(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*RunReader, error) {
 	if db == nil {
 		return nil, invalid("schedule: NewRunReader: db is nil")

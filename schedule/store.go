@@ -44,7 +44,8 @@ type Store struct {
 	dialect migrate.Dialect
 	ns      string
 	q       runSQL
-	table   string // quoted
+	table   string  // quoted
+	bridge  *sql.DB // db, when NewStoreFromPool opened it: Close closes it
 }
 
 // storeConfig is cfg with its defaults, checked, and its table's name
@@ -66,10 +67,12 @@ func storeConfig(cfg *StoreConfig) (StoreConfig, string, error) {
 	return c, table, nil
 }
 
-// NewStore returns the run table on db (PostgreSQL through pgx's stdlib
-// driver — stdlib.OpenDBFromPool for a pool — or SQLite opened like
-// sqlitelease.Open), applying its numbered migrations. A nil cfg means
-// defaults.
+// NewStore returns the run table on db (SQLite opened like
+// sqlitelease.Open, or PostgreSQL through pgx's stdlib driver; a program
+// with a pgx pool uses NewStoreFromPool), applying its numbered
+// migrations. A nil cfg means defaults. A nil db is an error wrapping
+// aegis.ErrInvalid; so is bad config, naming the field. db stays the
+// caller's: the Store never closes it.
 func NewStore(ctx context.Context, db *sql.DB, cfg *StoreConfig) (*Store, error) {
 	if db == nil {
 		return nil, invalid("schedule: NewStore: db is nil")

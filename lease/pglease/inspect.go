@@ -6,6 +6,9 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
 	"github.com/aegislab/aegis/internal/rowlease"
@@ -42,12 +45,13 @@ type Grant = rowlease.Grant
 
 // Inspector reads a lease table and its grant history for an operator
 // (aegis console, aegis inspect), through database/sql with pgx's stdlib
-// driver (stdlib.OpenDBFromPool for a pool). Unlike New it creates and
-// migrates nothing: Tables tells what is there. It is safe for concurrent
-// use.
+// driver (NewInspector) or over a pgx pool (NewInspectorFromPool). Unlike
+// New it creates and migrates nothing: Tables tells what is there. It is
+// safe for concurrent use.
 type Inspector struct {
-	r       rowlease.Reader
+	r       rowlease.Reader // its DB is nil for a pool's Inspector (see open)
 	expired string
+	pool    *pgxpool.Pool // NewInspectorFromPool's
 }
 
 // NewInspector returns an Inspector of the tables of cfg (Table, and the
@@ -58,6 +62,11 @@ func NewInspector(db *sql.DB, cfg *Config) (*Inspector, error) {
 	if db == nil {
 		return nil, fmt.Errorf("pglease: %w: db is nil", aegis.ErrInvalid)
 	}
+	return newInspector(db, cfg)
+}
+
+// newInspector is NewInspector on db, nil for a pool's Inspector.
+func newInspector(db *sql.DB, cfg *Config) (*Inspector, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -80,9 +89,44 @@ func NewInspector(db *sql.DB, cfg *Config) (*Inspector, error) {
 	}, nil
 }
 
+// NewInspectorFromPool is NewInspector on pool's database, for a program
+// whose handle is a pgx pool. A nil pool is an error wrapping
+// aegis.ErrInvalid; so is bad config. It does no I/O.
+//
+// Each read borrows the pool through database/sql for its duration
+// (stdlib.OpenDBFromPool, closed when the read returns), as
+// queue.NewInspectorFromPool does, so the Inspector holds nothing to close
+// and the pool stays the caller's.
+func NewInspectorFromPool(pool *pgxpool.Pool, cfg *Config) (*Inspector, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("pglease: %w: NewInspectorFromPool: pool is nil", aegis.ErrInvalid)
+	}
+	i, err := newInspector(nil, cfg)
+	if err != nil {
+		return nil, err
+	}
+	i.pool = pool
+	return i, nil
+}
+
+// open returns the reader for one read, and what ends it: i's own, or for
+// a pool's Inspector one on a database/sql handle of the pool, which done
+// closes (it holds a goroutine until closed).
+func (i *Inspector) open() (r rowlease.Reader, done func()) {
+	if i.pool == nil {
+		return i.r, func() {}
+	}
+	r = i.r
+	db := stdlib.OpenDBFromPool(i.pool)
+	r.DB = db
+	return r, func() { _ = db.Close() }
+}
+
 // Tables tells whether the lease table and the grant history are there.
 func (i *Inspector) Tables(ctx context.Context) (lease, history bool, err error) {
-	lease, history, err = i.r.Tables(ctx)
+	r, done := i.open()
+	defer done()
+	lease, history, err = r.Tables(ctx)
 	if err != nil {
 		return false, false, fmt.Errorf("pglease: %w", err)
 	}
@@ -96,7 +140,9 @@ func (i *Inspector) Keys(ctx context.Context, limit int) ([]Key, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("pglease: %w: keys: limit %d is not positive", aegis.ErrInvalid, limit)
 	}
-	ks, err := i.r.Keys(ctx, limit)
+	r, done := i.open()
+	defer done()
+	ks, err := r.Keys(ctx, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: %w", err)
 	}
@@ -106,7 +152,9 @@ func (i *Inspector) Keys(ctx context.Context, limit int) ([]Key, error) {
 // Key reads key's row; ok is false when the table has none (no grant of
 // key was ever made).
 func (i *Inspector) Key(ctx context.Context, key string) (k Key, ok bool, err error) {
-	k, ok, err = i.r.Key(ctx, key)
+	r, done := i.open()
+	defer done()
+	k, ok, err = r.Key(ctx, key)
 	if err != nil {
 		return Key{}, false, fmt.Errorf("pglease: %w", err)
 	}
@@ -120,7 +168,9 @@ func (i *Inspector) Grants(ctx context.Context, key string, limit int) ([]Grant,
 	if limit < 1 {
 		return nil, fmt.Errorf("pglease: %w: grants: limit %d is not positive", aegis.ErrInvalid, limit)
 	}
-	gs, err := i.r.Grants(ctx, key, limit)
+	r, done := i.open()
+	defer done()
+	gs, err := r.Grants(ctx, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: %w", err)
 	}
@@ -135,7 +185,9 @@ func (i *Inspector) Expired(ctx context.Context, limit int) ([]Key, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("pglease: %w: expired: limit %d is not positive", aegis.ErrInvalid, limit)
 	}
-	rows, err := i.r.DB.QueryContext(ctx, i.expired, limit)
+	r, done := i.open()
+	defer done()
+	rows, err := r.DB.QueryContext(ctx, i.expired, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pglease: read the expired leases: %w", err)
 	}

@@ -14,13 +14,13 @@ import (
 
 // The Inspector reads the keys, their holders and grants under the
 // configured table, tells a release from an expiry, and creates nothing.
+// It is made from the pool the Locker uses (TestInspectorBeforeHolders
+// reads through a *sql.DB).
 func TestInspector(t *testing.T) {
 	t.Parallel()
 	ctx, pool := t.Context(), testenv.Postgres(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { db.Close() })
 	cfg := &pglease.Config{Table: "ops_lease", Holder: "web-1", History: 5}
-	in, err := pglease.NewInspector(db, cfg)
+	in, err := pglease.NewInspectorFromPool(pool, cfg)
 	require.NoError(t, err)
 	lease, history, err := in.Tables(ctx)
 	require.NoError(t, err)
@@ -109,4 +109,33 @@ INSERT INTO aegis_lease VALUES ('k', 'secret', 7, now() + interval '1 minute', n
 	require.ErrorIs(t, err, aegis.ErrInvalid)
 	_, err = pglease.NewInspector(db, &pglease.Config{Table: "bad-name"})
 	require.ErrorIs(t, err, aegis.ErrInvalid)
+}
+
+// An Inspector over a pool holds nothing of it between reads: the pool's
+// Close does not wait for it, and a read after the pool's Close fails
+// (goleak in TestMain: no handle left open). A nil pool names the argument.
+func TestInspectorFromPool(t *testing.T) {
+	t.Parallel()
+	ctx, pool := t.Context(), testenv.Postgres(t)
+	_, err := pglease.NewInspectorFromPool(nil, nil)
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.ErrorContains(t, err, "pool is nil")
+	_, err = pglease.NewInspectorFromPool(pool, &pglease.Config{Table: "bad-name"})
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+
+	l, err := pglease.New(pool, nil)
+	require.NoError(t, err)
+	in, err := pglease.NewInspectorFromPool(pool, nil)
+	require.NoError(t, err)
+	_, err = l.TryAcquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	keys, err := in.Keys(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+
+	closed := make(chan struct{})
+	go func() { pool.Close(); close(closed) }()
+	testenv.Recv(t, closed, 30*time.Second, "the pool's Close with an Inspector of it")
+	_, err = in.Keys(ctx, 10)
+	require.Error(t, err, "a read after the pool's Close")
 }
