@@ -50,7 +50,7 @@ func Example() {
 	// stale write rejected: true
 }
 
-// readme is the README's "Fifteen lines", as they are printed there.
+// readme is the first example of the README's "Quick start", as it is printed there.
 func readme(ctx context.Context, pool *pgxpool.Pool) error {
 	locker, err := pglease.New(pool, nil) // creates the lease table if missing
 	if err != nil {

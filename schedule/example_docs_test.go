@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/fence"
@@ -36,13 +36,12 @@ func ExampleNew_runKeyMode() {
 
 // runKeyMode is docs/schedule.md's run-key mode, as printed there.
 func runKeyMode(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool) // or sqlitelease.Open(path)
-	defer db.Close()
-	store, err := schedule.NewStore(ctx, db, nil) // creates the run table (numbered migrations)
+	store, err := schedule.NewStoreFromPool(ctx, pool, nil) // creates the run table (numbered migrations); SQLite: schedule.NewStore(ctx, db, nil)
 	if err != nil {
 		return err
 	}
-	if err := fence.MigrateSQL(ctx, db); err != nil { // the job's writes go through the fence
+	defer store.Close()                              // its bridge to database/sql; the pool stays yours
+	if err := fence.Migrate(ctx, pool); err != nil { // the job's writes go through the fence
 		return err
 	}
 	s, err := schedule.New(&schedule.Config{Node: "web-1", Store: store}) // run-key mode
@@ -55,18 +54,12 @@ func runKeyMode(ctx context.Context, pool *pgxpool.Pool) error {
 		LockAtMostFor: 30 * time.Minute,         // run row / lease TTL, kept alive while the job runs
 		Run: func(ctx context.Context) error {
 			token, _ := schedule.TokenFrom(ctx) // outside a run it is 0, which the fence refuses
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if err := fence.CheckSQL(ctx, tx, "nightly-reconciliation", token); err != nil {
-				return err // aegis.ErrStale: a later run has written
-			}
-			if err := reconcile(ctx); err != nil { // the job's writes, on tx
-				return err
-			}
-			return tx.Commit()
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := fence.Check(ctx, tx, "nightly-reconciliation", token); err != nil {
+					return err // aegis.ErrStale: a later run has written
+				}
+				return reconcile(ctx) // the job's writes, on tx
+			})
 		},
 	})
 	if err != nil {
@@ -194,16 +187,16 @@ func ExampleCatalog() {
 
 // catalogMode is docs/schedule.md's catalog, as printed there.
 func catalogMode(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool) // or sqlitelease.Open(path)
-	defer db.Close()
-	store, err := schedule.NewStore(ctx, db, nil) // the run table
+	store, err := schedule.NewStoreFromPool(ctx, pool, nil) // the run table, on the pool your leases, fence and queue use
 	if err != nil {
 		return err
 	}
-	catalog, err := schedule.NewCatalog(ctx, db, nil) // the schedules; &schedule.CatalogConfig{Namespace: "billing"} keeps a service's apart
+	defer store.Close()                                         // its bridge to database/sql; the pool stays yours
+	catalog, err := schedule.NewCatalogFromPool(ctx, pool, nil) // the schedules; &schedule.CatalogConfig{Namespace: "billing"} keeps a service's apart
 	if err != nil {
 		return err
 	}
+	defer catalog.Close()
 	s, err := schedule.New(&schedule.Config{Node: "web-1", Store: store, Catalog: catalog})
 	if err != nil {
 		return err
@@ -223,8 +216,9 @@ func catalogMode(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	defer s.Stop()
-	// Any replica, or `aegis schedule put`, edits the catalog:
-	_, err = catalog.Put(ctx, schedule.Entry{
+	// Every replica seeds the catalog at start-up: created once, left at its
+	// version when equal (catalog.Put or `aegis schedule put` edits it).
+	_, err = catalog.Ensure(ctx, schedule.Entry{
 		Name: "october-invoices", Every: time.Second, // or Cron: "0 0 2 * * *", TZ: "Europe/Berlin"
 		Handler: "invoice-export", Args: json.RawMessage(`{"month": "2026-10"}`),
 	})
