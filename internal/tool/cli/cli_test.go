@@ -49,9 +49,16 @@ func TestHelp(t *testing.T) {
 
 func TestServicesEnv(t *testing.T) {
 	t.Parallel()
-	code, stdout, stderr := run(t, "services", "env")
+	// A scratch directory without a Jaeger: its lines are printed only
+	// while it runs (make test-jaeger's).
+	empty := t.TempDir()
+	code, stdout, stderr := run(t, "services", "env", "--dir", empty)
 	require.Equal(t, 0, code, stderr)
 	golden(t, "services-env.golden", stdout)
+
+	code, stdout, stderr = run(t, "services", "env", "--dir", empty, "jaeger")
+	require.Equal(t, 0, code, stderr)
+	require.Empty(t, stdout, "no Jaeger runs")
 
 	code, stdout, _ = run(t, "services", "env", "zk")
 	require.Equal(t, 0, code)
@@ -73,6 +80,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"services", "bogus"}, 2, `unknown action "bogus"`},
 		{[]string{"services", "start", "mysql"}, 2, `unknown server "mysql"`},
 		{[]string{"services", "install"}, 2, "scripts/services install"},
+		// The test runs in its package's directory, not the repository's root.
+		{[]string{"services", "start", "jaeger"}, 2, "tools/jaeger/go.mod: no such file or directory (the tool module is tools/jaeger, from the repository's root): run aegis services from the repository's root"},
 		{[]string{"services", "-h"}, 0, "usage: aegis services"},
 	}
 	for _, tt := range tests {

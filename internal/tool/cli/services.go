@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,14 +28,26 @@ use: PostgreSQL on 127.0.0.1:15432, six Redis primaries on 16379-16384, a
 3-member etcd cluster (clients 12379, 12381, 12383) and a 3-member ZooKeeper
 ensemble (clients 12181-12183). They run detached, with their data, logs and
 pid files in the scratch directory, until stopped. A server is postgres,
-redis, etcd or zookeeper; none means all.
+redis, etcd, zookeeper or jaeger; none means all but jaeger.
+
+jaeger is Jaeger all-in-one with memory storage, for the Jaeger tests
+(make test-jaeger): OTLP over HTTP on 127.0.0.1:4318, its query API on
+127.0.0.1:16686 (its UI there is a placeholder page: built from the Go
+module, it has no UI assets). It starts only when named: its first start
+builds it from the tool module tools/jaeger (run from the repository's
+root), about 10 minutes on 2 cores, into the scratch directory's
+jaeger-bin, and builds again only when that module's go.mod or go.sum
+changes.
 
 	start    start the servers that are not running and healthy, and wait
 	         until all are ready (a no-op when they are)
-	stop     stop them gracefully
+	stop     stop them gracefully (with no server named, jaeger too)
 	status   show each server; exit status 1 when one is not healthy
+	         (with no server named, jaeger only when it was started)
 	env      print shell export lines for AEGIS_POSTGRES_URL,
-	         AEGIS_REDIS_ADDRS, AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS
+	         AEGIS_REDIS_ADDRS, AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS,
+	         and while jaeger runs AEGIS_JAEGER_OTLP_ENDPOINT and
+	         AEGIS_JAEGER_QUERY_URL
 	missing  print the Debian packages of the servers whose programs are
 	         missing, one a line
 
@@ -63,18 +77,28 @@ func runServices(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	all := fs.NArg() == 0 // no server named: jaeger only when it was started
 	switch action {
 	case "start":
-		ctx, cancel := context.WithTimeout(ctx, *timeout)
-		defer cancel()
-		return servicesStart(ctx, *dir, kinds, stdout, stderr)
+		return servicesStart(ctx, *dir, *timeout, kinds, stdout, stderr)
 	case "stop":
+		if all {
+			kinds = append(kinds, servers.KindJaeger)
+		}
 		return servicesStop(ctx, *dir, kinds, stdout)
 	case "status":
+		if all && jaegerStarted(ctx, *dir, false) {
+			kinds = append(kinds, servers.KindJaeger)
+		}
 		return servicesStatus(ctx, *dir, kinds, stdout)
 	case "env":
 		for _, kv := range servers.SharedEnv() {
 			if slices.Contains(kinds, servers.EnvKind(kv[0])) {
+				fmt.Fprintf(stdout, "export %s='%s'\n", kv[0], kv[1])
+			}
+		}
+		if (all || slices.Contains(kinds, servers.KindJaeger)) && jaegerStarted(ctx, *dir, true) {
+			for _, kv := range servers.SharedJaegerEnv() {
 				fmt.Fprintf(stdout, "export %s='%s'\n", kv[0], kv[1])
 			}
 		}
@@ -102,7 +126,7 @@ func parseKinds(args []string) ([]servers.Kind, error) {
 	for _, a := range args {
 		k, err := servers.ParseKind(a)
 		if err != nil {
-			return nil, usagef("unknown server %q: want postgres, redis, etcd or zookeeper", a)
+			return nil, usagef("unknown server %q: want postgres, redis, etcd, zookeeper or jaeger", a)
 		}
 		if !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
@@ -111,18 +135,40 @@ func parseKinds(args []string) ([]servers.Kind, error) {
 	return kinds, nil
 }
 
-func servicesStart(ctx context.Context, dir string, kinds []servers.Kind, stdout, stderr io.Writer) error {
+// servicesStart starts kinds within timeout; jaeger is built first when
+// named (its first build takes longer than the timeout).
+func servicesStart(ctx context.Context, dir string, timeout time.Duration, kinds []servers.Kind, stdout, stderr io.Writer) error {
 	begin := time.Now()
-	cfg := servers.SharedConfig()
-	cfg.Kinds = kinds
-	set, err := servers.StartSet(ctx, dir, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "aegis services: some servers did not start; the others are running:\n")
-		_ = servicesStatus(ctx, dir, kinds, stderr)
-		return err
+	var jaegerBin string
+	if slices.Contains(kinds, servers.KindJaeger) {
+		var err error
+		if jaegerBin, err = buildJaeger(ctx, dir, stderr); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var procs []*servers.Proc
+	if others := slices.DeleteFunc(slices.Clone(kinds), func(k servers.Kind) bool { return k == servers.KindJaeger }); len(others) > 0 {
+		cfg := servers.SharedConfig()
+		cfg.Kinds = others
+		set, err := servers.StartSet(ctx, dir, cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "aegis services: some servers did not start; the others are running:\n")
+			_ = servicesStatus(ctx, dir, others, stderr)
+			return err
+		}
+		procs = set.Procs()
+	}
+	if jaegerBin != "" {
+		j, err := servers.StartJaeger(ctx, filepath.Join(dir, "jaeger"), servers.SharedJaegerConfig(jaegerBin))
+		if err != nil {
+			return err
+		}
+		procs = append(procs, j.Proc)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	for _, p := range set.Procs() {
+	for _, p := range procs {
 		what := "started"
 		if p.Reused() {
 			what = "already running"
@@ -132,6 +178,36 @@ func servicesStart(ctx context.Context, dir string, kinds []servers.Kind, stdout
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "ready in %.1fs; data and logs in %s\n", time.Since(begin).Seconds(), dir)
 	return nil
+}
+
+// buildJaeger builds Jaeger from the tool module when its build in dir is
+// missing or stale, saying so on w, and returns the binary's path.
+func buildJaeger(ctx context.Context, dir string, w io.Writer) (string, error) {
+	cache := filepath.Join(dir, "jaeger-bin")
+	bin, err := servers.JaegerBinary(servers.JaegerModule, cache)
+	if err != nil {
+		return "", usagef("%v: run aegis services from the repository's root (scripts/services does)", err)
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	fmt.Fprintf(w, "aegis services: building Jaeger from %s into %s (about 10 minutes on 2 cores the first time) ...\n", servers.JaegerModule, cache)
+	begin := time.Now()
+	if bin, err = servers.BuildJaeger(ctx, servers.JaegerModule, cache, w); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(w, "aegis services: built Jaeger in %s\n", time.Since(begin).Round(time.Second))
+	return bin, nil
+}
+
+// jaegerStarted reports whether the shared Jaeger was started in dir (its
+// pid file is there), and with healthy whether it also answers.
+func jaegerStarted(ctx context.Context, dir string, healthy bool) bool {
+	st, err := servers.Inspect(ctx, dir, servers.KindJaeger)
+	if err != nil || len(st) == 0 {
+		return false
+	}
+	return !healthy || st[0].State == servers.StateHealthy
 }
 
 func servicesStop(ctx context.Context, dir string, kinds []servers.Kind, stdout io.Writer) error {
@@ -181,7 +257,11 @@ func servicesStatus(ctx context.Context, dir string, kinds []servers.Kind, w io.
 	}
 	_ = tw.Flush()
 	if len(bad) > 0 {
-		return fmt.Errorf("not healthy: %s (start them with scripts/services start)", strings.Join(bad, ", "))
+		start := "scripts/services start"
+		if slices.Contains(kinds, servers.KindJaeger) {
+			start += "; jaeger with scripts/services start jaeger"
+		}
+		return fmt.Errorf("not healthy: %s (start them with %s)", strings.Join(bad, ", "), start)
 	}
 	return nil
 }

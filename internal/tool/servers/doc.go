@@ -1,6 +1,9 @@
 // Package servers starts real PostgreSQL, Redis, etcd and ZooKeeper servers
 // from the binaries installed on this machine, on loopback ports, with their
 // data, configuration, logs and pid files in a directory the caller gives.
+// It also builds Jaeger all-in-one from the tool module tools/jaeger
+// ([BuildJaeger]) and starts it ([StartJaeger]): a kind apart, not in
+// [Kinds], since its first build takes minutes.
 //
 // It is the one implementation behind the shared test servers
 // (scripts/services, through `aegis services`), the private servers that

@@ -145,12 +145,15 @@ func findRecords(dir string, kinds []Kind) ([]record, error) {
 	return recs, nil
 }
 
-// sortKey orders records by kind (as in Kinds), then by directory with
-// numbers in natural order (redis-2 before redis-10).
+// sortKey orders records by kind (as in Kinds, then Jaeger), then by
+// directory with numbers in natural order (redis-2 before redis-10).
 func sortKey(r record) string {
 	k := slices.Index(Kinds, r.Kind)
+	if k < 0 {
+		k = len(Kinds)
+	}
 	var b strings.Builder
-	b.WriteByte(byte('0' + max(k, 0)))
+	b.WriteByte(byte('0' + k))
 	num := ""
 	for _, c := range r.dir {
 		if c >= '0' && c <= '9' {

@@ -30,7 +30,7 @@ const (
 var Kinds = []Kind{KindPostgres, KindRedis, KindEtcd, KindZooKeeper}
 
 // ParseKind returns the kind named s ("postgres", "redis", "etcd",
-// "zookeeper"; also "pg" and "zk").
+// "zookeeper", "jaeger"; also "pg" and "zk").
 func ParseKind(s string) (Kind, error) {
 	switch strings.ToLower(s) {
 	case "postgres", "postgresql", "pg":
@@ -41,8 +41,10 @@ func ParseKind(s string) (Kind, error) {
 		return KindEtcd, nil
 	case "zookeeper", "zk":
 		return KindZooKeeper, nil
+	case "jaeger":
+		return KindJaeger, nil
 	}
-	return "", fmt.Errorf("servers: unknown server %q (want postgres, redis, etcd or zookeeper)", s)
+	return "", fmt.Errorf("servers: unknown server %q (want postgres, redis, etcd, zookeeper or jaeger)", s)
 }
 
 const (
