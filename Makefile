@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test api fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test test-jaeger api fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -28,6 +28,19 @@ test: fmt-check
 	wait $$services || status=$$?; \
 	exit $$status
 	$(WITH_ENV) $(GO) test -count=1 -timeout 25m ./...
+
+# The Jaeger tests (examples/jaeger, a module of its own, as tools/jaeger
+# is, so that the library's go.mod gains no OTLP exporter nor Jaeger):
+# traces exported over OTLP to a real Jaeger all-in-one and read back from
+# its query API, the console's links to them, the example exporting to it.
+# scripts/services starts Jaeger, building it first when its build is
+# missing or tools/jaeger changed: cold, about 10 minutes on 2 cores
+# (download and build; README), then seconds. Jaeger stays running
+# (scripts/services stop stops it). Not in make test, whose budget the
+# build would take; CI runs it after make test.
+test-jaeger:
+	scripts/services start postgres jaeger
+	$(WITH_ENV) cd examples/jaeger && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 # Rewrite api/, the library's exported API on record, from the code
 # (internal/tool/apicheck; its test, run by make test, fails when they
