@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,6 +132,12 @@ func TestCheckMigrationsFailsOnAChange(t *testing.T) {
 	require.ErrorContains(t, err, "the row of a/sql.go's versions 3–3 names v0.2.0, which has no section")
 	require.NoError(t, checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3}, {1, 2, 3}}, "b/b.go": {{1}}},
 		changelog+"## v0.2.0 — 2026-12-08\n"))
+	// A migration not released yet is on a row of its own under
+	// ## Unreleased.
+	unreleased := "## Unreleased\n\n" + changelog + "## v0.2.0 — 2026-12-08\n" + "| `d` | SQLite | `b/b.go` | 2 | Unreleased | t |\n"
+	require.NoError(t, checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3}, {1, 2, 3}}, "b/b.go": {{1, 2}}}, unreleased))
+	require.ErrorContains(t, checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3}, {1, 2, 3}}, "b/b.go": {{1, 2}}},
+		strings.TrimPrefix(unreleased, "## Unreleased\n\n")), "names Unreleased, which has no section")
 
 	err = checkMigrations(map[string][][]int{"a/sql.go": {{1, 2, 3, 4}, {1, 2, 3}}, "c/c.go": {{1}}}, changelog)
 	require.Error(t, err)

@@ -18,10 +18,11 @@ var (
 	// version is one migration of such a list.
 	version = regexp.MustCompile(`\{Version: (\d+), SQL:`)
 	// migrationRow is a row of CHANGELOG.md's table of migrations:
-	// | component | database | `file` | versions (N or N–M) | release | tables |
-	migrationRow = regexp.MustCompile("^\\| `[^`]+` \\| [^|]+ \\| `([^`]+\\.go)` \\| (\\d+)(?:–(\\d+))? \\| (v\\d+\\.\\d+\\.\\d+) \\|")
-	// release is a release's heading in CHANGELOG.md.
-	release = regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+) `)
+	// | component | database | `file` | versions (N or N–M) | release (or Unreleased) | tables |
+	migrationRow = regexp.MustCompile("^\\| `[^`]+` \\| [^|]+ \\| `([^`]+\\.go)` \\| (\\d+)(?:–(\\d+))? \\| (v\\d+\\.\\d+\\.\\d+|Unreleased) \\|")
+	// release is a release's heading in CHANGELOG.md, or the heading of
+	// what the next release will ship (## Unreleased).
+	release = regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+|Unreleased)(?: |$)`)
 )
 
 // shipped reports whether a directory (relative to the module) holds code
