@@ -75,6 +75,7 @@ type insert struct {
 	runAt                  *time.Time
 	delay                  time.Duration
 	maxAttempts            int
+	traceparent            string // the enqueuer's trace context, "" for none
 }
 
 // Enqueue inserts a job in a transaction of its own; a job that is due now
@@ -92,18 +93,28 @@ type insert struct {
 // nothing is written, and a caller's transaction (EnqueueTx,
 // EnqueueManyTx) is left usable. The same holds for every job of
 // EnqueueMany and EnqueueManyTx.
-func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (*Enqueued, error) {
+//
+// With Config.TracerProvider, every enqueue (Enqueue, EnqueueTx,
+// EnqueueMany, EnqueueManyTx) is a span, aegis.queue.enqueue, a child of
+// ctx's span. The trace context of that span, or of ctx's span for a
+// client without a TracerProvider, is stored with each job (a W3C
+// traceparent), and the job's first attempt runs as its child (see the
+// package tracing).
+func (c *Client) Enqueue(ctx context.Context, args Args, opts *EnqueueOpts) (res *Enqueued, err error) {
 	in, err := c.check(args, opts)
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := c.startEnqueue(ctx, &in, 0)
+	defer func() { endEnqueue(span, res, err) }()
+	in.traceparent = traceparentOf(ctx)
 	return c.insertOne(ctx, c.db, in)
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction: the job exists,
 // and its notification is sent, only if tx commits. A rolled-back tx
 // enqueues nothing.
-func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *EnqueueOpts) (*Enqueued, error) {
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *EnqueueOpts) (res *Enqueued, err error) {
 	if tx == nil {
 		return nil, invalid("EnqueueTx: tx is nil")
 	}
@@ -111,6 +122,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *Enqu
 	if err != nil {
 		return nil, err
 	}
+	ctx, span := c.startEnqueue(ctx, &in, 0)
+	defer func() { endEnqueue(span, res, err) }()
+	in.traceparent = traceparentOf(ctx)
 	return c.insertOne(ctx, tx, in)
 }
 
@@ -119,11 +133,12 @@ func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args Args, opts *Enqu
 // jobs' ids in the order of jobs (for a duplicate unique key, the id of
 // the live job that holds it). One invalid job fails the whole call, and
 // nothing is written.
-func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]int64, error) {
-	var ids []int64
-	err := pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) (ids []int64, err error) {
+	ctx, span := c.startEnqueue(ctx, nil, len(jobs))
+	defer func() { endEnqueue(span, nil, err) }()
+	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
 		var err error
-		ids, err = c.EnqueueManyTx(ctx, tx, jobs)
+		ids, err = c.enqueueManyTx(ctx, tx, jobs)
 		return err
 	})
 	if err != nil {
@@ -133,10 +148,19 @@ func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]int64
 }
 
 // EnqueueManyTx is EnqueueMany inside the caller's transaction.
-func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueueParams) ([]int64, error) {
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueueParams) (ids []int64, err error) {
 	if tx == nil {
 		return nil, invalid("EnqueueManyTx: tx is nil")
 	}
+	ctx, span := c.startEnqueue(ctx, nil, len(jobs))
+	defer func() { endEnqueue(span, nil, err) }()
+	return c.enqueueManyTx(ctx, tx, jobs)
+}
+
+// enqueueManyTx is EnqueueManyTx without its span: every job stores the
+// trace context of ctx.
+func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueueParams) ([]int64, error) {
+	parent := traceparentOf(ctx)
 	ins := make([]insert, len(jobs))
 	copied := 0
 	for i, p := range jobs {
@@ -144,6 +168,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, jobs []EnqueuePar
 		if err != nil {
 			return nil, invalid("EnqueueMany: job %d: %s", i, strings.TrimPrefix(err.Error(), "queue: "))
 		}
+		in.traceparent = parent
 		ins[i] = in
 		if in.uniqueKey == "" {
 			copied++
@@ -204,9 +229,9 @@ func (c *Client) copyJobs(ctx context.Context, tx pgx.Tx, ins []insert, ids []in
 		} else if !slices.Contains(wake, in.queue) {
 			wake = append(wake, in.queue)
 		}
-		data = append(data, []any{ids[i], in.queue, in.kind, in.args, in.priority, runAt, string(state), in.maxAttempts})
+		data = append(data, []any{ids[i], in.queue, in.kind, in.args, in.priority, runAt, string(state), in.maxAttempts, nullable(in.traceparent)})
 	}
-	cols := []string{"id", "queue", "kind", "args", "priority", "run_at", "state", "max_attempts"}
+	cols := []string{"id", "queue", "kind", "args", "priority", "run_at", "state", "max_attempts", "traceparent"}
 	if _, err := tx.CopyFrom(ctx, c.cfg.tables.ident, cols, pgx.CopyFromRows(data)); err != nil {
 		return fmt.Errorf("queue: EnqueueMany: copy: %w", translate(err))
 	}
@@ -233,7 +258,7 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 	// A unique key's holder can finish between the conflicting insert and
 	// the lookup; then the insert is tried again.
 	for range 5 {
-		j, err := scanInserted(q.QueryRow(ctx, sql, in.queue, in.kind, in.args, in.priority, in.runAt, delay, in.maxAttempts, key))
+		j, err := scanInserted(q.QueryRow(ctx, sql, in.queue, in.kind, in.args, in.priority, in.runAt, delay, in.maxAttempts, key, nullable(in.traceparent)))
 		if err == nil {
 			return &Enqueued{Job: j}, nil
 		}
@@ -249,6 +274,14 @@ func (c *Client) insertOne(ctx context.Context, q querier, in insert) (*Enqueued
 		}
 	}
 	return nil, fmt.Errorf("queue: enqueue %q: unique key %q: its holder kept finishing while this job was inserted; try again", in.kind, in.uniqueKey)
+}
+
+// nullable is s, or NULL when s is empty.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // insertErr is the error of a failed insert: the caller's mistake when

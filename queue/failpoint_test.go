@@ -511,14 +511,14 @@ func TestFailpointsPrune(t *testing.T) {
 				hooks: &testHooks{db: func(d db) db { return e.plan.Pgx(d) }}})
 			require.NoError(t, err)
 			e.plan.Arm("prune", "DELETE FROM aegis_job_finished", f, 1)
-			c.prune(t.Context())
+			c.prune(t.Context(), &pass{})
 			require.Equal(t, 1, e.plan.Fired("prune"))
 			left := 1
 			if f == failpoint.After {
 				left = 0
 			}
 			require.Equal(t, left, count(t, e.p, `SELECT count(*) FROM aegis_job_finished WHERE id = $1`, dead))
-			c.prune(t.Context())
+			c.prune(t.Context(), &pass{})
 			require.Zero(t, count(t, e.p, `SELECT count(*) FROM aegis_job_finished WHERE id = $1`, dead), "the next prune removes it")
 			require.Equal(t, 1, count(t, e.p, `SELECT count(*) FROM aegis_job WHERE id = $1`, live), "a live job is no prune's")
 		})

@@ -65,10 +65,14 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 		return nil
 	}
 	start := time.Now()
+	loop := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := c.sql.heartbeat(ctx, c.db, ids, tokens)
 	if err != nil {
+		if c.tracer != nil && loop.Err() == nil { // a stopping client's heartbeat is no failure
+			c.traceHeartbeatErr(start, len(ids), err)
+		}
 		return err
 	}
 	until := localDeadline(start, c.cfg.Lease)
@@ -91,6 +95,9 @@ func (c *Client) heartbeat(ctx context.Context, timeout time.Duration) error {
 		if r.lose(fmt.Errorf("queue: job %d lost its lease: %w: %w", j.ID, aegis.ErrLost, res[i])) {
 			c.metrics.leasesLost(j.Queue).Inc()
 			c.metrics.stale(j.Queue, "heartbeat").Inc()
+			if c.tracer != nil {
+				c.traceLost(r, start)
+			}
 			c.log.Warn("queue: lease lost: the job was taken over; cancelling its handler",
 				"job_id", j.ID, "queue", j.Queue, "kind", j.Kind, "token", j.Token, "err", res[i])
 		}

@@ -65,7 +65,8 @@ type JobRow struct {
 	AttemptedAt time.Time // zero before the first claim
 	FinalizedAt time.Time // zero for a live job
 
-	run *run // the claim this client is working, nil otherwise
+	run         *run   // the claim this client is working, nil otherwise
+	traceparent string // a claimed job's enqueuer's trace context (W3C), "" when none
 }
 
 // AttemptError is the error of one attempt.

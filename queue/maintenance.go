@@ -37,38 +37,66 @@ func (c *Client) maintenanceLoop(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
-		c.reap(ctx)
-		next := c.promote(ctx)
-		c.vacuum(ctx)
+		var ps pass
+		ps.start = time.Now()
+		c.reap(ctx, &ps)
+		next := c.promote(ctx, &ps)
+		c.vacuum(ctx, &ps)
 		if time.Since(lastPrune) >= pruneEvery {
 			lastPrune = time.Now()
-			c.prune(ctx)
+			c.prune(ctx, &ps)
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if c.tracer != nil {
+			c.tracePass(&ps)
 		}
 		wakeAt = time.Now().Add(next)
 		t.Reset(next)
 	}
 }
 
+// pass is what one round of the maintenance loop did, for its span.
+type pass struct {
+	start, reapEnd time.Time
+	reclaimed      int // made available again or discarded
+	discarded      int
+	promoted       int
+	pruned         int64
+	vacuumed       bool
+	reapErr, err   error // the reclaim's error; the first error of the pass
+}
+
+// failed notes err (when ctx is live) as the pass's first error.
+func (ps *pass) failed(ctx context.Context, err error) {
+	if ctx.Err() == nil && ps.err == nil {
+		ps.err = err
+	}
+}
+
 // reap makes the jobs whose lease expired available again, with a bumped
 // token (or discards them when they have no attempts left).
-func (c *Client) reap(ctx context.Context) {
+func (c *Client) reap(ctx context.Context, ps *pass) {
+	defer func() { ps.reapEnd = time.Now() }()
 	for {
 		got, err := c.sql.reap(ctx, c.db, reapBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: reap expired leases", "err", err)
+				ps.reapErr = err
 			}
+			ps.failed(ctx, err)
 			return
 		}
+		ps.reclaimed += len(got)
 		for _, r := range got {
 			c.metrics.reaped(r.queue).Inc()
 			if r.available {
 				c.log.Warn("queue: lease expired: job reclaimed with a new token", "job_id", r.id, "queue", r.queue)
 			} else {
 				c.metrics.discarded(r.queue).Inc()
+				ps.discarded++
 				c.log.Error("queue: lease expired on the job's last attempt: discarded", "job_id", r.id, "queue", r.queue)
 			}
 		}
@@ -80,7 +108,7 @@ func (c *Client) reap(ctx context.Context) {
 
 // promote makes due scheduled jobs available and returns how long to wait
 // before the next round.
-func (c *Client) promote(ctx context.Context) time.Duration {
+func (c *Client) promote(ctx context.Context, ps *pass) time.Duration {
 	next := c.cfg.ReapInterval
 	for {
 		n, err := c.sql.promote(ctx, c.db, promoteBatch)
@@ -88,8 +116,10 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 			if ctx.Err() == nil {
 				c.log.Error("queue: promote scheduled jobs", "err", err)
 			}
+			ps.failed(ctx, err)
 			return next
 		}
+		ps.promoted += n
 		if n < promoteBatch {
 			break
 		}
@@ -99,6 +129,7 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			c.log.Error("queue: find the next scheduled job", "err", err)
 		}
+		ps.failed(ctx, err)
 		return next
 	}
 	if ok && d < next {
@@ -108,15 +139,17 @@ func (c *Client) promote(ctx context.Context) time.Duration {
 }
 
 // prune deletes finished jobs past their retention.
-func (c *Client) prune(ctx context.Context) {
+func (c *Client) prune(ctx context.Context, ps *pass) {
 	for {
 		tag, err := c.db.Exec(ctx, c.stmt(pruneSQL), c.cfg.CompletedRetention.Microseconds(), c.cfg.DeadRetention.Microseconds(), pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				c.log.Error("queue: prune finished jobs", "err", err)
 			}
+			ps.failed(ctx, err)
 			return
 		}
+		ps.pruned += tag.RowsAffected()
 		if tag.RowsAffected() < pruneBatch {
 			return
 		}
@@ -124,7 +157,7 @@ func (c *Client) prune(ctx context.Context) {
 }
 
 // vacuum vacuums the hot table when it has many dead rows.
-func (c *Client) vacuum(ctx context.Context) {
+func (c *Client) vacuum(ctx context.Context, ps *pass) {
 	if c.cfg.VacuumDeadRows < 0 {
 		return
 	}
@@ -133,6 +166,7 @@ func (c *Client) vacuum(ctx context.Context) {
 		if ctx.Err() == nil {
 			c.log.Error("queue: read the hot table's statistics", "err", err)
 		}
+		ps.failed(ctx, err)
 		return
 	}
 	if dead <= int64(c.cfg.VacuumDeadRows) {
@@ -153,8 +187,10 @@ func (c *Client) vacuum(ctx context.Context) {
 		if ctx.Err() == nil {
 			c.log.Error("queue: vacuum the hot table", "err", err)
 		}
+		ps.failed(ctx, err)
 		return
 	}
+	ps.vacuumed = true
 	c.vacuumEnd, c.vacuumTook = time.Now(), time.Since(start)
 	c.log.Debug("queue: vacuumed the hot table", "dead_rows", dead, "live_rows", live, "took", c.vacuumTook)
 }

@@ -335,7 +335,7 @@ func TestPrune(t *testing.T) {
 	require.NoError(t, w.completeOne(ctx, p, jobs[0].ID, int64(jobs[0].Token)))
 	require.NoError(t, c.CancelJob(ctx, jobs[1].ID, ""))
 	eventually(t, "the completed job is pruned; the dead letter is kept", func() bool {
-		c.prune(ctx)
+		c.prune(ctx, &pass{})
 		return count(t, p, `SELECT count(*) FROM aegis_job_finished`) == 1
 	})
 	_, err = c.Job(ctx, a)

@@ -124,6 +124,13 @@ $$;
 	// was lost (the connection broke after it committed) finds its jobs by
 	// it (adoptSQL). Not in any index: the hot path only writes it.
 	{Version: 3, SQL: `ALTER TABLE aegis_job ADD COLUMN IF NOT EXISTS claim_id text`},
+	// The enqueuer's trace context, a W3C traceparent (NULL: none, or a job
+	// enqueued before this version): the job's first run is a child of it.
+	// Kept when the job moves to the finished table. In no index.
+	{Version: 4, SQL: `
+ALTER TABLE aegis_job ADD COLUMN IF NOT EXISTS traceparent text;
+ALTER TABLE aegis_job_finished ADD COLUMN IF NOT EXISTS traceparent text;
+`},
 }
 
 // jobColumns are the columns a JobRow is scanned from, in scanJob's order.
@@ -134,13 +141,13 @@ const jobColumns = `id, queue, kind, args, priority, run_at, state, attempt, max
 const finishedColumns = jobColumns + `, finalized_at`
 
 // insertSQL enqueues one job. run_at is $5 when given, else now() + $6 µs
-// (database time). A job due now is available at once and notifies the
+// (database time); $9 is the enqueuer's traceparent or NULL. A job due now is available at once and notifies the
 // queue's listeners; one in the future is scheduled.
 const insertSQL = `WITH v AS (
 	SELECT coalesce($5::timestamptz, now() + $6::bigint * interval '1 microsecond') AS run_at
 )
-INSERT INTO aegis_job (queue, kind, args, priority, run_at, state, max_attempts, unique_key)
-SELECT $1, $2, $3, $4, v.run_at, CASE WHEN v.run_at > now() THEN 'scheduled' ELSE 'available' END, $7, $8
+INSERT INTO aegis_job (queue, kind, args, priority, run_at, state, max_attempts, unique_key, traceparent)
+SELECT $1, $2, $3, $4, v.run_at, CASE WHEN v.run_at > now() THEN 'scheduled' ELSE 'available' END, $7, $8, $9
 FROM v
 %s
 RETURNING ` + jobColumns + `, CASE WHEN state = 'available' THEN pg_notify(` + channelSQL + `, queue) END IS NULL`
@@ -185,12 +192,12 @@ SET state = 'running',
     attempted_at = now()
 WHERE j.id = ANY (ARRAY(SELECT id FROM next))
 RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.run_at, j.state, j.attempt, j.max_attempts, j.token,
-	j.locked_by, j.errors, j.unique_key, j.created_at, j.attempted_at`
+	j.locked_by, j.errors, j.unique_key, j.created_at, j.attempted_at, j.traceparent`
 
 // adoptSQL returns the jobs that the claim $2 of client $1 holds: that
 // claim committed, and its reply was lost. It runs only then: it scans the
 // running jobs' index.
-const adoptSQL = `SELECT ` + jobColumns + ` FROM aegis_job
+const adoptSQL = `SELECT ` + jobColumns + `, traceparent FROM aegis_job
 WHERE state = 'running' AND locked_by = $1 AND claim_id = $2`
 
 // heartbeatSQL extends the leases of the jobs ($1 ids, $2 tokens) to
@@ -241,9 +248,9 @@ const (
 	RETURNING *
 )
 ` + `INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at, traceparent)
 SELECT id, queue, kind, args, priority, run_at, 'completed', attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, now()
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, now(), traceparent
 FROM gone`
 	completeKeepManySQL = `WITH gone AS (
 	DELETE FROM aegis_job
@@ -252,9 +259,9 @@ FROM gone`
 	RETURNING *
 )
 INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at, traceparent)
 SELECT id, queue, kind, args, priority, run_at, 'completed', attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, now()
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, now(), traceparent
 FROM gone
 RETURNING id`
 )
@@ -297,9 +304,9 @@ const finishSQL = `WITH gone AS (
 	RETURNING *
 )
 INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at, traceparent)
 SELECT id, queue, kind, args, priority, run_at, $3, attempt,
-	max_attempts, token + 1, locked_by, errors || ` + errorEntryArg4 + `, unique_key, created_at, attempted_at, now()
+	max_attempts, token + 1, locked_by, errors || ` + errorEntryArg4 + `, unique_key, created_at, attempted_at, now(), traceparent
 FROM gone`
 
 // handBackSQL gives the leases of jobs ($1 ids, $2 tokens) back at
@@ -350,11 +357,11 @@ const reapSQL = `WITH expired AS (
 	RETURNING j.*
 ), dead AS (
 	INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-		max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
+		max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at, traceparent)
 	SELECT id, queue, kind, args, priority, run_at, 'discarded', attempt,
 		max_attempts, token + 1, locked_by, errors || jsonb_build_array(jsonb_build_object(
 		'attempt', attempt, 'token', token, 'at', now(), 'error', 'lease expired after the last attempt: discarded by the reaper')),
-		unique_key, created_at, attempted_at, now()
+		unique_key, created_at, attempted_at, now(), traceparent
 	FROM gone
 	RETURNING id, queue
 )
@@ -416,9 +423,9 @@ const retryDeadSQL = `WITH gone AS (
 	RETURNING *
 )
 INSERT INTO aegis_job (id, queue, kind, args, priority, run_at, state, attempt, max_attempts, token,
-	errors, unique_key, created_at)
+	errors, unique_key, created_at, traceparent)
 SELECT id, queue, kind, args, priority, now(), 'available', 0, max_attempts, token + 1,
-	errors, unique_key, created_at
+	errors, unique_key, created_at, traceparent
 FROM gone
 RETURNING ` + jobColumns + `, pg_notify(` + channelSQL + `, queue) IS NULL`
 
@@ -430,10 +437,10 @@ const cancelSQL = `WITH gone AS (
 	RETURNING *
 )
 INSERT INTO aegis_job_finished (id, queue, kind, args, priority, run_at, state, attempt,
-	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at)
+	max_attempts, token, locked_by, errors, unique_key, created_at, attempted_at, finalized_at, traceparent)
 SELECT id, queue, kind, args, priority, run_at, 'cancelled', attempt,
 	max_attempts, token + 1, locked_by, errors || jsonb_build_array(jsonb_build_object(
-	'attempt', attempt, 'token', token, 'at', now(), 'error', $2::text)), unique_key, created_at, attempted_at, now()
+	'attempt', attempt, 'token', token, 'at', now(), 'error', $2::text)), unique_key, created_at, attempted_at, now(), traceparent
 FROM gone
 RETURNING id`
 

@@ -86,14 +86,19 @@ func (s statements) adopt(ctx context.Context, q querier, id string) ([]*JobRow,
 	return s.claimed(rows, "find the jobs of a claim whose reply was lost")
 }
 
-// claimed scans the jobs of a claim, in the claim's order.
+// claimed scans the jobs of a claim (jobColumns and the traceparent), in
+// the claim's order.
 func (s statements) claimed(rows pgx.Rows, op string) ([]*JobRow, error) {
 	defer rows.Close()
 	var jobs []*JobRow
 	for rows.Next() {
-		j, err := scanJob(rows, false)
+		var parent *string
+		j, err := scanJob(scannerFunc(func(dest ...any) error { return rows.Scan(append(dest, &parent)...) }), false)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+		if parent != nil {
+			j.traceparent = *parent
 		}
 		jobs = append(jobs, j)
 	}

@@ -54,8 +54,8 @@ func jobSpan(t *testing.T, rec *tracetest.SpanRecorder, name string, id int64) s
 }
 
 // TestTraced: with a TracerProvider, a job's claim, its handler's run and
-// the write of its outcome are spans: the run a trace of its own linked
-// to the claim, carried by the handler's context, the write its child;
+// the write of its outcome are spans: the run a child of the job's
+// enqueue (its first attempt), linked to the claim, carried by the handler's context, the write its child;
 // each with the job's queue, kind, id, token and the client's ID. A failed
 // run is an error and its retry is written; CompleteTx is a child of the
 // run. Batched completions and SyncComplete alike.
@@ -107,7 +107,10 @@ func TestTraced(t *testing.T) {
 			token := a[tracing.AttrToken].AsInt64()
 			require.Positive(t, token)
 			require.Equal(t, codes.Unset, work.Status().Code)
-			require.False(t, work.Parent().IsValid(), "a job's run starts a trace of its own")
+			enqueue := jobSpan(t, rec, "aegis.queue.enqueue", id)
+			require.Equal(t, enqueue.SpanContext().SpanID(), work.Parent().SpanID(), "the first attempt is a child of its enqueue")
+			require.True(t, work.Parent().IsRemote(), "its parent came through the job's row")
+			require.Equal(t, enqueue.SpanContext().TraceID(), work.SpanContext().TraceID())
 			require.Equal(t, work.SpanContext(), handlerSpan, "the handler's context carries its run's span")
 
 			require.Len(t, work.Links(), 1, "the run is linked to its claim")

@@ -17,9 +17,33 @@
 //	aegis.lease.renew     one Renew, also the renewals of aegis.Hold and aegis.Keep
 //	aegis.lease.release   one Release, also Held.Release's (Held.ReleaseAfter's is a renew)
 //	aegis.fence.check     fence.Check, CheckSQL, CheckLease, CheckLeaseSQL
+//	aegis.fence.exec      fence.Exec, ExecSQL
+//	aegis.queue.enqueue   one Enqueue, EnqueueTx, EnqueueMany or EnqueueManyTx
 //	aegis.queue.claim     one claim statement of a queue client that got jobs or failed (an idle poll is none)
 //	aegis.queue.work      one job's handler run; its context carries the span
 //	aegis.queue.complete  one job's completion (also retry, snooze, cancel, discard: aegis.queue.<op>)
+//	aegis.queue.heartbeat a heartbeat that failed (a trace of its own), or found a job's lease lost (the job's)
+//	aegis.queue.maintenance  a pass of a queue client's reaper that did work (an idle pass is none)
+//	aegis.queue.reclaim   its reclaim of expired leases, when it reclaimed a job
+//
+// # Parents and links
+//
+// A span is a child of the span of the context its call is given, with
+// these exceptions. aegis.queue.claim, a heartbeat's failure and
+// aegis.queue.maintenance start traces of their own (no caller's context
+// is theirs). aegis.queue.work of a job's first attempt is a child of the
+// span that enqueued it: aegis.queue.enqueue, or for a client without a
+// TracerProvider the span of Enqueue's context, whose trace context is
+// stored with the job (a W3C traceparent); one trace runs from the
+// enqueuing request (a scheduled run, an HTTP request) to the work, in
+// another process as well. A later attempt (a retry, a job reclaimed
+// from a lost worker) starts a trace of its own linked to the enqueuer's
+// span; a job without a stored trace context (enqueued untraced, or
+// before the queue's migration 4) or with one that does not parse does
+// too. Every aegis.queue.work is also linked to its aegis.queue.claim.
+// The writes of its outcome and a lease it lost (aegis.queue.heartbeat)
+// are its children. The scheduler's spans (aegis.schedule.fire, .run,
+// .reclaim) are described in package schedule.
 //
 // # Attributes and events
 //
@@ -35,8 +59,20 @@
 //	aegis.queue.job_id     a job's id
 //	aegis.queue.attempt    a job's attempt, 1 for the first
 //	aegis.queue.claimed    on a claim: the jobs it got
-//	aegis.queue.batch      on a batched completion: the completions written in its statement
+//	aegis.queue.batch      on a batched completion: the completions written in its statement; on an enqueue of many: the jobs
 //	aegis.queue.in_tx      on a completion: true when CompleteTx wrote it in the handler's transaction
+//	aegis.queue.duplicate  on an enqueue: true when a live job held its unique key (nothing inserted)
+//	aegis.queue.jobs       on a failed heartbeat: the claims it renewed
+//	aegis.queue.reclaimed  on a maintenance pass and its reclaim: the jobs whose expired lease it took back
+//	aegis.queue.discarded  on a reclaim: of those, the jobs discarded (no attempt left)
+//	aegis.queue.promoted   on a maintenance pass: the scheduled jobs it made available
+//	aegis.queue.pruned     on a maintenance pass: the finished jobs it deleted
+//
+// An enqueue of many jobs carries aegis.queue.batch (the jobs) and no job's
+// attributes. The attributes of the queue's and the fence's spans are set
+// only on a span that records: a span its sampler dropped costs no
+// attributes, so a sampler sees their name and parent, not their
+// attributes.
 //
 // An error is recorded on its span (span.RecordError, status Error), with
 // two exceptions that are answers, not failures: an acquire refused with
@@ -56,10 +92,10 @@
 //
 // # What it does not do
 //
-// Carry a trace across processes: a queued job's work span starts a trace
-// of its own (linked to its claim's span), not a child of the span that
-// enqueued it. Trace fence.Exec and ExecSQL: their token is an argument of
-// your statement, which the fence does not read.
+// Carry the tracestate of an enqueuer to the work: a job stores the
+// traceparent only. Read the token of fence.Exec's statement: it is an
+// argument the fence cannot tell from the others, so aegis.fence.exec
+// carries the token of the scheduled run of its context, if any.
 package tracing
 
 import (
@@ -90,6 +126,16 @@ const (
 	AttrClaimed  attribute.Key = "aegis.queue.claimed"
 	AttrBatch    attribute.Key = "aegis.queue.batch"
 	AttrInTx     attribute.Key = "aegis.queue.in_tx"
+	// The queue's, since issue 34: an enqueue that found a live job
+	// holding its unique key (nothing inserted), a heartbeat's claims, and
+	// a reaper pass's jobs reclaimed (made available again or discarded),
+	// promoted and pruned.
+	AttrDuplicate attribute.Key = "aegis.queue.duplicate"
+	AttrJobs      attribute.Key = "aegis.queue.jobs"
+	AttrReclaimed attribute.Key = "aegis.queue.reclaimed"
+	AttrDiscarded attribute.Key = "aegis.queue.discarded"
+	AttrPromoted  attribute.Key = "aegis.queue.promoted"
+	AttrPruned    attribute.Key = "aegis.queue.pruned"
 	// The scheduler's (package schedule): a tick's fire time (RFC 3339),
 	// a run's attempt, and whether this replica claimed the tick.
 	AttrFire         attribute.Key = "aegis.schedule.fire"
