@@ -49,8 +49,11 @@
 // one the table held (aegis.fence.current); another error is recorded on
 // the span. A context without a span traces nothing, and the fence has no
 // TracerProvider of its own to configure: it takes part in the caller's
-// trace or in none. Exec, ExecSQL and the object functions make no span
-// (package tracing).
+// trace or in none. Exec and ExecSQL are traced the same way, as the span
+// aegis.fence.exec: its resource is ExecResource of the statement and its
+// token the scheduled run's of ctx, if any (the statement's own is an
+// argument Exec cannot tell). The object functions make no span (package
+// tracing).
 //
 // # Refusals, recorded by the fence
 //
@@ -356,13 +359,19 @@ type Execer interface {
 // fence records it (see the package doc) through db: a pgx.Tx's or
 // *pgx.Conn's config, a *pgxpool.Pool itself.
 //
+// When ctx carries a span, Exec is a span, aegis.fence.exec, a child of it
+// (as Check is: see the package tracing), a refusal the event
+// aegis.fence.refused.
+//
 // A nil db or an empty statement is an error wrapping aegis.ErrInvalid.
 func Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
 	return std.Exec(ctx, db, sql, args...)
 }
 
 // Exec is the package function Exec on f's tables.
-func (f *Fence) Exec(ctx context.Context, db Execer, sql string, args ...any) (int64, error) {
+func (f *Fence) Exec(ctx context.Context, db Execer, sql string, args ...any) (_ int64, err error) {
+	ctx, span := startExec(ctx, sql)
+	defer endCheck(span, &err)
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
 	}
@@ -388,13 +397,15 @@ type SQLExecer interface {
 
 // ExecSQL is Exec through database/sql (PostgreSQL or SQLite). A refusal
 // is recorded through db when it is a *sql.DB, and as CheckSQL's when it
-// is a *sql.Tx (or *sql.Conn).
+// is a *sql.Tx (or *sql.Conn). It is traced as Exec is.
 func ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
 	return std.ExecSQL(ctx, db, query, args...)
 }
 
 // ExecSQL is the package function ExecSQL on f's tables.
-func (f *Fence) ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (int64, error) {
+func (f *Fence) ExecSQL(ctx context.Context, db SQLExecer, query string, args ...any) (_ int64, err error) {
+	ctx, span := startExec(ctx, query)
+	defer endCheck(span, &err)
 	if db == nil {
 		return 0, fmt.Errorf("%w: fence: exec: db is nil", aegis.ErrInvalid)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/actor"
 	"github.com/aegislab/aegis/tracing"
 )
 
@@ -26,7 +27,28 @@ func startCheck(ctx context.Context, resource string, token aegis.Token, more ..
 	return tracing.Start(ctx, tracer, "aegis.fence.check", append([]attribute.KeyValue{tracing.Resource(resource), tracing.Token(token)}, more...)...)
 }
 
-// endCheck records the check's outcome *err on span and ends it: a
+// startExec starts the span of Exec or ExecSQL when ctx carries a span,
+// as startCheck does: aegis.fence.exec, with the resource a refusal is
+// named (ExecResource) and the token of the scheduled run of ctx, if any
+// (the statement's token is an argument Exec cannot tell). They are set
+// only on a span that records, so an unsampled Exec does not build them.
+func startExec(ctx context.Context, statement string) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.SpanContext().IsValid() {
+		return ctx, nil
+	}
+	ctx, span := parent.TracerProvider().Tracer(scopeName).Start(ctx, "aegis.fence.exec")
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Resource(ExecResource(statement)))
+		if w, ok := actor.From(ctx); ok {
+			span.SetAttributes(tracing.Token(aegis.Token(w.Token)))
+		}
+	}
+	return ctx, span
+}
+
+// endCheck records the outcome *err of a check (or an Exec) on span and
+// ends it: a
 // refusal as the event aegis.fence.refused, another error as an error.
 func endCheck(span trace.Span, err *error) {
 	if span == nil {
