@@ -15,6 +15,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 	"github.com/aegislab/aegis/tracing"
 )
@@ -180,4 +181,83 @@ func byID(spans tracetest.SpanStubs, id trace.SpanID) (tracetest.SpanStub, bool)
 		}
 	}
 	return tracetest.SpanStub{}, false
+}
+
+// noteArgs is the job a scheduled run enqueues.
+type noteArgs struct{}
+
+func (noteArgs) Kind() string { return "note" }
+
+// A job enqueued inside a scheduled run (run-key mode) is one trace from
+// the run to the work: the enqueue span is a child of the run's span, and
+// the job's work span, in a queue client that could be another process's,
+// a child of the enqueue, with the run's trace id.
+func TestTracedRunEnqueuesOneTrace(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	pool := testenv.Postgres(t)
+	ctx := t.Context()
+	require.NoError(t, queue.Migrate(ctx, pool))
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	worked := make(chan trace.SpanContext, 1)
+	ws := queue.NewWorkers()
+	queue.AddWorker(ws, queue.WorkFunc[noteArgs](func(ctx context.Context, _ *queue.Job[noteArgs]) error {
+		worked <- trace.SpanContextFromContext(ctx)
+		return nil
+	}))
+	enqueuer, err := queue.New(pool, &queue.Config{Workers: ws, TracerProvider: tp})
+	require.NoError(t, err)
+	worker, err := queue.New(pool, &queue.Config{Workers: ws, TracerProvider: tp,
+		Queues: map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, worker.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, worker.Stop(sctx))
+	})
+
+	clock := schedule.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	enqueued := make(chan int64, 1)
+	s := start(t, &schedule.Config{Node: "a", Store: r.store, Clock: clock, TracerProvider: tp}, schedule.Job{
+		Name: "nightly", Every: time.Hour,
+		Run: func(ctx context.Context) error {
+			res, err := enqueuer.Enqueue(ctx, noteArgs{}, nil)
+			if err != nil {
+				return err
+			}
+			enqueued <- res.Job.ID
+			return nil
+		},
+	})
+	require.Equal(t, schedule.ModeRunKey, s.Mode())
+	advanceWhenWaiting(t, clock, time.Hour)
+	id := testenv.Recv(t, enqueued, 10*time.Second, "the run enqueues")
+	work := testenv.Recv(t, worked, 20*time.Second, "the job is worked")
+	stop(t, s) // the run's span has ended
+
+	var run, enqueue sdktrace.ReadOnlySpan
+	for _, sp := range rec.Ended() {
+		switch sp.Name() {
+		case "aegis.schedule.run":
+			run = sp
+		case "aegis.queue.enqueue":
+			enqueue = sp
+		}
+	}
+	require.NotNil(t, run, "the run's span")
+	require.NotNil(t, enqueue, "the enqueue's span")
+	require.Equal(t, run.SpanContext().SpanID(), enqueue.Parent().SpanID(), "the enqueue is a child of the run")
+	require.Equal(t, run.SpanContext().TraceID(), work.TraceID(), "the work is in the run's trace")
+	waitFor(t, 10*time.Second, func() bool {
+		for _, sp := range rec.Ended() {
+			if sp.Name() == "aegis.queue.work" && sp.SpanContext().Equal(work) {
+				return sp.Parent().SpanID() == enqueue.SpanContext().SpanID()
+			}
+		}
+		return false
+	}, "the work span of job %d, a child of the enqueue", id)
 }
