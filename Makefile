@@ -11,7 +11,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Commands that need the servers get their addresses (AEGIS_*) this way.
 WITH_ENV := eval "$$(scripts/services env)" &&
 
-.PHONY: test test-jaeger api fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
+.PHONY: test test-jaeger api fuzz services services-stop lab lab-table lab-campaign lab-lesson lab-marks lab-campaign-safe invoice console-shots bench bench-tracing bench-peers bench-redis bench-queue soak-queue bench-report bench-report-loaded fmt fmt-check vet staticcheck
 
 # Everything in it is built with -race, the aegis command that starts the
 # servers, vet's and staticcheck's packages included, so that a cold
@@ -140,6 +140,15 @@ console-shots: services
 # Benchmarks of the library, then against its peers (the bench module).
 bench: services
 	$(WITH_ENV) $(GO) test -run '^$$' -bench . ./...
+
+# What tracing costs with a sampler that samples nothing, against no
+# TracerProvider, at 16 goroutines on PostgreSQL, the arms interleaved:
+# acquire+release through tracing.Locker (aegis bench lease --tracing),
+# then the queue's enqueue and work (BenchmarkTracing: off, then never,
+# in each of 8 runs; compare the runs pairwise).
+bench-tracing: services
+	$(WITH_ENV) $(GO) run ./cmd/aegis bench lease --backend postgres --goroutines 16 --tracing --rounds 20 --round 1s
+	$(WITH_ENV) for i in 1 2 3 4 5 6 7 8; do $(GO) test -count=1 -run '^$$' -bench '^BenchmarkTracing$$' -benchtime 3000x ./queue || exit 1; done
 
 bench-peers: services
 	$(WITH_ENV) cd bench && $(GO) test -run '^$$' -bench . ./...

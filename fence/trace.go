@@ -23,8 +23,12 @@ func startCheck(ctx context.Context, resource string, token aegis.Token, more ..
 	if !parent.SpanContext().IsValid() {
 		return ctx, nil
 	}
-	tracer := parent.TracerProvider().Tracer(scopeName)
-	return tracing.Start(ctx, tracer, "aegis.fence.check", append([]attribute.KeyValue{tracing.Resource(resource), tracing.Token(token)}, more...)...)
+	ctx, span := parent.TracerProvider().Tracer(scopeName).Start(ctx, "aegis.fence.check")
+	if span.IsRecording() {
+		span.SetAttributes(tracing.Resource(resource), tracing.Token(token))
+		span.SetAttributes(more...)
+	}
+	return ctx, span
 }
 
 // startExec starts the span of Exec or ExecSQL when ctx carries a span,

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aegislab/aegis/internal/tool/latency"
 	"github.com/aegislab/aegis/internal/tool/testenv"
@@ -31,28 +33,33 @@ func BenchmarkBurnDown(b *testing.B) {
 	for _, sync := range []bool{false, true} {
 		b.Run(map[bool]string{false: "batched", true: "sync"}[sync], func(b *testing.B) {
 			p := benchPool(b)
-			ctx := b.Context()
 			var handled atomic.Int64
-			c := client(b, p, &Config{
+			burnDown(b, p, client(b, p, &Config{
 				Queues:       map[string]QueueConfig{DefaultQueue: {MaxWorkers: 100}},
 				Workers:      workers(func(context.Context, *Job[testArgs]) error { handled.Add(1); return nil }),
 				SyncComplete: sync,
-			})
-			params := make([]EnqueueParams, b.N)
-			for i := range params {
-				params[i] = EnqueueParams{Args: testArgs{N: i}}
-			}
-			_, err := c.EnqueueMany(ctx, params)
-			require.NoError(b, err)
-			b.ResetTimer()
-			start := time.Now()
-			require.NoError(b, c.Start(ctx))
-			for count(b, p, `SELECT count(*) FROM aegis_job`) > 0 {
-				time.Sleep(time.Millisecond)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+			}))
 		})
 	}
+}
+
+// burnDown enqueues b.N no-op jobs through c, then starts c and reports
+// how fast it works them all, from its start.
+func burnDown(b *testing.B, p *pgxpool.Pool, c *Client) {
+	ctx := b.Context()
+	params := make([]EnqueueParams, b.N)
+	for i := range params {
+		params[i] = EnqueueParams{Args: testArgs{N: i}}
+	}
+	_, err := c.EnqueueMany(ctx, params)
+	require.NoError(b, err)
+	b.ResetTimer()
+	start := time.Now()
+	require.NoError(b, c.Start(ctx))
+	for count(b, p, `SELECT count(*) FROM aegis_job`) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }
 
 // BenchmarkEnqueue inserts one job per operation from 16 goroutines.
@@ -85,4 +92,43 @@ func BenchmarkInsertToStart(b *testing.B) {
 		rec.Add(testenv.Recv(b, started, 20*time.Second, "the job to start").Sub(at))
 	}
 	rec.Report(b)
+}
+
+// BenchmarkTracing is what tracing costs the queue when its sampler
+// samples nothing, against no TracerProvider: enqueues from 16 goroutines,
+// and the work of jobs enqueued beforehand (claim, handler, batched
+// completion) with 16 workers. One run measures off, then never; -count
+// repeats each arm in a row, so make bench-tracing interleaves them by
+// running the benchmark 8 times.
+func BenchmarkTracing(b *testing.B) {
+	never := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	b.Cleanup(func() { _ = never.Shutdown(context.Background()) })
+	arms := []struct {
+		name string
+		tp   trace.TracerProvider
+	}{{"off", nil}, {"never", never}}
+	p := benchPool(b)
+	for _, arm := range arms {
+		b.Run("enqueue/"+arm.name, func(b *testing.B) {
+			c := client(b, p, &Config{TracerProvider: arm.tp, AllowUnknownKinds: true})
+			latency.Bench(b, 16, func(int) error {
+				_, err := c.Enqueue(b.Context(), testArgs{N: 1}, nil)
+				return err
+			})
+			_, err := p.Exec(b.Context(), `DELETE FROM aegis_job`)
+			require.NoError(b, err)
+		})
+	}
+	for _, arm := range arms {
+		b.Run("work/"+arm.name, func(b *testing.B) {
+			c := client(b, p, &Config{
+				Queues:         map[string]QueueConfig{DefaultQueue: {MaxWorkers: 16}},
+				Workers:        workers(func(context.Context, *Job[testArgs]) error { return nil }),
+				TracerProvider: arm.tp,
+			})
+			burnDown(b, p, c)
+			b.StopTimer()
+			stop(b, c)
+		})
+	}
 }

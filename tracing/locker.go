@@ -96,15 +96,22 @@ type locker struct {
 var _ aegis.Locker = (*locker)(nil)
 
 // start starts the span of one call on key, with the lease's token when
-// the call has a lease (token > 0). The attributes are given at the start,
-// where a sampler sees them; they are built in one allocation.
+// the call has a lease (token > 0). The attributes are set only on a span
+// that records: a span its sampler dropped costs its start and end, not
+// the attributes (built in one allocation), so a sampler sees the span's
+// name and parent, not its attributes (docs/decisions.md).
 func (t *locker) start(ctx context.Context, name, key string, token aegis.Token) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, name)
+	if !span.IsRecording() {
+		return ctx, span
+	}
 	attrs := make([]attribute.KeyValue, 0, len(t.attrs)+2)
 	attrs = append(append(attrs, Key(key)), t.attrs...)
 	if token > 0 {
 		attrs = append(attrs, Token(token))
 	}
-	return t.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	span.SetAttributes(attrs...)
+	return ctx, span
 }
 
 func (t *locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*aegis.Lease, error) {

@@ -69,9 +69,9 @@
 //	aegis.queue.pruned     on a maintenance pass: the finished jobs it deleted
 //
 // An enqueue of many jobs carries aegis.queue.batch (the jobs) and no job's
-// attributes. The attributes of the queue's and the fence's spans are set
-// only on a span that records: a span its sampler dropped costs no
-// attributes, so a sampler sees their name and parent, not their
+// attributes. The attributes of Locker's, the fence's and the queue's
+// spans are set only on a span that records: a span its sampler dropped
+// costs no attributes, so a sampler sees their name and parent, not their
 // attributes.
 //
 // An error is recorded on its span (span.RecordError, status Error), with
