@@ -50,7 +50,7 @@ api:
 
 # Every fuzz target of the module (func FuzzXxx, found by go test -list,
 # so that a new one is not forgotten) for FUZZTIME each, one after the
-# other (scripts/fuzz; 24 targets, about 14 minutes at 30s), on the shared
+# other (scripts/fuzz; 25 targets, about 15 minutes at 30s), on the shared
 # servers: some targets write what they fuzz to PostgreSQL and SQLite. It
 # stops at the first failure and names it; go test has then written the
 # failing input to the package's testdata/fuzz/FuzzXxx, which make test
