@@ -126,10 +126,12 @@ type Config struct {
 	// Logger receives the client's logs. Default slog.Default().
 	Logger *slog.Logger
 
-	// TracerProvider traces the client's claims, its jobs' handler runs
-	// and the writes of their outcomes (package tracing): aegis.queue.claim,
-	// aegis.queue.work, aegis.queue.complete (or .retry, .snooze, .cancel,
-	// .discard). A handler's context carries its job's work span, so the
+	// TracerProvider traces the client's enqueues, claims, its jobs'
+	// handler runs and the writes of their outcomes, failed heartbeats and
+	// lost leases, and its reaper's passes that did work (package tracing,
+	// and the package doc): aegis.queue.enqueue, .claim, .work, .complete
+	// (or .retry, .snooze, .cancel, .discard), .heartbeat, .maintenance,
+	// .reclaim. A handler's context carries its job's work span, so the
 	// handler's own spans and its fence checks are children of it. Default
 	// nil: no spans, at no cost. The global provider is not read: pass
 	// otel.GetTracerProvider() to trace with it.

@@ -90,16 +90,28 @@
 //
 // # Tracing
 //
-// With Config.TracerProvider set, a claim that got jobs (or failed) is a
-// span, aegis.queue.claim; each job's handler run is a span,
-// aegis.queue.work, that starts a trace of its own linked to its claim's
-// and is carried by the handler's context (a fence.Check in the handler
-// is its child); the write of its outcome is a child of it,
-// aegis.queue.complete (or .retry, .snooze, .cancel, .discard), an error
-// with the event aegis.fence.refused when the fence refused it. Each
-// carries the job's queue, kind, id, attempt and token, and the client's
-// ID (package tracing). Heartbeats, the reaper and Stop's hand-backs are
-// not traced, and a job's trace does not continue the one that enqueued
-// it. Without a TracerProvider nothing is traced, at the cost of a nil
-// check per job.
+// With Config.TracerProvider set, an enqueue is a span,
+// aegis.queue.enqueue, a child of the caller's; a claim that got jobs (or
+// failed) is a span, aegis.queue.claim; each job's handler run is a span,
+// aegis.queue.work, linked to its claim's and carried by the handler's
+// context (a fence.Check in the handler is its child); the write of its
+// outcome is a child of it, aegis.queue.complete (or .retry, .snooze,
+// .cancel, .discard), an error with the event aegis.fence.refused when
+// the fence refused it. Each carries the job's queue, kind, id, attempt
+// and token, and the client's ID (package tracing).
+//
+// The enqueuer's trace context (the enqueue span's or, for a client
+// without a TracerProvider, the span of Enqueue's context) is stored with
+// the job, a W3C traceparent (migration 4), and the job's first attempt
+// runs as its child: one trace from the request that enqueued the job to
+// its work, across processes. A later attempt starts a trace of its own
+// linked to it; a job without one, or with one that does not parse, runs
+// as a trace of its own. A heartbeat that fails, or finds a job's lease
+// lost (a child of that job's run), is aegis.queue.heartbeat; a pass of
+// the reaper that did work is aegis.queue.maintenance, its reclaim of
+// expired leases the child aegis.queue.reclaim with the jobs counted. An
+// idle poll, a heartbeat that renewed every lease and an idle pass are
+// not traced, nor Stop's hand-backs. Without a TracerProvider nothing is
+// traced, at the cost of a nil check per job; with one whose sampler drops
+// a span, its attributes are not built.
 package queue
