@@ -45,6 +45,7 @@ var cases = []struct {
 }{
 	{"FencedRefusalThroughTwoSchedulers", fencedRefusalThroughTwoSchedulers},
 	{"ExampleProgram", exampleProgram},
+	{"JobEnqueuedInsideARun", jobEnqueuedInsideARun},
 }
 
 // TestJaeger runs every case against the Jaeger that `scripts/services
