@@ -58,8 +58,9 @@ type Config struct {
 	// Board is where the leader publishes its record, for Observe. Default
 	// none: Observe then returns an error. See NewSQLBoard.
 	Board Board
-	// Poll is how often Observe reads the Board. Default TTL/3; at least
-	// 1ms.
+	// Poll is how often Observe reads the Board when nothing tells it to.
+	// Default TTL/3 where the Board cannot push; where it can (a Watcher),
+	// one minute, a safety net only (see Observe). At least 1ms.
 	Poll time.Duration
 	// Logger receives failures that do not end a call (a record that could
 	// not be published, a store error while campaigning). Default: none.
@@ -87,7 +88,6 @@ func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
 	}
 	c.Node = cmp.Or(c.Node, node.Default())
 	c.TTL = cmp.Or(c.TTL, 10*time.Second)
-	c.Poll = cmp.Or(c.Poll, c.TTL/3)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -109,7 +109,7 @@ func New(locker aegis.Locker, name string, cfg *Config) (*Election, error) {
 	if c.TTL < 10*time.Millisecond {
 		return nil, invalid("elect: Config.TTL %s is shorter than 10ms", c.TTL)
 	}
-	if c.Poll < time.Millisecond {
+	if c.Poll != 0 && c.Poll < time.Millisecond {
 		return nil, invalid("elect: Config.Poll %s is shorter than 1ms", c.Poll)
 	}
 	return &Election{locker: locker, name: name, key: keyPrefix + name, cfg: c}, nil
@@ -275,46 +275,153 @@ type Leader struct {
 
 // Observe returns a channel of leader changes, closed when ctx ends. The
 // first value is the current leader (the zero Leader when there is none);
-// then one value per change of leader or term.
+// then one value per change of leader or term. Observe needs Config.Board.
 //
-// It polls the Board every Config.Poll (default TTL/3); the leader
-// publishes when it wins and refreshes its record every TTL/3. Delay: a new
-// leader, or a resignation, is seen within Poll plus one round trip; a
-// leader that crashed is seen as gone when its record expires, at most TTL
-// after its last refresh, plus Poll. A read error is logged and the last
-// value kept. Observe needs Config.Board.
+// Where the Board pushes (a Watcher: SQLBoard on PostgreSQL), Observe
+// reads the record when the Board says it changed: a new leader, or a
+// resignation, is seen within a round trip or two. A crashed leader sends
+// nothing; its record expires at most TTL after its last refresh, and
+// Observe, which read that expiry (an ExpiryReader), reads again then: the
+// lag is the drift between the store's clock and this process's over a
+// TTL. It also reads every Config.Poll (default one minute there), only as
+// a safety net for a change made past the Board (a record edited by hand).
+// While a watch is down (the connection lost), it reads every TTL/3 at
+// most and watches again with backoff.
+//
+// Where the Board cannot push (SQLBoard on SQLite), Observe polls every
+// Config.Poll (default TTL/3): a new leader or a resignation is seen within
+// Poll plus one round trip, a crashed leader within Poll of its record's
+// expiry (less with an ExpiryReader). A read error is logged, the last
+// value kept, and the read retried with backoff.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if e.cfg.Board == nil {
 		return nil, invalid("elect: Observe %q: Config.Board is not set", e.name)
 	}
 	ch := make(chan Leader)
-	go func() {
-		defer close(ch)
-		t := time.NewTicker(e.cfg.Poll)
-		defer t.Stop()
-		var last Leader
-		first := true
-		for {
-			cur, err := e.cfg.Board.Read(ctx, e.name)
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				e.cfg.Logger.Warn("elect: read the leader record", "election", e.name, "err", err)
-			case first || cur.Node != last.Node || cur.Token != last.Token:
-				select {
-				case ch <- cur:
-				case <-ctx.Done():
-					return
-				}
-				last, first = cur, false
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+	go e.observe(ctx, ch)
+	return ch, nil
+}
+
+// safetyPoll is Observe's default Poll where the Board pushes.
+const safetyPoll = time.Minute
+
+// watchRetry spaces Watch calls after a failure (a connection refused) or
+// a watch that ended soon after it began.
+var watchRetry = backoff.Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
+
+// expiryMargin is added to a record's time left before it is read again:
+// the store sees it expired only once its clock has passed the expiry.
+const expiryMargin = time.Millisecond
+
+func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
+	defer close(ch)
+	w, _ := e.cfg.Board.(Watcher)
+	er, _ := e.cfg.Board.(ExpiryReader)
+	var (
+		wake       <-chan struct{} // nil while not watching
+		watchSince time.Time       // when the current watch began
+		watchFail  int             // failed or short-lived watches in a row
+		watchAt    time.Time       // when to call Watch again, after a failure
+		readFail   int             // failed reads in a row
+		last       Leader
+		first      = true
+	)
+	defer func() {
+		if wake != nil {
+			for range wake { // the watch ends with ctx: wait for its goroutine
 			}
 		}
 	}()
-	return ch, nil
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if w != nil && wake == nil && !time.Now().Before(watchAt) {
+			// Watch before reading, so no change falls between the two.
+			c, err := w.Watch(ctx, e.name)
+			switch {
+			case err == nil:
+				wake, watchSince = c, time.Now()
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, errors.ErrUnsupported):
+				w = nil
+			default:
+				e.cfg.Logger.Warn("elect: watch the leader record; polling meanwhile", "election", e.name, "err", err)
+				watchAt = time.Now().Add(watchRetry.Delay(watchFail))
+				watchFail++
+			}
+		}
+		var (
+			cur  Leader
+			left time.Duration
+			err  error
+		)
+		if er != nil {
+			cur, left, err = er.ReadExpiry(ctx, e.name)
+		} else {
+			cur, err = e.cfg.Board.Read(ctx, e.name)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			e.cfg.Logger.Warn("elect: read the leader record", "election", e.name, "err", err)
+			readFail++
+		case first || cur.Node != last.Node || cur.Token != last.Token:
+			readFail = 0
+			select {
+			case ch <- cur:
+			case <-ctx.Done():
+				return
+			}
+			last, first = cur, false
+		default:
+			readFail = 0
+		}
+
+		// The next read: at Poll, or sooner when the record expires, a
+		// read failed, or the watch is down.
+		next := e.poll(w != nil)
+		if w != nil && wake == nil {
+			next = min(next, e.cfg.TTL/3, max(time.Until(watchAt), 0))
+		}
+		if readFail > 0 {
+			next = min(next, retry.Delay(readFail-1))
+		}
+		if cur.Token != 0 && left > 0 {
+			next = min(next, left+expiryMargin)
+		}
+		timer.Reset(next) // since Go 1.23, Reset drops a value not received
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-wake:
+			if !ok {
+				// Lost: read at once (a change may have been missed), and
+				// watch again, at once after a watch that lasted, with
+				// backoff after one that ended soon (no spinning on a
+				// server that drops every listener).
+				wake = nil
+				if time.Since(watchSince) > watchRetry.Max {
+					watchFail, watchAt = 0, time.Time{}
+				} else {
+					watchAt = time.Now().Add(watchRetry.Delay(watchFail))
+					watchFail++
+				}
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// poll is how long Observe waits between reads when nothing wakes it.
+func (e *Election) poll(pushed bool) time.Duration {
+	switch {
+	case e.cfg.Poll != 0:
+		return e.cfg.Poll
+	case pushed:
+		return safetyPoll
+	default:
+		return e.cfg.TTL / 3
+	}
 }

@@ -128,6 +128,10 @@ func TestConfigErrors(t *testing.T) {
 	invalid(err, "elect: BoardConfig.Table")
 	_, err = elect.NewSQLBoard(t.Context(), nil, nil)
 	invalid(err, "elect: NewSQLBoard: db is nil")
+	_, err = elect.NewSQLBoardFromPool(t.Context(), nil, nil)
+	invalid(err, "elect: NewSQLBoardFromPool: pool is nil")
+	_, err = elect.NewSQLBoardFromPool(t.Context(), s.pool, &elect.BoardConfig{Table: "a.b.c"})
+	invalid(err, "elect: BoardConfig.Table")
 }
 
 // Three candidates campaign again and again on separate pools: never two
@@ -354,7 +358,14 @@ func child(url, node string) int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
-	e, err := elect.New(locker, "processes", &elect.Config{Node: node, TTL: 600 * time.Millisecond})
+	cfg := &elect.Config{Node: node, TTL: 600 * time.Millisecond}
+	if os.Getenv("ELECT_CHILD_BOARD") != "" {
+		if cfg.Board, err = elect.NewSQLBoardFromPool(ctx, pool, nil); err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+	}
+	e, err := elect.New(locker, "processes", cfg)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -365,6 +376,11 @@ func child(url, node string) int {
 		return 1
 	}
 	fmt.Println("LEADER", lead.Token())
+	if cfg.Board != nil { // it leads, publishing its record, until killed
+		<-lead.Context().Done()
+		fmt.Println("LOST", lead.Token())
+		return 0
+	}
 	for {
 		tx, err := db.BeginTx(ctx, nil)
 		if err == nil {
@@ -400,9 +416,10 @@ type proc struct {
 	lines chan string
 }
 
-func startChild(t *testing.T, url, node string) *proc {
+func startChild(t *testing.T, url, node string, env ...string) *proc {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ELECT_CHILD_URL="+url, "ELECT_CHILD_NODE="+node)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -511,4 +528,31 @@ func TestLeaderProcesses(t *testing.T) {
 	require.NoError(t, s.db.QueryRowContext(t.Context(),
 		`SELECT count(*) FROM leader_writes WHERE token = $1 AND id > $2`, t2, firstOfC).Scan(&late))
 	require.Zero(t, late, "no write of the deposed leader landed after its successor's")
+}
+
+// A leader process killed (SIGKILL) publishes nothing more and withdraws
+// nothing: an observer with Poll an hour sees it lead, then sees no leader
+// once its record expires, woken by the record's expiry it had read.
+func TestObserveKilledLeader(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	s := newStore(t, url)
+	obs, err := elect.New(s.locker, "processes", &elect.Config{Node: "observer", TTL: time.Minute, Poll: time.Hour, Board: s.board})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := obs.Observe(ctx)
+	require.NoError(t, err)
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+
+	p := startChild(t, url, "doomed", "ELECT_CHILD_BOARD=1")
+	f := p.expect(t, 15*time.Second)
+	require.Equal(t, "LEADER", f[0])
+	got := testenv.Recv(t, ch, 10*time.Second, "the child's leadership observed (Poll 1h)")
+	require.Equal(t, "doomed", got.Node)
+	require.Equal(t, f[1], strconv.FormatInt(int64(got.Token), 10))
+
+	require.NoError(t, p.cmd.Process.Kill())
+	_ = p.cmd.Wait()
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the killed leader's record expiring observed (Poll 1h, TTL 600ms)"))
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
@@ -34,9 +33,7 @@ func Example() {
 
 // campaign is docs/schedule.md's election, as printed there.
 func campaign(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool) // or sqlitelease.Open(path), with sqlitelease.New(db, nil)
-	defer db.Close()
-	board, err := elect.NewSQLBoard(ctx, db, nil) // the leader record Observe reads; creates its table
+	board, err := elect.NewSQLBoardFromPool(ctx, pool, nil) // the leader record Observe reads, pushed by NOTIFY; creates its table (SQLite: NewSQLBoard(ctx, db, nil))
 	if err != nil {
 		return err
 	}

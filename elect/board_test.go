@@ -1,0 +1,262 @@
+package elect_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/lease/memlease"
+	"github.com/aegislab/aegis/lease/sqlitelease"
+)
+
+// boardKind is one Board implementation under the shared suite. setup
+// prepares a store for the test and returns how to open a handle on it:
+// each call a handle of its own, as another process would have.
+type boardKind struct {
+	name   string
+	pushes bool // a Watcher that can watch: Observe need not poll
+	setup  func(t *testing.T) func() elect.Board
+}
+
+var boardKinds = []boardKind{
+	{"postgres", true, func(t *testing.T) func() elect.Board {
+		url := testenv.PostgresURL(t)
+		return func() elect.Board {
+			pool, err := pgxpool.New(context.Background(), url)
+			require.NoError(t, err)
+			db := stdlib.OpenDBFromPool(pool)
+			t.Cleanup(func() { db.Close(); pool.Close() })
+			b, err := elect.NewSQLBoard(t.Context(), db, nil)
+			require.NoError(t, err)
+			return b
+		}
+	}},
+	{"postgres-pool", true, func(t *testing.T) func() elect.Board {
+		url := testenv.PostgresURL(t)
+		return func() elect.Board {
+			pool, err := pgxpool.New(context.Background(), url)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			b, err := elect.NewSQLBoardFromPool(t.Context(), pool, &elect.BoardConfig{Table: "leader_record"})
+			require.NoError(t, err)
+			return b
+		}
+	}},
+	{"sqlite", false, func(t *testing.T) func() elect.Board {
+		path := filepath.Join(t.TempDir(), "board.db")
+		return func() elect.Board {
+			db, err := sqlitelease.Open(path)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			b, err := elect.NewSQLBoard(t.Context(), db, nil)
+			require.NoError(t, err)
+			return b
+		}
+	}},
+}
+
+// readBoard is b.Read that fails the test on an error.
+func readBoard(t *testing.T, b elect.Board, election string) elect.Leader {
+	t.Helper()
+	l, err := b.Read(t.Context(), election)
+	require.NoError(t, err)
+	return l
+}
+
+// The contract every Board keeps: a lower token is refused with
+// aegis.ErrStale and changes nothing, a withdrawal of an earlier term is
+// ignored, Read returns the live record only, and a Watcher wakes on a
+// change made through another handle.
+func TestBoardContract(t *testing.T) {
+	t.Parallel()
+	for _, kind := range boardKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			open := kind.setup(t)
+			b, other := open(), open()
+			ctx := t.Context()
+			const e = "contract"
+			since := time.UnixMicro(time.Now().UnixMicro())
+			same := func(want, got elect.Leader) {
+				t.Helper()
+				require.Equal(t, want.Node, got.Node)
+				require.Equal(t, want.Token, got.Token)
+				require.True(t, want.Since.Equal(got.Since), "since %s, want %s", got.Since, want.Since)
+			}
+
+			require.Equal(t, elect.Leader{}, readBoard(t, b, e), "never published")
+			a5 := elect.Leader{Node: "a", Token: 5, Since: since}
+			require.NoError(t, b.Publish(ctx, e, a5, time.Minute))
+			same(a5, readBoard(t, other, e))
+
+			err := other.Publish(ctx, e, elect.Leader{Node: "old", Token: 4, Since: since}, time.Minute)
+			require.ErrorIs(t, err, aegis.ErrStale, "a lower token")
+			same(a5, readBoard(t, b, e))
+			require.NoError(t, b.Publish(ctx, e, a5, time.Minute), "a refresh of the same term")
+
+			b6 := elect.Leader{Node: "b", Token: 6, Since: since.Add(time.Second)}
+			require.NoError(t, other.Publish(ctx, e, b6, time.Minute))
+			require.NoError(t, b.Withdraw(ctx, e, 5), "a withdrawal of an earlier term")
+			same(b6, readBoard(t, b, e))
+			if er, ok := b.(elect.ExpiryReader); ok {
+				l, left, err := er.ReadExpiry(ctx, e)
+				require.NoError(t, err)
+				same(b6, l)
+				require.Greater(t, left, time.Duration(0))
+				require.LessOrEqual(t, left, time.Minute)
+			}
+			require.NoError(t, other.Withdraw(ctx, e, 6))
+			require.Equal(t, elect.Leader{}, readBoard(t, b, e), "withdrawn")
+			require.ErrorIs(t, b.Publish(ctx, e, elect.Leader{Node: "old", Token: 5}, time.Minute), aegis.ErrStale,
+				"a lower token than a withdrawn term's")
+
+			c7 := elect.Leader{Node: "c", Token: 7, Since: since}
+			require.NoError(t, b.Publish(ctx, e, c7, 200*time.Millisecond))
+			require.Eventually(t, func() bool { return readBoard(t, other, e) == elect.Leader{} }, 10*time.Second, 10*time.Millisecond,
+				"a record published for 200ms still live after 10s")
+			require.Equal(t, elect.Leader{}, readBoard(t, other, "another-election"))
+
+			w, ok := b.(elect.Watcher)
+			if !ok {
+				require.False(t, kind.pushes, "%T is not a Watcher", b)
+				return
+			}
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			wake, err := w.Watch(wctx, e)
+			if !kind.pushes {
+				require.ErrorIs(t, err, errors.ErrUnsupported)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, other.Publish(ctx, e, elect.Leader{Node: "d", Token: 8, Since: since}, time.Minute))
+			require.True(t, recvWake(t, wake, "a wake after another handle's Publish"), "the watch ended instead of waking")
+			require.NoError(t, other.Withdraw(ctx, e, 8))
+			require.True(t, recvWake(t, wake, "a wake after another handle's Withdraw"), "the watch ended instead of waking")
+			stop()
+			for recvWake(t, wake, "the watch's channel closed when its ctx ended") {
+			}
+		})
+	}
+}
+
+// recvWake receives from wake within 10s, failing the test otherwise, and
+// reports whether wake was still open.
+func recvWake(t *testing.T, wake <-chan struct{}, what string) bool {
+	t.Helper()
+	select {
+	case _, ok := <-wake:
+		return ok
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+		return false
+	}
+}
+
+// Observe with Poll an hour, on a Board that pushes, sees a new leader, a
+// resignation and a crashed leader's record expiring: nothing but the
+// Board's push or the record's expiry can wake it within the test's bound
+// (its TTL is a minute, so even a broken watch's polling, every TTL/3,
+// would come too late). A Board that cannot push is polled at the default
+// Poll and sees the same.
+func TestObserveEveryBoard(t *testing.T) {
+	t.Parallel()
+	for _, kind := range boardKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			open := kind.setup(t)
+			locker := memlease.New() // the lease's store; the record is the Board's
+			cfg := &elect.Config{Node: "observer", TTL: time.Minute, Poll: time.Hour, Board: open()}
+			if !kind.pushes {
+				cfg.TTL, cfg.Poll = time.Second, 0 // polls every TTL/3
+			}
+			obs, err := elect.New(locker, "pushed", cfg)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			ch, err := obs.Observe(ctx)
+			require.NoError(t, err)
+			next := func(what string) elect.Leader {
+				t.Helper()
+				return testenv.Recv(t, ch, 10*time.Second, what+" observed (Poll "+cfg.Poll.String()+")")
+			}
+			require.Equal(t, elect.Leader{}, next("nobody leading"))
+
+			a, err := elect.New(locker, "pushed", &elect.Config{Node: "node-a", TTL: 2 * time.Second, Board: open()})
+			require.NoError(t, err)
+			leadA := campaignWithin(t, t.Context(), a, 10*time.Second)
+			got := next("node-a leading")
+			require.Equal(t, "node-a", got.Node)
+			require.Equal(t, leadA.Token(), got.Token)
+
+			require.NoError(t, leadA.Resign(t.Context()))
+			require.Equal(t, elect.Leader{}, next("node-a's resignation"))
+
+			// A leader that crashed: its record, published once, is never
+			// refreshed nor withdrawn, and expires.
+			crashed := elect.Leader{Node: "crashed", Token: leadA.Token() + 1, Since: time.UnixMicro(time.Now().UnixMicro())}
+			require.NoError(t, open().Publish(t.Context(), "pushed", crashed, 500*time.Millisecond))
+			got = next("the crashed leader's record")
+			require.Equal(t, "crashed", got.Node)
+			require.Equal(t, elect.Leader{}, next("the crashed leader's record expiring"))
+
+			cancel()
+			for open := true; open; {
+				select {
+				case _, open = <-ch:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Observe's channel was not closed within 10s of its ctx's end")
+				}
+			}
+		})
+	}
+}
+
+// A watch whose connection is cut (the listening backend terminated) is
+// made again: Observe, with Poll an hour and TTL a minute, still sees the
+// next leader.
+func TestObserveWatchesAgain(t *testing.T) {
+	t.Parallel()
+	url := testenv.PostgresURL(t)
+	s := newStore(t, url)
+	obs, err := elect.New(s.locker, "rewatched", &elect.Config{Node: "observer", TTL: time.Minute, Poll: time.Hour, Board: s.board})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := obs.Observe(ctx)
+	require.NoError(t, err)
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+
+	// The listener: the backend whose last statement is the board's LISTEN.
+	listener := func() int32 {
+		var pid int32
+		err := s.pool.QueryRow(t.Context(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE query = 'LISTEN aegis_elect_' || 'aegis_leader'::regclass::oid`).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	var first int32
+	require.Eventually(t, func() bool { first = listener(); return first != 0 }, 10*time.Second, 10*time.Millisecond,
+		"no backend listens on the board's channel")
+	var ok bool
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, first).Scan(&ok))
+	require.True(t, ok)
+	require.Eventually(t, func() bool { pid := listener(); return pid != 0 && pid != first }, 10*time.Second, 10*time.Millisecond,
+		"the observer did not listen again after its connection was cut")
+
+	lead := campaignWithin(t, t.Context(), candidate(t, newStore(t, url), "rewatched", "node-a", time.Second), 10*time.Second)
+	got := testenv.Recv(t, ch, 10*time.Second, "the leader elected after the watch was cut")
+	require.Equal(t, "node-a", got.Node)
+	require.Equal(t, lead.Token(), got.Token)
+	require.NoError(t, lead.Resign(t.Context()))
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the resignation"))
+}
