@@ -9,10 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/elect/redisboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/memlease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -48,6 +50,16 @@ var boardKinds = []boardKind{
 			t.Cleanup(pool.Close)
 			b, err := elect.NewSQLBoardFromPool(t.Context(), pool, &elect.BoardConfig{Table: "leader_record"})
 			require.NoError(t, err)
+			return b
+		}
+	}},
+	{"redis", true, func(t *testing.T) func() elect.Board {
+		addr, prefix := testenv.RedisAddrs(t)[0], testenv.Key(t)+":"
+		return func() elect.Board {
+			client := redis.NewClient(&redis.Options{Addr: addr})
+			b, err := redisboard.New(client, &redisboard.Config{Prefix: prefix})
+			require.NoError(t, err)
+			t.Cleanup(func() { b.Close(); client.Close() })
 			return b
 		}
 	}},

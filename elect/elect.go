@@ -56,7 +56,8 @@ type Config struct {
 	// most about TTL. Default 10s.
 	TTL time.Duration
 	// Board is where the leader publishes its record, for Observe. Default
-	// none: Observe then returns an error. See NewSQLBoard.
+	// none: Observe then returns an error. See NewSQLBoard and package
+	// elect/redisboard.
 	Board Board
 	// Poll is how often Observe reads the Board when nothing tells it to.
 	// Default TTL/3 where the Board cannot push; where it can (a Watcher),
@@ -277,9 +278,10 @@ type Leader struct {
 // first value is the current leader (the zero Leader when there is none);
 // then one value per change of leader or term. Observe needs Config.Board.
 //
-// Where the Board pushes (a Watcher: SQLBoard on PostgreSQL), Observe
-// reads the record when the Board says it changed: a new leader, or a
-// resignation, is seen within a round trip or two. A crashed leader sends
+// Where the Board pushes (a Watcher: SQLBoard on PostgreSQL, package
+// elect/redisboard), Observe reads the record when the Board says it
+// changed: a new leader, or a resignation, is seen within a round trip or
+// two. A crashed leader sends
 // nothing; its record expires at most TTL after its last refresh, and
 // Observe, which read that expiry (an ExpiryReader), reads again then: the
 // lag is the drift between the store's clock and this process's over a
@@ -290,9 +292,10 @@ type Leader struct {
 //
 // Where the Board cannot push (SQLBoard on SQLite), Observe polls every
 // Config.Poll (default TTL/3): a new leader or a resignation is seen within
-// Poll plus one round trip, a crashed leader within Poll of its record's
-// expiry (less with an ExpiryReader). A read error is logged, the last
-// value kept, and the read retried with backoff.
+// Poll plus one round trip; a crashed leader at its record's expiry where
+// the Board is an ExpiryReader (SQLBoard is), else within Poll of it. A
+// read error is logged, the last value kept, and the read retried with
+// backoff.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if e.cfg.Board == nil {
 		return nil, invalid("elect: Observe %q: Config.Board is not set", e.name)
