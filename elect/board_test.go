@@ -11,9 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
+	"github.com/aegislab/aegis/elect/etcdboard"
 	"github.com/aegislab/aegis/elect/redisboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/memlease"
@@ -60,6 +63,17 @@ var boardKinds = []boardKind{
 			b, err := redisboard.New(client, &redisboard.Config{Prefix: prefix})
 			require.NoError(t, err)
 			t.Cleanup(func() { b.Close(); client.Close() })
+			return b
+		}
+	}},
+	{"etcd", true, func(t *testing.T) func() elect.Board {
+		endpoints, prefix := testenv.EtcdEndpoints(t), testenv.Key(t)+"/"
+		return func() elect.Board {
+			client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			require.NoError(t, err)
+			t.Cleanup(func() { client.Close() })
+			b, err := etcdboard.New(client, &etcdboard.Config{Prefix: prefix})
+			require.NoError(t, err)
 			return b
 		}
 	}},

@@ -278,17 +278,18 @@ type Leader struct {
 // first value is the current leader (the zero Leader when there is none);
 // then one value per change of leader or term. Observe needs Config.Board.
 //
-// Where the Board pushes (a Watcher: SQLBoard on PostgreSQL, package
-// elect/redisboard), Observe reads the record when the Board says it
-// changed: a new leader, or a resignation, is seen within a round trip or
-// two. A crashed leader sends
-// nothing; its record expires at most TTL after its last refresh, and
-// Observe, which read that expiry (an ExpiryReader), reads again then: the
-// lag is the drift between the store's clock and this process's over a
-// TTL. It also reads every Config.Poll (default one minute there), only as
-// a safety net for a change made past the Board (a record edited by hand).
-// While a watch is down (the connection lost), it reads every TTL/3 at
-// most and watches again with backoff.
+// Where the Board pushes (a Watcher: SQLBoard on PostgreSQL, packages
+// elect/redisboard and elect/etcdboard), Observe reads the record when the
+// Board says it changed: a new leader, or a resignation, is seen within a
+// round trip or two. A crashed leader's record expires at most TTL after
+// its last refresh; on etcd the expiry deletes it and is pushed, elsewhere
+// nothing is sent, and Observe, which read the record's time left (an
+// ExpiryReader), reads again then: the lag is the drift between the
+// store's clock and this process's over a TTL. It also reads every
+// Config.Poll (default one minute there), only as a safety net for a
+// change made past the Board (a record edited by hand). While a watch is
+// down (the connection lost), it reads every TTL/3 at most and watches
+// again with backoff.
 //
 // Where the Board cannot push (SQLBoard on SQLite), Observe polls every
 // Config.Poll (default TTL/3): a new leader or a resignation is seen within
