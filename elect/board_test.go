@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,7 @@ import (
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/elect/etcdboard"
 	"github.com/aegislab/aegis/elect/redisboard"
+	"github.com/aegislab/aegis/elect/zkboard"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/memlease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -77,6 +79,17 @@ var boardKinds = []boardKind{
 			return b
 		}
 	}},
+	{"zookeeper", true, func(t *testing.T) func() elect.Board {
+		servers, root := testenv.ZKServers(t), "/"+testenv.Key(t)
+		return func() elect.Board {
+			conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(quietZK{}))
+			require.NoError(t, err)
+			b, err := zkboard.New(conn, &zkboard.Config{Root: root})
+			require.NoError(t, err)
+			t.Cleanup(func() { b.Close(); conn.Close() })
+			return b
+		}
+	}},
 	{"sqlite", false, func(t *testing.T) func() elect.Board {
 		path := filepath.Join(t.TempDir(), "board.db")
 		return func() elect.Board {
@@ -89,6 +102,11 @@ var boardKinds = []boardKind{
 		}
 	}},
 }
+
+// quietZK silences go-zookeeper's log of its connections.
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
 
 // readBoard is b.Read that fails the test on an error.
 func readBoard(t *testing.T, b elect.Board, election string) elect.Leader {

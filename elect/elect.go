@@ -56,8 +56,8 @@ type Config struct {
 	// most about TTL. Default 10s.
 	TTL time.Duration
 	// Board is where the leader publishes its record, for Observe. Default
-	// none: Observe then returns an error. See NewSQLBoard and package
-	// elect/redisboard.
+	// none: Observe then returns an error. See NewSQLBoard and packages
+	// elect/redisboard, elect/etcdboard and elect/zkboard.
 	Board Board
 	// Poll is how often Observe reads the Board when nothing tells it to.
 	// Default TTL/3 where the Board cannot push; where it can (a Watcher),
@@ -279,11 +279,11 @@ type Leader struct {
 // then one value per change of leader or term. Observe needs Config.Board.
 //
 // Where the Board pushes (a Watcher: SQLBoard on PostgreSQL, packages
-// elect/redisboard and elect/etcdboard), Observe reads the record when the
-// Board says it changed: a new leader, or a resignation, is seen within a
-// round trip or two. A crashed leader's record expires at most TTL after
-// its last refresh; on etcd the expiry deletes it and is pushed, elsewhere
-// nothing is sent, and Observe, which read the record's time left (an
+// elect/redisboard, elect/etcdboard and elect/zkboard), Observe reads the
+// record when the Board says it changed: a new leader, or a resignation,
+// is seen within a round trip or two. A crashed leader's record expires
+// at most TTL after its last refresh; on etcd and ZooKeeper the expiry
+// deletes it and is pushed, elsewhere nothing is sent, and Observe, which read the record's time left (an
 // ExpiryReader), reads again then: the lag is the drift between the
 // store's clock and this process's over a TTL. It also reads every
 // Config.Poll (default one minute there), only as a safety net for a
