@@ -84,8 +84,9 @@ type record struct {
 func topValue(t aegis.Token) string { return fmt.Sprintf("%020d", int64(t)) }
 
 // Publish implements elect.Board: a refresh of the live term keeps its
-// lease alive (one round trip, no write); a new term grants a lease and
-// writes in one transaction (three round trips). A token below 1 is an
+// lease alive for the TTL the lease was granted with (two round trips, no
+// write; a different ttl is not applied until the next term); a new term
+// grants a lease and writes in one transaction (three round trips). A token below 1 is an
 // error wrapping aegis.ErrInvalid; a token below the greatest published,
 // one wrapping aegis.ErrStale.
 func (b *Board) Publish(ctx context.Context, election string, l elect.Leader, ttl time.Duration) error {

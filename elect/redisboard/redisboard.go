@@ -17,6 +17,11 @@
 // resubscribed, so that they read the record. A crashed leader's record
 // expires without a message; elect.Observe reads it again at its expiry
 // (ReadExpiry).
+//
+// Its scripts (EVALSHA, EVAL) run GET, SET, HGET, HMGET, HSET, DEL,
+// PEXPIRE, PTTL and PUBLISH on the election's keys, and Watch SUBSCRIBEs to
+// its channel: a least-privilege Redis user needs those on the prefix's
+// keys and channels.
 package redisboard
 
 import (
