@@ -2,8 +2,12 @@ package elect_test
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,4 +307,54 @@ func TestObserveWatchesAgain(t *testing.T) {
 	require.Equal(t, lead.Token(), got.Token)
 	require.NoError(t, lead.Resign(t.Context()))
 	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the resignation"))
+}
+
+// wrappedPgx is pgx's database/sql driver behind a wrapper, as another
+// PostgreSQL driver would be: the Board cannot reach a pgx connection.
+type wrappedPgx struct{ driver.Driver }
+
+func (d wrappedPgx) Open(name string) (driver.Conn, error) {
+	c, err := d.Driver.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return struct{ driver.Conn }{c}, nil
+}
+
+var registerWrapped = sync.OnceFunc(func() { sql.Register("elect-wrapped-pgx", wrappedPgx{stdlib.GetDefaultDriver()}) })
+
+// A SQLBoard on PostgreSQL through a driver other than pgx cannot LISTEN:
+// Watch says so (errors.ErrUnsupported), and Observe polls it at the
+// default Poll, saying so in its log.
+func TestWatchNeedsPgx(t *testing.T) {
+	t.Parallel()
+	registerWrapped()
+	db, err := sql.Open("elect-wrapped-pgx", testenv.PostgresURL(t))
+	require.NoError(t, err)
+	defer db.Close()
+	b, err := elect.NewSQLBoard(t.Context(), db, nil)
+	require.NoError(t, err)
+	_, err = b.Watch(t.Context(), "e")
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.ErrorContains(t, err, "the *sql.DB's driver is not pgx")
+
+	var log testenv.Buffer
+	obs, err := elect.New(memlease.New(), "e", &elect.Config{TTL: time.Second, Board: b, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := obs.Observe(ctx)
+	require.NoError(t, err)
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+	require.NoError(t, b.Publish(t.Context(), "e", elect.Leader{Node: "a", Token: 1}, time.Minute))
+	require.Equal(t, "a", testenv.Recv(t, ch, 10*time.Second, "the leader, polled every TTL/3").Node)
+	require.Contains(t, log.String(), "the Board cannot push; polling")
+	cancel()
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Observe's channel was not closed within 10s of its ctx's end")
+		}
+	}
 }

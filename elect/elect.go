@@ -291,8 +291,9 @@ type Leader struct {
 // down (the connection lost), it reads every TTL/3 at most and watches
 // again with backoff.
 //
-// Where the Board cannot push (SQLBoard on SQLite), Observe polls every
-// Config.Poll (default TTL/3): a new leader or a resignation is seen within
+// Where the Board cannot push (SQLBoard on SQLite, or on PostgreSQL through
+// a driver other than pgx), Observe says so in the log (Info) and polls
+// every Config.Poll (default TTL/3): a new leader or a resignation is seen within
 // Poll plus one round trip; a crashed leader at its record's expiry where
 // the Board is an ExpiryReader (SQLBoard is), else within Poll of it. A
 // read error is logged, the last value kept, and the read retried with
@@ -349,6 +350,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 				return
 			case errors.Is(err, errors.ErrUnsupported):
 				w = nil
+				e.cfg.Logger.Info("elect: the Board cannot push; polling", "election", e.name, "poll", e.poll(false), "err", err)
 			default:
 				e.cfg.Logger.Warn("elect: watch the leader record; polling meanwhile", "election", e.name, "err", err)
 				watchAt = time.Now().Add(watchRetry.Delay(watchFail))
