@@ -197,6 +197,33 @@ func TestBoardContract(t *testing.T) {
 	}
 }
 
+// observing is an Observe of e for the test: it checks the first value is
+// no leader, and its stop (also run when the test ends) cancels it and
+// waits, bounded, for the channel to close.
+func observing(t *testing.T, e *elect.Election) (ch <-chan elect.Leader, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, err := e.Observe(ctx)
+	require.NoError(t, err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			for open := true; open; {
+				select {
+				case _, open = <-ch:
+				case <-time.After(10 * time.Second):
+					t.Error("Observe's channel was not closed within 10s of its ctx's end")
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(stop)
+	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value (no leader yet)"))
+	return ch, stop
+}
+
 // recvWake receives from wake within 10s, failing the test otherwise, and
 // reports whether wake was still open.
 func recvWake(t *testing.T, wake <-chan struct{}, what string) bool {
@@ -229,15 +256,11 @@ func TestObserveEveryBoard(t *testing.T) {
 			}
 			obs, err := elect.New(locker, "pushed", cfg)
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			ch, err := obs.Observe(ctx)
-			require.NoError(t, err)
+			ch, stop := observing(t, obs)
 			next := func(what string) elect.Leader {
 				t.Helper()
 				return testenv.Recv(t, ch, 10*time.Second, what+" observed (Poll "+cfg.Poll.String()+")")
 			}
-			require.Equal(t, elect.Leader{}, next("nobody leading"))
 
 			a, err := elect.New(locker, "pushed", &elect.Config{Node: "node-a", TTL: 2 * time.Second, Board: open()})
 			require.NoError(t, err)
@@ -256,15 +279,7 @@ func TestObserveEveryBoard(t *testing.T) {
 			got = next("the crashed leader's record")
 			require.Equal(t, "crashed", got.Node)
 			require.Equal(t, elect.Leader{}, next("the crashed leader's record expiring"))
-
-			cancel()
-			for open := true; open; {
-				select {
-				case _, open = <-ch:
-				case <-time.After(10 * time.Second):
-					t.Fatal("Observe's channel was not closed within 10s of its ctx's end")
-				}
-			}
+			stop()
 		})
 	}
 }
@@ -278,11 +293,7 @@ func TestObserveWatchesAgain(t *testing.T) {
 	s := newStore(t, url)
 	obs, err := elect.New(s.locker, "rewatched", &elect.Config{Node: "observer", TTL: time.Minute, Poll: time.Hour, Board: s.board})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ch, err := obs.Observe(ctx)
-	require.NoError(t, err)
-	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+	ch, _ := observing(t, obs)
 
 	// The listener: the backend whose last statement is the board's LISTEN.
 	listener := func() int32 {
@@ -341,20 +352,8 @@ func TestWatchNeedsPgx(t *testing.T) {
 	var log testenv.Buffer
 	obs, err := elect.New(memlease.New(), "e", &elect.Config{TTL: time.Second, Board: b, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ch, err := obs.Observe(ctx)
-	require.NoError(t, err)
-	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+	ch, _ := observing(t, obs)
 	require.NoError(t, b.Publish(t.Context(), "e", elect.Leader{Node: "a", Token: 1}, time.Minute))
 	require.Equal(t, "a", testenv.Recv(t, ch, 10*time.Second, "the leader, polled every TTL/3").Node)
 	require.Contains(t, log.String(), "the Board cannot push; polling")
-	cancel()
-	for open := true; open; {
-		select {
-		case _, open = <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Observe's channel was not closed within 10s of its ctx's end")
-		}
-	}
 }

@@ -539,11 +539,7 @@ func TestObserveKilledLeader(t *testing.T) {
 	s := newStore(t, url)
 	obs, err := elect.New(s.locker, "processes", &elect.Config{Node: "observer", TTL: time.Minute, Poll: time.Hour, Board: s.board})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ch, err := obs.Observe(ctx)
-	require.NoError(t, err)
-	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the first value"))
+	ch, _ := observing(t, obs)
 
 	p := startChild(t, url, "doomed", "ELECT_CHILD_BOARD=1")
 	f := p.expect(t, 15*time.Second)
