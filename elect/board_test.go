@@ -262,7 +262,9 @@ func TestObserveEveryBoard(t *testing.T) {
 				return testenv.Recv(t, ch, 10*time.Second, what+" observed (Poll "+cfg.Poll.String()+")")
 			}
 
-			a, err := elect.New(locker, "pushed", &elect.Config{Node: "node-a", TTL: 2 * time.Second, Board: open()})
+			// A long TTL: node-a's refreshes are never late enough, even on
+			// a loaded machine, to let its record lapse (Resign ends it).
+			a, err := elect.New(locker, "pushed", &elect.Config{Node: "node-a", TTL: 10 * time.Second, Board: open()})
 			require.NoError(t, err)
 			leadA := campaignWithin(t, t.Context(), a, 10*time.Second)
 			got := next("node-a leading")

@@ -550,5 +550,13 @@ func TestObserveKilledLeader(t *testing.T) {
 
 	require.NoError(t, p.cmd.Process.Kill())
 	_ = p.cmd.Wait()
-	require.Equal(t, elect.Leader{}, testenv.Recv(t, ch, 10*time.Second, "the killed leader's record expiring observed (Poll 1h, TTL 600ms)"))
+	// Until then a refresh late on a loaded machine may have let the
+	// record lapse and come back: the same leader, seen again.
+	for {
+		got := testenv.Recv(t, ch, 10*time.Second, "the killed leader's record expiring observed (Poll 1h, TTL 600ms)")
+		if got == (elect.Leader{}) {
+			break
+		}
+		require.Equal(t, "doomed", got.Node)
+	}
 }

@@ -151,6 +151,9 @@ func (b *Board) Publish(ctx context.Context, election string, l elect.Leader, tt
 		if err := b.ensure(dir); err != nil {
 			return fmt.Errorf("zkboard: publish %q: %w", election, err)
 		}
+		if _, err := b.conn.Sync("/"); err != nil { // read the leader's state, as Read does
+			return fmt.Errorf("zkboard: publish %q: sync: %w", election, err)
+		}
 		top, topStat, err := b.conn.Get(dir + "/top")
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
@@ -245,10 +248,17 @@ func (b *Board) Withdraw(ctx context.Context, election string, token aegis.Token
 }
 
 // Read implements elect.Board: the record with the greatest token among
-// the election node's children (two requests).
+// the election node's children (three requests). It syncs first: the
+// server this session talks to may be a follower behind the leader, and a
+// read there could miss a record another session published.
 func (b *Board) Read(ctx context.Context, election string) (elect.Leader, error) {
 	if err := ctx.Err(); err != nil {
 		return elect.Leader{}, fmt.Errorf("zkboard: read %q: %w", election, err)
+	}
+	// A sync brings this session's server up to the leader's state as of
+	// now, whatever its path ("/" always exists).
+	if _, err := b.conn.Sync("/"); err != nil {
+		return elect.Leader{}, fmt.Errorf("zkboard: read %q: sync: %w", election, err)
 	}
 	dir := b.dir(election)
 	children, _, err := b.conn.Children(dir)
