@@ -246,10 +246,15 @@ func scheduled(ctx context.Context, pool *pgxpool.Pool, _ aegis.Locker, out io.W
 	return fmt.Errorf("the run of %s at %s is not in the run table", e.Name, r.Fire)
 }
 
-// leader campaigns in an election on the pglease Locker and writes the
-// leader's row through the fence with the term's token.
+// leader campaigns in an election on the pglease Locker, with its leader
+// record on a board on the pool, sees itself lead through Observe, and
+// writes the leader's row through the fence with the term's token.
 func leader(ctx context.Context, pool *pgxpool.Pool, locker aegis.Locker, out io.Writer) error {
-	e, err := elect.New(locker, "onepool", &elect.Config{Node: node})
+	board, err := elect.NewSQLBoardFromPool(ctx, pool, nil) // the leader record Observe reads
+	if err != nil {
+		return err
+	}
+	e, err := elect.New(locker, "onepool", &elect.Config{Node: node, Board: board})
 	if err != nil {
 		return err
 	}
@@ -258,6 +263,24 @@ func leader(ctx context.Context, pool *pgxpool.Pool, locker aegis.Locker, out io
 		return err
 	}
 	defer lead.Resign(context.WithoutCancel(ctx))
+	// An observer (another replica, say) sees the leader: the first value
+	// is the current record, published when the campaign won.
+	octx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	changes, err := e.Observe(octx)
+	if err != nil {
+		return err
+	}
+	for l := range changes {
+		if l.Token == lead.Token() {
+			fmt.Fprintf(out, "elect: observed %s leading onepool, term token %d\n", l.Node, l.Token)
+			break
+		}
+	}
+	if octx.Err() != nil {
+		return fmt.Errorf("observe: the leader's record was not seen within 10s")
+	}
+	stop()
 	err = pgx.BeginFunc(lead.Context(), pool, func(tx pgx.Tx) error {
 		if err := fence.Check(lead.Context(), tx, "leader/onepool", lead.Token()); err != nil {
 			return err

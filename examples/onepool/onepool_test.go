@@ -27,6 +27,7 @@ var (
 	ensureLine   = regexp.MustCompile(`(?m)^schedule: reconciliation ensured at version (\d+) \(@every 1s\)$`)
 	runLine      = regexp.MustCompile(`(?m)^schedule: the run of reconciliation at (\S+) read back: succeeded on onepool-1, token (\d+)$`)
 	electionLine = regexp.MustCompile(`(?m)^elect: onepool-1 leads onepool, term token (\d+)$`)
+	observedLine = regexp.MustCompile(`(?m)^elect: observed onepool-1 leading onepool, term token (\d+)$`)
 )
 
 // number is the n-th group of re's match in out, which must be there.
@@ -133,6 +134,7 @@ func TestOnePool(t *testing.T) {
 	// row has it.
 	e1, e2 := number(t, electionLine, first, 1), number(t, electionLine, second, 1)
 	require.Greater(t, e2, e1, "the second term's token")
+	require.Equal(t, e2, number(t, observedLine, second, 1), "the observer saw the leader's record, from the board on the pool")
 	row(`SELECT term FROM onepool_leader WHERE name = 'onepool'`, nil, &token)
 	require.Equal(t, e2, token)
 }
