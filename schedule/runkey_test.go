@@ -12,6 +12,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/tool/historytest"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/schedule"
 )
@@ -277,23 +278,8 @@ func TestLeaseLossCancelsJob(t *testing.T) {
 	}
 }
 
-// advanceWhenWaiting advances clock by d once the scheduler waits on it.
-func advanceWhenWaiting(t testing.TB, clock *schedule.ManualClock, d time.Duration) {
-	t.Helper()
-	deadline := time.After(5 * time.Second)
-	for {
-		n, changed := clock.Waiters()
-		if n > 0 {
-			clock.Advance(d)
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatal("the scheduler did not wait on the clock within 5s")
-		}
-	}
-}
+// advanceWhenWaiting advances clock by d once a scheduler waits on it.
+var advanceWhenWaiting = historytest.AdvanceWhenWaiting
 
 // A job longer than LockAtMostFor stays exclusive with keep-alive; without
 // it the lease expires mid-run, a second runner appears, and its writes win

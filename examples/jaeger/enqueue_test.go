@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aegislab/aegis/internal/tool/historytest"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/queue"
@@ -70,7 +71,7 @@ func jobEnqueuedInsideARun(t *testing.T, b *backend) {
 			return nil
 		},
 	})
-	advanceWhenWaiting(t, clock, time.Hour)
+	historytest.AdvanceWhenWaiting(t, clock, time.Hour)
 	id := testenv.Recv(t, enqueued, 10*time.Second, "the run enqueues the job")
 	work := testenv.Recv(t, worked, 30*time.Second, "the worker works the job")
 	stop(t, s)   // the run's span has ended

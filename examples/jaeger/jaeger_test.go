@@ -26,6 +26,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/fence"
+	"github.com/aegislab/aegis/internal/tool/historytest"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
@@ -118,7 +119,7 @@ func fencedRefusalThroughTwoSchedulers(t *testing.T, b *backend) {
 			return heldErr
 		},
 	})
-	advanceWhenWaiting(t, clock, time.Hour)
+	historytest.AdvanceWhenWaiting(t, clock, time.Hour)
 	testenv.Recv(t, started, 10*time.Second, "the holder's run")
 	wrote := make(chan error, 1)
 	successor := start(t, &schedule.Config{Node: "successor", Store: successorStore, Clock: clock, ReapInterval: 20 * time.Millisecond, TracerProvider: successorTP}, schedule.Job{
@@ -457,22 +458,4 @@ func stop(t *testing.T, s *schedule.Scheduler) {
 	done := make(chan struct{})
 	go func() { s.Stop(); close(done) }()
 	testenv.Recv(t, done, 30*time.Second, "the scheduler to stop")
-}
-
-// advanceWhenWaiting moves clock by d once a scheduler waits on it.
-func advanceWhenWaiting(t *testing.T, clock *schedule.ManualClock, d time.Duration) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		n, changed := clock.Waiters()
-		if n > 0 {
-			clock.Advance(d)
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatal("the scheduler did not wait on the clock within 10s")
-		}
-	}
 }

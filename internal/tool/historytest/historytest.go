@@ -47,8 +47,9 @@ func startScheduler(t *testing.T, db *sql.DB, cfg schedule.Config, jobs ...sched
 	return s, stop
 }
 
-// advanceWhenWaiting advances clock by d once a scheduler waits on it.
-func advanceWhenWaiting(t *testing.T, clock *schedule.ManualClock, d time.Duration) {
+// AdvanceWhenWaiting advances clock by d once a scheduler waits on it; the
+// test fails when none waits within 10 s.
+func AdvanceWhenWaiting(t testing.TB, clock *schedule.ManualClock, d time.Duration) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -115,7 +116,7 @@ func Make(t *testing.T, open func() *sql.DB) History {
 		},
 	})
 	t.Cleanup(release) // before the holder's stop: cleanups run last first
-	advanceWhenWaiting(t, clock, time.Hour)
+	AdvanceWhenWaiting(t, clock, time.Hour)
 	testenv.Recv(t, started, 20*time.Second, "the holder's run")
 	_, stopSuccessor := startScheduler(t, open(), schedule.Config{Node: "successor", Clock: clock, ReapInterval: 20 * time.Millisecond}, schedule.Job{
 		Name: "nightly", Every: time.Hour, LockAtMostFor: 5 * time.Second, Run: func(context.Context) error { return nil },
