@@ -229,3 +229,59 @@ func TestMissedTicksHeldAndPaused(t *testing.T) {
 		require.Equal(t, schedule.CausePaused, m.Cause)
 	}
 }
+
+// A tick its replica's loop has yet to settle is not the sweep's to
+// record, even past its deadline: a loop catching up (MisfireCatchUp, one
+// tick after the other) fires its second tick only once the first's run
+// ends, and runs it; the sweep, which meanwhile records another job's
+// missed ticks twice over, does not record it missed (down) first.
+func TestMissedTicksLeaveTheLoopItsTicks(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := schedule.NewManualClock(t0)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	started := make(chan struct{}, 1)
+	log, events := &runLog{}, &runLog{}
+	start(t, &schedule.Config{Node: "n1", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond, OnEvent: events.onEvent},
+		schedule.Job{Name: "catchup", Every: time.Minute, Misfire: schedule.MisfireCatchUp, CatchUpMax: 2,
+			Run: func(ctx context.Context) error {
+				log.record(ctx)
+				if run, _ := schedule.RunFrom(ctx); run.Fire.Equal(t0.Add(time.Minute)) {
+					started <- struct{}{}
+					block(release, time.Minute)
+				}
+				return nil
+			}},
+		// marker's ticks are all missed (misfire): its records show the
+		// sweep's passes.
+		schedule.Job{Name: "marker", Every: 10 * time.Second, StartingDeadline: time.Second, Misfire: schedule.MisfireSkip,
+			Run: func(context.Context) error { return nil }})
+	waitFor(t, 10*time.Second, func() bool { n, _ := clock.Waiters(); return n == 2 }, "both loops wait on the clock")
+	markerMissed := func(f time.Time) bool {
+		for _, e := range events.eventsOf(schedule.EventMissed) {
+			if e.Job == "marker" && e.Fire.Equal(f) {
+				return true
+			}
+		}
+		return false
+	}
+	// catchup's ticks t0+1m and t0+2m are late: the first runs (held by
+	// the test), the second waits for it to end.
+	clock.Advance(2*time.Minute + 35*time.Second)
+	testenv.Recv(t, started, 10*time.Second, "the first tick's run")
+	waitFor(t, 10*time.Second, func() bool { return markerMissed(t0.Add(2*time.Minute + 30*time.Second)) }, "a sweep records marker's ticks")
+	clock.Advance(10 * time.Second) // catchup's next tick (t0+3m) is not yet due
+	waitFor(t, 10*time.Second, func() bool { return markerMissed(t0.Add(2*time.Minute + 40*time.Second)) }, "a later sweep records marker's next tick")
+
+	releaseOnce.Do(func() { close(release) })
+	waitFor(t, 10*time.Second, func() bool { return log.count() == 2 }, "the second tick's run")
+	require.Equal(t, map[time.Time]int{t0.Add(time.Minute): 1, t0.Add(2 * time.Minute): 1}, log.perTick())
+	reader, err := schedule.NewRunReader(t.Context(), r.db, nil)
+	require.NoError(t, err)
+	ms, err := reader.Missed(t.Context(), "catchup", 10)
+	require.NoError(t, err)
+	require.Empty(t, ms, "catchup's ticks ran: none is missed")
+}

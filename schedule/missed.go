@@ -38,7 +38,9 @@ const (
 // (run-key and leader mode) runs every ReapInterval: for every schedule it
 // knows (its jobs, the catalog schedules it bound, and those it did not:
 // paused, or without a handler here) it walks the ticks whose starting
-// deadline has passed since the last it swept, and inserts in one
+// deadline has passed since the last it swept (of a job whose loop runs
+// here, only those the loop has settled: a loop woken late may still run
+// the tick, or note why not), and inserts in one
 // statement those that have no run row (or an overlap-forbid skip's) into
 // the missed table, keyed by the tick: the first replica's insert lands,
 // the others' change nothing. The cause is what this replica knows of the
@@ -124,6 +126,9 @@ type sweepTarget struct {
 	deadline func(time.Time) time.Duration
 	cause    MissCause // "" for a bound job: its notes say
 	detail   string
+	// A bound job whose loop runs here: the sweep stops at upTo, the
+	// last tick the loop settled (job.settled).
+	loop *job
 }
 
 // targets lists the schedules to sweep: the bound jobs, then the watched
@@ -131,7 +136,7 @@ type sweepTarget struct {
 func (s *Scheduler) targets() []sweepTarget {
 	var out []sweepTarget
 	for _, j := range s.reapable() {
-		out = append(out, sweepTarget{name: j.Name, sched: j.sched, deadline: j.deadline})
+		out = append(out, sweepTarget{name: j.Name, sched: j.sched, deadline: j.deadline, loop: j})
 	}
 	s.misses.mu.Lock()
 	defer s.misses.mu.Unlock()
@@ -189,6 +194,11 @@ func (s *Scheduler) sweep(ctx context.Context, st *Store, tg sweepTarget) error 
 			}
 		}
 	}
+	var upTo time.Time
+	looping := false
+	if tg.loop != nil {
+		upTo, looping = tg.loop.sweepable()
+	}
 	var rows []missRow
 	through := from
 	for f := tg.sched.Next(from); !f.IsZero() && len(rows) < missSweepMax; f = tg.sched.Next(f) {
@@ -196,8 +206,8 @@ func (s *Scheduler) sweep(ctx context.Context, st *Store, tg sweepTarget) error 
 		if tg.cause != "" {
 			wait += tg.deadline(f) // a replica that bound it records it first
 		}
-		if now.Sub(f) <= wait {
-			break
+		if now.Sub(f) <= wait || looping && f.After(upTo) {
+			break // not yet: or this replica's loop has yet to settle it
 		}
 		cause, detail := tg.cause, tg.detail
 		if cause == "" {

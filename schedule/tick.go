@@ -25,6 +25,14 @@ type job struct {
 	mu      sync.Mutex
 	running map[*active]struct{}
 	seen    time.Time // the last tick the loop handled
+	// settled is the last tick the running loop has settled: claimed
+	// (run here or elsewhere), or skipped or dropped with its cause
+	// noted. The missed ticks' sweep records none after it while the
+	// loop runs (looping): a loop woken past a tick's starting deadline
+	// still runs it (MisfireFireOnce) or notes why it did not, and the
+	// sweep must not record it first, as missed with no cause (down).
+	settled time.Time
+	looping bool
 	// runCtx is the context of a catalog job's runs: the binder's. Its
 	// loop's context ends at every rebind (an edit), and a run already
 	// going must not end with it. Nil for a code job: its loop's.
@@ -43,6 +51,21 @@ func (j *job) lastSeen() time.Time {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.seen
+}
+
+// sweepable is the last tick of the job the sweep may record: all of them
+// (ok false) when no loop of the job runs here.
+func (j *job) sweepable() (upTo time.Time, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.settled, j.looping
+}
+
+// settle records that the loop has settled the ticks up to f.
+func (j *job) settle(f time.Time) {
+	j.mu.Lock()
+	j.settled = f
+	j.mu.Unlock()
 }
 
 // errReplaced is the cause of a replaced run's context.
@@ -72,6 +95,15 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 			last = prev
 		}
 	}
+	// The ticks up to last are not this loop's: it settles those after.
+	j.mu.Lock()
+	j.settled, j.looping = last, true
+	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		j.looping = false
+		j.mu.Unlock()
+	}()
 	for {
 		next := j.sched.Next(last)
 		if next.IsZero() {
@@ -114,6 +146,7 @@ func (j *job) loopFrom(ctx context.Context, from time.Time) {
 				}
 			}
 		}
+		j.settle(last)
 	}
 }
 
