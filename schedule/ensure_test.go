@@ -110,12 +110,16 @@ func TestEnsureReplicasStartingTogether(t *testing.T) {
 			require.Equal(t, int64(1), stored.Version)
 
 			// A later edit every replica binds: by then each has seen every
-			// change before it, and bound nightly once, at version 1.
+			// change before it, and bound nightly once, at version 1. A
+			// replica that reads both rows at once binds them one after the
+			// other, in any order: the test waits for both (a rebind of
+			// nightly would unbind it first, before any bind of that read).
 			_, err = cats[0].Put(ctx, schedule.Entry{Name: "marker", Every: time.Hour, Handler: "invoice"})
 			require.NoError(t, err)
 			for i := range cats {
 				node := fmt.Sprintf("node-%d", i)
-				waitFor(t, 30*time.Second, func() bool { return len(boundOf(node, "marker")) > 0 }, "%s binds marker", node)
+				waitFor(t, 30*time.Second, func() bool { return len(boundOf(node, "marker")) > 0 && len(boundOf(node, "nightly")) > 0 },
+					"%s binds marker and nightly", node)
 				evs := boundOf(node, "nightly")
 				require.Len(t, evs, 1, "%s: nightly's bind events %+v", node, evs)
 				require.Equal(t, aegis.Token(1), evs[0].Token, "%s: %+v", node, evs[0])
