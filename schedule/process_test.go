@@ -560,20 +560,30 @@ func procExpected(phases []procPhase, until time.Time) []int64 {
 
 // checkTicks requires that name's executions with a fire time in
 // [from, until) are expected ticks, each once, and each the run table's
-// run of that tick (node and token); and that every expected tick ran,
-// unless a replica reported it dropped past its starting deadline (a
-// machine that runs the replicas late drops ticks by design: safety is
-// judged always, a tick's run only where the replicas kept time).
+// run of that tick (node and token); and that every expected tick in
+// [from, until) ran, unless a replica reported it dropped past its
+// starting deadline (a machine that runs the replicas late drops ticks by
+// design: safety is judged always, a tick's run only where the replicas
+// kept time). want is the ticks as the replicas walk them, from the
+// schedule's own start (its EffectiveAt, or the catalog's Resumed), which
+// may be before from: a report of n ticks dropped from F counts n ticks of
+// want from F, and F may be before from while the ticks after it are not.
 func (d *procDB) checkTicks(name string, want []int64, from, until time.Time) {
 	t := d.t
 	t.Helper()
+	var judged []int64 // the ticks of want in [from, until)
+	for _, f := range want {
+		if f >= from.UnixMilli() && f < until.UnixMilli() {
+			judged = append(judged, f)
+		}
+	}
 	// A tick due before until has been claimed by now; its handler's row
 	// may still be on its way. A tick still missing then is reported
 	// below, with the others.
 	procPoll(10*time.Second, func() bool {
 		ex := d.execs(name)
 		drop, _ := d.dropped(name, want)
-		for _, f := range want {
+		for _, f := range judged {
 			if len(ex[f]) == 0 && !drop[f] {
 				return false
 			}
@@ -594,15 +604,57 @@ func (d *procDB) checkTicks(name string, want []int64, from, until time.Time) {
 		require.EqualValues(t, r.Token, es[0].token, "tick %s: the run table's token", time.UnixMilli(f).UTC())
 	}
 	slices.Sort(got)
-	for _, f := range want {
+	var missing []string // what the store says of an expected tick that did not run
+	for _, f := range judged {
 		if len(ex[f]) > 0 || !drop[f] {
 			ran = append(ran, f)
+		}
+		if len(ex[f]) == 0 && !drop[f] {
+			missing = append(missing, d.tickRecord(name, f, runs))
 		}
 	}
 	if len(reports) > 0 {
 		t.Logf("ticks of %s the replicas dropped past their starting deadline: %s", name, strings.Join(reports, "; "))
 	}
-	require.Equal(t, procTimes(ran), procTimes(got), "the executed ticks of %s in [%s, %s) (expected: every tick not reported dropped; reports: %v)", name, from.UTC(), until.UTC(), reports)
+	require.Equal(t, procTimes(ran), procTimes(got), "the executed ticks of %s in [%s, %s) (expected: every tick not reported dropped; reports: %v; the store of the ticks missing: %v)",
+		name, from.UTC(), until.UTC(), reports, missing)
+}
+
+// tickRecord is what the store has of tick f of name that did not run:
+// its run row and its missed tick, if any.
+func (d *procDB) tickRecord(name string, f int64, runs map[int64]schedule.RunRecord) string {
+	d.t.Helper()
+	reader, err := schedule.NewRunReader(d.t.Context(), d.db, &schedule.StoreConfig{Namespace: d.ns})
+	require.NoError(d.t, err)
+	ms, err := reader.Missed(d.t.Context(), name, 1000)
+	require.NoError(d.t, err)
+	text := time.UnixMilli(f).UTC().Format("15:04:05.000") + ":"
+	if r, ok := runs[f]; ok {
+		text += fmt.Sprintf(" run %+v", r)
+	}
+	for _, m := range ms {
+		if m.Fire.UnixMilli() == f {
+			text += fmt.Sprintf(" missed (%s by %s: %s)", m.Cause, m.Node, m.Detail)
+		}
+	}
+	return text
+}
+
+// checkTicks counts a report of ticks dropped from before the window it
+// judges: replicas that bind a resumed schedule late drop its first ticks,
+// the first of them between Resume's commit (where the replicas' walk
+// starts) and its return (where the check's window starts).
+func TestProcCheckTicksDroppedBeforeTheWindow(t *testing.T) {
+	t.Parallel()
+	d := procSetup(t, "sqlite", "proc-check")
+	base := d.now().Truncate(time.Second)
+	resumedAt, from, until := base.Add(900*time.Millisecond), base.Add(1050*time.Millisecond), base.Add(3*time.Second)
+	// Every replica bound it at base+2.6s: base+1s and base+2s dropped.
+	_, err := d.db.ExecContext(t.Context(), procMissInsert, d.ns, "tick", base.Add(time.Second).UnixMilli(), 2, "node-a", "2 ticks dropped by policy fire-once")
+	require.NoError(t, err)
+	want := procExpected([]procPhase{{schedule.Every(time.Second), resumedAt}}, until)
+	require.Equal(t, []int64{base.Add(time.Second).UnixMilli(), base.Add(2 * time.Second).UnixMilli()}, want)
+	d.checkTicks("tick", want, from, until)
 }
 
 // procWait polls cond every 20ms on the test's goroutine (so cond may use
@@ -748,11 +800,12 @@ func TestProcEditPauseResumeDelete(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, re.Paused)
 		// The ticks from Resume's return on run (one between its commit and
-		// its return may or may not: it is left out of the check).
+		// its return may or may not: it is left out of the check). The
+		// replicas walk the ticks from its commit (re.Resumed).
 		resumed := d.now()
 		procWait(t, 30*time.Second, func() bool { return d.firesFrom("tick", resumed) >= 2 }, "two ticks after Resume")
 		until = d.seenUpTo("tick")
-		d.checkTicks("tick", procExpected([]procPhase{{procSchedule(t, e3), resumed}}, until), resumed, until)
+		d.checkTicks("tick", procExpected([]procPhase{{procSchedule(t, e3), re.Resumed}}, until), resumed, until)
 
 		require.NoError(t, d.cat.Delete(ctx, "tick"))
 		deleted := d.now().Add(time.Millisecond)
@@ -880,7 +933,7 @@ func TestProcResumeBeforeEditTakesEffect(t *testing.T) {
 		pausing := d.now()
 		_, err = d.cat.Pause(ctx, "tick")
 		require.NoError(t, err)
-		_, err = d.cat.Resume(ctx, "tick")
+		re, err := d.cat.Resume(ctx, "tick")
 		require.NoError(t, err)
 		resumed := d.now()
 		// The scenario's precondition, not a speed: EditDelay (2s) leaves a
@@ -893,7 +946,7 @@ func TestProcResumeBeforeEditTakesEffect(t *testing.T) {
 		phases := []procPhase{{procSchedule(t, e1), e1.EffectiveAt}, {procSchedule(t, e2), e2.EffectiveAt}}
 		d.checkTicks("tick", procExpected(phases, pausing), time.Time{}, pausing)
 		after := resumed.Add(time.Millisecond)
-		d.checkTicks("tick", procExpected([]procPhase{{procSchedule(t, e1), after}, {procSchedule(t, e2), e2.EffectiveAt}}, until), after, until)
+		d.checkTicks("tick", procExpected([]procPhase{{procSchedule(t, e1), re.Resumed}, {procSchedule(t, e2), e2.EffectiveAt}}, until), after, until)
 	})
 }
 
