@@ -333,7 +333,9 @@ func (b *binder) bindRow(ctx context.Context, r *row) error {
 		return err
 	}
 	lctx, stop := context.WithCancel(ctx)
-	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}), runCtx: ctx,
+	// looping from now, not from when its goroutine starts: the sweep
+	// leaves its ticks to it from the start (job.settled).
+	j := &job{Job: v, sched: sw, s: b.s, running: make(map[*active]struct{}), runCtx: ctx, looping: true,
 		bound: &bound{version: r.version, handler: r.handler, sched: sw, args: json.RawMessage(r.args), stop: stop, done: make(chan struct{})}}
 	// A rebind goes on from the last tick this replica saw; a first bind
 	// from the scheduler's start, as a job of the code does: ticks that
