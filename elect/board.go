@@ -77,8 +77,10 @@ type BoardConfig struct {
 // On PostgreSQL it is a Watcher: Publish (when the leader or term changes)
 // and Withdraw notify in the same statement (NOTIFY, on a channel named
 // for the table), and each Watch listens on a connection of its own, made
-// from the handle's connection settings (so it takes no slot of the
-// caller's pool). That needs the pgx driver: a *sql.DB from
+// from the handle's connection settings (a pool's with its BeforeConnect
+// and AfterConnect; a *sql.DB's copied from one of its connections, with
+// no hook run again). It takes no slot of the caller's pool, so each
+// Observe is one server connection more than the pool's MaxConns. That needs the pgx driver: a *sql.DB from
 // stdlib.OpenDBFromPool, sql.Open("pgx", ...) or NewSQLBoardFromPool; with
 // another driver, or on SQLite (no notification reaches another process),
 // Watch returns an error wrapping errors.ErrUnsupported and Observe polls.
@@ -246,6 +248,17 @@ func (b *SQLBoard) Watch(ctx context.Context, election string) (<-chan struct{},
 	// A copied config holds the handler of the connection it was copied
 	// from: pgx sets its own, buffering for WaitForNotification, when nil.
 	cfg.OnNotification = nil
+	// A pool's connections are made with its hooks (a rotated password,
+	// a role or search_path set once connected): so is this one.
+	var pc *pgxpool.Config
+	if b.pool != nil {
+		pc = b.pool.Config()
+	}
+	if pc != nil && pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(cctx, cfg); err != nil {
+			return nil, fmt.Errorf("elect: watch %q: the pool's BeforeConnect: %w", election, err)
+		}
+	}
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
 		// Its cause only: pgx's text names the user and the database.
@@ -258,6 +271,12 @@ func (b *SQLBoard) Watch(ctx context.Context, election string) (<-chan struct{},
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = conn.Close(c)
+	}
+	if pc != nil && pc.AfterConnect != nil {
+		if err := pc.AfterConnect(cctx, conn); err != nil {
+			closeConn()
+			return nil, fmt.Errorf("elect: watch %q: the pool's AfterConnect: %w", election, err)
+		}
 	}
 	if _, err := conn.Exec(cctx, "LISTEN "+b.channel); err != nil {
 		closeConn()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
@@ -358,4 +360,37 @@ func TestWatchNeedsPgx(t *testing.T) {
 	require.NoError(t, b.Publish(t.Context(), "e", elect.Leader{Node: "a", Token: 1}, time.Minute))
 	require.Equal(t, "a", testenv.Recv(t, ch, 10*time.Second, "the leader, polled every TTL/3").Node)
 	require.Contains(t, log.String(), "the Board cannot push; polling")
+}
+
+// TestWatchUsesThePoolsHooks: the listening connection of a board made
+// from a pool is made as the pool's are, with its BeforeConnect and
+// AfterConnect (which set a rotated password, a role or a search_path).
+func TestWatchUsesThePoolsHooks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	require.NoError(t, err)
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		cc.RuntimeParams["application_name"] = "aegis-before"
+		return nil
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SELECT set_config('application_name', current_setting('application_name') || '-after', false)`)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	table := "aegis_leader_hooks_" + fmt.Sprint(time.Now().UnixNano())
+	board, err := elect.NewSQLBoardFromPool(ctx, pool, &elect.BoardConfig{Table: table})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err = board.Watch(wctx, "hooked")
+	require.NoError(t, err)
+	var app string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(max(application_name), '') FROM pg_stat_activity
+		WHERE query = 'LISTEN aegis_elect_' || $1::regclass::oid`, table).Scan(&app))
+	require.Equal(t, "aegis-before-after", app, "the listening connection was made with the pool's BeforeConnect, then AfterConnect")
 }

@@ -312,9 +312,9 @@ func validName(what, name string) error {
 func checkErr(t tables, resource string, err error) error {
 	switch {
 	case missingTable(err):
-		return fmt.Errorf("fence: check %q: table %s does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) first: %w", resource, t.table("aegis_fence"), err)
+		return fmt.Errorf("fence: check %q: table %s does not exist: %s first: %w", resource, t.table("aegis_fence"), t.migrateHint(), err)
 	case missingOwnerColumn(err):
-		return fmt.Errorf("fence: check %q: table %s has no owner_hash column (schema version 1): run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade it: %w", resource, t.table("aegis_fence"), err)
+		return fmt.Errorf("fence: check %q: table %s has no owner_hash column (schema version 1): %s to upgrade it: %w", resource, t.table("aegis_fence"), t.migrateHint(), err)
 	}
 	return fmt.Errorf("fence: check %q: %w", resource, err)
 }

@@ -228,7 +228,7 @@ func (e *StaleError) recorded(t tables, err error) {
 		return
 	}
 	if missingLogTable(err) {
-		err = fmt.Errorf("table %s does not exist: run fence.Migrate (pgx) or fence.MigrateSQL (database/sql) to upgrade the fence's schema: %w", t.table("aegis_fence_refusal_log"), err)
+		err = fmt.Errorf("table %s does not exist: %s to upgrade the fence's schema: %w", t.table("aegis_fence_refusal_log"), t.migrateHint(), err)
 	}
 	e.RecordErr = fmt.Errorf("%w: %w", ErrNotRecorded, err)
 }

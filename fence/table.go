@@ -144,3 +144,12 @@ func (t tables) component() string {
 	}
 	return "fence:" + t.name
 }
+
+// migrateHint names the call that creates or upgrades these tables, for
+// the errors that say to run it.
+func (t tables) migrateHint() string {
+	if t.names == nil {
+		return "run fence.Migrate (pgx) or fence.MigrateSQL (database/sql)"
+	}
+	return fmt.Sprintf("run Migrate (pgx) or MigrateSQL (database/sql) of the Fence of table %q", t.name)
+}

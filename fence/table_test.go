@@ -115,7 +115,7 @@ func TestTwoFencesShareASchema(t *testing.T) {
 	other, err := fence.New(&fence.Config{Table: "other_fence"})
 	require.NoError(t, err)
 	err = checkWith(ctx, other, pool, res, 1)
-	require.ErrorContains(t, err, "table other_fence does not exist: run fence.Migrate")
+	require.ErrorContains(t, err, `table other_fence does not exist: run Migrate (pgx) or MigrateSQL (database/sql) of the Fence of table "other_fence"`, "the hint names the Fence's own Migrate, not the package's (which makes the default table)")
 	ok, _, err := other.Tables(ctx, db)
 	require.NoError(t, err)
 	require.False(t, ok)

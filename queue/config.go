@@ -43,7 +43,11 @@ type Config struct {
 	// schema without seeing each other's jobs. The default table keeps the
 	// names it always had (aegis_job, aegis_job_finished, aegis_queue,
 	// aegis_job_next). Letters, digits and _, at most 50 bytes (without
-	// the schema). Default DefaultTable ("aegis_job").
+	// the schema). Default DefaultTable ("aegis_job"). Pick names whose
+	// derived tables meet no other's: a Table "aegis" would name its
+	// paused queues aegis_queue, the default's, and a Table "x" next to
+	// one "x_finished" would share a table; Migrate then fails on the
+	// existing table, or the two share it.
 	Table string
 
 	// Queues are the queues this client works, each with its own

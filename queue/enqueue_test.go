@@ -318,8 +318,8 @@ func TestMissingTables(t *testing.T) {
 	})
 	require.NoError(t, err)
 	_, err = p.Enqueue(t.Context(), testArgs{}, nil)
-	require.ErrorContains(t, err, "run queue.Migrate first")
+	require.ErrorContains(t, err, "run queue.Migrate, or Client.Migrate for a Config.Table, first")
 	err = p.Start(t.Context())
-	require.ErrorContains(t, err, "run queue.Migrate first")
+	require.ErrorContains(t, err, "run queue.Migrate, or Client.Migrate for a Config.Table, first")
 	require.False(t, errors.Is(err, aegis.ErrInvalid))
 }

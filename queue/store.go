@@ -378,11 +378,16 @@ func scanJob(row scanner, finished bool) (*JobRow, error) {
 	return &j, nil
 }
 
-// translate makes a missing table an error that says what to do.
+// translate makes a missing table, or a missing column of a table an
+// older version created, an error that says what to do.
 func translate(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("%w (run queue.Migrate first: the queue's tables are missing from the current schema)", err)
+	switch {
+	case !errors.As(err, &pgErr):
+	case pgErr.Code == "42P01": // undefined_table
+		return fmt.Errorf("%w (run queue.Migrate, or Client.Migrate for a Config.Table, first: the queue's tables are missing)", err)
+	case pgErr.Code == "42703": // undefined_column
+		return fmt.Errorf("%w (run queue.Migrate, or Client.Migrate for a Config.Table, to upgrade the queue's tables: an older version created them)", err)
 	}
 	return err
 }

@@ -235,3 +235,21 @@ func TestConfigTable(t *testing.T) {
 	_, err = New(p, &Config{Table: strings.Repeat("x", 50)})
 	require.NoError(t, err)
 }
+
+// TestTablesOfAnOlderVersion: tables an older version made (v0.1.0's
+// migrations 1 to 3, without the trace context's column) make Enqueue
+// say to upgrade them, and Migrate does.
+func TestTablesOfAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	p := poolWithoutTables(t)
+	db := stdlib.OpenDBFromPool(p)
+	t.Cleanup(func() { db.Close() })
+	require.NoError(t, migrate.Apply(ctx, db, migrate.Postgres, "queue", migrations[:3]))
+	c := client(t, p, &Config{AllowUnknownKinds: true})
+	_, err := c.Enqueue(ctx, testArgs{}, nil)
+	require.ErrorContains(t, err, "to upgrade the queue's tables: an older version created them")
+	require.NoError(t, c.Migrate(ctx))
+	_, err = c.Enqueue(ctx, testArgs{}, nil)
+	require.NoError(t, err)
+}

@@ -34,7 +34,7 @@ type LeaderConfig struct {
 	Election *elect.Election
 	// Pool is the PostgreSQL database of the queue, of the run table and
 	// of the leader's fence. Required. Start creates the missing tables
-	// (queue.Migrate, the run table, fence.Migrate).
+	// (the queue's and the fence's Migrate, the run table).
 	Pool *pgxpool.Pool
 	// Queue is the queue the runs are enqueued into; the workers' clients
 	// must work it. Default "schedule".
@@ -42,6 +42,13 @@ type LeaderConfig struct {
 	// Table is the run table: the once-ever record of the enqueued ticks
 	// and their outcomes. Default "aegis_schedule_run", run-key mode's.
 	Table string
+	// QueueTable is the queue's job table (queue.Config.Table) the runs
+	// are enqueued into; the workers' clients must have the same. Default
+	// queue.DefaultTable.
+	QueueTable string
+	// FenceTable is the fence table (fence.Config.Table) of the leader's
+	// term tokens. Default fence.DefaultTable.
+	FenceTable string
 	// Namespace keeps services that share the database apart: their runs
 	// (the run table's namespace), their queue (Queue's default is
 	// "schedule" for the default namespace, "schedule.NS" for namespace
@@ -62,6 +69,7 @@ type leaderClaimer struct {
 	s       *Scheduler
 	cfg     LeaderConfig
 	enqueue *queue.Client // enqueue-only
+	fence   *fence.Fence  // of FenceTable
 	fenced  string        // the fence resource of the election's terms
 
 	mu      sync.Mutex
@@ -98,14 +106,18 @@ func newLeaderClaimer(s *Scheduler) (*leaderClaimer, error) {
 		strings.TrimSpace(cfg.Queue) != cfg.Queue:
 		return nil, invalid("schedule: Config.Leader.Queue %.40q: want at most %d bytes of UTF-8, without NUL or surrounding spaces", cfg.Queue, queue.MaxQueueLen)
 	}
-	qc, err := queue.New(cfg.Pool, &queue.Config{ID: s.cfg.Node})
+	qc, err := queue.New(cfg.Pool, &queue.Config{ID: s.cfg.Node, Table: cfg.QueueTable})
 	if err != nil {
-		return nil, fmt.Errorf("schedule: leader mode: %w", err)
+		return nil, fmt.Errorf("schedule: leader mode: Config.Leader.QueueTable: %w", err)
+	}
+	f, err := fence.New(&fence.Config{Table: cfg.FenceTable})
+	if err != nil {
+		return nil, fmt.Errorf("schedule: leader mode: Config.Leader.FenceTable: %w", err)
 	}
 	if err := s.setNamespace(cfg.Namespace, "Config.Leader.Namespace"); err != nil {
 		return nil, err
 	}
-	return &leaderClaimer{s: s, cfg: cfg, enqueue: qc, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
+	return &leaderClaimer{s: s, cfg: cfg, enqueue: qc, fence: f, fenced: "aegis-schedule/" + cfg.Election.Name()}, nil
 }
 
 // check refuses OverlapReplace, which leader mode does not support, and
@@ -152,10 +164,10 @@ func (l *leaderClaimer) open(ctx context.Context) (*Store, error) {
 	if l.store != nil {
 		return l.store, nil
 	}
-	if err := queue.Migrate(ctx, l.cfg.Pool); err != nil {
+	if err := l.enqueue.Migrate(ctx); err != nil {
 		return nil, fmt.Errorf("schedule: leader mode: %w", err)
 	}
-	if err := fence.Migrate(ctx, l.cfg.Pool); err != nil {
+	if err := l.fence.Migrate(ctx, l.cfg.Pool); err != nil {
 		return nil, fmt.Errorf("schedule: leader mode: %w", err)
 	}
 	st, err := NewStoreFromPool(ctx, l.cfg.Pool, &StoreConfig{Table: l.cfg.Table, Namespace: l.cfg.Namespace})
@@ -305,7 +317,7 @@ func (l *leaderClaimer) enqueueTx(ctx context.Context, tx pgx.Tx, st *Store, ter
 	// The leader's writes carry its term token: once a newer term has
 	// enqueued, a deposed leader (paused past its lease) enqueues
 	// nothing.
-	if err := fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
+	if err := l.fence.Check(ctx, tx, l.fenced, term.Token()); err != nil {
 		return false, false, nil, err
 	}
 	if j.bound != nil {

@@ -42,6 +42,8 @@ type leaderOpts struct {
 	lease    time.Duration // the workers' job lease
 	reap     time.Duration // the workers' reap interval
 	log      *runLog
+
+	queueTable, fenceTable string // LeaderConfig's; "": the defaults
 }
 
 // newLeaderNode builds a replica for jobs; it starts nothing.
@@ -63,7 +65,7 @@ func newLeaderNode(t *testing.T, dbURL, name string, o leaderOpts, jobs ...sched
 	require.NoError(t, err)
 	e, err := elect.New(locker, o.election, &elect.Config{Node: name, TTL: o.ttl})
 	require.NoError(t, err)
-	s, err := schedule.New(&schedule.Config{Node: name, Leader: &schedule.LeaderConfig{Election: e, Pool: pool}, OnEvent: o.log.onEvent})
+	s, err := schedule.New(&schedule.Config{Node: name, Leader: &schedule.LeaderConfig{Election: e, Pool: pool, QueueTable: o.queueTable, FenceTable: o.fenceTable}, OnEvent: o.log.onEvent})
 	require.NoError(t, err)
 	require.Equal(t, schedule.ModeLeader, s.Mode())
 	for _, j := range jobs {
@@ -73,6 +75,7 @@ func newLeaderNode(t *testing.T, dbURL, name string, o leaderOpts, jobs ...sched
 	require.NoError(t, s.AddWorker(ws))
 	qc, err := queue.New(pool, &queue.Config{
 		ID:           name,
+		Table:        o.queueTable,
 		Queues:       map[string]queue.QueueConfig{schedule.DefaultLeaderQueue: {MaxWorkers: 1}},
 		Workers:      ws,
 		Lease:        o.lease,
@@ -539,4 +542,29 @@ func TestLeaderConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, lm.AddWorker(queue.NewWorkers()), "AddWorker is for leader mode")
 	require.ErrorIs(t, lm.AddWorker(queue.NewWorkers()), aegis.ErrInvalid)
+}
+
+// Leader mode on tables of other names (LeaderConfig.QueueTable and
+// FenceTable, the workers' queue.Config.Table the same): the runs are
+// enqueued into that queue, the term tokens fenced in that fence table,
+// and the default tables are never made.
+func TestLeaderTables(t *testing.T) {
+	t.Parallel()
+	dbURL := pgURL(t)
+	log := &runLog{}
+	job := schedule.Job{Name: "billing", Every: 100 * time.Millisecond, Run: func(ctx context.Context) error { log.record(ctx); return nil }}
+	o := leaderOpts{election: "sched-tables", ttl: 2 * time.Second, lease: 2 * time.Second, reap: 100 * time.Millisecond, log: log,
+		queueTable: "billing_job", fenceTable: "billing_fence"}
+	n := newLeaderNode(t, dbURL, "node-0", o, job)
+	n.campaign(t)
+	n.work(t)
+	waitFor(t, 20*time.Second, func() bool { return log.count() >= 3 }, "three ticks run through the billing_job queue")
+	stop(t, n.sched)
+	var fenced int
+	var defaults string
+	ctx := t.Context()
+	require.NoError(t, n.pool.QueryRow(ctx, `SELECT count(*) FROM billing_fence WHERE resource = 'aegis-schedule/sched-tables'`).Scan(&fenced))
+	require.NoError(t, n.pool.QueryRow(ctx, `SELECT concat_ws(' ', to_regclass('aegis_job'), to_regclass('aegis_fence'))`).Scan(&defaults))
+	require.Equal(t, 1, fenced, "the leader's term token is in billing_fence")
+	require.Empty(t, defaults, "the default queue and fence tables were not made: the runs went through billing_job")
 }
