@@ -102,6 +102,8 @@ func leaderMode(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	s, err := schedule.New(&schedule.Config{Node: "web-1", Leader: &schedule.LeaderConfig{
 		Election: election, Pool: pool, // Queue: "schedule", Table: "aegis_schedule_run" by default
+		// QueueTable, FenceTable: the queue's and the fence's tables (queue.Config.Table, fence.Config.Table;
+		// the workers' queue.Config.Table must be the same), the packages' defaults when empty
 	}})
 	if err != nil {
 		return err
