@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/migrate"
@@ -68,9 +67,9 @@ func (f *Fence) Table() string { return cmp.Or(f.t.name, DefaultTable) }
 // rewrites them for another table, and returns them unchanged, byte for
 // byte, for the default.
 type tables struct {
-	name    string            // Config.Table, as given
-	names   map[string]string // a default name to its quoted name here; nil for the default table
-	renamed *sync.Map         // statement to its rewrite
+	name   string            // Config.Table, as given
+	names  map[string]string // a default name to its quoted name here; nil for the default table
+	rename migrate.Renamer
 }
 
 // objectName matches the default names of the fence's objects.
@@ -103,28 +102,13 @@ func newTables(table string) (tables, error) {
 		"aegis_fence_refusal_log_at":       quote(base + "_refusal_log_at"), // an index is named without its schema: its table's
 		"aegis_fence_refusal_log_resource": quote(base + "_refusal_log_resource"),
 	}
-	t.renamed = &sync.Map{}
+	t.rename = migrate.NewRenamer(objectName, t.names, nil)
 	return t, nil
 }
 
 // sql returns statement s (written with the default names) for these
 // tables.
-func (t tables) sql(s string) string {
-	if t.names == nil {
-		return s
-	}
-	if r, ok := t.renamed.Load(s); ok {
-		return r.(string)
-	}
-	r := objectName.ReplaceAllStringFunc(s, func(n string) string {
-		if to, ok := t.names[n]; ok {
-			return to
-		}
-		return n
-	})
-	t.renamed.Store(s, r)
-	return r
-}
+func (t tables) sql(s string) string { return t.rename.Rename(s) }
 
 // table is the name here of the default table n (aegis_fence,
 // aegis_fence_refusal, aegis_fence_refusal_log), unquoted, as errors and

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,7 +29,7 @@ type tables struct {
 	ident   pgx.Identifier // the job table, for COPY
 	names   map[string]string
 	channel string // the channel's SQL expression (channelSQL for the default)
-	renamed *sync.Map
+	rename  migrate.Renamer
 }
 
 // objectName matches the default names of the queue's objects in a
@@ -96,29 +95,13 @@ func newTables(field, table string) (tables, error) {
 		key = "current_schema()"
 	}
 	t.channel = `'aegis_queue_' || left(md5(` + key + `), 16)`
-	t.renamed = &sync.Map{}
+	t.rename = migrate.NewRenamer(objectName, t.names, strings.NewReplacer(channelSQL, t.channel))
 	return t, nil
 }
 
 // sql returns statement s (written with the default names) for these
 // tables.
-func (t tables) sql(s string) string {
-	if t.names == nil {
-		return s
-	}
-	if r, ok := t.renamed.Load(s); ok {
-		return r.(string)
-	}
-	r := strings.ReplaceAll(s, channelSQL, t.channel)
-	r = objectName.ReplaceAllStringFunc(r, func(n string) string {
-		if to, ok := t.names[n]; ok {
-			return to
-		}
-		return n
-	})
-	t.renamed.Store(s, r)
-	return r
-}
+func (t tables) sql(s string) string { return t.rename.Rename(s) }
 
 // component is the key of the queue's migrations in aegis_migrations:
 // "queue" for the default table, as it always was, else "queue:<table>".
