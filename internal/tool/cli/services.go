@@ -25,10 +25,18 @@ usage: aegis services [flags] start|stop|status|env|missing [server...]
 
 Services manages the shared test servers that the tests of every package
 use: PostgreSQL on 127.0.0.1:15432, six Redis primaries on 16379-16384, a
-3-member etcd cluster (clients 12379, 12381, 12383) and a 3-member ZooKeeper
-ensemble (clients 12181-12183). They run detached, with their data, logs and
-pid files in the scratch directory, until stopped. A server is postgres,
-redis, etcd, zookeeper or jaeger; none means all but jaeger.
+3-member etcd cluster (clients 12379, 12381, 12383), a 3-member ZooKeeper
+ensemble (clients 12181-12183) and three NATS servers clustered with
+JetStream (clients 14222-14224, routes 14248-14250). They run detached,
+with their data, logs and pid files in the scratch directory, until
+stopped. A server is postgres, redis, etcd, zookeeper, nats or jaeger; none
+means all but jaeger.
+
+nats is nats-server built from the tool module tools/nats (run from the
+repository's root) into the scratch directory's nats-bin: Debian's is
+older than the per-key TTLs that lease/natslease needs. Its first build
+takes about half a minute on 2 cores with the module proxy; it is built
+again only when that module's go.mod or go.sum changes.
 
 jaeger is Jaeger all-in-one with memory storage, for the Jaeger tests
 (make test-jaeger): OTLP over HTTP on 127.0.0.1:4318, its query API on
@@ -45,9 +53,9 @@ changes.
 	status   show each server; exit status 1 when one is not healthy
 	         (with no server named, jaeger only when it was started)
 	env      print shell export lines for AEGIS_POSTGRES_URL,
-	         AEGIS_REDIS_ADDRS, AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS,
-	         and while jaeger runs AEGIS_JAEGER_OTLP_ENDPOINT and
-	         AEGIS_JAEGER_QUERY_URL
+	         AEGIS_REDIS_ADDRS, AEGIS_ETCD_ENDPOINTS, AEGIS_ZK_SERVERS and
+	         AEGIS_NATS_URLS, and while jaeger runs
+	         AEGIS_JAEGER_OTLP_ENDPOINT and AEGIS_JAEGER_QUERY_URL
 	missing  print the Debian packages of the servers whose programs are
 	         missing, one a line
 
@@ -126,7 +134,7 @@ func parseKinds(args []string) ([]servers.Kind, error) {
 	for _, a := range args {
 		k, err := servers.ParseKind(a)
 		if err != nil {
-			return nil, usagef("unknown server %q: want postgres, redis, etcd, zookeeper or jaeger", a)
+			return nil, usagef("unknown server %q: want postgres, redis, etcd, zookeeper, nats or jaeger", a)
 		}
 		if !slices.Contains(kinds, k) {
 			kinds = append(kinds, k)
@@ -135,14 +143,20 @@ func parseKinds(args []string) ([]servers.Kind, error) {
 	return kinds, nil
 }
 
-// servicesStart starts kinds within timeout; jaeger is built first when
-// named (its first build takes longer than the timeout).
+// servicesStart starts kinds within timeout; nats and jaeger are built
+// first when asked for (a first build is not counted in the timeout).
 func servicesStart(ctx context.Context, dir string, timeout time.Duration, kinds []servers.Kind, stdout, stderr io.Writer) error {
 	begin := time.Now()
-	var jaegerBin string
+	var jaegerBin, natsBin string
+	if slices.Contains(kinds, servers.KindNATS) {
+		var err error
+		if natsBin, err = buildTool(ctx, "nats-server", servers.NATSModule, filepath.Join(dir, "nats-bin"), "about half a minute", servers.NATSBinary, servers.BuildNATS, stderr); err != nil {
+			return err
+		}
+	}
 	if slices.Contains(kinds, servers.KindJaeger) {
 		var err error
-		if jaegerBin, err = buildJaeger(ctx, dir, stderr); err != nil {
+		if jaegerBin, err = buildTool(ctx, "Jaeger", servers.JaegerModule, filepath.Join(dir, "jaeger-bin"), "about 10 minutes", servers.JaegerBinary, servers.BuildJaeger, stderr); err != nil {
 			return err
 		}
 	}
@@ -152,6 +166,7 @@ func servicesStart(ctx context.Context, dir string, timeout time.Duration, kinds
 	if others := slices.DeleteFunc(slices.Clone(kinds), func(k servers.Kind) bool { return k == servers.KindJaeger }); len(others) > 0 {
 		cfg := servers.SharedConfig()
 		cfg.Kinds = others
+		cfg.NATS.Binary = natsBin
 		set, err := servers.StartSet(ctx, dir, cfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "aegis services: some servers did not start; the others are running:\n")
@@ -180,23 +195,28 @@ func servicesStart(ctx context.Context, dir string, timeout time.Duration, kinds
 	return nil
 }
 
-// buildJaeger builds Jaeger from the tool module when its build in dir is
-// missing or stale, saying so on w, and returns the binary's path.
-func buildJaeger(ctx context.Context, dir string, w io.Writer) (string, error) {
-	cache := filepath.Join(dir, "jaeger-bin")
-	bin, err := servers.JaegerBinary(servers.JaegerModule, cache)
+// buildTool builds a server (Jaeger, nats-server) from its tool module
+// into cache when its build there is missing or stale, saying so on w, and
+// returns the binary's path; path and build are the servers package's
+// functions for it, takes how long a first build takes.
+func buildTool(ctx context.Context, name, module, cache, takes string,
+	path func(module, cache string) (string, error),
+	build func(ctx context.Context, module, cache string, log io.Writer) (string, error),
+	w io.Writer,
+) (string, error) {
+	bin, err := path(module, cache)
 	if err != nil {
 		return "", usagef("%v: run aegis services from the repository's root (scripts/services does)", err)
 	}
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	fmt.Fprintf(w, "aegis services: building Jaeger from %s into %s (about 10 minutes on 2 cores the first time) ...\n", servers.JaegerModule, cache)
+	fmt.Fprintf(w, "aegis services: building %s from %s into %s (%s on 2 cores the first time) ...\n", name, module, cache, takes)
 	begin := time.Now()
-	if bin, err = servers.BuildJaeger(ctx, servers.JaegerModule, cache, w); err != nil {
+	if bin, err = build(ctx, module, cache, w); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(w, "aegis services: built Jaeger in %s\n", time.Since(begin).Round(time.Second))
+	fmt.Fprintf(w, "aegis services: built %s in %s\n", name, time.Since(begin).Round(time.Second))
 	return bin, nil
 }
 

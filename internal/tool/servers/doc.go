@@ -1,7 +1,9 @@
 // Package servers starts real PostgreSQL, Redis, etcd and ZooKeeper servers
-// from the binaries installed on this machine, on loopback ports, with their
-// data, configuration, logs and pid files in a directory the caller gives.
-// It also builds Jaeger all-in-one from the tool module tools/jaeger
+// from the binaries installed on this machine, and a NATS cluster with
+// JetStream from nats-server built from the tool module tools/nats
+// ([BuildNATS]: Debian's is older than the per-key TTLs lease/natslease
+// needs), on loopback ports, with their data, configuration, logs and pid
+// files in a directory the caller gives. It also builds Jaeger all-in-one from the tool module tools/jaeger
 // ([BuildJaeger]) and starts it ([StartJaeger]): a kind apart, not in
 // [Kinds], since its first build takes minutes.
 //
@@ -19,7 +21,8 @@
 // paused and serve the connections they have), Restart (same ports, same
 // data) and Wipe. Start functions return only once every server answers its
 // protocol's health check (PostgreSQL accepts a login, Redis answers PING,
-// an etcd member reports a healthy cluster, a ZooKeeper member serves), or
+// an etcd member reports a healthy cluster, a ZooKeeper member serves, a
+// NATS server serves JetStream), or
 // fail within a bound with an error that names the server, its address and
 // the last lines of its log.
 //

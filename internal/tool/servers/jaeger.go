@@ -236,15 +236,7 @@ func probeJaeger(ctx context.Context, addr string) error {
 // a new version is built once and an unchanged one never again. It does
 // not say whether the file exists.
 func JaegerBinary(module, cacheDir string) (string, error) {
-	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(module, f))
-		if err != nil {
-			return "", fmt.Errorf("servers: jaeger: %w (the tool module is %s, from the repository's root)", err, JaegerModule)
-		}
-		h.Write(b)
-	}
-	return filepath.Abs(filepath.Join(cacheDir, "jaeger-"+hex.EncodeToString(h.Sum(nil))[:16]))
+	return toolBinary("jaeger", JaegerModule, module, cacheDir)
 }
 
 // BuildJaeger returns [JaegerBinary]'s path, building it when the file is
@@ -253,7 +245,28 @@ func JaegerBinary(module, cacheDir string) (string, error) {
 // cacheDir are removed. The first build downloads and compiles for
 // several minutes on 2 cores; it ends with ctx.
 func BuildJaeger(ctx context.Context, module, cacheDir string, log io.Writer) (string, error) {
-	bin, err := JaegerBinary(module, cacheDir)
+	return buildTool(ctx, "jaeger", JaegerModule, jaegerPackage, module, cacheDir, log)
+}
+
+// toolBinary is the path of the build of name from the tool module in
+// module (its name in the repository: modName): in cacheDir, named with a
+// hash of the module's go.mod and go.sum.
+func toolBinary(name, modName, module, cacheDir string) (string, error) {
+	h := sha256.New()
+	for _, f := range []string{"go.mod", "go.sum"} {
+		b, err := os.ReadFile(filepath.Join(module, f))
+		if err != nil {
+			return "", fmt.Errorf("servers: %s: %w (the tool module is %s, from the repository's root)", name, err, modName)
+		}
+		h.Write(b)
+	}
+	return filepath.Abs(filepath.Join(cacheDir, name+"-"+hex.EncodeToString(h.Sum(nil))[:16]))
+}
+
+// buildTool builds pkg of the tool module in module at toolBinary's path
+// unless it is there, and removes the older builds of name in cacheDir.
+func buildTool(ctx context.Context, name, modName, pkg, module, cacheDir string, log io.Writer) (string, error) {
+	bin, err := toolBinary(name, modName, module, cacheDir)
 	if err != nil {
 		return "", err
 	}
@@ -261,10 +274,10 @@ func BuildJaeger(ctx context.Context, module, cacheDir string, log io.Writer) (s
 		return bin, nil
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("servers: build jaeger: %w", err)
+		return "", fmt.Errorf("servers: build %s: %w", name, err)
 	}
 	tmp := fmt.Sprintf("%s.building-%d", bin, os.Getpid())
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, jaegerPackage)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, pkg)
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "GOWORK=off")
 	var out bytes.Buffer
@@ -272,12 +285,12 @@ func BuildJaeger(ctx context.Context, module, cacheDir string, log io.Writer) (s
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Run(); err != nil {
 		_ = os.Remove(tmp)
-		return "", fmt.Errorf("servers: build jaeger in %s: %w\n%s", module, err, lastLines(out.String(), 20))
+		return "", fmt.Errorf("servers: build %s in %s: %w\n%s", name, module, err, lastLines(out.String(), 20))
 	}
 	if err := os.Rename(tmp, bin); err != nil {
-		return "", fmt.Errorf("servers: build jaeger: %w", err)
+		return "", fmt.Errorf("servers: build %s: %w", name, err)
 	}
-	old, _ := filepath.Glob(filepath.Join(cacheDir, "jaeger-*"))
+	old, _ := filepath.Glob(filepath.Join(cacheDir, name+"-*"))
 	for _, o := range old {
 		if o != bin && !strings.Contains(o, ".building-") { // another build may be under way
 			_ = os.Remove(o)

@@ -18,7 +18,8 @@ import (
 // Probe checks once, within ctx, that the server of kind at addr serves,
 // as the Start functions and [Inspect] do: PostgreSQL accepts a login as
 // postgres, Redis answers PING, an etcd member reports a healthy cluster,
-// a ZooKeeper member serves, Jaeger's OTLP receiver takes an export.
+// a ZooKeeper member serves, a NATS server serves JetStream (its cluster
+// has a meta leader), Jaeger's OTLP receiver takes an export.
 func Probe(ctx context.Context, kind Kind, addr string) error { return probe(ctx, kind, addr) }
 
 // probe checks once that the server of kind at addr serves: PostgreSQL
@@ -35,6 +36,8 @@ func probe(ctx context.Context, kind Kind, addr string) error {
 		return probeEtcd(ctx, addr)
 	case KindZooKeeper:
 		return probeZooKeeper(ctx, addr)
+	case KindNATS:
+		return probeNATS(ctx, addr)
 	case KindJaeger:
 		return probeJaeger(ctx, addr)
 	}

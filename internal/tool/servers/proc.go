@@ -27,10 +27,10 @@ const (
 )
 
 // Kinds lists every kind, in the order a [Set] starts and reports them.
-var Kinds = []Kind{KindPostgres, KindRedis, KindEtcd, KindZooKeeper}
+var Kinds = []Kind{KindPostgres, KindRedis, KindEtcd, KindZooKeeper, KindNATS}
 
 // ParseKind returns the kind named s ("postgres", "redis", "etcd",
-// "zookeeper", "jaeger"; also "pg" and "zk").
+// "zookeeper", "nats", "jaeger"; also "pg" and "zk").
 func ParseKind(s string) (Kind, error) {
 	switch strings.ToLower(s) {
 	case "postgres", "postgresql", "pg":
@@ -41,10 +41,12 @@ func ParseKind(s string) (Kind, error) {
 		return KindEtcd, nil
 	case "zookeeper", "zk":
 		return KindZooKeeper, nil
+	case "nats":
+		return KindNATS, nil
 	case "jaeger":
 		return KindJaeger, nil
 	}
-	return "", fmt.Errorf("servers: unknown server %q (want postgres, redis, etcd, zookeeper or jaeger)", s)
+	return "", fmt.Errorf("servers: unknown server %q (want postgres, redis, etcd, zookeeper, nats or jaeger)", s)
 }
 
 const (

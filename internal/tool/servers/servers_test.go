@@ -383,13 +383,14 @@ func TestSharedEnv(t *testing.T) {
 		{"AEGIS_REDIS_ADDRS", "127.0.0.1:16379,127.0.0.1:16380,127.0.0.1:16381,127.0.0.1:16382,127.0.0.1:16383,127.0.0.1:16384"},
 		{"AEGIS_ETCD_ENDPOINTS", "http://127.0.0.1:12379,http://127.0.0.1:12381,http://127.0.0.1:12383"},
 		{"AEGIS_ZK_SERVERS", "127.0.0.1:12181,127.0.0.1:12182,127.0.0.1:12183"},
+		{"AEGIS_NATS_URLS", "nats://127.0.0.1:14222,nats://127.0.0.1:14223,nats://127.0.0.1:14224"},
 	}
 	require.Equal(t, want, SharedEnv())
 }
 
 func TestParseKind(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]Kind{"postgres": KindPostgres, "pg": KindPostgres, "Redis": KindRedis, "etcd": KindEtcd, "zk": KindZooKeeper, "zookeeper": KindZooKeeper} {
+	for in, want := range map[string]Kind{"postgres": KindPostgres, "pg": KindPostgres, "Redis": KindRedis, "etcd": KindEtcd, "zk": KindZooKeeper, "zookeeper": KindZooKeeper, "nats": KindNATS} {
 		got, err := ParseKind(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)

@@ -23,15 +23,17 @@ const (
 
 // SetConfig configures [StartSet]. The zero value starts everything on free
 // ports: PostgreSQL, six independent Redis primaries, a 3-member etcd
-// cluster and a 3-member ZooKeeper ensemble.
+// cluster, a 3-member ZooKeeper ensemble and a 3-server NATS cluster with
+// JetStream (nats-server as `scripts/services start` built it).
 type SetConfig struct {
 	// Kinds are the kinds to start. Default: all of them.
 	Kinds []Kind
-	// Postgres, Etcd and ZooKeeper configure those servers; their Detach
-	// fields are ignored (see Detach below).
+	// Postgres, Etcd, ZooKeeper and NATS configure those servers; their
+	// Detach fields are ignored (see Detach below).
 	Postgres  PostgresConfig
 	Etcd      EtcdConfig
 	ZooKeeper ZooKeeperConfig
+	NATS      NATSConfig
 	// Redis has one entry per Redis server. Default: six primaries on free
 	// ports with DEBUG allowed from loopback.
 	Redis []RedisConfig
@@ -52,6 +54,7 @@ type Set struct {
 	Redis     []*Redis
 	Etcd      *Etcd
 	ZooKeeper *ZooKeeper
+	NATS      *NATS
 	// Unavailable holds, with SetConfig.AllowMissing, the [MissingError]
 	// of each kind that could not start because its program is missing.
 	Unavailable map[Kind]error
@@ -79,6 +82,8 @@ var (
 	sharedZKClient    = []int{12181, 12182, 12183}
 	sharedZKQuorum    = []int{12881, 12882, 12883}
 	sharedZKElection  = []int{12891, 12892, 12893}
+	sharedNATSClient  = []int{14222, 14223, 14224}
+	sharedNATSCluster = []int{14248, 14249, 14250}
 	defaultRedisExtra = map[string]string{"enable-debug-command": "local"}
 )
 
@@ -86,12 +91,13 @@ var (
 // scripts/services starts: detached, on fixed loopback ports (PostgreSQL
 // 15432; Redis 16379–16384; etcd clients 12379/12381/12383, peers
 // 12380/12382/12384; ZooKeeper clients 12181–12183, quorum 12881–12883,
-// election 12891–12893).
+// election 12891–12893; NATS clients 14222–14224, routes 14248–14250).
 func SharedConfig() *SetConfig {
 	c := &SetConfig{
 		Postgres:  PostgresConfig{Port: sharedPostgresPort},
 		Etcd:      EtcdConfig{ClientPorts: sharedEtcdClient, PeerPorts: sharedEtcdPeer},
 		ZooKeeper: ZooKeeperConfig{ClientPorts: sharedZKClient, QuorumPorts: sharedZKQuorum, ElectionPorts: sharedZKElection},
+		NATS:      NATSConfig{ClientPorts: sharedNATSClient, ClusterPorts: sharedNATSCluster},
 		Detach:    true,
 	}
 	for i := range sharedRedisCount {
@@ -109,18 +115,22 @@ func SharedEnv() [][2]string {
 	for _, r := range c.Redis {
 		redis = append(redis, hostPort(r.Port))
 	}
-	var etcd, zk []string
+	var etcd, zk, nats []string
 	for _, p := range c.Etcd.ClientPorts {
 		etcd = append(etcd, "http://"+hostPort(p))
 	}
 	for _, p := range c.ZooKeeper.ClientPorts {
 		zk = append(zk, hostPort(p))
 	}
+	for _, p := range c.NATS.ClientPorts {
+		nats = append(nats, "nats://"+hostPort(p))
+	}
 	return [][2]string{
 		{EnvPostgresURL, "postgres://aegis@" + hostPort(c.Postgres.Port) + "/aegis?sslmode=disable"},
 		{EnvRedisAddrs, strings.Join(redis, ",")},
 		{EnvEtcdEndpoints, strings.Join(etcd, ",")},
 		{EnvZKServers, strings.Join(zk, ",")},
+		{EnvNATSURLs, strings.Join(nats, ",")},
 	}
 }
 
@@ -135,12 +145,15 @@ func EnvKind(name string) Kind {
 		return KindEtcd
 	case EnvZKServers:
 		return KindZooKeeper
+	case EnvNATSURLs:
+		return KindNATS
 	}
 	return ""
 }
 
 // StartSet starts the servers cfg asks for in dir, each kind in its own
-// subdirectory (postgres, redis-1…, etcd, zookeeper), the kinds at once.
+// subdirectory (postgres, redis-1…, etcd, zookeeper, nats), the kinds at
+// once.
 // cfg may be nil.
 //
 // When a server fails to start, StartSet stops every server it started
@@ -178,6 +191,11 @@ func StartSet(ctx context.Context, dir string, cfg *SetConfig) (*Set, error) {
 			return StartZooKeeper(ctx, filepath.Join(dir, "zookeeper"), &c.ZooKeeper)
 		})
 	}
+	if slices.Contains(kinds, KindNATS) {
+		goStart(t, KindNATS, &s.NATS, func() (*NATS, error) {
+			return StartNATS(ctx, filepath.Join(dir, "nats"), &c.NATS)
+		})
+	}
 	t.wg.Wait()
 	if len(t.errs) > 0 {
 		if !c.Detach {
@@ -204,7 +222,7 @@ func setDefaults(cfg *SetConfig) (SetConfig, []Kind) {
 			c.Redis = append(c.Redis, RedisConfig{Config: defaultRedisExtra})
 		}
 	}
-	c.Postgres.Detach, c.Etcd.Detach, c.ZooKeeper.Detach = c.Detach, c.Detach, c.Detach
+	c.Postgres.Detach, c.Etcd.Detach, c.ZooKeeper.Detach, c.NATS.Detach = c.Detach, c.Detach, c.Detach, c.Detach
 	return c, kinds
 }
 
@@ -265,7 +283,7 @@ func startRedises(ctx context.Context, dir string, c *SetConfig) ([]*Redis, erro
 }
 
 // Procs returns every process of the set: PostgreSQL, the Redis servers,
-// the etcd members, the ZooKeeper members.
+// the etcd members, the ZooKeeper members, the NATS servers.
 func (s *Set) Procs() []*Proc {
 	var out []*Proc
 	if s.Postgres != nil {
@@ -279,6 +297,9 @@ func (s *Set) Procs() []*Proc {
 	}
 	if s.ZooKeeper != nil {
 		out = append(out, s.ZooKeeper.Members()...)
+	}
+	if s.NATS != nil {
+		out = append(out, s.NATS.Members()...)
 	}
 	return out
 }
@@ -303,6 +324,9 @@ func (s *Set) Env() []string {
 	if s.ZooKeeper != nil {
 		env = append(env, EnvZKServers+"="+strings.Join(s.ZooKeeper.Addrs(), ","))
 	}
+	if s.NATS != nil {
+		env = append(env, EnvNATSURLs+"="+strings.Join(s.NATS.URLs(), ","))
+	}
 	return env
 }
 
@@ -321,6 +345,9 @@ func (s *Set) Stop() error {
 	}
 	if s.ZooKeeper != nil {
 		stops = append(stops, s.ZooKeeper.Stop)
+	}
+	if s.NATS != nil {
+		stops = append(stops, s.NATS.Stop)
 	}
 	errs := make([]error, len(stops))
 	var wg sync.WaitGroup

@@ -1,11 +1,11 @@
 // Package testenv connects tests to the shared test servers that
-// scripts/services starts (PostgreSQL, Redis, etcd, ZooKeeper) and isolates
-// each test on them: a fresh PostgreSQL schema (per call of Postgres and
-// PostgresSQL, per test for PostgresURL), a unique key prefix for Redis,
-// etcd and ZooKeeper.
+// scripts/services starts (PostgreSQL, Redis, etcd, ZooKeeper, NATS) and
+// isolates each test on them: a fresh PostgreSQL schema (per call of
+// Postgres and PostgresSQL, per test for PostgresURL), a unique key prefix
+// for Redis, etcd, ZooKeeper and NATS.
 //
 // Servers are found through AEGIS_POSTGRES_URL, AEGIS_REDIS_ADDRS,
-// AEGIS_ETCD_ENDPOINTS and AEGIS_ZK_SERVERS, each defaulting to the shared
+// AEGIS_ETCD_ENDPOINTS, AEGIS_ZK_SERVERS and AEGIS_NATS_URLS, each defaulting to the shared
 // servers' loopback ports. Each is checked once per test binary, within
 // about 2 s; a server that does not answer fails the test with a message
 // that names the server, its address, the variable and the fix. A test is
@@ -224,6 +224,26 @@ func ZKServers(t testing.TB) []string {
 		return each(addrs, func(a string) error { return servers.Probe(ctx, servers.KindZooKeeper, a) })
 	})
 	return addrs
+}
+
+// NATSURLs returns the client URLs (nats://host:port) of the test NATS
+// cluster's servers, three with JetStream. Tests share it: name every
+// key, bucket or stream with [Key].
+func NATSURLs(t testing.TB) []string {
+	t.Helper()
+	urls := split(lookup(servers.EnvNATSURLs))
+	var addrs []string
+	for _, e := range urls {
+		u, err := url.Parse(e)
+		if err != nil || u.Scheme != "nats" || u.Host == "" {
+			t.Fatalf("testenv: %s holds %q, not a list of nats://host:port URLs", servers.EnvNATSURLs, e)
+		}
+		addrs = append(addrs, u.Host)
+	}
+	check(t, "NATS", servers.EnvNATSURLs, addrs, func(ctx context.Context) error {
+		return each(addrs, func(a string) error { return servers.Probe(ctx, servers.KindNATS, a) })
+	})
+	return urls
 }
 
 // Key returns a key prefix unique to this call: the test's name (with

@@ -102,6 +102,39 @@ func TestRedisEtcdZooKeeper(t *testing.T) {
 	require.Len(t, ZKServers(t), 3)
 }
 
+func TestNATS(t *testing.T) {
+	t.Parallel()
+	urls := NATSURLs(t)
+	require.Len(t, urls, 3)
+	for _, u := range urls {
+		require.True(t, strings.HasPrefix(u, "nats://"), u)
+	}
+}
+
+// TestUnreachableNATSFails: a NATS cluster that does not answer fails the
+// test (never skips it), naming the variable, as every server kind does.
+func TestUnreachableNATSFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNeedsNATS$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AEGIS_TESTENV_HELPER=1", servers.EnvNATSURLs+"=nats://"+addr)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the test passed without its server:\n%s", out)
+	require.Contains(t, string(out), "NATS server at "+addr)
+	require.Contains(t, string(out), "from AEGIS_NATS_URLS")
+	require.NotRegexp(t, regexp.MustCompile(`(?m)^--- SKIP`), string(out))
+}
+
+func TestHelperNeedsNATS(t *testing.T) {
+	if os.Getenv("AEGIS_TESTENV_HELPER") == "" {
+		return
+	}
+	NATSURLs(t)
+}
+
 func TestKey(t *testing.T) {
 	t.Parallel()
 	t.Run("sub/case 1", func(t *testing.T) {
