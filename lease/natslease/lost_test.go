@@ -1,0 +1,187 @@
+package natslease_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/tcpproxy"
+	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/lease/natslease"
+)
+
+// TestStaleLeaseIsLost renews and releases a lease whose key is gone or
+// taken: after its own release, after a successor's grant from another
+// Locker, after its TTL passed with no successor, and with its Owner
+// altered. Each write (the renewal's publish, the release's delete) is
+// refused with ErrLost saying why, and a successor stays intact; the grant's
+// own refusal (a live key) is ErrHeld.
+func TestStaleLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	check := func(t *testing.T, name string, err error, reason string) {
+		t.Helper()
+		require.ErrorIs(t, err, aegis.ErrLost, name)
+		require.ErrorContains(t, err, reason, name)
+	}
+
+	t.Run("AfterOwnRelease", func(t *testing.T) {
+		t.Parallel()
+		ctx := bounded(t)
+		a := locker(t, nil)
+		key := testenv.Key(t)
+		lease, err := a.TryAcquire(ctx, key, ttl)
+		require.NoError(t, err)
+		require.NoError(t, a.Release(ctx, lease))
+		check(t, "renew", a.Renew(ctx, lease, ttl), "key gone (released")
+		check(t, "release", a.Release(ctx, lease), "key gone (released")
+	})
+
+	t.Run("AfterSuccessor", func(t *testing.T) {
+		t.Parallel()
+		ctx := bounded(t)
+		a, b, c := locker(t, nil), locker(t, nil), locker(t, nil)
+		key := testenv.Key(t)
+		lease, err := a.TryAcquire(ctx, key, ttl)
+		require.NoError(t, err)
+		_, err = b.TryAcquire(ctx, key, 10*ttl)
+		require.ErrorIs(t, err, aegis.ErrHeld, "the grant's write refused: a live key")
+		var next *aegis.Lease
+		require.Eventually(t, func() bool {
+			next, err = b.TryAcquire(ctx, key, 10*ttl)
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond, "the successor is granted the key after the first lease expires")
+		require.Greater(t, next.Token, lease.Token)
+		// a wrote the lease's last revision: its renewal's publish expects
+		// it and is refused, then the leader's read names the successor.
+		check(t, "renew", a.Renew(ctx, lease, ttl), "key granted to another owner")
+		check(t, "release", a.Release(ctx, lease), "key granted to another owner")
+		_, err = c.TryAcquire(ctx, key, ttl)
+		require.ErrorIs(t, err, aegis.ErrHeld, "the successor is intact")
+		require.NoError(t, b.Renew(ctx, next, 10*ttl), "the successor still holds")
+		require.NoError(t, b.Release(ctx, next))
+	})
+
+	t.Run("AfterExpiry", func(t *testing.T) {
+		t.Parallel()
+		ctx := bounded(t)
+		a := locker(t, nil)
+		key := testenv.Key(t)
+		wake, stopWake, err := a.Notify(ctx, key)
+		require.NoError(t, err)
+		defer stopWake()
+		lease, err := a.TryAcquire(ctx, key, ttl)
+		require.NoError(t, err)
+		testenv.Recv(t, wake, 10*time.Second, "the expiry")
+		check(t, "renew", a.Renew(ctx, lease, ttl), "key expired (the stream's leader removed it at its TTL)")
+		check(t, "release", a.Release(ctx, lease), "key expired")
+	})
+
+	t.Run("Forged", func(t *testing.T) {
+		t.Parallel()
+		ctx := bounded(t)
+		a := locker(t, nil)
+		key := testenv.Key(t)
+		lease, err := a.TryAcquire(ctx, key, 5*ttl)
+		require.NoError(t, err)
+		for _, forged := range []*aegis.Lease{
+			{Key: key, Token: lease.Token + 1, Owner: lease.Owner, TTL: ttl},
+			{Key: key, Token: lease.Token, Owner: strings.Repeat("a", 32) + ":" + strings.SplitN(lease.Owner, ":", 2)[1], TTL: ttl},
+			{Key: key, Token: lease.Token, Owner: "not an owner", TTL: ttl},
+		} {
+			check(t, "renew", a.Renew(ctx, forged, ttl), "")
+			check(t, "release", a.Release(ctx, forged), "")
+		}
+		require.NoError(t, a.Renew(ctx, lease, 5*ttl), "the lease is intact")
+		require.NoError(t, a.Release(ctx, lease))
+	})
+}
+
+// TestWriteAfterAnotherLocker renews and releases a lease through Lockers
+// that did not write its last revision (another process's Locker, and the
+// granting Locker after another renewed it, as after a renewal whose answer
+// was lost): each reads the key's last revision from the stream's leader
+// and writes after it.
+func TestWriteAfterAnotherLocker(t *testing.T) {
+	t.Parallel()
+	ctx := bounded(t)
+	a, b := locker(t, nil), locker(t, nil)
+	key := testenv.Key(t)
+	lease, err := a.TryAcquire(ctx, key, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, b.Renew(ctx, lease, 5*time.Second), "through a Locker that never saw it")
+	require.NoError(t, a.Renew(ctx, lease, 5*time.Second), "the granting Locker, behind by one revision")
+	require.NoError(t, b.Release(ctx, lease), "b is behind now")
+	_, err = a.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err, "released")
+}
+
+// TestUnreachable: New on a connection whose server never answers (it is
+// still connecting to a closed port), and every call of a Locker whose
+// server stops answering (a stalled proxy), give up after
+// Config.RequestTimeout with an error that names the server (not its
+// password) and is neither ErrHeld nor ErrLost.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+	nc, err := nats.Connect("nats://aegis:s3cret@"+addr, nats.RetryOnFailedConnect(true), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := natslease.New(js, &natslease.Config{RequestTimeout: 500 * time.Millisecond})
+		done <- err
+	}()
+	err = testenv.Recv(t, done, time.Minute, "New to give up")
+	require.ErrorContains(t, err, "natslease: create bucket \"aegis_leases\": no answer from NATS at "+addr)
+	require.NotContains(t, err.Error(), "s3cret")
+
+	// A Locker whose one server stops answering: every call, under a
+	// context without deadline, gives up after RequestTimeout.
+	p, err := tcpproxy.New(strings.TrimPrefix(testenv.NATSURLs(t)[0], "nats://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	nc, err = nats.Connect("nats://aegis:s3cret@"+p.Addr(), nats.IgnoreDiscoveredServers())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := natslease.New(js, &natslease.Config{RequestTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	key := testenv.Key(t)
+	lease, err := l.TryAcquire(context.Background(), key, 5*time.Second)
+	require.NoError(t, err)
+	forged := &aegis.Lease{Key: testenv.Key(t), Token: 1, Owner: strings.Repeat("a", 32) + ":1", TTL: time.Second}
+	p.Stall()
+	defer p.Heal()
+	for name, call := range map[string]func(context.Context) error{
+		"TryAcquire":  func(ctx context.Context) error { _, err := l.TryAcquire(ctx, testenv.Key(t), time.Second); return err },
+		"Renew":       func(ctx context.Context) error { return l.Renew(ctx, lease, 5*time.Second) },
+		"Release":     func(ctx context.Context) error { return l.Release(ctx, lease) },
+		"RenewRead":   func(ctx context.Context) error { return l.Renew(ctx, forged, time.Second) },
+		"ReleaseRead": func(ctx context.Context) error { return l.Release(ctx, forged) },
+		"Notify":      func(ctx context.Context) error { _, _, err := l.Notify(ctx, key); return err },
+		"Hold":        func(ctx context.Context) error { _, err := aegis.Hold(ctx, l, testenv.Key(t), time.Second); return err },
+	} {
+		go func() { done <- call(context.Background()) }()
+		err := testenv.Recv(t, done, time.Minute, name+" to give up")
+		require.Error(t, err, name)
+		require.NotErrorIs(t, err, aegis.ErrHeld, name)
+		require.NotErrorIs(t, err, aegis.ErrLost, name)
+		require.ErrorContains(t, err, "no answer from NATS at "+p.Addr(), name)
+		require.NotContains(t, err.Error(), "s3cret", name)
+	}
+}
