@@ -23,6 +23,7 @@ type Servers struct {
 	RedisAddrs    []string // AEGIS_REDIS_ADDRS; the first is the single-node one
 	EtcdEndpoints []string // AEGIS_ETCD_ENDPOINTS
 	ZKServers     []string // AEGIS_ZK_SERVERS
+	NATSURLs      []string // AEGIS_NATS_URLS
 	SQLitePath    string   // AEGIS_SQLITE_PATH
 
 	// ZKSessionTimeout is the ZooKeeper session timeout asked for. A
@@ -57,6 +58,7 @@ func FromEnv() Servers {
 		RedisAddrs:    strings.Split(env[servers.EnvRedisAddrs], ","),
 		EtcdEndpoints: strings.Split(env[servers.EnvEtcdEndpoints], ","),
 		ZKServers:     strings.Split(env[servers.EnvZKServers], ","),
+		NATSURLs:      strings.Split(env[servers.EnvNATSURLs], ","),
 		SQLitePath:    cmp.Or(os.Getenv("AEGIS_SQLITE_PATH"), "aegis.db"),
 	}
 }
@@ -70,6 +72,7 @@ var openers = map[string]Opener{
 	"etcd":         openEtcd,
 	"etcd-session": openEtcdSession,
 	"memory":       openMemory,
+	"nats":         openNATS,
 	"postgres":     openPostgres,
 	"redis":        openRedis,
 	"redlock":      openRedlock,

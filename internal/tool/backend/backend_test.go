@@ -117,14 +117,18 @@ func TestOpenServersDown(t *testing.T) {
 		{"redlock", backend.Servers{RedisAddrs: down}, "redlock: 0 of 3 servers answer, 2 needed: 127.0.0.1:1: connection refused; 127.0.0.1:2: connection refused; 127.0.0.1:3: connection refused"},
 		{"etcd", backend.Servers{EtcdEndpoints: []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}}, "etcd: no server answers: 127.0.0.1:1: connection refused; 127.0.0.1:2: connection refused"},
 		{"zookeeper", backend.Servers{ZKServers: down[:1]}, "zookeeper: no server answers: 127.0.0.1:1: connection refused"},
+		{"nats", backend.Servers{NATSURLs: []string{"nats://127.0.0.1:1", "nats://127.0.0.1:2"}}, "nats: no server answers: 127.0.0.1:1: connection refused; 127.0.0.1:2: connection refused"},
 	} {
 		start := time.Now()
 		_, _, err := backend.Open(t.Context(), tc.name, tc.s)
 		require.EqualError(t, err, tc.want, tc.name)
 		require.Less(t, time.Since(start), 5*time.Second, "%s: said at once", tc.name)
 	}
-	for _, name := range []string{"redis", "redlock", "etcd", "zookeeper"} {
+	for _, name := range []string{"redis", "redlock", "etcd", "zookeeper", "nats"} {
 		_, _, err := backend.Open(t.Context(), name, backend.Servers{})
 		require.ErrorIs(t, err, aegis.ErrInvalid, "%s without servers", name)
 	}
+	_, _, err := backend.Open(t.Context(), "nats", backend.Servers{NATSURLs: []string{"127.0.0.1:1"}})
+	require.ErrorIs(t, err, aegis.ErrInvalid)
+	require.EqualError(t, err, "nats: aegis: invalid argument: server 1 is not a nats://host:port URL (not shown: it may carry a password)")
 }

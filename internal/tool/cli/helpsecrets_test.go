@@ -20,6 +20,7 @@ func TestHelpHidesSecrets(t *testing.T) {
 	t.Setenv(servers.EnvRedisAddrs, "redis://:redis-s3cret@127.0.0.1:6379,127.0.0.1:6380")
 	t.Setenv(servers.EnvEtcdEndpoints, "http://root:etcd-s3cret@127.0.0.1:2379,127.0.0.1:2381")
 	t.Setenv(servers.EnvZKServers, "digest:zk-s3cret@127.0.0.1:2181")
+	t.Setenv(servers.EnvNATSURLs, "nats://app:nats-s3cret@127.0.0.1:4222,nats://127.0.0.1:4223")
 	t.Setenv("AEGIS_SQLITE_PATH", "/tmp/leases.db")
 	t.Setenv("AEGIS_CONSOLE_PASSWORD", "console-s3cret")
 
@@ -45,7 +46,11 @@ func TestHelpHidesSecrets(t *testing.T) {
 		if strings.Contains(out, "digest:xxxxx@127.0.0.1:2181") {
 			shown[strings.Join(args, " ")+" zk"] = true
 		}
+		if strings.Contains(out, "nats://app:xxxxx@127.0.0.1:4222,nats://127.0.0.1:4223") {
+			shown[strings.Join(args, " ")+" nats"] = true
+		}
 	}
+	require.True(t, shown["bench lease -h nats"], "aegis bench lease -h shows the NATS servers of its default, the password masked")
 	for _, cmd := range []string{"bench lease -h", "lab --addr 127.0.0.1:7070 -h", "lab run -h", "lab campaign -h"} {
 		for _, kind := range []string{"etcd", "redis", "zk"} {
 			require.True(t, shown[cmd+" "+kind], "aegis %s shows the %s servers of its default, the password masked", cmd, kind)

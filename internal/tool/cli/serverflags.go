@@ -19,6 +19,7 @@ func serverFlags(fs *flagSet) func() backend.Servers {
 	redis := addrsVar(fs, "redis-addrs", strings.Join(env.RedisAddrs, ","), "Redis `addresses`, comma-separated; the first is the single-node one (AEGIS_REDIS_ADDRS)")
 	etcd := addrsVar(fs, "etcd-endpoints", strings.Join(env.EtcdEndpoints, ","), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
 	zk := addrsVar(fs, "zk-servers", strings.Join(env.ZKServers, ","), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
+	natsURLs := addrsVar(fs, "nats-urls", strings.Join(env.NATSURLs, ","), "NATS server `URLs`, comma-separated (AEGIS_NATS_URLS)")
 	sqlite := fs.String("sqlite-path", env.SQLitePath, "SQLite database `file` (AEGIS_SQLITE_PATH)")
 	return func() backend.Servers {
 		return backend.Servers{
@@ -26,6 +27,7 @@ func serverFlags(fs *flagSet) func() backend.Servers {
 			RedisAddrs:    strings.Split(*redis, ","),
 			EtcdEndpoints: strings.Split(*etcd, ","),
 			ZKServers:     strings.Split(*zk, ","),
+			NATSURLs:      strings.Split(*natsURLs, ","),
 			SQLitePath:    *sqlite,
 		}
 	}
