@@ -108,3 +108,25 @@ func TestNATSBinary(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, built, got)
 }
+
+// TestSetWithNATS: a Set asked for NATS starts its three servers, lists
+// them among its processes and its environment, and stops them.
+func TestSetWithNATS(t *testing.T) {
+	t.Parallel()
+	s, err := StartSet(testContext(t), t.TempDir(), &SetConfig{Kinds: []Kind{KindNATS}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop() })
+	require.NotNil(t, s.NATS)
+	require.Len(t, s.Procs(), 3)
+	require.Equal(t, []string{EnvNATSURLs + "=" + s.NATS.URLs()[0] + "," + s.NATS.URLs()[1] + "," + s.NATS.URLs()[2]}, s.Env())
+	st, err := Inspect(testContext(t), s.Dir, KindNATS)
+	require.NoError(t, err)
+	require.Len(t, st, 3)
+	for _, x := range st {
+		require.Equal(t, StateHealthy, x.State, x.Name)
+	}
+	require.NoError(t, s.Stop())
+	for _, p := range s.Procs() {
+		requireGone(t, p)
+	}
+}
