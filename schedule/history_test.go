@@ -285,3 +285,42 @@ func TestMissedTicksLeaveTheLoopItsTicks(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ms, "catchup's ticks ran: none is missed")
 }
+
+// lateLoopClock is a ManualClock that moves by late right after its first
+// reading, Start's: the job loops, which read it next, start late, as
+// goroutines do on a loaded machine.
+type lateLoopClock struct {
+	*schedule.ManualClock
+	late time.Duration
+	once sync.Once
+}
+
+func (c *lateLoopClock) Now() time.Time {
+	now := c.ManualClock.Now()
+	c.once.Do(func() { c.ManualClock.Advance(c.late) })
+	return now
+}
+
+// A tick due between Start and its loop's start (the loop's goroutine run
+// late) is the loop's: it runs, and the sweep, which walks the ticks from
+// Start, does not record it missed (down, as none ran).
+func TestMissedTicksNoneBetweenStartAndTheLoop(t *testing.T) {
+	t.Parallel()
+	r := sqliteReplica(t, sqlitePath(t))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &lateLoopClock{ManualClock: schedule.NewManualClock(t0), late: time.Minute + time.Second}
+	log := &runLog{}
+	start(t, &schedule.Config{Node: "n1", Store: r.store, Clock: clock, ReapInterval: 20 * time.Millisecond},
+		schedule.Job{Name: "report", Every: time.Minute, Run: func(ctx context.Context) error { log.record(ctx); return nil }})
+	waitFor(t, 10*time.Second, func() bool { n, _ := clock.Waiters(); return n == 1 }, "the loop waits on the clock")
+	clock.Advance(20 * time.Second) // past t0+1m's deadline (10s) and a sweep's wait; t0+2m is not yet due
+	reader, err := schedule.NewRunReader(t.Context(), r.db, nil)
+	require.NoError(t, err)
+	var ms []schedule.MissedTick
+	waitFor(t, 10*time.Second, func() bool {
+		ms, err = reader.Missed(t.Context(), "report", 10)
+		return err == nil && (log.count() > 0 || len(ms) > 0)
+	}, "t0+1m runs or is recorded missed: %v", &err)
+	require.Equal(t, map[time.Time]int{t0.Add(time.Minute): 1}, log.perTick(), "t0+1m ran; missed: %+v", ms)
+	require.Empty(t, ms)
+}

@@ -283,7 +283,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.wg.Go(func() { s.bind(ctx) })
 	}
 	for _, j := range s.jobs {
-		s.wg.Go(func() { j.loop(ctx) })
+		// Its ticks from Start on are its loop's, however late its
+		// goroutine runs: the loop fires them or notes why not, and the
+		// sweep leaves them to it (job.settled) from now.
+		j.mu.Lock()
+		j.settled, j.looping = s.startedAt, true
+		j.mu.Unlock()
+		s.wg.Go(func() { j.loopFrom(ctx, s.startedAt) })
 	}
 	return nil
 }
