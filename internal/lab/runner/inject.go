@@ -280,15 +280,21 @@ func (r *Run) killNode(ctx context.Context, ch lab.Chaos, begin func(error)) err
 	}
 	// Two faults can name one node (two kills waiting for the next
 	// commit see the same one): one kills and restarts it, the other
-	// would start a second process for it.
+	// would start a second process for it. Until the restart ends, not
+	// only until it starts a process (which clears killed).
 	r.mu.Lock()
-	if np.killed {
+	if np.killed || np.restarting {
 		r.mu.Unlock()
 		return fmt.Errorf("node%d%s is being killed and restarted by another fault already: %w", np.n, detail, errDown)
 	}
-	np.killed = true
+	np.killed, np.restarting = true, true
 	exited := np.exited
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		np.restarting = false
+		r.mu.Unlock()
+	}()
 	pid, err := r.signal(np, syscall.SIGKILL)
 	if err != nil {
 		r.mu.Lock()

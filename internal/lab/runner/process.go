@@ -62,6 +62,10 @@ type nodeProc struct {
 	// faulted: a fault was aimed at the node (paused, killed, cut off,
 	// its clock skewed): its late ticks are the fault's doing.
 	faulted bool
+	// restarting: a kill's restart of the node is under way (the node is
+	// down until its process is ready): another kill has nothing more to
+	// do, and would start a second process for it.
+	restarting bool
 	// late is the latest a tick of the node's that it could not start
 	// was, after its fire time (misfired events' Late).
 	late time.Duration

@@ -21,8 +21,9 @@ import (
 )
 
 // session returns a lab session on the shared test servers (isolated by a
-// schema and the run's own keys), whose nodes are this test binary.
-func session(t *testing.T) *runner.Session {
+// schema and the run's own keys), whose nodes are this test binary, with
+// env (NAME=value) in their environment.
+func session(t *testing.T, env ...string) *runner.Session {
 	t.Helper()
 	testenv.Reserve(t, 1, "a lab session's runs")
 	s, err := runner.NewSession(runner.Options{
@@ -33,7 +34,7 @@ func session(t *testing.T) *runner.Session {
 			EtcdEndpoints: testenv.EtcdEndpoints(t),
 			ZKServers:     testenv.ZKServers(t),
 		},
-		NodeEnv: []string{nodeEnv},
+		NodeEnv: append([]string{nodeEnv}, env...),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
