@@ -26,7 +26,7 @@ import (
 // The killed server is started again at the end and rejoins.
 func TestStreamLeaderKilled(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	cluster, err := servers.StartNATS(ctx, t.TempDir(), nil)
 	require.NoError(t, err)
@@ -46,9 +46,10 @@ func TestStreamLeaderKilled(t *testing.T) {
 
 	// A stream's leader election takes 4 to 9 s after its leader dies
 	// (nats-server's RAFT timings): a 6 s lease expired during one, its
-	// renewal unanswered. The held lease renews at a third of its TTL and
-	// retries until its deadline.
-	const ttl = 15 * time.Second
+	// renewal unanswered, and one of 15 s has 10 s left at a renewal: too
+	// close on a loaded machine. The held lease renews at a third of its
+	// TTL and retries until its deadline.
+	const ttl = 30 * time.Second
 	h, err := aegis.Hold(ctx, holder, held, ttl)
 	require.NoError(t, err)
 	defer h.Release(context.Background())
@@ -80,7 +81,7 @@ func TestStreamLeaderKilled(t *testing.T) {
 				require.ErrorContains(t, err, "no answer from NATS", key)
 			}
 		}
-		require.Less(t, time.Since(killed), time.Minute, "the unrenewed key never expired after the leader was killed")
+		require.Less(t, time.Since(killed), 2*ttl, "the unrenewed key never expired after the leader was killed")
 		<-tick.C
 	}
 	require.Greater(t, next.Token, lease.Token, "a token after the leader change")
