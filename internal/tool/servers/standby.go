@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -308,4 +310,95 @@ func maxConnections(ctx context.Context, p *Postgres) (int, error) {
 		return 0, fmt.Errorf("servers: StartStandby: primary %s on %s: %w", p.Name(), p.Addr(), err)
 	}
 	return strconv.Atoi(s)
+}
+
+// Switchover fails primary over to its standby p without losing a commit,
+// as a planned switchover does, and returns primary's last WAL position.
+// It stops primary (a fast shutdown: its sessions end, what they had not
+// committed rolls back, and its WAL up to the shutdown checkpoint goes to
+// the standbys streaming from it before it exits), reads that checkpoint's
+// position with pg_controldata, waits until p has replayed past it, then
+// promotes p ([Postgres.Promote]). primary stays stopped: no client can
+// write to it, and its data, which p's new timeline leaves behind, is
+// fit only to be wiped. The waits are bounded by 30 s or ctx's deadline.
+// It returns an error wrapping [ErrNotStandby] when p is not in recovery
+// (and then stops nothing), and an error that names the step that failed
+// otherwise; primary may then be stopped already.
+func (p *Postgres) Switchover(ctx context.Context, primary *Postgres) (string, error) {
+	if primary == nil || primary.Proc == nil {
+		return "", fmt.Errorf("servers: switch over to %s on %s: primary is nil", p.Name(), p.Addr())
+	}
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("servers: switch over from %s to %s on %s: %w", primary.Addr(), p.Name(), p.Addr(), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, standbyWait)
+	defer cancel()
+	if in, err := p.inRecovery(ctx); err != nil || !in {
+		return fail(cmp.Or(err, ErrNotStandby))
+	}
+	if err := primary.Stop(); err != nil {
+		return fail(err)
+	}
+	last, err := checkpointLSN(ctx, filepath.Join(primary.Dir(), "data"))
+	if err != nil {
+		return fail(err)
+	}
+	conn, err := pgx.Connect(ctx, p.URL())
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	delay := 5 * time.Millisecond
+	for {
+		// The replay position is the end of the last record replayed:
+		// past the shutdown checkpoint's start once it is replayed.
+		var replayed string
+		var done bool
+		if err := conn.QueryRow(ctx, "select pg_last_wal_replay_lsn()::text, pg_last_wal_replay_lsn() > $1::pg_lsn", last).Scan(&replayed, &done); err != nil {
+			return fail(err)
+		}
+		if done {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("the standby replayed up to %s, not past the primary's last record at %s: %w", replayed, last, ctx.Err()))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+	if err := p.Promote(ctx); err != nil {
+		return "", err
+	}
+	return last, nil
+}
+
+// checkpointLSN returns the latest checkpoint's position in the control
+// file of the stopped cluster in data: after a clean shutdown, the
+// shutdown checkpoint, its last WAL record.
+func checkpointLSN(ctx context.Context, data string) (string, error) {
+	bins, err := postgresBinaries()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(bins.postgres), "pg_controldata"), data)
+	cmd.Env = postgresEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("pg_controldata %s: %w\n%s", data, err, lastLines(string(out), 5))
+	}
+	state := ""
+	for line := range strings.Lines(string(out)) {
+		k, v, _ := strings.Cut(line, ":")
+		switch strings.TrimSpace(k) {
+		case "Database cluster state":
+			state = strings.TrimSpace(v)
+		case "Latest checkpoint location":
+			if state != "shut down" {
+				return "", fmt.Errorf("the primary's cluster is %q, not shut down: its last commits may not have reached the standby", state)
+			}
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("pg_controldata %s: no latest checkpoint location in its output", data)
 }

@@ -113,3 +113,52 @@ func TestStartStandbyBadInput(t *testing.T) {
 	_, err := StartStandby(ctx, t.TempDir(), nil, nil)
 	require.ErrorContains(t, err, "primary is nil")
 }
+
+// A switchover right after a burst of commits loses none of them: the
+// primary's fast shutdown sends its WAL to the standby, which replays it
+// to the end before it is promoted (the test settings' synchronous_commit
+// off leaves the last commits unsent until then). The old primary stays
+// stopped.
+func TestSwitchoverLosesNoCommit(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	dir := t.TempDir()
+	primary, err := StartPostgres(ctx, filepath.Join(dir, "postgres-primary"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop() })
+	standby, err := StartStandby(ctx, filepath.Join(dir, "postgres-standby"), primary, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Stop() })
+
+	conn, err := pgx.Connect(ctx, primary.URL())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "create table switched (v int)")
+	require.NoError(t, err)
+	const commits = 300
+	for i := range commits {
+		_, err = conn.Exec(ctx, "insert into switched values ($1)", i)
+		require.NoError(t, err)
+	}
+	_ = conn.Close(ctx)
+
+	last, err := standby.Switchover(ctx, primary)
+	require.NoError(t, err)
+	require.Regexp(t, `^[0-9A-F]+/[0-9A-F]+$`, last)
+	require.False(t, primary.Running(), "the old primary is stopped: nothing can write to it")
+	sconn, err := pgx.Connect(ctx, standby.URL())
+	require.NoError(t, err)
+	defer sconn.Close(context.WithoutCancel(ctx))
+	var n int
+	var in bool
+	require.NoError(t, sconn.QueryRow(ctx, "select count(*), pg_is_in_recovery() from switched").Scan(&n, &in))
+	require.Equal(t, commits, n, "every commit of the old primary is on the new one")
+	require.False(t, in, "the standby is promoted")
+	_, err = sconn.Exec(ctx, "insert into switched values (-1)")
+	require.NoError(t, err, "the new primary takes writes")
+
+	// It is no standby any more: a second switchover stops nothing.
+	_, err = standby.Switchover(ctx, primary)
+	require.ErrorIs(t, err, ErrNotStandby)
+	_, err = standby.Switchover(ctx, nil)
+	require.ErrorContains(t, err, "primary is nil")
+}
