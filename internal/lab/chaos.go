@@ -25,6 +25,7 @@ const (
 	Skew      ChaosKind = "skew"      // skew:nodeN=±D — the node's clock offset
 	Latency   ChaosKind = "latency"   // latency:SERVER=D — every round trip to SERVER takes D longer
 	Edit      ChaosKind = "edit"      // edit:JOB@AT=SPEC — a catalog edit: a new cadence, pause or resume
+	Promote   ChaosKind = "promote"   // promote:standby@AT — the primary stopped, its hot standby promoted, the nodes moved to it
 )
 
 // The node targets that are not a fixed node.
@@ -54,6 +55,10 @@ func movingTarget(target string) bool {
 	return target == Holder || target == Writer || target == Committer || target == Leader
 }
 
+// Standby is the target of promote:standby@AT: the lab's hot standby of
+// its PostgreSQL (Config.Standby), promoted to be the store of record.
+const Standby = "standby"
+
 // RedlockMajority is the target of restart:redlock@AT: a majority of the
 // Redlock nodes restarted at once without persistence.
 const RedlockMajority = "redlock"
@@ -70,7 +75,8 @@ type Chaos struct {
 	// Target is "holder", "writer", "committer", "leader" or "nodeN" for
 	// pause, kill and partition; "nodeN" for skew; "etcd" or "zookeeper" for a kill of a
 	// server member; "redis" for failover and restart; "postgres" for
-	// crash; a server kind (postgres, redis, etcd, zookeeper) for latency.
+	// crash; "standby" for promote; a server kind (postgres, redis, etcd,
+	// zookeeper) for latency.
 	Target string
 	// At is when the fault happens, from the start of the run's first
 	// tick. Zero for skew and latency, which last the whole run.
@@ -118,7 +124,7 @@ func (c Chaos) ServerKind() (servers.Kind, bool) {
 	switch {
 	case c.Kind == Failover || c.Kind == Restart:
 		return servers.KindRedis, true
-	case c.Kind == Crash:
+	case c.Kind == Crash || c.Kind == Promote:
 		return servers.KindPostgres, true
 	case c.Kind == Kill && (c.Target == string(servers.KindEtcd) || c.Target == string(servers.KindZooKeeper)):
 		return servers.Kind(c.Target), true
@@ -138,7 +144,7 @@ func (c Chaos) String() string {
 			s += "/" + c.Server
 		}
 		return s
-	case Kill, Failover, Restart, Crash:
+	case Kill, Failover, Restart, Crash, Promote:
 		return fmt.Sprintf("%s:%s@%s", c.Kind, c.Target, c.At)
 	case Skew:
 		sign := "+"
@@ -163,6 +169,7 @@ const maxChaosDuration = 24 * time.Hour
 //	restart:redis@AT      partition:TARGET@AT+FOR[/SERVER]
 //	skew:nodeN=±D         latency:SERVER=D      crash:postgres@AT
 //	kill:etcd@AT          kill:zookeeper@AT     edit:JOB@AT=SPEC
+//	promote:standby@AT
 //
 // TARGET is "holder", "writer", "committer", "leader" (leader mode) or
 // "nodeN" (N from 1). SERVER is postgres,
@@ -173,7 +180,9 @@ const maxChaosDuration = 24 * time.Hour
 // sooner). An edit changes the run's catalog row of JOB: SPEC is its new
 // cadence (a duration, taking effect as catalog edits do, a second after
 // the commit), pause or resume; for a JOB not in the catalog, EVERY/WORK
-// (a --catalog row after its "=") adds that schedule from then on. The error quotes the spec, says what is
+// (a --catalog row after its "=") adds that schedule from then on.
+// promote:standby fails the lab's PostgreSQL over to its hot standby (a
+// run with --standby). The error quotes the spec, says what is
 // wrong, and wraps aegis.ErrInvalid.
 func ParseChaos(spec string) (Chaos, error) {
 	kind, rest, ok := strings.Cut(spec, ":")
@@ -187,6 +196,8 @@ func ParseChaos(spec string) (Chaos, error) {
 		err = c.parseWindow(rest)
 	case Kill, Failover, Restart, Crash:
 		err = c.parseServerFault(rest)
+	case Promote:
+		err = c.parsePromote(rest)
 	case Skew:
 		err = c.parseSkew(rest)
 	case Latency:
@@ -194,7 +205,7 @@ func ParseChaos(spec string) (Chaos, error) {
 	case Edit:
 		err = c.parseEdit(rest)
 	default:
-		err = fmt.Errorf("unknown kind %q (want pause, kill, failover, restart, crash, partition, skew, latency or edit)", kind)
+		err = fmt.Errorf("unknown kind %q (want pause, kill, failover, restart, crash, promote, partition, skew, latency or edit)", kind)
 	}
 	if err != nil {
 		return Chaos{}, invalid("chaos %q: %s", spec, err)
@@ -254,6 +265,21 @@ func (c *Chaos) parseServerFault(rest string) error {
 	if err := c.setServerTarget(target); err != nil {
 		return err
 	}
+	var err error
+	c.At, err = duration("AT", at, false)
+	return err
+}
+
+// parsePromote parses promote's standby@AT.
+func (c *Chaos) parsePromote(rest string) error {
+	target, at, ok := strings.Cut(rest, "@")
+	if !ok {
+		return errors.New("missing @AT (want promote:standby@AT)")
+	}
+	if target != Standby {
+		return fmt.Errorf("target %q: only the hot standby can be promoted (want promote:standby@AT)", target)
+	}
+	c.Target = target
 	var err error
 	c.At, err = duration("AT", at, false)
 	return err
@@ -360,7 +386,7 @@ func (c *Chaos) setServerTarget(target string) error {
 		return nil
 	}
 	faults := map[servers.Kind]string{
-		servers.KindPostgres:  "crash:postgres@AT",
+		servers.KindPostgres:  "crash:postgres@AT or promote:standby@AT",
 		servers.KindRedis:     "failover:redis@AT or restart:redis@AT",
 		servers.KindEtcd:      "kill:etcd@AT",
 		servers.KindZooKeeper: "kill:zookeeper@AT",

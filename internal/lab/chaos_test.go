@@ -51,6 +51,8 @@ func TestParseChaos(t *testing.T) {
 		{"kill:leader@3s", lab.Chaos{Kind: lab.Kill, Target: "leader", At: 3 * time.Second}},
 		{"pause:leader@1s+2s", lab.Chaos{Kind: lab.Pause, Target: "leader", At: time.Second, For: 2 * time.Second}},
 		{"partition:leader@1s+1s/pg", lab.Chaos{Kind: lab.Partition, Target: "leader", At: time.Second, For: time.Second, Server: "postgres"}},
+		{"promote:standby@4s", lab.Chaos{Kind: lab.Promote, Target: "standby", At: 4 * time.Second}},
+		{"promote:standby@0s", lab.Chaos{Kind: lab.Promote, Target: "standby"}},
 	}
 	for _, tt := range tests {
 		got, err := lab.ParseChaos(tt.spec)
@@ -83,7 +85,12 @@ func TestParseChaosErrors(t *testing.T) {
 		{"kill:holder", "missing @AT (want kill:TARGET@AT)"},
 		{"kill:node-1@1s", `target "node-1": want holder, writer, committer, leader, nodeN (N from 1), etcd or zookeeper`},
 		{"kill:redis@1s", `target "redis": of the servers, only etcd and zookeeper can be killed (redis's fault is failover:redis@AT or restart:redis@AT)`},
-		{"kill:postgres@1s", `(postgres's fault is crash:postgres@AT)`},
+		{"kill:postgres@1s", `(postgres's fault is crash:postgres@AT or promote:standby@AT)`},
+		{"promote:standby", "missing @AT (want promote:standby@AT)"},
+		{"promote:postgres@1s", `target "postgres": only the hot standby can be promoted (want promote:standby@AT)`},
+		{"promote:standby@-1s", "AT -1s is negative"},
+		{"promote:standby@25h", "longer than 24h0m0s"},
+		{"promote:@1s", `target "": only the hot standby`},
 		{"kill:etcd", "missing @AT (want kill:TARGET@AT)"},
 		{"kill:etcd@-1s", "AT -1s is negative"},
 		{"crash:postgres", "missing @AT (want crash:postgres@AT)"},
@@ -129,6 +136,7 @@ func FuzzParseChaos(f *testing.F) {
 		"partition:node1@2s+3s", "skew:node2=-500ms", "latency:redis=20ms", "pause:node1@1h+1ns",
 		"skew:node9999=+1s", ":", "@+=", "crash:postgres@1s", "kill:etcd@2s", "kill:zk@0s",
 		"pause:writer@1s+1s", "partition:holder@1s+2s/etcd", "partition:node1@1s+1s/pg", "partition:x@1s+1s//",
+		"promote:standby@4s", "promote:standby@", "promote:primary@1s",
 	} {
 		f.Add(s)
 	}

@@ -29,7 +29,10 @@ type Config struct {
 	TTL      time.Duration
 	// Standby puts the last Standby nodes in a second region: their store
 	// is a hot standby of the lab's own PostgreSQL, read-only, so their
-	// schedulers must never run a tick (schedule's EventNotPrimary).
+	// schedulers must never run a tick (run-key mode: schedule's
+	// EventNotPrimary; leader mode: the standby refuses their election and
+	// their queue claims) until a promote:standby fault makes it the
+	// primary. Default 0; lease mode refuses it.
 	Standby int
 	// Catalog is the run's schedules; nil is DefaultCatalog(Tick, Work).
 	Catalog []JobSpec
@@ -127,8 +130,11 @@ func (c Config) Validate() error {
 	switch {
 	case c.Standby < 0 || c.Standby >= c.Nodes:
 		return invalid("--standby %d: want 0 to %d (the primary's region keeps a node)", c.Standby, c.Nodes-1)
-	case c.Standby > 0 && s.Mode != schedule.ModeRunKey:
-		return invalid("--standby: %s is not in run-key mode: a second region on a standby is the run table's story (pg-unique)", s.Name)
+	case c.Standby > 0 && s.Mode == schedule.ModeLease:
+		return invalid("--standby: %s is in lease mode: a second region on a standby is the run table's story (pg-unique) or the leader's (queue), whose claims and election a standby refuses", s.Name)
+	}
+	if promotes := slices.DeleteFunc(slices.Clone(c.Chaos), func(ch Chaos) bool { return ch.Kind != Promote }); len(promotes) > 1 {
+		return invalid("--chaos %s: a run promotes its standby once (it also has %s)", promotes[1], promotes[0])
 	}
 	var errs []error
 	for _, ch := range c.Chaos {
@@ -210,6 +216,10 @@ func (c Config) CheckChaos(s Strategy, ch Chaos) error {
 	case Latency:
 		if k := servers.Kind(ch.Target); !usesServer(s, k) {
 			return fmt.Errorf("%s does not use %s", s.Name, ch.Target)
+		}
+	case Promote:
+		if c.Standby == 0 {
+			return errors.New("the run has no standby to promote: give it a second region (--standby N)")
 		}
 	}
 	// Crash needs nothing of the strategy: every run writes to the store

@@ -57,6 +57,22 @@ func TestConfigValidate(t *testing.T) {
 		{cfg("pg-lease", func(c *lab.Config) {
 			c.Chaos = []lab.Chaos{{Kind: lab.Edit, Target: "nightly", At: time.Second, Spec: "2s"}}
 		}), `job "nightly" is not in the run's catalog`},
+		{cfg("pg-unique", func(c *lab.Config) { c.Standby = 1 }), ""},
+		{cfg("queue", func(c *lab.Config) { c.Standby = 1 }), ""},
+		{cfg("pg-lease", func(c *lab.Config) { c.Standby = 1 }), "--standby: pg-lease is in lease mode"},
+		{cfg("pg-unique", func(c *lab.Config) { c.Standby = 3 }), "--standby 3: want 0 to 2"},
+		{cfg("pg-unique", func(c *lab.Config) {
+			c.Standby, c.Chaos = 1, []lab.Chaos{{Kind: lab.Promote, Target: lab.Standby, At: time.Second}}
+		}), ""},
+		{cfg("queue", func(c *lab.Config) {
+			c.Standby, c.Chaos = 1, []lab.Chaos{{Kind: lab.Promote, Target: lab.Standby, At: time.Second}}
+		}), ""},
+		{cfg("pg-unique", func(c *lab.Config) {
+			c.Chaos = []lab.Chaos{{Kind: lab.Promote, Target: lab.Standby, At: time.Second}}
+		}), "--chaos promote:standby@1s: the run has no standby to promote: give it a second region (--standby N)"},
+		{cfg("pg-unique", func(c *lab.Config) {
+			c.Standby, c.Chaos = 1, []lab.Chaos{{Kind: lab.Promote, Target: lab.Standby, At: time.Second}, {Kind: lab.Promote, Target: lab.Standby, At: 2 * time.Second}}
+		}), "--chaos promote:standby@2s: a run promotes its standby once (it also has promote:standby@1s)"},
 	}
 	for _, tt := range tests {
 		err := tt.c.Validate()

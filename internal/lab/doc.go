@@ -30,7 +30,7 @@
 // starts a run; its faults ([Chaos], [ParseChaos]) pause a node
 // (SIGSTOP), kill it (SIGKILL, then a restart), cut it from its servers or
 // from one, skew its clock, slow its round trips, fail Redis over, restart
-// Redis without persistence, crash PostgreSQL, kill an etcd or ZooKeeper
+// Redis without persistence, crash PostgreSQL or promote its standby, kill an etcd or ZooKeeper
 // member, or edit the catalog. Session.Admit, Session.Start and
 // Run.Inject admit a fault, for the command line and the dashboard
 // alike; the lab never touches a server it did not start.

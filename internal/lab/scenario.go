@@ -50,10 +50,12 @@ var Scenarios = []Scenario{
 			Chaos{Kind: Kill, Target: Holder, At: 6 * time.Second}), func(c *Config) { c.Catalog = invoiceExport })},
 	},
 	{
-		Name:  "invoice-export-regions",
-		Seed:  "the export across two regions: a primary and a hot standby",
-		Watch: "node3's store is the standby: its scheduler sees every tick as not the primary's and never starts the export; the primary's region runs each period once",
-		Runs:  []Config{with(preset("pg-unique", true, 3, 8*time.Second), func(c *Config) { c.Catalog, c.Standby = invoiceExport, 1 })},
+		Name: "invoice-export-regions",
+		Seed: "the export across two regions: a primary and a hot standby, promoted halfway",
+		Watch: "node3's store is the standby: until the promotion its scheduler sees every tick as not the primary's and never starts the export; at 5s the primary is stopped, " +
+			"the standby replays its last commits and is promoted, and node1 and node2 follow it: each period is applied once across the promotion, none run again after it succeeded",
+		Runs: []Config{with(preset("pg-unique", true, 3, 10*time.Second, Chaos{Kind: Promote, Target: Standby, At: 5 * time.Second}),
+			func(c *Config) { c.Catalog, c.Standby = invoiceExport, 1 })},
 	},
 	{
 		Name:  "certificates",

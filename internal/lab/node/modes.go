@@ -403,7 +403,34 @@ func (n *node) leaderScheduler(ctx context.Context, cfg *schedule.Config) (*sche
 		pool.Close()
 		return nil, nil, nil, fmt.Errorf("leader mode: %w", err)
 	}
+	var mu sync.Mutex
+	stopped := false
+	startClient := func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return nil
+		}
+		return qc.Start(ctx)
+	}
+	start := func(ctx context.Context) error {
+		var standby bool
+		if err := pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
+			return err
+		}
+		if !standby {
+			return startClient(ctx)
+		}
+		// A hot standby refuses LISTEN, which the queue's client starts
+		// with, and every claim: the second region's worker starts once
+		// its store is promoted (the election refuses it until then too).
+		go n.whenPromoted(ctx, pool, startClient)
+		return nil
+	}
 	stop := func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
 		// Graceful: a worker inside its critical section (a paused node
 		// just resumed) finishes its write, refused or not.
 		sctx, cancel := context.WithTimeout(context.Background(), n.c.Window+10*time.Second)
@@ -411,5 +438,27 @@ func (n *node) leaderScheduler(ctx context.Context, cfg *schedule.Config) (*sche
 		_ = qc.Stop(sctx)
 		pool.Close()
 	}
-	return s, qc.Start, stop, nil
+	return s, start, stop, nil
+}
+
+// whenPromoted runs start once the store is out of recovery (a standby
+// promoted), looking every quarter tick until ctx ends: a promotion has no
+// notification to wait on. A failed start is an error event.
+func (n *node) whenPromoted(ctx context.Context, pool *pgxpool.Pool, start func(context.Context) error) {
+	every := max(n.c.Tick/4, 10*time.Millisecond)
+	for {
+		var standby bool
+		err := pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
+		if err == nil && !standby {
+			if err := start(ctx); err != nil && ctx.Err() == nil {
+				n.emit(lab.NodeEvent{Kind: lab.EvError, Detail: "start the queue's client after the promotion: " + err.Error()})
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }

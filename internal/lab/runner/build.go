@@ -14,6 +14,7 @@ import (
 	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/lab/checker"
+	"github.com/aegislab/aegis/schedule"
 )
 
 // auditRow is a row of aegis_lab_audit.
@@ -74,7 +75,7 @@ func (r *Run) buildReport() (*lab.Report, error) {
 		rep.Add(jr)
 	}
 	if r.cfg.Standby > 0 {
-		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections))
+		rep.Notes = append(rep.Notes, r.standbyNoteLocked(sections, st))
 	}
 	rep.Table = tickTable(r.cfg.Nodes, r.jobs, fires, slices.Collect(maps.Values(sections)))
 	rep.Conclude(r.configExits, r.unapplied) // after the table: it counts the ticks entered and refused
@@ -259,12 +260,19 @@ func (r *Run) jobReportLocked(j lab.JobSpec, fires []int, st *storeAccount, sect
 }
 
 // standbyNoteLocked says what the second region (the nodes on a hot
-// standby) did.
-func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
-	ran, refused := 0, 0
+// standby) did: from the nodes' events, and from the store of record (its
+// EXECUTED rows by their entered_ms), before a promotion and after it.
+func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord, st *storeAccount) string {
+	promoted := r.promotedAt.UnixNano()
+	before := func(at int64) bool { return promoted == 0 || at < promoted }
+	var ran, ranAfter, refused, rows, rowsAfter int
 	for _, s := range sections {
 		if r.onStandby(s.Node) && s.ReadResult == checker.OpOK {
-			ran++
+			if before(s.ReadCall) {
+				ran++
+			} else {
+				ranAfter++
+			}
 		}
 	}
 	for _, e := range r.events {
@@ -272,7 +280,27 @@ func (r *Run) standbyNoteLocked(sections map[string]*sectionRecord) string {
 			refused++
 		}
 	}
-	return fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections; its schedulers saw %d ticks as not the primary's", r.cfg.Standby, ran, refused)
+	for _, execs := range st.executions {
+		for _, a := range execs {
+			if r.onStandby(a.Node) {
+				if before(a.EnteredMS * int64(time.Millisecond)) {
+					rows++
+				} else {
+					rowsAfter++
+				}
+			}
+		}
+	}
+	note := fmt.Sprintf("the second region (the last %d nodes, on a hot standby) entered %d critical sections and committed %d ticks (the store of record's rows)", r.cfg.Standby, ran, rows)
+	if promoted != 0 {
+		note += fmt.Sprintf(" before the promotion (its switchover began at %.3fs), and %d and %d after", r.secs(promoted), ranAfter, rowsAfter)
+	}
+	if r.strat.Mode == schedule.ModeRunKey {
+		note += fmt.Sprintf("; its schedulers saw %d ticks as not the primary's", refused)
+	} else {
+		note += "; on the standby, its election and its worker's claims are refused"
+	}
+	return note
 }
 
 // judge classifies a job's harm, from the store and the checker, and

@@ -139,10 +139,11 @@ func (j *jobStore) staleAccepted() (a, b auditRow, found bool) {
 	return auditRow{}, auditRow{}, false
 }
 
-// readStore reads the run's audit and ledger rows with SQL.
-func readStore(t *testing.T, run string) store {
+// readStoreAt reads the run's audit and ledger rows with SQL, from the
+// PostgreSQL at url.
+func readStoreAt(t *testing.T, url, run string) store {
 	t.Helper()
-	db, err := sql.Open("pgx", testenv.PostgresURL(t))
+	db, err := sql.Open("pgx", url)
 	require.NoError(t, err)
 	defer db.Close()
 	s := store{}
@@ -203,8 +204,15 @@ func grid(start time.Time, tick, every time.Duration, ticks int) []int {
 // and the lab's own SQL agrees with its checker.
 func requireConsistent(t *testing.T, r *runner.Run, rep *lab.Report) store {
 	t.Helper()
+	return requireConsistentAt(t, testenv.PostgresURL(t), r, rep)
+}
+
+// requireConsistentAt is requireConsistent over the store of record at
+// url.
+func requireConsistentAt(t *testing.T, url string, r *runner.Run, rep *lab.Report) store {
+	t.Helper()
 	require.True(t, rep.StoreAgrees, "checker disagrees with the store: %s", rep.Disagreement)
-	st := readStore(t, r.ID)
+	st := readStoreAt(t, url, r.ID)
 	cfg := r.Config()
 	stopped := slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "stopped early") })
 	s, ok := lab.LookupStrategy(rep.Strategy)

@@ -23,7 +23,8 @@ import (
 // latency applies to the node's connections from now on. It returns once
 // the fault has begun (for a holder or writer target, once a node is in
 // the critical section or its write, or with an error if none is before
-// ctx ends); its end is reported as a healed event. A fault that kills,
+// ctx ends; a promotion, once the standby is promoted); its end is
+// reported as a healed event. A fault that kills,
 // restarts or fails over a server holds that server for the run until it
 // ends, and is refused while another run of the session holds it. A fault
 // asked for once the run is stopping or over is refused.
@@ -125,6 +126,8 @@ func (r *Run) applyNotify(ctx context.Context, ch lab.Chaos, began chan<- error)
 		return r.restartRedis(ctx, ch)
 	case lab.Crash:
 		return r.crashPostgres(ctx, ch, begin)
+	case lab.Promote:
+		return r.promoteStandby(ctx, ch, begin)
 	}
 	return fmt.Errorf("unknown fault %q", ch.Kind)
 }

@@ -12,8 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/aegislab/aegis/internal/lab"
 
+	"github.com/aegislab/aegis/lease/pglease"
+	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 )
 
@@ -65,6 +69,7 @@ type Run struct {
 	configExits []string
 	unapplied   []string
 	failedOver  bool
+	promotedAt  time.Time // when promote:standby began (stopped the primary): the second region was on a standby until then
 	// serverFault: a fault reached every node (a server's, or latency):
 	// their late ticks are its doing.
 	serverFault bool
@@ -193,6 +198,12 @@ func (r *Run) prepareStandby(ctx context.Context) error {
 	if _, err := schedule.NewStore(ctx, r.db, &schedule.StoreConfig{Namespace: lab.Namespace(r.ID)}); err != nil {
 		return err
 	}
+	if r.strat.Mode == schedule.ModeLeader {
+		// And leader mode's: the election's lease table and the queue's.
+		if err := migrateLeader(ctx, r.s.pg.URL()); err != nil {
+			return err
+		}
+	}
 	// The catalog's rows and the ledgers reach the standby before its
 	// nodes read them.
 	if err := standby.WaitReplayed(ctx, r.s.pg); err != nil {
@@ -200,6 +211,21 @@ func (r *Run) prepareStandby(ctx context.Context) error {
 	}
 	r.standbyURL = standby.URL()
 	return nil
+}
+
+// migrateLeader creates, on the PostgreSQL at url, the tables a
+// leader-mode node migrates when it opens them: a node on a standby can
+// only find them there.
+func migrateLeader(ctx context.Context, url string) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pglease.Migrate(ctx, pool, nil); err != nil {
+		return err
+	}
+	return queue.Migrate(ctx, pool)
 }
 
 // UnavailableError says that a strategy cannot run in this session, and

@@ -200,6 +200,14 @@ func checked(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) (*
 // logs, if the test fails) and checks it against the store.
 func report(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) (*lab.Report, store) {
 	t.Helper()
+	logRun(t, s, r, rep)
+	return rep, requireConsistent(t, r, rep)
+}
+
+// logRun logs a run's summary, and its events and the tails of its nodes'
+// logs if the test fails.
+func logRun(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) {
+	t.Helper()
 	var b strings.Builder
 	_ = rep.WriteSummary(&b)
 	t.Log("\n" + b.String())
@@ -215,7 +223,6 @@ func report(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report) (*l
 			t.Logf("%s (last lines):\n%s", filepath.Base(path), strings.Join(lines[max(0, len(lines)-15):], "\n"))
 		}
 	})
-	return rep, requireConsistent(t, r, rep)
 }
 
 func fencedName(fence bool) string { return map[bool]string{false: "unfenced", true: "fenced"}[fence] }

@@ -228,6 +228,62 @@ func (r *Run) crashPostgres(ctx context.Context, ch lab.Chaos, begin func(error)
 	return nil
 }
 
+// promoteStandby fails the lab's PostgreSQL over to its hot standby, a
+// planned switchover that loses no commit: the primary is stopped (fast
+// shutdown: every connection drops, nothing uncommitted survives, and its
+// WAL reaches the standby before it exits), the standby replays it to the
+// primary's last record and is promoted, and every node's proxy that led
+// to the primary leads to it from then on (the second region's already
+// did). The old primary stays stopped: no node, and no connection of the
+// lab's, can write to it again. The standby is the session's PostgreSQL
+// and the store of record from then on, for this run's report and the
+// session's later runs.
+func (r *Run) promoteStandby(ctx context.Context, ch lab.Chaos, begin func(error)) error {
+	r.mu.Lock()
+	again := !r.promotedAt.IsZero()
+	r.mu.Unlock()
+	if again {
+		return errors.New("the standby is promoted already: the run has no other")
+	}
+	r.s.mu.Lock()
+	primary, standby := r.s.pg, r.s.standby
+	r.s.mu.Unlock()
+	if primary == nil || standby == nil {
+		return errors.New("the lab has no hot standby of its own PostgreSQL to promote")
+	}
+	begun := time.Now()
+	pid := primary.Pid()
+	last, err := standby.Switchover(context.WithoutCancel(ctx), primary)
+	if err != nil {
+		if !primary.Running() {
+			// The store of record must come back even when the switchover
+			// failed: the old primary has every commit.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if serr := primary.Start(sctx); serr != nil {
+				return fmt.Errorf("%w; and restarting the old primary: %v", err, serr)
+			}
+		}
+		return err
+	}
+	r.s.promoted(primary)
+	r.mu.Lock()
+	for _, np := range r.nodes {
+		for _, p := range np.proxies[servers.KindPostgres] {
+			if p.Upstream() == primary.Addr() {
+				p.SetUpstream(standby.Addr())
+			}
+		}
+	}
+	r.promotedAt = begun
+	r.mu.Unlock()
+	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf(
+		"%s: promoted standby at %.3fs, the switchover begun at %.3fs: the primary %s (pid %d) stopped (fast shutdown: every connection dropped, nothing uncommitted survived, and no node can write to it again); the standby %s replayed its WAL to its last record (%s) and was promoted: it is the store of record, and every node's store reaches it",
+		ch, r.secs(time.Now().UnixNano()), r.secs(begun.UnixNano()), primary.Addr(), pid, standby.Addr(), last)})
+	begin(nil)
+	return nil
+}
+
 // member is what killMember needs of an etcd cluster or a ZooKeeper
 // ensemble.
 type member interface {

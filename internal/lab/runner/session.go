@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/aegislab/aegis/internal/lab"
 
@@ -72,6 +77,7 @@ type Session struct {
 	pg          *servers.Postgres
 	standby     *servers.Postgres // a hot standby of pg: a second region, for Config.Standby
 	standbyMu   sync.Mutex        // serializes its start
+	fenced      *servers.Postgres // the primary a promote:standby stopped (pg is its standby, promoted); wiped for the next standby
 	redis       []*servers.Redis
 	replica     *servers.Redis  // of redis[0], for failover:redis
 	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
@@ -146,8 +152,10 @@ func (s *Session) Close() error {
 		errs = append(errs, s.store.Close())
 	}
 	var stops []func() error
-	if s.standby != nil {
-		stops = append(stops, s.standby.Stop)
+	for _, p := range []*servers.Postgres{s.standby, s.fenced} {
+		if p != nil {
+			stops = append(stops, p.Stop)
+		}
 	}
 	if s.pg != nil {
 		stops = append(stops, s.pg.Stop)
@@ -329,7 +337,7 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 	s.mu.Lock()
 	if s.store != nil {
 		defer s.mu.Unlock()
-		return s.store, s.storeURL, nil
+		return s.store, s.storeURLLocked(), nil
 	}
 	s.mu.Unlock()
 	url := ""
@@ -340,9 +348,12 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 	}
 	var db *sql.DB
 	var err error
-	if url != "" {
+	switch {
+	case url != "" && !s.given(servers.KindPostgres):
+		db, err = s.openOwnStore(url)
+	case url != "":
 		db, err = sql.Open("pgx", url)
-	} else {
+	default:
 		path := filepath.Join(s.dir, "store.db")
 		url = "sqlite:" + path
 		db, err = sqlitelease.Open(path)
@@ -367,10 +378,46 @@ func (s *Session) openStore(ctx context.Context) (*sql.DB, string, error) {
 	defer s.mu.Unlock()
 	if s.store != nil { // a concurrent run opened it first
 		db.Close()
-		return s.store, s.storeURL, nil
+		return s.store, s.storeURLLocked(), nil
 	}
 	s.store, s.storeURL = db, url
 	return db, url, nil
+}
+
+// storeURLLocked returns the store of record's URL: the lab's own
+// PostgreSQL's now (a promotion moves it to the standby), or the one it
+// was opened at. Caller holds mu.
+func (s *Session) storeURLLocked() string {
+	if s.pg != nil && !strings.HasPrefix(s.storeURL, "sqlite:") {
+		return s.pg.URL()
+	}
+	return s.storeURL
+}
+
+// openOwnStore opens the lab's own PostgreSQL at url as the store of
+// record, each new connection made to the server that is its primary at
+// the time: after a promotion, the standby promoted (promoted closes the
+// idle connections to the old one).
+func (s *Session) openOwnStore(url string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return stdlib.OpenDB(*cfg, stdlib.OptionBeforeConnect(func(_ context.Context, c *pgx.ConnConfig) error {
+		s.mu.Lock()
+		addr := s.pg.Addr()
+		s.mu.Unlock()
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return err
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return err
+		}
+		c.Host, c.Port = host, uint16(p)
+		return nil
+	})), nil
 }
 
 // Availability says whether strategy can run in this session: nil, or an
@@ -575,13 +622,45 @@ func (s *Session) startStandby(ctx context.Context) (*servers.Postgres, error) {
 	case primary == nil:
 		return nil, badinput.Errorf("--standby needs the lab's own PostgreSQL (a hot standby is made from it): leave --postgres-url and AEGIS_POSTGRES_URL unset")
 	}
-	fmt.Fprintf(s.opts.Log, "lab: starting a hot standby of PostgreSQL in %s\n", s.dir)
-	standby, err := servers.StartStandby(ctx, filepath.Join(s.dir, "postgres-standby"), primary, nil)
+	dir := filepath.Join(s.dir, "postgres-standby")
+	s.mu.Lock()
+	fenced := s.fenced
+	s.mu.Unlock()
+	if fenced != nil {
+		// After a promotion the old primary's directory holds data the new
+		// timeline left behind: a new base backup replaces it.
+		if err := fenced.Wipe(); err != nil {
+			return nil, fmt.Errorf("lab: wipe the primary a promotion stopped: %w", err)
+		}
+		dir = fenced.Dir()
+	}
+	fmt.Fprintf(s.opts.Log, "lab: starting a hot standby of PostgreSQL in %s\n", dir)
+	// Durable as its primary: promoted, it is the store of record, which
+	// crash:postgres tests for crash recovery.
+	standby, err := servers.StartStandby(ctx, dir, primary, &servers.PostgresConfig{Durable: true})
 	if err != nil {
 		return nil, fmt.Errorf("lab: start the hot standby: %w", err)
 	}
 	s.mu.Lock()
-	s.standby = standby
+	s.standby, s.fenced = standby, nil
 	s.mu.Unlock()
 	return standby, nil
 }
+
+// promoted records that the standby is the lab's PostgreSQL now and
+// old, stopped, its fenced former primary; the store of record's idle
+// connections to old are closed, so that the next ones reach the standby.
+func (s *Session) promoted(old *servers.Postgres) {
+	s.mu.Lock()
+	s.pg, s.standby, s.fenced = s.standby, nil, old
+	db := s.store
+	s.mu.Unlock()
+	if db != nil {
+		db.SetMaxIdleConns(0)
+		db.SetMaxIdleConns(storeIdleConns)
+	}
+}
+
+// storeIdleConns is how many idle connections the store of record keeps:
+// database/sql's default.
+const storeIdleConns = 2

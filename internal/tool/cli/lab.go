@@ -78,6 +78,8 @@ Chaos (repeatable; AT from the first tick):
 	                          node; redlock: the first Redlock node)
 	restart:redlock@AT        a majority of the Redlock nodes restart without persistence
 	crash:postgres@AT         SIGKILL the lab's (durable) PostgreSQL, restart it: crash recovery
+	promote:standby@AT        stop the lab's PostgreSQL, promote its hot standby once it has
+	                          replayed every commit; every node's store moves to it (--standby)
 	kill:etcd@AT              SIGKILL etcd's leader; it comes back 2s later
 	kill:zookeeper@AT         SIGKILL the ZooKeeper member with most sessions; back 2s later
 	edit:JOB@AT=SPEC          a catalog edit: SPEC is a new cadence (2s), pause or resume;
@@ -86,7 +88,8 @@ TARGET is holder (the node in the critical section then, or the next to
 enter it), writer (the node inside its write then, or the next to begin
 one) or nodeN; SERVER is postgres, redis, etcd or zookeeper. --standby N
 puts the last N nodes in a second region whose store is a hot standby of
-the lab's PostgreSQL (pg-unique): their schedulers must run nothing.
+the lab's PostgreSQL (pg-unique or queue): they must run nothing until a
+promote:standby makes it the primary.
 
 Scenarios: invoice-export, invoice-export-regions, certificates,
 nightly-reconciliation, seat-assignment, redis-failover, redlock-majority,
