@@ -44,7 +44,7 @@ func guidance(c lab.Config) string {
 		}
 	}
 	if c.Standby > 0 {
-		parts = append(parts, fmt.Sprintf("the last %d node(s) run on a hot standby: their scheduler sees the store is not the primary and runs nothing", c.Standby))
+		parts = append(parts, fmt.Sprintf("the last %d node(s) run on a hot standby: their scheduler sees the store is not the primary and runs nothing until it is promoted", c.Standby))
 	}
 	s := strings.Join(parts, "; ")
 	return strings.ToUpper(s[:1]) + s[1:] + "."
@@ -70,6 +70,8 @@ func watchFault(st lab.Strategy, fenced bool, ch lab.Chaos) string {
 		return fmt.Sprintf("at %s Redis restarts empty: its token counters start again, so the next grants carry tokens the fence has seen", ch.At)
 	case lab.Crash:
 		return fmt.Sprintf("at %s PostgreSQL crashes and recovers: every connection drops, writes in flight retry, nothing committed is lost", ch.At)
+	case lab.Promote:
+		return fmt.Sprintf("at %s the primary stops and its standby, with every commit replayed, is promoted (the orange line, standby promoted): every node's store moves to it, the second region runs ticks from then on, and no tick that committed runs again", ch.At)
 	case lab.Edit:
 		return fmt.Sprintf("at %s the catalog's %s changes (%s): its ticks follow from its next fire time", ch.At, ch.Target, ch.Spec)
 	case lab.Latency:

@@ -467,6 +467,17 @@ func TestMarksRecorded(t *testing.T) {
 	}
 	require.Contains(t, p.str(`document.querySelector('#recorded-no-quorum .notes.causes li.nodeerror').textContent`), "node2: schedule: unhandled", "an error of no tick reaches the notes")
 
+	// A promotion of the standby is a fault of the whole run: a line
+	// across every lane, labelled, its event's words in its tooltip.
+	promoted := slices.Clone(quorum)
+	promoted = append(promoted, lab.Event{T: 2.6, Kind: lab.EventChaos,
+		Detail: "promote:standby@2.5s: promoted standby at 2.600s, the switchover begun at 2.500s: the primary 127.0.0.1:5432 (pid 7) stopped"})
+	promotedConfig := strings.Replace(noQuorumConfig, `"standby":0`, `"standby":1`, 1)
+	marks = drawRecorded(t, p, "recorded-promotion", promoted, promotedConfig, `{"checker":"ok","harms":[]}`)
+	require.Empty(t, checkMarks(marks, markFacts{Events: promoted, Harms: map[string][]lab.Harm{}}), "marks: %+v", marks)
+	require.Equal(t, "standby promoted", p.str(`document.querySelector('#recorded-promotion g.labline text').textContent`))
+	require.Contains(t, p.str(`document.querySelector('#recorded-promotion g.labline title').textContent`), "promoted standby at 2.600s")
+
 	// A long run followed to its end while it goes opens at its start once
 	// finished (the issue's Redlock run opened at tick 4, its pause's label
 	// cut); after that it stays where the user scrolls it.

@@ -255,6 +255,7 @@ function lineLabel(kind, detail) {
     return 'kill';
   }
   if (kind === 'crash') return 'postgres crash';
+  if (kind === 'promote') return 'standby promoted';
   return kind;
 }
 
@@ -315,7 +316,7 @@ function drawLanes(rs) {
   const ledgerH = 40;
   const groupH = headH + nodes * laneH + ledgerH + 6;
   const jobs = d.jobs;
-  // Run-wide faults (failover, restart, crash, latency): a line across and
+  // Run-wide faults (failover, restart, crash, promotion, latency): a line across and
   // a label in the foot, each label in the first row where it fits.
   const footRows = [];
   for (const l of d.lines) {
@@ -520,7 +521,7 @@ function drawLanes(rs) {
     }
     drawLedger(out, L, d, job, gy + headH + lanesH + 2, ledgerH, x, labelW, now);
   });
-  // Faults of the whole run (failover, restart, crash, latency).
+  // Faults of the whole run (failover, restart, crash, promotion, latency).
   for (const l of d.lines) {
     const xl = Math.max(labelW + 1, x(l.t)); // before the first tick: at the plot's start
     out.push(`<g class="labline"><title>${esc(l.detail)}</title><line x1="${xl}" y1="${axisH - 2}" x2="${xl}" y2="${bottom}" stroke="#c2410c" stroke-width="1.5" stroke-dasharray="4 3"/>` +
