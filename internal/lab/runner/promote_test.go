@@ -125,6 +125,8 @@ func requirePromoted(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Re
 		}
 	}
 	t.Logf("node%d (second region) committed %d ticks after the promotion", standby, after)
+	require.True(t, slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, m[0]) }),
+		"the report's notes show the promotion: %q", rep.Notes)
 	require.True(t, slices.ContainsFunc(rep.Notes, func(n string) bool {
 		return strings.Contains(n, "entered 0 critical sections and committed 0 ticks (the store of record's rows) before the promotion")
 	}), "the report's note says the second region ran nothing before the promotion: %q", rep.Notes)

@@ -277,9 +277,12 @@ func (r *Run) promoteStandby(ctx context.Context, ch lab.Chaos, begin func(error
 	}
 	r.promotedAt = begun
 	r.mu.Unlock()
+	at := fmt.Sprintf("%s: promoted standby at %.3fs, the switchover begun at %.3fs", ch, r.secs(time.Now().UnixNano()), r.secs(begun.UnixNano()))
 	r.labEvent(lab.Event{Kind: lab.EventChaos, Detail: fmt.Sprintf(
-		"%s: promoted standby at %.3fs, the switchover begun at %.3fs: the primary %s (pid %d) stopped (fast shutdown: every connection dropped, nothing uncommitted survived, and no node can write to it again); the standby %s replayed its WAL to its last record (%s) and was promoted: it is the store of record, and every node's store reaches it",
-		ch, r.secs(time.Now().UnixNano()), r.secs(begun.UnixNano()), primary.Addr(), pid, standby.Addr(), last)})
+		"%s: the primary %s (pid %d) stopped (fast shutdown: every connection dropped, nothing uncommitted survived, and no node can write to it again); the standby %s replayed its WAL to its last record (%s) and was promoted: it is the store of record, and every node's store reaches it",
+		at, primary.Addr(), pid, standby.Addr(), last)})
+	// The summary shows it too: the report from here on is the new primary's.
+	r.note("%s; the report is SQL over the promoted standby", at)
 	begin(nil)
 	return nil
 }
