@@ -44,13 +44,14 @@ func TestPromoteStandby(t *testing.T) {
 	for _, c := range []lab.Config{sc.Runs[0], queue} {
 		t.Run(c.Strategy, func(t *testing.T) {
 			rep, r, old := runPromoted(t, s, c)
-			requirePromoted(t, s, r, rep, old)
+			st := requirePromoted(t, s, r, rep, old)
 			require.NotContains(t, rep.Harms, lab.HarmRefire, "no tick ran again after it had succeeded")
 			require.Equal(t, rep.RetriedRefires, rep.Refires, "a re-fire is at most a reaper's retry of a run whose end the promotion lost")
-			if c.Scenario != "" {
-				require.Zero(t, rep.Refires, "the preset's promotion falls between its ticks' commits: nothing committed is run again")
-				require.Empty(t, rep.Harms)
-			}
+			// Not zero re-fires: the preset's promotion usually falls
+			// between a tick's commit and the next, but a node running
+			// late can have a run's end record cut by the switchover,
+			// and its retry is the re-fire the label allows.
+			requireLabelKept(t, rep, st)
 		})
 	}
 }
@@ -73,8 +74,9 @@ func runPromoted(t *testing.T, s *runner.Session, c lab.Config) (*lab.Report, *r
 }
 
 // requirePromoted checks a run through a promotion against the new
-// primary, the store of record: see TestPromoteStandby.
-func requirePromoted(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report, old string) {
+// primary, the store of record (see TestPromoteStandby), and returns what
+// that store holds.
+func requirePromoted(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Report, old string) store {
 	t.Helper()
 	e := chaosEvent(t, rep.Events, lab.EventChaos, "promoted standby at")
 	m := switchoverRE.FindStringSubmatch(e.Detail)
@@ -130,4 +132,5 @@ func requirePromoted(t *testing.T, s *runner.Session, r *runner.Run, rep *lab.Re
 	require.True(t, slices.ContainsFunc(rep.Notes, func(n string) bool {
 		return strings.Contains(n, "entered 0 critical sections and committed 0 ticks (the store of record's rows) before the promotion")
 	}), "the report's note says the second region ran nothing before the promotion: %q", rep.Notes)
+	return st
 }
