@@ -185,3 +185,72 @@ func TestUnreachable(t *testing.T) {
 		require.NotContains(t, err.Error(), "s3cret", name)
 	}
 }
+
+// TestReplyLost: each write of a lease (the grant, a renewal, the
+// release) lands on the cluster while its answer waits in a proxy, then
+// the connection drops and the answer is lost. The call, sent again on
+// the new connection, finds its own write and returns as if answered: the
+// grant with the revision that landed as its token, the renewal keeping
+// the lease, the release freeing the key.
+func TestReplyLost(t *testing.T) {
+	t.Parallel()
+	const ttl = 30 * time.Second // no expiry in the test, however slow
+	ctx := bounded(t)
+	p, err := tcpproxy.New(strings.TrimPrefix(testenv.NATSURLs(t)[0], "nats://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	nc, err := nats.Connect("nats://"+p.Addr(), nats.IgnoreDiscoveredServers(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	l, err := natslease.New(js, nil)
+	require.NoError(t, err)
+	other := locker(t, nil)
+	stream, err := connect(t, testenv.NATSURLs(t)).Stream(ctx, l.Stream())
+	require.NoError(t, err)
+	key := testenv.Key(t)
+	// last is the key's last message: its revision, and whether it is a
+	// delete marker (0, false: none yet). A follower may answer late; the
+	// waits below poll.
+	last := func() (uint64, bool) {
+		m, err := stream.GetLastMsgForSubject(ctx, "$KV."+natslease.DefaultBucket+"."+natslease.BucketKey(key))
+		if err != nil {
+			return 0, false
+		}
+		return m.Sequence, m.Header.Get("KV-Operation") == "DEL"
+	}
+	revision := func() uint64 { rev, _ := last(); return rev }
+	replyLost := func(name string, call func() error, landed func() bool) {
+		t.Helper()
+		p.StallReplies()
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		require.Eventually(t, landed, 30*time.Second, 10*time.Millisecond, "%s never landed", name)
+		p.Cut()
+		p.Heal()
+		require.NoError(t, testenv.Recv(t, done, time.Minute, name+" to return"), name)
+	}
+
+	var lease *aegis.Lease
+	replyLost("TryAcquire", func() (err error) {
+		lease, err = l.TryAcquire(ctx, key, ttl)
+		return err
+	}, func() bool { return revision() > 0 })
+	granted := revision()
+	require.Equal(t, aegis.Token(granted), lease.Token, "the grant's token is the revision that landed")
+
+	replyLost("Renew", func() error { return l.Renew(ctx, lease, ttl) },
+		func() bool { return revision() > granted })
+	_, err = other.TryAcquire(ctx, key, time.Second)
+	require.ErrorIs(t, err, aegis.ErrHeld, "the renewed lease holds its key")
+
+	renewed := revision()
+	replyLost("Release", func() error { return l.Release(ctx, lease) },
+		func() bool { rev, del := last(); return del && rev > renewed })
+	next, err := other.TryAcquire(ctx, key, time.Second)
+	require.NoError(t, err, "released")
+	require.Greater(t, next.Token, lease.Token)
+	require.NoError(t, other.Release(ctx, next))
+	require.ErrorIs(t, l.Release(ctx, lease), aegis.ErrLost, "a second release of the same lease")
+}

@@ -413,8 +413,10 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 }
 
 // Release deletes lease's key if lease still holds it (a delete marker
-// that expects the key's last revision), waking its waiters; otherwise an
-// error wrapping ErrLost as Renew's, changing nothing. One round trip when
+// that expects the key's last revision and carries the grant's owner id),
+// waking its waiters; otherwise an error wrapping ErrLost as Renew's,
+// changing nothing. A release whose first attempt landed unanswered finds
+// its own marker and returns nil. One round trip when
 // this Locker wrote the lease's last revision, two or three otherwise. When
 // ctx has no deadline it waits at most Config.RequestTimeout; a cluster that
 // does not answer is an error naming its servers (the key then expires
@@ -432,14 +434,27 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	}
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
+	sent := false
 	err := l.write(ctx, "release", lease, id, func(rev uint64) (uint64, error) {
+		sent = true
 		return 0, l.retry(ctx, func(ctx context.Context) error {
-			return l.kv.Delete(ctx, BucketKey(lease.Key), jetstream.LastRevision(rev))
+			// The bucket's Delete (a DEL marker that expects rev), with
+			// the owner id as its data, so that a release whose answer
+			// was lost finds its own marker (write).
+			m := &nats.Msg{Subject: l.subject(lease.Key), Data: []byte(id), Header: nats.Header{kvOperation: []string{"DEL"}}}
+			_, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+			return err
 		})
 	})
-	l.mu.Lock()
-	delete(l.last, lease.Owner)
-	l.mu.Unlock()
+	l.forget(lease)
+	if sent && errors.Is(err, aegis.ErrLost) {
+		// A delete that expected the grant's revision was refused: if the
+		// key's last message is this lease's own marker, an attempt that
+		// got no answer had landed.
+		if last, rerr := l.lastMessage(ctx, lease.Key); rerr == nil && last.releasedBy(id) {
+			return nil
+		}
+	}
 	return err
 }
 
@@ -661,10 +676,19 @@ func (m *message) deletion() string {
 	if h.Get(jetstream.MarkerReasonHeader) != "" {
 		return reasonExpired
 	}
-	if h.Get("KV-Operation") != "" { // DEL or PURGE
+	if h.Get(kvOperation) != "" { // DEL or PURGE
 		return reasonGone
 	}
 	return ""
+}
+
+// kvOperation is the header of a bucket's delete and purge markers.
+const kvOperation = "KV-Operation"
+
+// releasedBy reports whether m is the delete marker of a release by owner
+// id (Release writes the id as the marker's data).
+func (m *message) releasedBy(id string) bool {
+	return m != nil && m.deletion() == reasonGone && string(m.Data) == id
 }
 
 // live reports whether m is a value (a grant), not a deletion.

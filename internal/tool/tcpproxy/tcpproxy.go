@@ -36,6 +36,7 @@ const (
 	flowing state = iota
 	cut
 	stalled
+	repliesStalled
 )
 
 // New starts a proxy to target (host:port) on a free 127.0.0.1 port.
@@ -90,10 +91,10 @@ func (p *Proxy) IsCut() bool {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.setLocked(cut)
 	for c := range p.conns {
 		c.Close()
 	}
+	p.setLocked(cut) // after the close: a held reply is dropped, not sent
 }
 
 // Stall stops forwarding, in both directions, on every connection, old and
@@ -105,6 +106,16 @@ func (p *Proxy) Stall() {
 	p.setLocked(stalled)
 }
 
+// StallReplies stops forwarding what the target sends, on every
+// connection, until Heal or Cut, and forwards what clients send: a
+// client's requests land and their replies wait in the proxy, as when a
+// reply is lost. Cut then drops the replies with the connections.
+func (p *Proxy) StallReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setLocked(repliesStalled)
+}
+
 // Heal forwards again: stalled bytes are delivered, new connections reach
 // the target.
 func (p *Proxy) Heal() {
@@ -114,10 +125,11 @@ func (p *Proxy) Heal() {
 }
 
 func (p *Proxy) setLocked(s state) {
-	if p.state == stalled && s != stalled {
+	held := func(s state) bool { return s == stalled || s == repliesStalled }
+	if held(p.state) && s != p.state {
 		close(p.flow)
 	}
-	if s == stalled && p.state != stalled {
+	if held(s) && s != p.state {
 		p.flow = make(chan struct{})
 	}
 	p.state = s
@@ -203,7 +215,9 @@ func (p *Proxy) pipe(dst, src net.Conn, fromClient bool) {
 			if fromClient {
 				p.delay()
 			}
-			p.waitFlow()
+			if !p.waitFlow(fromClient) {
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -236,12 +250,18 @@ func (p *Proxy) delay() {
 	}
 }
 
-// waitFlow blocks while the proxy is stalled.
-func (p *Proxy) waitFlow() {
+// waitFlow blocks while the proxy is stalled, and while replies are
+// stalled for what the target sends (not fromClient).
+// It reports whether to forward: false when the proxy was cut meanwhile.
+func (p *Proxy) waitFlow(fromClient bool) bool {
 	p.mu.Lock()
 	s, flow := p.state, p.flow
 	p.mu.Unlock()
-	if s == stalled {
-		<-flow
+	if s != stalled && (s != repliesStalled || fromClient) {
+		return true
 	}
+	<-flow
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state != cut && !p.closed
 }

@@ -2,8 +2,10 @@ package tcpproxy_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -110,4 +112,65 @@ func TestCloseEndsEverything(t *testing.T) {
 	_, err = roundTrip(c, r, "closed", 5*time.Second)
 	require.Error(t, err)
 	require.NoError(t, p.Close(), "idempotent")
+}
+
+// TestStallRepliesLandsRequestsHoldsReplies: with replies stalled, what a
+// client sends reaches the target and the target's reply waits in the
+// proxy; a Cut then drops it with the connection.
+func TestStallRepliesLandsRequestsHoldsReplies(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	got := make(chan string, 4)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					got <- line
+					if _, err := io.WriteString(c, line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	p, err := tcpproxy.New(ln.Addr().String())
+	require.NoError(t, err)
+	defer p.Close()
+	c, r := dial(t, p.Addr())
+	p.StallReplies()
+	_, err = roundTrip(c, r, "landed", 200*time.Millisecond)
+	var nerr net.Error
+	require.ErrorAs(t, err, &nerr)
+	require.True(t, nerr.Timeout(), "the reply is held: %v", err)
+	select {
+	case line := <-got:
+		require.Equal(t, "landed\n", line, "the request reached the target")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached the target while replies were stalled")
+	}
+
+	p.Cut()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = r.ReadString('\n')
+	require.Error(t, err, "the held reply is dropped with the connection")
+	require.False(t, errors.Is(err, os.ErrDeadlineExceeded), "the cut closes the connection: %v", err)
+	p.Heal()
+	c2, r2 := dial(t, p.Addr())
+	line, err := roundTrip(c2, r2, "after", 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "after", line)
 }
