@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/internal/tool/losstest"
 	"github.com/aegislab/aegis/internal/tool/tcpproxy"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/natslease"
@@ -253,4 +254,45 @@ func TestReplyLost(t *testing.T) {
 	require.Greater(t, next.Token, lease.Token)
 	require.NoError(t, other.Release(ctx, next))
 	require.ErrorIs(t, l.Release(ctx, lease), aegis.ErrLost, "a second release of the same lease")
+}
+
+// TestCutOffHolderStopsBeforeSuccessor: a holder whose connections to the
+// cluster stall (a partition, no reset) has its Held's context cancelled
+// before another Locker is granted the key, the successor's token is
+// greater, and the holder's fenced write after the heal is refused
+// (losstest, as for etcd and ZooKeeper).
+func TestCutOffHolderStopsBeforeSuccessor(t *testing.T) {
+	t.Parallel()
+	var proxies []*tcpproxy.Proxy
+	var urls []string
+	for _, u := range testenv.NATSURLs(t) {
+		p, err := tcpproxy.New(strings.TrimPrefix(u, "nats://"))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = p.Close() })
+		proxies = append(proxies, p)
+		urls = append(urls, "nats://"+p.Addr())
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.IgnoreDiscoveredServers(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	holder, err := natslease.New(js, nil)
+	require.NoError(t, err)
+	each := func(f func(*tcpproxy.Proxy)) func() {
+		return func() {
+			for _, p := range proxies {
+				f(p)
+			}
+		}
+	}
+	const ttl = 2 * time.Second
+	losstest.RunCutOff(t, losstest.CutOff{
+		Holder: holder, Successor: locker(t, nil),
+		Cut: each((*tcpproxy.Proxy).Stall), Heal: each((*tcpproxy.Proxy).Heal),
+		TTL: ttl,
+		// The key expires TTL after its last write, on the stream
+		// leader's clock; no election: only the holder is cut off.
+		Bound: 3*ttl + 5*time.Second,
+	})
 }
