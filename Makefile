@@ -67,16 +67,18 @@ services-stop:
 
 # The Aegis lab's dashboard, the README's main command: open the URL it
 # prints; Ctrl-C stops it, its runs and the servers it started. It uses
-# the shared PostgreSQL, etcd and ZooKeeper; Redis is the lab's own (seven
-# processes, started in a moment) so that the Redis failover and restart
-# buttons work: the lab never kills or restarts a server it did not start.
+# the shared etcd, ZooKeeper and NATS; PostgreSQL and Redis are the lab's
+# own (started in a moment) so that the presets and buttons that crash,
+# fail over, restart or promote them work (crash:postgres, the
+# invoice-export-regions preset's standby and promotion, Redis failover):
+# the lab never kills or restarts a server it did not start.
 # LAB_ADDR=0.0.0.0:7070 serves the network, with a token it prints.
 # The binary is built into bin/ and exec'd (not `go run`, which exits 1
 # on Ctrl-C and makes make report an error after a clean stop).
 LAB_ADDR ?= 127.0.0.1:7070
 lab: services
 	$(GO) build -o bin/aegis ./cmd/aegis
-	$(WITH_ENV) unset AEGIS_REDIS_ADDRS && exec bin/aegis lab --addr $(LAB_ADDR)
+	$(WITH_ENV) unset AEGIS_REDIS_ADDRS AEGIS_POSTGRES_URL && exec bin/aegis lab --addr $(LAB_ADDR)
 
 # The lab's aegis preset, headless: every strategy, fenced and not, under
 # the same pause of the holder; one table. It uses the shared servers (the
