@@ -18,7 +18,11 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // echo starts a line echo server, stopped with the test.
-func echo(t *testing.T) string {
+func echo(t *testing.T) string { return echoLines(t, nil) }
+
+// echoLines starts a line echo server that also sends each line it reads
+// on got (when not nil) before it echoes it, stopped with the test.
+func echoLines(t *testing.T, got chan<- string) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan struct{})
@@ -32,7 +36,19 @@ func echo(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				_, _ = io.Copy(c, c)
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if got != nil {
+						got <- line
+					}
+					if _, err := io.WriteString(c, line); err != nil {
+						return
+					}
+				}
 			}()
 		}
 	}()
@@ -119,35 +135,8 @@ func TestCloseEndsEverything(t *testing.T) {
 // proxy; a Cut then drops it with the connection.
 func TestStallRepliesLandsRequestsHoldsReplies(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	got := make(chan string, 4)
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					got <- line
-					if _, err := io.WriteString(c, line); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	p, err := tcpproxy.New(ln.Addr().String())
+	p, err := tcpproxy.New(echoLines(t, got))
 	require.NoError(t, err)
 	defer p.Close()
 	c, r := dial(t, p.Addr())
