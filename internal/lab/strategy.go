@@ -100,7 +100,8 @@ type Strategy struct {
 	LeaseFile bool
 	// TTLUnit is the resolution of the backend's lease TTL, 0 for any
 	// whole millisecond: etcd grants whole seconds and refuses any other
-	// TTL (etcdlease), so its nodes exit on one.
+	// TTL (etcdlease), and so does NATS (natslease), so their nodes exit
+	// on one.
 	TTLUnit time.Duration
 }
 
@@ -207,6 +208,11 @@ var Strategies = []Strategy{
 		Name: "zookeeper", Mode: schedule.ModeLease, Backend: "zookeeper", Needs: []servers.Kind{servers.KindZooKeeper}, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
 		Summary:       "lease mode over zklease: an ephemeral sequential node, token its czxid",
 		NotGuaranteed: "that a client paused past its session timeout stops: the ensemble gives the lock away, the fence refuses the late write",
+	},
+	{
+		Name: "nats", Mode: schedule.ModeLease, Backend: "nats", Needs: []servers.Kind{servers.KindNATS}, TTLUnit: time.Second, Token: LeaseToken, Fenced: leaseSafe, Unfenced: leaseBare,
+		Summary:       "lease mode over natslease: a create-if-absent on a JetStream key-value bucket of three replicas, with the key's TTL, token the grant's stream revision",
+		NotGuaranteed: "that a holder paused past its lease stops: the stream's RAFT leader grants the key once, the fence refuses the late write; progress while the stream elects a new leader (4 to 9 s); expiry on any clock but the stream leader's",
 	},
 	// Wrong on purpose (broken.go): the classic mistakes of lease code, for
 	// its presets.

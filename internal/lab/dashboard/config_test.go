@@ -41,6 +41,7 @@ func TestAvailabilityHidesThePassword(t *testing.T) {
 		RedisAddrs:    testenv.RedisAddrs(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),
 		ZKServers:     testenv.ZKServers(t),
+		NATSURLs:      testenv.NATSURLs(t),
 	}, nil)
 	code, b := h.do(http.MethodGet, "/api/availability", nil)
 	require.Equal(t, http.StatusOK, code, "%s", b)

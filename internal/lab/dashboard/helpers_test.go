@@ -44,6 +44,7 @@ func newHarness(t *testing.T, cfg *dashboard.Config) *harness {
 		RedisAddrs:    testenv.RedisAddrs(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),
 		ZKServers:     testenv.ZKServers(t),
+		NATSURLs:      testenv.NATSURLs(t),
 	}, cfg)
 }
 

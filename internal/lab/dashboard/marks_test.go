@@ -543,14 +543,14 @@ func TestMarksOfPresets(t *testing.T) {
 	if len(shared) > 0 {
 		pg := testenv.PostgresURL(t)
 		// The lab's own Redis: the Redis presets fail it over and restart it.
-		h := newHarnessOn(t, runner.Servers{PostgresURL: pg, EtcdEndpoints: testenv.EtcdEndpoints(t), ZKServers: testenv.ZKServers(t)}, nil)
+		h := newHarnessOn(t, runner.Servers{PostgresURL: pg, EtcdEndpoints: testenv.EtcdEndpoints(t), ZKServers: testenv.ZKServers(t), NATSURLs: testenv.NATSURLs(t)}, nil)
 		db, err := sql.Open("pgx", pg)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		runPresets(t, h, db, shared, deadline)
 	}
 	if len(own) > 0 {
-		h := newHarnessOn(t, runner.Servers{EtcdEndpoints: testenv.EtcdEndpoints(t), ZKServers: testenv.ZKServers(t)}, nil)
+		h := newHarnessOn(t, runner.Servers{EtcdEndpoints: testenv.EtcdEndpoints(t), ZKServers: testenv.ZKServers(t), NATSURLs: testenv.NATSURLs(t)}, nil)
 		runPresets(t, h, nil, own, deadline)
 	}
 }

@@ -42,7 +42,7 @@ func TestCampaignDrawsWhatNodesTake(t *testing.T) {
 				return // no backend of its own: the lab's Lockers take any TTL driver.CheckTTL does
 			}
 			srv := backend.Servers{PostgresURL: testenv.PostgresURL(t), RedisAddrs: testenv.RedisAddrs(t), EtcdEndpoints: testenv.EtcdEndpoints(t),
-				ZKServers: testenv.ZKServers(t), SQLitePath: filepath.Join(t.TempDir(), "lease.db")}
+				ZKServers: testenv.ZKServers(t), NATSURLs: testenv.NATSURLs(t), SQLitePath: filepath.Join(t.TempDir(), "lease.db")}
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			key := testenv.Key(t)

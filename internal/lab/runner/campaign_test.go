@@ -294,7 +294,7 @@ func TestLabelledSafe(t *testing.T) {
 			safe = append(safe, s.Name)
 		}
 	}
-	require.Equal(t, []string{"sqlite", "pg-lease", "pg-unique", "etcd", "zookeeper", "queue"}, safe)
+	require.Equal(t, []string{"sqlite", "pg-lease", "pg-unique", "etcd", "zookeeper", "nats", "queue"}, safe)
 }
 
 // The replay line is a shell command line: a POSIX shell splits it back

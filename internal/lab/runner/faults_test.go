@@ -56,6 +56,7 @@ func ownServers(t *testing.T, own servers.Kind) *runner.Session {
 		PostgresURL:   testenv.PostgresURL(t),
 		EtcdEndpoints: testenv.EtcdEndpoints(t),
 		ZKServers:     testenv.ZKServers(t),
+		NATSURLs:      testenv.NATSURLs(t),
 	}
 	switch own {
 	case servers.KindPostgres:
@@ -64,6 +65,8 @@ func ownServers(t *testing.T, own servers.Kind) *runner.Session {
 		given.EtcdEndpoints = nil
 	case servers.KindZooKeeper:
 		given.ZKServers = nil
+	case servers.KindNATS:
+		given.NATSURLs = nil
 	}
 	s, err := runner.NewSession(runner.Options{Dir: t.TempDir(), Servers: given, NodeEnv: []string{nodeEnv}})
 	require.NoError(t, err)

@@ -215,10 +215,26 @@ func (r *Run) proxy(np *nodeProc) ([]string, error) {
 				}
 				addrs = append(addrs, with(pa))
 			}
+		case servers.KindNATS:
+			// The nodes' client ignores the servers the cluster
+			// advertises (backend's openNATS), so these proxies are its
+			// only way to the servers: a partition cuts them all.
+			for i, a := range r.s.serverAddrs(k) {
+				u, err := url.Parse(a)
+				if err != nil || u.Scheme != "nats" || u.Port() == "" {
+					return nil, fmt.Errorf("lab: %w: NATS server %d is not a nats://host:port URL (not shown: it may carry a password)", aegis.ErrInvalid, i+1)
+				}
+				pa, err := add(k, u.Host)
+				if err != nil {
+					return nil, err
+				}
+				u.Host = pa
+				addrs = append(addrs, u.String())
+			}
 		default:
 			continue
 		}
-		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers}[k]
+		name := map[servers.Kind]string{servers.KindRedis: servers.EnvRedisAddrs, servers.KindEtcd: servers.EnvEtcdEndpoints, servers.KindZooKeeper: servers.EnvZKServers, servers.KindNATS: servers.EnvNATSURLs}[k]
 		env = append(env, name+"="+strings.Join(addrs, ","))
 	}
 	if r.strat.LeaseFile {

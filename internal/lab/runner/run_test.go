@@ -33,6 +33,7 @@ func session(t *testing.T, env ...string) *runner.Session {
 			RedisAddrs:    testenv.RedisAddrs(t),
 			EtcdEndpoints: testenv.EtcdEndpoints(t),
 			ZKServers:     testenv.ZKServers(t),
+			NATSURLs:      testenv.NATSURLs(t),
 		},
 		NodeEnv: append([]string{nodeEnv}, env...),
 	})

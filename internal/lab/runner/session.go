@@ -35,6 +35,7 @@ type Servers struct {
 	RedisAddrs    []string // AEGIS_REDIS_ADDRS, --redis-addrs; the first is the single-node one
 	EtcdEndpoints []string // AEGIS_ETCD_ENDPOINTS, --etcd-endpoints
 	ZKServers     []string // AEGIS_ZK_SERVERS, --zk-servers
+	NATSURLs      []string // AEGIS_NATS_URLS, --nats-urls (nats://host:port each)
 }
 
 // Options configures a Session. The zero value starts every server the
@@ -46,7 +47,8 @@ type Options struct {
 	// Servers are existing servers to use instead of starting them. The
 	// lab never kills, pauses or restarts a server it did not start:
 	// faults that would (failover:redis, restart:redis, crash:postgres,
-	// kill:etcd, kill:zookeeper) need the lab's own server of that kind.
+	// kill:etcd, kill:zookeeper, kill:nats) need the lab's own server of
+	// that kind.
 	Servers Servers
 	// Executable is the program whose `node` subcommand runs a node.
 	// Default: os.Executable() (the aegis command).
@@ -66,8 +68,8 @@ type Options struct {
 //
 // The PostgreSQL it starts is durable (fsync, synchronous_commit and
 // full_page_writes on), so that crash:postgres tests crash recovery and
-// loses nothing committed; its etcd and ZooKeeper have 3 members, so
-// that one can be killed under a quorum.
+// loses nothing committed; its etcd, ZooKeeper and NATS have 3 members,
+// so that one can be killed under a quorum.
 type Session struct {
 	opts    Options
 	dir     string
@@ -83,6 +85,7 @@ type Session struct {
 	replLink    *tcpproxy.Proxy // the replication link, through which replica follows redis[0]
 	etcd        *servers.Etcd
 	zk          *servers.ZooKeeper
+	nats        *servers.NATS
 	unavailable map[servers.Kind]error
 	store       *sql.DB
 	storeURL    string // a PostgreSQL URL, or sqlite:PATH
@@ -171,6 +174,9 @@ func (s *Session) Close() error {
 	if s.zk != nil {
 		stops = append(stops, s.zk.Stop)
 	}
+	if s.nats != nil {
+		stops = append(stops, s.nats.Stop)
+	}
 	if s.replLink != nil {
 		stops = append(stops, s.replLink.Close)
 	}
@@ -199,6 +205,8 @@ func (s *Session) given(k servers.Kind) bool {
 		return len(g.EtcdEndpoints) > 0
 	case servers.KindZooKeeper:
 		return len(g.ZKServers) > 0
+	case servers.KindNATS:
+		return len(g.NATSURLs) > 0
 	}
 	return false
 }
@@ -244,6 +252,12 @@ func (s *Session) ensure(ctx context.Context, k servers.Kind) error {
 		}
 		fmt.Fprintf(s.opts.Log, "lab: starting a 3-member ZooKeeper ensemble in %s\n", s.dir)
 		s.zk, err = servers.StartZooKeeper(ctx, filepath.Join(s.dir, "zookeeper"), &servers.ZooKeeperConfig{Members: 3})
+	case servers.KindNATS:
+		if s.nats != nil {
+			return nil
+		}
+		fmt.Fprintf(s.opts.Log, "lab: starting a 3-server NATS cluster with JetStream in %s\n", s.dir)
+		s.nats, err = servers.StartNATS(ctx, filepath.Join(s.dir, "nats"), &servers.NATSConfig{Members: 3})
 	}
 	if err != nil {
 		if servers.IsMissing(err) {
@@ -325,6 +339,13 @@ func (s *Session) serverAddrs(k servers.Kind) []string {
 		}
 		if s.zk != nil {
 			return s.zk.Addrs()
+		}
+	case servers.KindNATS:
+		if len(g.NATSURLs) > 0 {
+			return g.NATSURLs
+		}
+		if s.nats != nil {
+			return s.nats.URLs()
 		}
 	}
 	return nil
@@ -450,6 +471,7 @@ var flags = map[servers.Kind]string{
 	servers.KindRedis:     "--redis-addrs and AEGIS_REDIS_ADDRS",
 	servers.KindEtcd:      "--etcd-endpoints and AEGIS_ETCD_ENDPOINTS",
 	servers.KindZooKeeper: "--zk-servers and AEGIS_ZK_SERVERS",
+	servers.KindNATS:      "--nats-urls and AEGIS_NATS_URLS",
 }
 
 // admitChaos refuses a fault this session cannot inflict: one that would
@@ -475,6 +497,7 @@ func serverName(k servers.Kind) string {
 		servers.KindRedis:     "a Redis server",
 		servers.KindEtcd:      "an etcd member",
 		servers.KindZooKeeper: "a ZooKeeper member",
+		servers.KindNATS:      "a NATS server",
 	}[k]
 }
 
@@ -504,7 +527,7 @@ func (s *Session) usesLocked(c lab.Config, k servers.Kind) bool {
 	return k == servers.KindPostgres && s.storeURL != "" && !strings.HasPrefix(s.storeURL, "sqlite:")
 }
 
-var serverTitle = map[servers.Kind]string{servers.KindPostgres: "PostgreSQL", servers.KindRedis: "Redis", servers.KindEtcd: "etcd", servers.KindZooKeeper: "ZooKeeper"}
+var serverTitle = map[servers.Kind]string{servers.KindPostgres: "PostgreSQL", servers.KindRedis: "Redis", servers.KindEtcd: "etcd", servers.KindZooKeeper: "ZooKeeper", servers.KindNATS: "NATS"}
 
 // conflictLocked says why runs cs cannot go now beside the session's live
 // runs (self, when not nil, is one of them and adds its injected faults

@@ -16,7 +16,7 @@ import (
 
 // openNATS is natslease on the NATS cluster at s.NATSURLs, its bucket
 // replicated on three servers (natslease's default; a cluster of fewer
-// refuses it at Open).
+// refuses it at Open), through the servers given only.
 func openNATS(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	urls := nonEmpty(s.NATSURLs)
 	if len(urls) == 0 {
@@ -33,7 +33,10 @@ func openNATS(ctx context.Context, s Servers) (aegis.Locker, func(), error) {
 	if err := reachable(ctx, "nats", hosts, 1); err != nil {
 		return nil, nil, err
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(dialTimeout), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("aegis"))
+	// The servers given are the only ones dialled: the addresses the
+	// cluster advertises are ignored, so that a client given proxies (the
+	// lab's, which cut a node off) never goes round them on a reconnect.
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.Timeout(dialTimeout), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.IgnoreDiscoveredServers(), nats.Name("aegis"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats: connect to %s: %w", strings.Join(hosts, ","), err)
 	}

@@ -64,7 +64,7 @@ Lab campaign runs a seeded randomized series of such runs per strategy,
 3 to 5 faults each, and fails when a run shows a harm the strategy's label
 excludes, or a checker that disagrees with the store ('aegis lab campaign -h').
 
-Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, queue; wrong on purpose, for presets: redis-del,\nredis-fail-open, pg-nobump" + `.
+Strategies: ` + "none, sqlite, pg-lease, pg-unique, pg-advisory, optimistic, redis,\nredlock, etcd, zookeeper, nats, queue; wrong on purpose, for presets: redis-del,\nredis-fail-open, pg-nobump" + `.
 
 Chaos (repeatable; AT from the first tick):
 	pause:TARGET@AT+FOR       SIGSTOP the node, SIGCONT after FOR
@@ -98,7 +98,8 @@ lock-at-most-for, unlock-with-del, reaper-without-bump, redis-down, aegis
 
 Servers: a kind given with its flag or AEGIS_* variable is used as it is
 (the lab never kills or restarts it); the others are started by the lab
-from the programs installed (PostgreSQL, Redis, etcd, ZooKeeper) in a
+from the programs installed (PostgreSQL, Redis, etcd, ZooKeeper, and the
+nats-server scripts/services builds) in a
 scratch directory on free loopback ports, reused by the runs of a scenario
 and stopped on exit, Ctrl-C included. The store of record is PostgreSQL
 when the lab has it, else SQLite; a strategy whose servers are missing is
@@ -142,6 +143,7 @@ func labServerFlags(fs *flagSet) func() runner.Servers {
 	redis := addrsVar(fs, "redis-addrs", os.Getenv(servers.EnvRedisAddrs), "Redis `addresses`, comma-separated, the first the single-node one (AEGIS_REDIS_ADDRS)")
 	etcd := addrsVar(fs, "etcd-endpoints", os.Getenv(servers.EnvEtcdEndpoints), "etcd `endpoints`, comma-separated (AEGIS_ETCD_ENDPOINTS)")
 	zk := addrsVar(fs, "zk-servers", os.Getenv(servers.EnvZKServers), "ZooKeeper `servers`, comma-separated (AEGIS_ZK_SERVERS)")
+	natsURLs := addrsVar(fs, "nats-urls", os.Getenv(servers.EnvNATSURLs), "NATS server `URLs` (nats://host:port), comma-separated (AEGIS_NATS_URLS)")
 	split := func(s string) []string {
 		if s == "" {
 			return nil
@@ -149,7 +151,7 @@ func labServerFlags(fs *flagSet) func() runner.Servers {
 		return strings.Split(s, ",")
 	}
 	return func() runner.Servers {
-		return runner.Servers{PostgresURL: cmp.Or(*pg, os.Getenv(servers.EnvPostgresURL)), RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk)}
+		return runner.Servers{PostgresURL: cmp.Or(*pg, os.Getenv(servers.EnvPostgresURL)), RedisAddrs: split(*redis), EtcdEndpoints: split(*etcd), ZKServers: split(*zk), NATSURLs: split(*natsURLs)}
 	}
 }
 
