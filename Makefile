@@ -118,14 +118,14 @@ lab-marks: services
 
 # The longer campaign: 20 runs of each strategy that keeps the ledger
 # fenced (those labelled safe, and redis and redlock), on the lab's own
-# servers, so that the server faults (crash:postgres, kill:etcd, …) are
+# servers, so that the server faults (crash:postgres, kill:etcd, kill:nats, …) are
 # drawn too; about half an hour on 2 cores. It exits 1 on a run that
 # refutes a label or when more than 10% of the runs are inconclusive
 # (they prove nothing: docs/lab.md).
-LAB_SAFE_STRATEGIES := sqlite pg-lease pg-unique redis redlock etcd zookeeper queue
+LAB_SAFE_STRATEGIES := sqlite pg-lease pg-unique redis redlock etcd zookeeper nats queue
 lab-campaign-safe:
 	$(GO) build -o bin/aegis ./cmd/aegis
-	exec env -u AEGIS_POSTGRES_URL -u AEGIS_REDIS_ADDRS -u AEGIS_ETCD_ENDPOINTS -u AEGIS_ZK_SERVERS bin/aegis lab campaign --seed $(SEED) --runs 20 $(addprefix --strategy ,$(LAB_SAFE_STRATEGIES))
+	exec env -u AEGIS_POSTGRES_URL -u AEGIS_REDIS_ADDRS -u AEGIS_ETCD_ENDPOINTS -u AEGIS_ZK_SERVERS -u AEGIS_NATS_URLS bin/aegis lab campaign --seed $(SEED) --runs 20 $(addprefix --strategy ,$(LAB_SAFE_STRATEGIES))
 
 # Seed 000's invoice export, told step by step against PostgreSQL.
 invoice: services

@@ -17,7 +17,7 @@ type ChaosKind string
 // The kinds of fault, with their spec forms (docs/design.md section 8).
 const (
 	Pause     ChaosKind = "pause"     // pause:TARGET@AT+FOR — SIGSTOP, SIGCONT after FOR
-	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart; kill:etcd@AT, kill:zookeeper@AT — a member
+	Kill      ChaosKind = "kill"      // kill:TARGET@AT — SIGKILL, then a restart; kill:etcd@AT, kill:zookeeper@AT, kill:nats@AT — a member
 	Failover  ChaosKind = "failover"  // failover:redis@AT — primary lost before replication, replica promoted
 	Restart   ChaosKind = "restart"   // restart:redis@AT — restarted without persistence; restart:redlock@AT — a majority of Redlock's
 	Crash     ChaosKind = "crash"     // crash:postgres@AT — SIGKILL, then a restart with crash recovery
@@ -63,20 +63,23 @@ const Standby = "standby"
 // Redlock nodes restarted at once without persistence.
 const RedlockMajority = "redlock"
 
-// ServerDowntime is how long kill:etcd and kill:zookeeper keep the killed
+// ServerDowntime is how long kill:etcd, kill:zookeeper and kill:nats keep the killed
 // member down before the lab restarts it (sooner when the run ends
 // first): long enough for the others to elect a leader and the nodes'
 // clients to move, short enough to see the member rejoin within a run.
 const ServerDowntime = 2 * time.Second
 
+// killable are the servers kill:SERVER@AT kills a member of.
+var killable = []servers.Kind{servers.KindEtcd, servers.KindZooKeeper, servers.KindNATS}
+
 // Chaos is one fault of a run. Parse it from its spec with [ParseChaos].
 type Chaos struct {
 	Kind ChaosKind
 	// Target is "holder", "writer", "committer", "leader" or "nodeN" for
-	// pause, kill and partition; "nodeN" for skew; "etcd" or "zookeeper" for a kill of a
-	// server member; "redis" for failover and restart; "postgres" for
-	// crash; "standby" for promote; a server kind (postgres, redis, etcd,
-	// zookeeper) for latency.
+	// pause, kill and partition; "nodeN" for skew; "etcd", "zookeeper" or
+	// "nats" for a kill of a server member; "redis" for failover and
+	// restart; "postgres" for crash; "standby" for promote; a server kind
+	// (postgres, redis, etcd, zookeeper, nats) for latency.
 	Target string
 	// At is when the fault happens, from the start of the run's first
 	// tick. Zero for skew and latency, which last the whole run.
@@ -87,7 +90,8 @@ type Chaos struct {
 	// ahead) or the added delay of latency.
 	Offset time.Duration
 	// Server is the one server kind a partition cuts the node from
-	// (postgres, redis, etcd, zookeeper); "" cuts it from every server.
+	// (postgres, redis, etcd, zookeeper, nats); "" cuts it from every
+	// server.
 	Server string
 	// Spec is an edit's: "pause", "resume", the job's new cadence (a
 	// duration, in Offset too), or for a job not in the catalog the
@@ -126,7 +130,7 @@ func (c Chaos) ServerKind() (servers.Kind, bool) {
 		return servers.KindRedis, true
 	case c.Kind == Crash || c.Kind == Promote:
 		return servers.KindPostgres, true
-	case c.Kind == Kill && (c.Target == string(servers.KindEtcd) || c.Target == string(servers.KindZooKeeper)):
+	case c.Kind == Kill && slices.Contains(killable, servers.Kind(c.Target)):
 		return servers.Kind(c.Target), true
 	}
 	return "", false
@@ -168,16 +172,17 @@ const maxChaosDuration = 24 * time.Hour
 //	pause:TARGET@AT+FOR   kill:TARGET@AT        failover:redis@AT
 //	restart:redis@AT      partition:TARGET@AT+FOR[/SERVER]
 //	skew:nodeN=±D         latency:SERVER=D      crash:postgres@AT
-//	kill:etcd@AT          kill:zookeeper@AT     edit:JOB@AT=SPEC
-//	promote:standby@AT
+//	kill:etcd@AT          kill:zookeeper@AT     kill:nats@AT
+//	edit:JOB@AT=SPEC      promote:standby@AT
 //
 // TARGET is "holder", "writer", "committer", "leader" (leader mode) or
 // "nodeN" (N from 1). SERVER is postgres,
-// redis, etcd or zookeeper (also pg and zk). AT, FOR and D are Go
+// redis, etcd, zookeeper or nats (also pg and zk). AT, FOR and D are Go
 // durations ("3s", "1.5s", "250ms"); latency's D is at most 1m.
-// kill:etcd kills the cluster's leader, kill:zookeeper the member most of the nodes' sessions are on;
-// either comes back 2 s after the kill (at the end of the run if that is
-// sooner). An edit changes the run's catalog row of JOB: SPEC is its new
+// kill:etcd kills the cluster's leader, kill:zookeeper the member most of
+// the nodes' sessions are on, kill:nats the server that leads the lease
+// bucket's stream; each comes back 2 s after the kill (at the end of the
+// run if that is sooner). An edit changes the run's catalog row of JOB: SPEC is its new
 // cadence (a duration, taking effect as catalog edits do, a second after
 // the commit), pause or resume; for a JOB not in the catalog, EVERY/WORK
 // (a --catalog row after its "=") adds that schedule from then on.
@@ -236,7 +241,7 @@ func (c *Chaos) parseWindow(rest string) error {
 		}
 		k, err := servers.ParseKind(server)
 		if err != nil {
-			return fmt.Errorf("server %q: want postgres, redis, etcd or zookeeper", server)
+			return fmt.Errorf("server %q: want postgres, redis, etcd, zookeeper or nats", server)
 		}
 		dur, c.Server = d, string(k)
 	}
@@ -307,7 +312,7 @@ func (c *Chaos) parseLatency(rest string) error {
 	}
 	kind, err := servers.ParseKind(server)
 	if err != nil {
-		return fmt.Errorf("server %q: want postgres, redis, etcd or zookeeper", server)
+		return fmt.Errorf("server %q: want postgres, redis, etcd, zookeeper or nats", server)
 	}
 	c.Target = string(kind)
 	if c.Offset, err = duration("D", d, true); err != nil {
@@ -356,8 +361,8 @@ func (c *Chaos) parseEdit(rest string) error {
 	return nil
 }
 
-// setServerTarget sets the target of kill (a node, or an etcd or
-// ZooKeeper member), failover and restart (redis) and crash (postgres),
+// setServerTarget sets the target of kill (a node, or an etcd, ZooKeeper
+// or NATS member), failover and restart (redis) and crash (postgres),
 // and says which fault a server has when it is the wrong one.
 func (c *Chaos) setServerTarget(target string) error {
 	if c.Kind == Restart && target == RedlockMajority {
@@ -368,7 +373,7 @@ func (c *Chaos) setServerTarget(target string) error {
 	if err != nil {
 		if c.Kind == Kill {
 			if _, ok := parseNode(target); !ok && !movingTarget(target) {
-				return fmt.Errorf("target %q: want holder, writer, committer, leader, nodeN (N from 1), etcd or zookeeper", target)
+				return fmt.Errorf("target %q: want holder, writer, committer, leader, nodeN (N from 1), etcd, zookeeper or nats", target)
 			}
 			c.Target = target
 			return nil
@@ -376,7 +381,7 @@ func (c *Chaos) setServerTarget(target string) error {
 		k = servers.Kind(target)
 	}
 	want := map[ChaosKind][]servers.Kind{
-		Kill:     {servers.KindEtcd, servers.KindZooKeeper},
+		Kill:     killable,
 		Failover: {servers.KindRedis},
 		Restart:  {servers.KindRedis},
 		Crash:    {servers.KindPostgres},
@@ -390,8 +395,9 @@ func (c *Chaos) setServerTarget(target string) error {
 		servers.KindRedis:     "failover:redis@AT or restart:redis@AT",
 		servers.KindEtcd:      "kill:etcd@AT",
 		servers.KindZooKeeper: "kill:zookeeper@AT",
+		servers.KindNATS:      "kill:nats@AT",
 	}
-	only := map[ChaosKind]string{Kill: "of the servers, only etcd and zookeeper", Failover: "only redis", Restart: "only redis", Crash: "only postgres"}[c.Kind]
+	only := map[ChaosKind]string{Kill: "of the servers, only etcd, zookeeper and nats", Failover: "only redis", Restart: "only redis", Crash: "only postgres"}[c.Kind]
 	verb := map[ChaosKind]string{Kill: "killed", Failover: "failed over", Restart: "restarted", Crash: "crashed"}[c.Kind]
 	if fault, ok := faults[k]; ok {
 		return fmt.Errorf("target %q: %s can be %s (%s's fault is %s)", target, only, verb, k, fault)

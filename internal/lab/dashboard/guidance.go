@@ -56,7 +56,7 @@ func watchFault(st lab.Strategy, fenced bool, ch lab.Chaos) string {
 	case lab.Pause:
 		return fmt.Sprintf("at %s %s is paused (SIGSTOP) for %s: the purple band on its lane", ch.At, ch.Target, ch.For)
 	case lab.Kill:
-		if ch.Target == "etcd" || ch.Target == "zookeeper" {
+		if _, server := ch.ServerKind(); server {
 			return fmt.Sprintf("at %s a %s member is killed: in-flight grants wait for a new leader, nothing is granted twice", ch.At, ch.Target)
 		}
 		return fmt.Sprintf("at %s %s is killed (SIGKILL): its open section ends grey, without a commit, and the lab restarts it", ch.At, ch.Target)

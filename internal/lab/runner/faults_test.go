@@ -84,6 +84,7 @@ func TestServerFaultsNeedTheLabsOwnServers(t *testing.T) {
 		{"pg-lease", "crash:postgres@1s", "kills or restarts the PostgreSQL server, and the lab never touches servers it did not start: leave --postgres-url and AEGIS_POSTGRES_URL unset"},
 		{"etcd", "kill:etcd@1s", "leave --etcd-endpoints and AEGIS_ETCD_ENDPOINTS unset"},
 		{"zookeeper", "kill:zookeeper@1s", "leave --zk-servers and AEGIS_ZK_SERVERS unset"},
+		{"nats", "kill:nats@1s", "leave --nats-urls and AEGIS_NATS_URLS unset"},
 	} {
 		_, err := s.Start(t.Context(), short(tt.strategy, true, tt.spec))
 		require.ErrorContains(t, err, "--chaos "+tt.spec+" kills or restarts", tt.spec)
@@ -216,38 +217,46 @@ func TestPauseWriter(t *testing.T) {
 	require.Greater(t, outcome.T, pause.T+0.75, "the write %s ended after the pause, not before it landed", last.Attempt)
 }
 
-// partition:TARGET@AT+FOR/etcd cuts the holder from etcd only: it still
-// reaches the store and commits the tick it was in, while it can take no
-// lease and, once its lease has expired, another node takes one.
+// partition:TARGET@AT+FOR/SERVER cuts the holder from its lease server
+// only (etcd; NATS, whose client is given the lab's proxies and ignores
+// the servers the cluster advertises): it still reaches the store and
+// commits the tick it was in, while it can take no lease and, once its
+// lease has expired, another node takes one.
 func TestPartitionFromOneServer(t *testing.T) {
 	t.Parallel()
-	c := short("etcd", true, "partition:holder@600ms+3s/etcd")
-	c.TTL, c.Duration = time.Second, 10*c.Tick
-	rep, _ := run(t, session(t), c)
-	cut := chaosEvent(t, rep.Events, lab.EventChaos, "partition:holder@600ms+3s/etcd: ")
-	require.Contains(t, cut.Detail, "cut from etcd only (postgres still reachable)")
-	healed := chaosEvent(t, rep.Events, lab.EventHealed, "partition healed")
-	require.Equal(t, cut.Node, healed.Node)
-	var committed, acquiredCut, acquiredOther bool
-	for _, e := range rep.Events {
-		if e.T <= cut.T || e.T >= healed.T {
-			continue
-		}
-		switch {
-		case e.Kind == lab.EventExecuted && e.Node == cut.Node:
-			committed = true
-		case e.Kind == lab.EventAcquired && e.Node == cut.Node && e.T > cut.T+0.3:
-			// A node reports a grant after its scheduler's catalog check
-			// (on PostgreSQL, reachable): one granted by etcd just before
-			// the cut is reported just after it.
-			acquiredCut = true
-		case e.Kind == lab.EventAcquired:
-			acquiredOther = true
-		}
+	for _, server := range []string{"etcd", "nats"} {
+		t.Run(server, func(t *testing.T) {
+			t.Parallel()
+			spec := "partition:holder@600ms+3s/" + server
+			c := short(server, true, spec)
+			c.TTL, c.Duration = time.Second, 10*c.Tick
+			rep, _ := run(t, session(t), c)
+			cut := chaosEvent(t, rep.Events, lab.EventChaos, spec+": ")
+			require.Contains(t, cut.Detail, "cut from "+server+" only (postgres still reachable)")
+			healed := chaosEvent(t, rep.Events, lab.EventHealed, "partition healed")
+			require.Equal(t, cut.Node, healed.Node)
+			var committed, acquiredCut, acquiredOther bool
+			for _, e := range rep.Events {
+				if e.T <= cut.T || e.T >= healed.T {
+					continue
+				}
+				switch {
+				case e.Kind == lab.EventExecuted && e.Node == cut.Node:
+					committed = true
+				case e.Kind == lab.EventAcquired && e.Node == cut.Node && e.T > cut.T+0.3:
+					// A node reports a grant after its scheduler's catalog check
+					// (on PostgreSQL, reachable): one granted just before the
+					// cut is reported just after it.
+					acquiredCut = true
+				case e.Kind == lab.EventAcquired:
+					acquiredOther = true
+				}
+			}
+			require.True(t, committed, "node%d, cut from %s only, committed its tick to PostgreSQL during the partition", cut.Node, server)
+			require.False(t, acquiredCut, "node%d took a lease from %s while cut from it", cut.Node, server)
+			require.True(t, acquiredOther, "another node took the lease during the partition")
+		})
 	}
-	require.True(t, committed, "node%d, cut from etcd only, committed its tick to PostgreSQL during the partition", cut.Node)
-	require.False(t, acquiredCut, "node%d took a lease from etcd while cut from it", cut.Node)
-	require.True(t, acquiredOther, "another node took the lease during the partition")
 }
 
 // requireDown checks a member's healed event says it was down at least

@@ -1,12 +1,14 @@
 package runner_test
 
 import (
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
 // The nats strategy (natslease on the shared three-server cluster), its
@@ -44,5 +46,34 @@ func TestNATSPauseHolder(t *testing.T) {
 			require.Positive(t, rep.LostUpdates, "over its successor's: a lost update")
 			require.Equal(t, lab.CheckViolation, rep.Checker)
 		})
+	}
+}
+
+// kill:nats kills the server that leads the lease bucket's stream while
+// the nodes hold leases; the two others elect a new leader for it, the
+// run goes on, and the killed server comes back. A grant in flight when
+// the leader dies is not answered until the stream has a new leader
+// (natslease sends it again every 2 s): the log says how long the nodes
+// went without a grant, from which the campaign's kill:nats row takes its
+// stall.
+func TestKillNATSLeader(t *testing.T) {
+	t.Parallel()
+	c := short("nats", true, "kill:nats@800ms")
+	c.TTL, c.Duration = time.Second, 40*c.Tick
+	rep, _ := run(t, ownServers(t, servers.KindNATS), c)
+	killed := chaosEvent(t, rep.Events, lab.EventChaos, "killed with SIGKILL")
+	require.Regexp(t, `^kill:nats@800ms: nats leader nats-\d of the lease bucket's stream \(pid \d+\) killed with SIGKILL; it restarts in 2s$`, killed.Detail)
+	elected := chaosEvent(t, rep.Events, lab.EventChaos, " leads, elected within ")
+	m := regexp.MustCompile(`nats leader (nats-\d) killed; (nats-\d) leads`).FindStringSubmatch(elected.Detail)
+	require.NotNil(t, m, elected.Detail)
+	require.NotEqual(t, m[1], m[2], "a new leader of the stream")
+	back := chaosEvent(t, rep.Events, lab.EventHealed, m[1]+" restarted after ")
+	requireDown(t, back, 1.9)
+	require.Positive(t, executedAfter(rep.Events, elected.T), "the nodes commit under the new leader")
+	for _, e := range rep.Events {
+		if e.Kind == lab.EventAcquired && e.T > killed.T {
+			t.Logf("the first grant after the kill came %.1fs after it (the stream's leader elected %.1fs after it)", e.T-killed.T, elected.T-killed.T)
+			break
+		}
 	}
 }

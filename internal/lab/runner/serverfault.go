@@ -14,6 +14,7 @@ import (
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/lease/natslease"
 )
 
 // failover loses the primary before it replicates a grant its holder
@@ -287,16 +288,26 @@ func (r *Run) promoteStandby(ctx context.Context, ch lab.Chaos, begin func(error
 	return nil
 }
 
-// member is what killMember needs of an etcd cluster or a ZooKeeper
-// ensemble.
+// member is what killMember needs of an etcd cluster, a ZooKeeper
+// ensemble or a NATS cluster.
 type member interface {
 	Leader(ctx context.Context) (*servers.Proc, error)
 	Members() []*servers.Proc
 }
 
-// killMember kills a member of the lab's etcd cluster (its leader) or
+// natsStream is a NATS cluster as kill:nats sees it: its leader is the
+// leader of the nodes' lease bucket's stream (natslease's default bucket,
+// which the nats backend opens), the server that decides every grant.
+type natsStream struct{ *servers.NATS }
+
+func (n natsStream) Leader(ctx context.Context) (*servers.Proc, error) {
+	return n.StreamLeader(ctx, "KV_"+natslease.DefaultBucket)
+}
+
+// killMember kills a member of the lab's etcd cluster (its leader),
 // ZooKeeper ensemble (the member most sessions are on, the leader among
-// equals) with SIGKILL, reports who leads once the others have elected,
+// equals) or NATS cluster (the leader of the lease bucket's stream) with
+// SIGKILL, reports who leads once the others have elected,
 // and restarts the member serverDowntime after the kill, or when the run
 // ends if that is sooner.
 func (r *Run) killMember(ctx context.Context, ch lab.Chaos, k servers.Kind, begin func(error)) error {
@@ -307,6 +318,8 @@ func (r *Run) killMember(ctx context.Context, ch lab.Chaos, k servers.Kind, begi
 		cluster = r.s.etcd
 	case k == servers.KindZooKeeper && r.s.zk != nil:
 		cluster = r.s.zk
+	case k == servers.KindNATS && r.s.nats != nil:
+		cluster = natsStream{r.s.nats}
 	}
 	r.s.mu.Unlock()
 	if cluster == nil {
@@ -319,6 +332,9 @@ func (r *Run) killMember(ctx context.Context, ch lab.Chaos, k servers.Kind, begi
 		return err
 	}
 	victim, what := leader, fmt.Sprintf("%s leader %s (pid %d)", k, leader.Name(), leader.Pid())
+	if k == servers.KindNATS {
+		what = fmt.Sprintf("nats leader %s of the lease bucket's stream (pid %d)", leader.Name(), leader.Pid())
+	}
 	if k == servers.KindZooKeeper {
 		var sessions, total int
 		victim, sessions, total = busiestMember(lctx, cluster.Members(), leader)

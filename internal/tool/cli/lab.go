@@ -82,11 +82,12 @@ Chaos (repeatable; AT from the first tick):
 	                          replayed every commit; every node's store moves to it (--standby)
 	kill:etcd@AT              SIGKILL etcd's leader; it comes back 2s later
 	kill:zookeeper@AT         SIGKILL the ZooKeeper member with most sessions; back 2s later
+	kill:nats@AT              SIGKILL the NATS server leading the lease bucket's stream; back 2s later
 	edit:JOB@AT=SPEC          a catalog edit: SPEC is a new cadence (2s), pause or resume;
 	                          for a JOB not in the catalog, EVERY/WORK[/no-keep-alive] adds it
 TARGET is holder (the node in the critical section then, or the next to
 enter it), writer (the node inside its write then, or the next to begin
-one) or nodeN; SERVER is postgres, redis, etcd or zookeeper. --standby N
+one) or nodeN; SERVER is postgres, redis, etcd, zookeeper or nats. --standby N
 puts the last N nodes in a second region whose store is a hot standby of
 the lab's PostgreSQL (pg-unique or queue): they must run nothing until a
 promote:standby makes it the primary.

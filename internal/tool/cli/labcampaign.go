@@ -27,8 +27,8 @@ work + tick, and 3 to 5 faults from the kinds the strategy's servers allow
 server, kill, skew, latency, a catalog edit, the holder, writer or a node
 as target; a kill of the next node to commit, right after its commit;
 in leader mode a kill or a pause of the leader; and, when the lab started
-the server itself, Redis failover and restart, crash:postgres, kill:etcd
-and kill:zookeeper). The same seed
+the server itself, Redis failover and restart, crash:postgres, kill:etcd,
+kill:zookeeper and kill:nats). The same seed
 draws the same runs. At most two runs go at once; a run that kills or
 restarts a server goes alone.
 

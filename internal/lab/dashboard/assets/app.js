@@ -392,6 +392,7 @@ const serverFaults = [
   ['crash', 'Crash PostgreSQL', "SIGKILL the lab's PostgreSQL and its backends; it restarts with crash recovery", (s) => s.name !== 'sqlite'],
   ['kill-etcd', 'Kill the etcd leader', 'SIGKILL the etcd leader; it comes back after 2 s', (s) => (s.servers || []).includes('etcd')],
   ['kill-zookeeper', 'Kill a ZooKeeper member', 'SIGKILL the ZooKeeper member most sessions are on; it comes back after 2 s', (s) => (s.servers || []).includes('zookeeper')],
+  ['kill-nats', 'Kill the NATS stream leader', "SIGKILL the NATS server leading the lease bucket's stream; it comes back after 2 s", (s) => (s.servers || []).includes('nats')],
 ];
 
 function makePanel(rv, g) {
@@ -495,6 +496,7 @@ async function inject(p, kind) {
     case 'crash': spec = 'crash:postgres@0s'; break;
     case 'kill-etcd': spec = 'kill:etcd@0s'; break;
     case 'kill-zookeeper': spec = 'kill:zookeeper@0s'; break;
+    case 'kill-nats': spec = 'kill:nats@0s'; break;
     default: return;
   }
   if (kind === 'pause' || kind === 'partition') showLanes(p);
