@@ -117,7 +117,7 @@ func TestMaxActive(t *testing.T) {
 }
 
 // A preset holds as many runs as it runs at once, not all of its runs:
-// beside the aegis preset (20 runs, 3 at a time) under MaxActive 4, one
+// beside the aegis preset (22 runs, 3 at a time) under MaxActive 4, one
 // more run starts, a second does not.
 func TestMaxActiveCountsAPresetByItsParallel(t *testing.T) {
 	t.Parallel()
