@@ -174,7 +174,7 @@ bench-queue: services
 soak-queue: services
 	$(WITH_ENV) cd bench && $(GO) run ./queue -mode soak -duration $(DURATION)
 
-# The performance report: every bench command in one run (about 12
+# The performance report: every bench command in one run (about 13
 # minutes), peers beside Aegis on the same servers, rounds interleaved.
 # Before each command it waits for idle CPUs (up to three minutes), then
 # rewrites the README's Benchmarks part, docs/performance.md and the plots

@@ -1,5 +1,6 @@
 // Package bench compares Aegis with its peers (redsync, bsm/redislock,
-// etcd's concurrency.Mutex, go-zookeeper's Lock, River) on the same servers
+// etcd's concurrency.Mutex, go-zookeeper's Lock, River, the raw NATS
+// key-value Create and Delete) on the same servers
 // in the same run. It is a module of its own so that the peers never enter
 // the library's go.mod.
 //

@@ -18,6 +18,7 @@ var parts = []struct{ file, title string }{
 	{"leases.md", "Leases: every backend from 1 to 256 goroutines"},
 	{"redis.md", "Redis: redislease against the raw client, bsm/redislock and redsync; lease handoff"},
 	{"etcdzk.md", "etcd and ZooKeeper: against concurrency.Mutex and zk.Lock"},
+	{"nats.md", "NATS: natslease against the raw kv.Create + kv.Delete; lease handoff"},
 	{"queue.md", "Queue: against River and graphile-worker"},
 }
 
