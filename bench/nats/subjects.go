@@ -3,8 +3,6 @@ package natsbench
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aegislab/aegis"
+	"github.com/aegislab/aegis/bench/etcdzk"
 	redisbench "github.com/aegislab/aegis/bench/redis"
 	"github.com/aegislab/aegis/lease/natslease"
 )
@@ -51,11 +50,7 @@ func URLs() []string {
 }
 
 // Run is a random name for the keys of one run.
-func Run() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func Run() string { return etcdzk.Run() }
 
 // connect is a connection of its own to the shared cluster.
 func connect() (jetstream.JetStream, func(), error) {
