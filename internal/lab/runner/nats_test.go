@@ -7,8 +7,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
+	"github.com/aegislab/aegis/internal/lab/runner"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 // The nats strategy (natslease on the shared three-server cluster), its
@@ -75,5 +78,31 @@ func TestKillNATSLeader(t *testing.T) {
 			t.Logf("the first grant after the kill came %.1fs after it (the stream's leader elected %.1fs after it)", e.T-killed.T, elected.T-killed.T)
 			break
 		}
+	}
+}
+
+// A NATS server given in another form than nats://host:port is refused
+// when a run starts, by its place in the list, never quoting it (a URL may
+// carry a password).
+func TestNATSURLForms(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"127.0.0.1:4222", "nats://127.0.0.1", "tls://127.0.0.1:4222", "nats://aegis:s3cret@127.0.0.1"} {
+		t.Run(u, func(t *testing.T) {
+			t.Parallel()
+			testenv.Reserve(t, 1, "a lab session's runs")
+			s, err := runner.NewSession(runner.Options{
+				Dir:     t.TempDir(),
+				Servers: runner.Servers{PostgresURL: testenv.PostgresURL(t), NATSURLs: []string{u}},
+				NodeEnv: []string{nodeEnv},
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, s.Close()) })
+			c := short("nats", true)
+			c.TTL = time.Second
+			_, err = s.Start(t.Context(), c)
+			require.ErrorIs(t, err, aegis.ErrInvalid)
+			require.ErrorContains(t, err, "NATS server 1 is not a nats://host:port URL")
+			require.NotContains(t, err.Error(), "s3cret")
+		})
 	}
 }
