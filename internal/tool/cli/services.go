@@ -35,7 +35,7 @@ means all but jaeger.
 nats is nats-server built from the tool module tools/nats (run from the
 repository's root) into the scratch directory's nats-bin: Debian's is
 older than the per-key TTLs that lease/natslease needs. Its first build
-takes about half a minute on 2 cores with the module proxy; it is built
+takes half a minute to a minute on 2 cores with the module proxy; it is built
 again only when that module's go.mod or go.sum changes.
 
 jaeger is Jaeger all-in-one with memory storage, for the Jaeger tests
@@ -150,7 +150,7 @@ func servicesStart(ctx context.Context, dir string, timeout time.Duration, kinds
 	var jaegerBin, natsBin string
 	if slices.Contains(kinds, servers.KindNATS) {
 		var err error
-		if natsBin, err = buildTool(ctx, "nats-server", servers.NATSModule, filepath.Join(dir, "nats-bin"), "about half a minute", servers.NATSBinary, servers.BuildNATS, stderr); err != nil {
+		if natsBin, err = buildTool(ctx, "nats-server", servers.NATSModule, filepath.Join(dir, "nats-bin"), "half a minute to a minute", servers.NATSBinary, servers.BuildNATS, stderr); err != nil {
 			return err
 		}
 	}
