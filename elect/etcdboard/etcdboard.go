@@ -147,8 +147,7 @@ func (b *Board) Withdraw(ctx context.Context, election string, token aegis.Token
 	if len(resp.Kvs) == 0 {
 		return nil
 	}
-	var r record
-	if json.Unmarshal(resp.Kvs[0].Value, &r) != nil || r.Token != int64(token) {
+	if l, err := decodeRecord(resp.Kvs[0].Value); err != nil || l.Token != token {
 		return nil // another term's record
 	}
 	_, err = b.client.Txn(ctx).
@@ -177,12 +176,25 @@ func (b *Board) get(ctx context.Context, key string) (elect.Leader, clientv3.Lea
 	if err != nil || len(resp.Kvs) == 0 {
 		return elect.Leader{}, 0, err
 	}
-	var r record
-	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+	l, err := decodeRecord(resp.Kvs[0].Value)
+	if err != nil {
 		return elect.Leader{}, 0, fmt.Errorf("the record at %s is not a leader record: %w", key, err)
 	}
-	l := elect.Leader{Node: r.Node, Token: aegis.Token(r.Token), Since: time.UnixMicro(r.SinceUS)}
 	return l, clientv3.LeaseID(resp.Kvs[0].Lease), nil
+}
+
+// decodeRecord decodes a leader record as Publish writes it: an error for
+// one that is not JSON of a record or whose token is below 1 (no term has
+// one: written past the Board).
+func decodeRecord(v []byte) (elect.Leader, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return elect.Leader{}, err
+	}
+	if r.Token < 1 {
+		return elect.Leader{}, fmt.Errorf("token %d is not positive", r.Token)
+	}
+	return elect.Leader{Node: r.Node, Token: aegis.Token(r.Token), Since: time.UnixMicro(r.SinceUS)}, nil
 }
 
 // watchCreate bounds the wait for etcd to create a watch.

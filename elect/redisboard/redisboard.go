@@ -190,20 +190,36 @@ func (b *Board) ReadExpiry(ctx context.Context, election string) (elect.Leader, 
 	if errors.Is(err, redis.Nil) {
 		return elect.Leader{}, 0, nil
 	}
-	if err == nil && len(v) != 4 {
-		err = fmt.Errorf("the record has %d fields, not 4", len(v))
-	}
-	var token, since, left int64
-	for i, p := range []*int64{&token, &since, &left} {
-		if err == nil {
-			*p, err = strconv.ParseInt(v[i+1], 10, 64)
-		}
+	var l elect.Leader
+	var left time.Duration
+	if err == nil {
+		l, left, err = decodeRead(v)
 	}
 	if err != nil {
 		return elect.Leader{}, 0, fmt.Errorf("redisboard: read %q: %w", election, err)
 	}
-	if left < 0 { // -1: no expiry (written past the Board); -2: gone since
-		left = 0
+	return l, left, nil
+}
+
+// decodeRead decodes readScript's answer: the record's node, token and
+// since (µs), and its PTTL. An error for another number of fields, a field
+// that is not a decimal integer, or a token below 1 (written past the
+// Board); a PTTL below zero (-1: no expiry, written past the Board; -2:
+// gone since) is no time left.
+func decodeRead(v []string) (elect.Leader, time.Duration, error) {
+	if len(v) != 4 {
+		return elect.Leader{}, 0, fmt.Errorf("the record has %d fields, not 4", len(v))
+	}
+	var n [3]int64
+	for i, name := range []string{"token", "since", "PTTL"} {
+		var err error
+		if n[i], err = strconv.ParseInt(v[i+1], 10, 64); err != nil {
+			return elect.Leader{}, 0, fmt.Errorf("the record's %s: %w", name, err)
+		}
+	}
+	token, since, left := n[0], n[1], max(n[2], 0)
+	if token < 1 {
+		return elect.Leader{}, 0, fmt.Errorf("the record's token %d is not positive", token)
 	}
 	return elect.Leader{Node: v[0], Token: aegis.Token(token), Since: time.UnixMicro(since)}, time.Duration(left) * time.Millisecond, nil
 }

@@ -268,27 +268,48 @@ func (b *Board) Read(ctx context.Context, election string) (elect.Leader, error)
 	if err != nil {
 		return elect.Leader{}, fmt.Errorf("zkboard: read %q: %w", election, err)
 	}
-	var best int64
-	for _, c := range children {
-		if n, err := strconv.ParseInt(strings.TrimPrefix(c, recordPrefix), 10, 64); err == nil && strings.HasPrefix(c, recordPrefix) && n > best {
-			best = n
-		}
-	}
+	best := latestRecord(children)
 	if best == 0 {
 		return elect.Leader{}, nil
 	}
-	raw, _, err := b.conn.Get(dir + "/" + recordName(aegis.Token(best)))
+	raw, _, err := b.conn.Get(dir + "/" + recordName(best))
 	if errors.Is(err, zk.ErrNoNode) {
 		return elect.Leader{}, nil // deleted since the listing
 	}
-	var d data
+	var l elect.Leader
 	if err == nil {
-		err = json.Unmarshal(raw, &d)
+		l, err = decodeData(raw, best)
 	}
 	if err != nil {
 		return elect.Leader{}, fmt.Errorf("zkboard: read %q: %w", election, err)
 	}
-	return elect.Leader{Node: d.Node, Token: aegis.Token(best), Since: time.UnixMicro(d.SinceUS)}, nil
+	return l, nil
+}
+
+// latestRecord returns the greatest token among the election node's
+// children named as Publish names records (recordName: "leader-" and the
+// token in decimal, positive, no sign or leading zero), 0 when none is.
+// Another name ("leader-+7", "leader-07", "top") is no record: its token
+// would name another node.
+func latestRecord(children []string) aegis.Token {
+	var best aegis.Token
+	for _, c := range children {
+		n, err := strconv.ParseInt(strings.TrimPrefix(c, recordPrefix), 10, 64)
+		if err == nil && n > 0 && c == recordName(aegis.Token(n)) && aegis.Token(n) > best {
+			best = aegis.Token(n)
+		}
+	}
+	return best
+}
+
+// decodeData decodes a record's data as Publish writes it, the record of
+// token.
+func decodeData(raw []byte, token aegis.Token) (elect.Leader, error) {
+	var d data
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return elect.Leader{}, fmt.Errorf("the record of token %d is not a leader record: %w", token, err)
+	}
+	return elect.Leader{Node: d.Node, Token: token, Since: time.UnixMicro(d.SinceUS)}, nil
 }
 
 // Watch implements elect.Watcher: a watch on the election node's children,
