@@ -82,7 +82,11 @@ func TestStreamLeaderKilled(t *testing.T) {
 			}
 		}
 		require.Less(t, time.Since(killed), 2*ttl, "the unrenewed key never expired after the leader was killed")
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the unrenewed key never expired after the leader was killed: %v", ctx.Err())
+		}
 	}
 	require.Greater(t, next.Token, lease.Token, "a token after the leader change")
 
