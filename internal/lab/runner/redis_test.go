@@ -231,6 +231,21 @@ func TestRedisRestartSendsTokensBack(t *testing.T) {
 			before[s.job] = max(before[s.job], s.token)
 		}
 	}
+	// The counters went back: a grant after the restart has a token no
+	// greater than one before it. A grant whose tick the scheduler then
+	// refused as misfired (due while Redis restarted, granted past its
+	// starting deadline) counts: on a slow machine the misfires of the
+	// ticks due during the restart can take every token that went back,
+	// and no section enters with one.
+	var granted []string
+	for _, e := range rep.Events {
+		if (e.Kind == lab.EventAcquired || e.Kind == lab.EventMisfired) && e.T > restarted && e.Token <= before[e.Job] {
+			granted = append(granted, fmt.Sprintf("%s node%d %s token %d", e.Job, e.Node, e.Kind, e.Token))
+		}
+	}
+	require.NotEmpty(t, granted, "after the restart a job's token went back (before it: %v)", before)
+	// Every section that entered with a token that went back wrote
+	// nothing: the fence refused it.
 	var back []string
 	for _, s := range secs {
 		if s.enter > restarted && s.token <= before[s.job] {
@@ -239,8 +254,9 @@ func TestRedisRestartSendsTokensBack(t *testing.T) {
 			require.False(t, st.committed(s.attempt), "%s: section %s's token %d went back: it has no EXECUTED row", s.job, s.attempt, s.token)
 		}
 	}
-	require.NotEmpty(t, back, "after the restart a job's token went back (before it: %v)", before)
-	require.GreaterOrEqual(t, rep.StaleRejected, 1, "the fence refused the tokens that went back: %v", back)
+	if len(back) > 0 {
+		require.GreaterOrEqual(t, rep.StaleRejected, 1, "the fence refused the tokens that went back: %v", back)
+	}
 	// The verdict counts a tick the fence refused as one the run
 	// exercised: its reasons are the ones its final table gives.
 	again := *rep
