@@ -137,10 +137,11 @@ func takeSlots(dir string, total, n int, holder string, bound time.Duration) ([]
 	for !tryLock(turn) {
 		if !poll() {
 			return nil, time.Since(start), fmt.Errorf("waited %s for the turn to take %d of the machine's %d test slots (%s=N sets them); held now by: %s",
-				bound.Round(time.Millisecond), n, total, EnvSlots, holders(dir, total))
+				bound.Round(time.Millisecond), n, total, EnvSlots, holders(dir, total, nil))
 		}
 	}
 	var held []*os.File
+	mine := map[int]bool{} // the slots held has, by number
 	release := func() {
 		for _, f := range held {
 			_ = f.Close()
@@ -160,14 +161,19 @@ func takeSlots(dir string, total, n int, holder string, bound time.Duration) ([]
 			_ = f.Truncate(0)
 			_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d: %s\n", os.Getpid(), holder)), 0)
 			held = append(held, f)
+			mine[i] = true
 		}
 		if len(held) == n {
 			return held, time.Since(start), nil
 		}
 		if !poll() {
+			// Who else holds slots is read before ours are given back: a
+			// slot freed a moment ago can still read as held (a process
+			// forked by another test keeps the lock until it execs).
+			others := holders(dir, total, mine)
 			release()
 			return nil, time.Since(start), fmt.Errorf("waited %s for %d of the machine's %d test slots (%s=N sets them), got %d; held now by: %s",
-				bound.Round(time.Millisecond), n, total, EnvSlots, len(held), holders(dir, total))
+				bound.Round(time.Millisecond), n, total, EnvSlots, len(held), others)
 		}
 	}
 }
@@ -190,10 +196,14 @@ func tryLock(f *os.File) bool {
 	}
 }
 
-// holders says who holds the slots in dir now, for a message.
-func holders(dir string, total int) string {
+// holders says who holds the slots in dir now other than the caller
+// (the slots in mine), for a message.
+func holders(dir string, total int, mine map[int]bool) string {
 	var out []string
 	for i := range total {
+		if mine[i] {
+			continue
+		}
 		f, err := openSlot(filepath.Join(dir, "slot-"+strconv.Itoa(i)))
 		if err != nil {
 			continue
