@@ -154,6 +154,9 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
 			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true, For: compareFor})
 		}},
+		{"bare protocol (2 claimers × 500)", func() (queuebench.Result, error) {
+			return queuebench.BareBurnDown(ctx, url, jobs, queuebench.BareOptions{Claimers: 2, Batch: 500, For: compareFor})
+		}},
 		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, compareFor) }},
 		{"river (cooldown 1ms)", func() (queuebench.Result, error) {
 			return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor)
@@ -186,11 +189,11 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 			}
 		}
 	}
-	if !asJSON && len(systems) == 6 {
-		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best[systems[4].name], best[systems[5].name]
+	if !asJSON && len(systems) == 7 {
+		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best[systems[5].name], best[systems[6].name]
 		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f× (ClaimAhead %.2f×), aegis/graphile-worker = %.2f× (ClaimAhead %.2f×), aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
 			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, ca.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/g.JobsPerSec, ca.JobsPerSec/g.JobsPerSec,
-			a.JobsPerSec/best[systems[3].name].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
+			a.JobsPerSec/best[systems[4].name].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
 	}
 	return nil
 }
