@@ -1,7 +1,7 @@
 // Command compare measures the Redis locks of package redisbench in one
 // run, on the same servers, and prints Markdown tables with the ratios.
 //
-//	cd bench && go run ./redis/compare [-private] [-rounds 5] [-round 1s] [-handoffs 300] [-md FILE] [-png DIR]
+//	cd bench && go run ./redis/compare [-private] [-rounds 5] [-round 1s] [-subjects IDS] [-contenders IDS] [-handoffs 300] [-md FILE] [-png DIR]
 //
 // Acquire+release subjects run in rounds, each subject for -round per
 // round in a rotating order, so that load from elsewhere on the machine
@@ -13,7 +13,8 @@
 // do not disturb it (and the Redis CPU per operation can be read).
 //
 // -md FILE writes the report as a Markdown fragment (the command line,
-// the load average at start and end, the tables, the targets of issue 16);
+// the load average at start and end, the tables, the targets of issues 16
+// and 36);
 // -png DIR writes redis-acquire-release.png there: acquire+release/s per
 // subject against the goroutine counts of -goroutines. Figures are printed,
 // never asserted; any error exits non-zero.
@@ -53,6 +54,7 @@ type options struct {
 	goroutines  []int
 	contend     int
 	contenders  string
+	subjects    string
 	handoffs    int
 	handoffMax  time.Duration
 	private     bool
@@ -67,6 +69,7 @@ func compare() error {
 	goroutines := flag.String("goroutines", "1,16", "goroutine counts of acquire+release, comma-separated (empty: none)")
 	flag.IntVar(&o.contend, "contend", 8, "goroutines contending for the handoff key")
 	flag.StringVar(&o.contenders, "contenders", "", "handoff contenders to run, by id, comma-separated (default: all; \"none\": none)")
+	flag.StringVar(&o.subjects, "subjects", "", "acquire+release subjects to run, by id, comma-separated (default: all): redislease, raw, bsm, redsync1, redlock5, redsync5")
 	flag.IntVar(&o.handoffs, "handoffs", 300, "handoffs per contender")
 	flag.DurationVar(&o.handoffMax, "handoff-max", 15*time.Second, "longest time per contender")
 	flag.BoolVar(&o.private, "private", false, "start six private Redis servers (no persistence) instead of AEGIS_REDIS_ADDRS")
@@ -158,7 +161,15 @@ func run(ctx context.Context, o options) error {
 		fmt.Print(s)
 	}
 
-	subjects := env.Subjects()
+	var subjects []redisbench.Subject
+	for _, s := range env.Subjects() {
+		if o.subjects == "" || slices.Contains(strings.Split(o.subjects, ","), s.ID) {
+			subjects = append(subjects, s)
+		}
+	}
+	if len(subjects) == 0 && len(o.goroutines) > 0 {
+		return fmt.Errorf("-subjects %q: no such subject", o.subjects)
+	}
 	throughput := map[string][]float64{} // by subject ID, one per goroutine count
 	var targets []string
 	if len(o.goroutines) > 0 {
@@ -201,15 +212,30 @@ func run(ctx context.Context, o options) error {
 			byID[s.ID] = &tallies[i]
 			throughput[s.ID] = append(throughput[s.ID], tallies[i].opsPerSec())
 		}
-		ratioOf := func(a, b string) float64 { return byID[a].opsPerSec() / byID[b].opsPerSec() }
-		ratio := func(a, b string) string { return fmt.Sprintf("%.2f× %s", ratioOf(a, b), nameOf(subjects, b)) }
+		// ratios are those of the pairs of subjects that ran (-subjects).
+		ratioOf := func(a, b string) (float64, bool) {
+			ta, tb := byID[a], byID[b]
+			if ta == nil || tb == nil {
+				return 0, false
+			}
+			return ta.opsPerSec() / tb.opsPerSec(), true
+		}
+		ratios := func(a string, peers ...string) []string {
+			var r []string
+			for _, b := range peers {
+				if x, ok := ratioOf(a, b); ok {
+					r = append(r, fmt.Sprintf("%.2f× %s", x, nameOf(subjects, b)))
+				}
+			}
+			return r
+		}
 		for i, s := range subjects {
 			var r []string
 			switch s.ID {
 			case "redislease":
-				r = []string{ratio("redislease", "raw"), ratio("redislease", "bsm"), ratio("redislease", "redsync1")}
+				r = ratios("redislease", "raw", "bsm", "redsync1")
 			case "redlock5":
-				r = []string{ratio("redlock5", "redsync5")}
+				r = ratios("redlock5", "redsync5")
 			}
 			t := &tallies[i]
 			server := "–" // shared servers: other programs' load
@@ -219,18 +245,22 @@ func run(ctx context.Context, o options) error {
 			emit("| %s | %d | %d | %.0f | %.0f | %.0f | %.1f | %s | %s |\n", s.Name, s.Nodes, n, t.opsPerSec(),
 				us(t.rec.Percentile(50)), us(t.rec.Percentile(99)), us(t.client)/float64(t.ops), server, strings.Join(r, ", "))
 		}
-		switch n {
-		case 16:
-			raw, bsm := ratioOf("redislease", "raw"), ratioOf("redislease", "bsm")
+		raw, okRaw := ratioOf("redislease", "raw")
+		bsm, okBSM := ratioOf("redislease", "bsm")
+		rs, okRS := ratioOf("redislease", "redsync1")
+		switch {
+		case n == 16 && okRaw && okBSM:
 			targets = append(targets, fmt.Sprintf("- redislease at 16 goroutines: %.2f× raw go-redis (target ≥ 0.90: %s) and %.2f× bsm/redislock (target ≥ 1.00: %s).",
 				raw, verdict(raw >= 0.9), bsm, verdict(bsm >= 1.0)))
-		case 1:
-			rs := ratioOf("redislease", "redsync1")
+		case n == 1 && okRS:
 			targets = append(targets, fmt.Sprintf("- redislease at 1 goroutine: %.2f× redsync (target ≥ 1.00: %s).", rs, verdict(rs >= 1.0)))
+		}
+		if r, ok := ratioOf("redlock5", "redsync5"); ok {
+			targets = append(targets, fmt.Sprintf("- redlock (5 nodes) at %d goroutines: %.2f× redsync (5 nodes) (target ≥ 1.00: %s).", n, r, verdict(r >= 1.0)))
 		}
 	}
 
-	var p50 = map[string]time.Duration{}
+	p50, p99 := map[string]time.Duration{}, map[string]time.Duration{}
 	contenders := env.Contenders()
 	var picked []redisbench.Contender
 	for _, c := range contenders {
@@ -267,6 +297,7 @@ func run(ctx context.Context, o options) error {
 		}
 		rows = append(rows, row{c, n, rec.Percentile(50), rec.Percentile(99)})
 		p50[c.ID] = rec.Percentile(50)
+		p99[c.ID] = rec.Percentile(99)
 	}
 	for _, r := range rows {
 		var ratios []string
@@ -278,7 +309,9 @@ func run(ctx context.Context, o options) error {
 		emit("| %s | %s | %d | %.2f | %.2f | %s |\n", r.c.Name, r.c.Waiting, r.n, ms(r.p50), ms(r.p99), strings.Join(ratios, ", "))
 	}
 	if d, ok := p50["pglease"]; ok {
-		line := fmt.Sprintf("- pglease contended handoff p50 %.2f ms (target < 2 ms: %s)", ms(d), verdict(d < 2*time.Millisecond))
+		p99 := p99["pglease"]
+		line := fmt.Sprintf("- pglease contended handoff p50 %.2f ms (target < 2 ms: %s), p99 %.2f ms (target < 10 ms: %s)",
+			ms(d), verdict(d < 2*time.Millisecond), ms(p99), verdict(p99 < 10*time.Millisecond))
 		if r, ok := p50["redislease"]; ok {
 			line += fmt.Sprintf(", beside redislease's %.2f ms", ms(r))
 		}
