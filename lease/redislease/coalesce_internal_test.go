@@ -125,7 +125,7 @@ func TestAbandonedGrantsAreReleased(t *testing.T) {
 	}
 	testenv.Wait(t, &wg, time.Minute, "the abandoning goroutines")
 	require.NoError(t, l.Close(), "Close waits until the coalescer released what landed late")
-	t.Logf("%d of %d attempts gave up; %d grants landed after their caller left", abandoned.Load(), goroutines*rounds, l.co.undone.Load())
+	t.Logf("%d of %d attempts gave up; %d grants landed after their caller left", abandoned.Load(), goroutines*rounds, l.co.Undone())
 	keys, err := raw.Keys(ctx, "{"+prefix+"k-*}").Result()
 	require.NoError(t, err)
 	require.Empty(t, keys, "every abandoned grant was released")

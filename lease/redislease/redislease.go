@@ -199,7 +199,7 @@ type Locker struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 	noWakeups    bool
-	co           *coalescer
+	co           *redisscript.Coalescer
 	hub          *redisnotify.Hub
 }
 
@@ -256,7 +256,7 @@ func New(client redis.UniversalClient, cfg *Config) (*Locker, error) {
 		waitReplicas: c.WaitReplicas,
 		waitTimeout:  c.WaitTimeout,
 		noWakeups:    c.NoWakeups,
-		co:           newCoalescer(client),
+		co:           redisscript.NewCoalescer(client),
 		hub: redisnotify.New(func() *redis.PubSub {
 			return client.Subscribe(context.Background())
 		}, linger),
@@ -285,7 +285,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 		token, left, err = l.acquireReplicated(ctx, key, lock, id, ttl)
 	} else {
 		var cmd *redis.Cmd
-		if cmd, err = l.co.do(ctx, redisscript.AcquireCall(lock, id, ttl), grant{lock, id}); err == nil {
+		if cmd, err = l.co.Do(ctx, redisscript.AcquireCall(lock, id, ttl), redisscript.Grant{Lock: lock, Value: id}); err == nil {
 			token, left, err = redisscript.AcquireReply(cmd)
 		}
 	}
@@ -361,7 +361,7 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 		return forged("renew", lease.Key)
 	}
 	start := time.Now()
-	cmd, err := l.co.do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token), ttl), grant{})
+	cmd, err := l.co.Do(ctx, redisscript.RenewCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token), ttl), redisscript.Grant{})
 	out := redisscript.Gone
 	if err == nil {
 		out, err = redisscript.Result(cmd)
@@ -388,7 +388,7 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 	if !ok {
 		return forged("release", lease.Key)
 	}
-	cmd, err := l.co.do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token)), grant{})
+	cmd, err := l.co.Do(ctx, redisscript.ReleaseCall(redisscript.LockFor(l.prefix, lease.Key), value, int64(lease.Token)), redisscript.Grant{})
 	out := redisscript.Gone
 	if err == nil {
 		out, err = redisscript.Result(cmd)

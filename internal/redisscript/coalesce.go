@@ -1,14 +1,16 @@
-package redislease
+package redisscript
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/aegislab/aegis/internal/redisscript"
 )
+
+// cleanupTimeout bounds the release of a grant whose caller gave up.
+const cleanupTimeout = 5 * time.Second
 
 // maxBatch bounds the calls of one pipeline.
 const maxBatch = 128
@@ -21,7 +23,7 @@ const maxBatch = 128
 // the figures).
 const senders = 2
 
-// coalescer sends the scripts of concurrent calls together, in one
+// Coalescer sends the scripts of concurrent calls together, in one
 // pipeline: one write and one read for the batch instead of one each per
 // call, on the client and on the server. Every call is still one round
 // trip and each script is still atomic; only the system calls are shared.
@@ -36,7 +38,7 @@ const senders = 2
 // flight returns at once too, and if its grant lands anyway, the sender
 // releases it. A caller woken to send whose context has ended sends the
 // others' calls, not its own, then returns.
-type coalescer struct {
+type Coalescer struct {
 	client redis.UniversalClient
 
 	undone atomic.Int64 // grants released because their caller gave up
@@ -48,10 +50,10 @@ type coalescer struct {
 
 // call is one queued script call.
 type call struct {
-	redisscript.Call
+	Call
 	// undo is the lock and owner value of an acquire call, whose grant is
 	// released if its caller gave up; empty for renew and release.
-	undo  grant
+	undo  Grant
 	state atomic.Int32 // pending, delivered, abandoned or leading
 	cmd   *redis.Cmd
 	ready chan struct{} // closed once cmd is set (delivered) or the caller is to send (leading)
@@ -64,20 +66,22 @@ const (
 	leading // woken to send the next pipeline
 )
 
-func newCoalescer(client redis.UniversalClient) *coalescer {
-	return &coalescer{client: client}
+// NewCoalescer returns a Coalescer of calls to client (lease/redislease's
+// one server, or one Redlock node). It owns no goroutine: nothing to stop.
+func NewCoalescer(client redis.UniversalClient) *Coalescer {
+	return &Coalescer{client: client}
 }
 
-// grant is a lock and the owner value it may hold.
-type grant struct {
-	lock  redisscript.Lock
-	value string
+// Grant is a lock and the owner value an acquire call may give it.
+type Grant struct {
+	Lock  Lock
+	Value string
 }
 
-// do runs c and returns its reply, or ctx's error when ctx ends first.
-// undo is the grant an acquire call makes, to release if its caller gives
-// up after it was sent; zero for other calls.
-func (co *coalescer) do(ctx context.Context, c redisscript.Call, undo grant) (*redis.Cmd, error) {
+// Do runs c and returns its reply, or ctx's error when ctx ends first. undo
+// is the grant an acquire call makes, to release if its caller gives up
+// after it was sent; zero for other calls. Safe for concurrent use.
+func (co *Coalescer) Do(ctx context.Context, c Call, undo Grant) (*redis.Cmd, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -112,9 +116,13 @@ func (co *coalescer) do(ctx context.Context, c redisscript.Call, undo grant) (*r
 	return q.cmd, nil
 }
 
+// Undone is the number of grants released because their caller had given
+// up when they landed.
+func (co *Coalescer) Undone() int64 { return co.undone.Load() }
+
 // next hands the finished sender's place to the first queued caller that
 // has not given up, or frees it when nobody is queued.
-func (co *coalescer) next() {
+func (co *Coalescer) next() {
 	co.mu.Lock()
 	defer co.mu.Unlock()
 	for len(co.queue) > 0 {
@@ -133,7 +141,7 @@ func (co *coalescer) next() {
 
 // send sends leader's call (when own) and the queued calls as one
 // pipeline, and delivers the replies.
-func (co *coalescer) send(leader *call, own bool) {
+func (co *Coalescer) send(leader *call, own bool) {
 	co.mu.Lock()
 	batch := make([]*call, 0, min(len(co.queue)+1, maxBatch))
 	if own {
@@ -155,7 +163,7 @@ func (co *coalescer) send(leader *call, own bool) {
 	if len(batch) == 0 {
 		return
 	}
-	calls := make([]redisscript.Call, len(batch))
+	calls := make([]Call, len(batch))
 	for i, q := range batch {
 		calls[i] = q.Call
 	}
@@ -165,7 +173,7 @@ func (co *coalescer) send(leader *call, own bool) {
 	if len(calls) == 1 {
 		cmds = []*redis.Cmd{calls[0].Run(context.Background(), co.client)}
 	} else {
-		cmds = redisscript.RunAll(context.Background(), co.client, calls)
+		cmds = RunAll(context.Background(), co.client, calls)
 	}
 	for i, q := range batch {
 		q.cmd = cmds[i]
@@ -174,7 +182,7 @@ func (co *coalescer) send(leader *call, own bool) {
 		}
 		if q.state.CompareAndSwap(pending, delivered) {
 			close(q.ready)
-		} else if q.undo.value != "" {
+		} else if q.undo.Value != "" {
 			co.release(q.undo, q.cmd)
 		}
 	}
@@ -182,11 +190,11 @@ func (co *coalescer) send(leader *call, own bool) {
 
 // release deletes g if cmd, the reply of its acquire call, granted it: its
 // caller gave up and will never release it.
-func (co *coalescer) release(g grant, cmd *redis.Cmd) {
-	if token, _, err := redisscript.AcquireReply(cmd); err == nil && token > 0 {
+func (co *Coalescer) release(g Grant, cmd *redis.Cmd) {
+	if token, _, err := AcquireReply(cmd); err == nil && token > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_, _ = redisscript.Release(ctx, co.client, g.lock, g.value, 0)
+		_, _ = Release(ctx, co.client, g.Lock, g.Value, 0)
 		co.undone.Add(1)
 	}
 }
