@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
@@ -30,8 +28,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	lock := redisscript.LockFor(l.prefix, key)
 	id := owner.New()
 	start := time.Now()
-	grants := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		token, _, err := redisscript.Acquire(ctx, c, lock, id, ttl)
+	grants := l.each(ctx, l.timeout(ttl), func(ctx context.Context, i int) (int64, error) {
+		cmd, err := l.script(ctx, i, redisscript.AcquireCall(lock, id, ttl), redisscript.Grant{Lock: lock, Value: id})
+		if err != nil {
+			return 0, err
+		}
+		token, _, err := redisscript.AcquireReply(cmd)
 		return token, err
 	})
 	var (
@@ -96,8 +98,8 @@ func (l *Locker) raise(ctx context.Context, key string, ttl time.Duration, lock 
 	if !any {
 		return nil
 	}
-	raised := l.eachOf(ctx, l.timeout(ttl), lagging, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		return redisscript.Raise(ctx, c, lock, token)
+	raised := l.eachOf(ctx, l.timeout(ttl), lagging, func(ctx context.Context, i int) (int64, error) {
+		return redisscript.Raise(ctx, l.nodes[i], lock, token)
 	})
 	for i, r := range raised {
 		if lagging[i] && (r.err != nil || r.v < token) {
@@ -122,8 +124,8 @@ func (l *Locker) undo(ctx context.Context, ttl time.Duration, lock redisscript.L
 	for i, g := range grants {
 		which[i] = g.err != nil || g.v > 0
 	}
-	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		out, err := redisscript.Release(ctx, c, lock, id, 0)
+	l.eachOf(ctx, l.timeout(ttl), which, func(ctx context.Context, i int) (int64, error) {
+		out, err := redisscript.Release(ctx, l.nodes[i], lock, id, 0)
 		return int64(out), err
 	})
 }

@@ -71,12 +71,12 @@ type reply struct {
 // each runs f on every node at once and returns their replies, in node
 // order; a node that does not answer within timeout gets a timeout error.
 // It returns early when ctx ends.
-func (l *Locker) each(ctx context.Context, timeout time.Duration, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+func (l *Locker) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, node int) (int64, error)) []reply {
 	return l.eachOf(ctx, timeout, nil, f)
 }
 
 // eachOf is each on the nodes i with which[i] (all when which is nil).
-func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool, f func(context.Context, redis.UniversalClient) (int64, error)) []reply {
+func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool, f func(ctx context.Context, node int) (int64, error)) []reply {
 	type answer struct {
 		i int
 		reply
@@ -86,14 +86,14 @@ func (l *Locker) eachOf(ctx context.Context, timeout time.Duration, which []bool
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pending := 0
-	for i, c := range l.nodes {
+	for i := range l.nodes {
 		if which != nil && !which[i] {
 			continue
 		}
 		pending++
 		rs[i].err = errNoAnswer
 		l.calls.Go(func() {
-			v, err := f(nctx, c)
+			v, err := f(nctx, i)
 			answers <- answer{i, reply{v: v, err: err}}
 		})
 	}
@@ -114,6 +114,18 @@ wait:
 		}
 	}
 	return rs
+}
+
+// script runs call on node i through the node's coalescer, which sends it
+// in one pipeline with the calls of this Locker's other operations in
+// flight at the same time; undo is the grant of an acquire call, released
+// if it lands after ctx ended. The error is ctx's or the call's own.
+func (l *Locker) script(ctx context.Context, i int, call redisscript.Call, undo redisscript.Grant) (*redis.Cmd, error) {
+	cmd, err := l.coalescers[i].Do(ctx, call, undo)
+	if err != nil {
+		return nil, err
+	}
+	return cmd, cmd.Err()
 }
 
 // dial connects to node i's address, bounded by timeout, and returns the

@@ -15,9 +15,11 @@
 // did not answer within the node timeout (naming each node, its address
 // and its failure: "connection refused" for a node that is down), and one
 // wrapping [ErrValidityExpired] when a majority granted but after the
-// validity ran out. TryAcquire is one attempt; [aegis.Acquire] retries
-// after random (jittered, growing) delays, which desynchronizes contenders
-// as Redlock prescribes. Renew and Release run compare-and-PEXPIRE and
+// validity ran out. The scripts of concurrent calls of one Locker to one
+// node go together in one pipeline, as in lease/redislease (each is still
+// atomic, each call still one round trip). TryAcquire is one attempt;
+// [aegis.Acquire] retries after random (jittered, growing) delays, which
+// desynchronizes contenders as Redlock prescribes. Renew and Release run compare-and-PEXPIRE and
 // compare-and-delete on every node; Renew succeeds when a majority
 // extended the lease within its validity. A lost lease is an error
 // wrapping aegis.ErrLost that says, node by node, whether another owner
@@ -151,6 +153,9 @@ type Locker struct {
 	prefix      string
 	nodeTimeout time.Duration      // 0: timeout(ttl)
 	hubs        []*redisnotify.Hub // a wake-up subscription per node; nil with NoWakeups
+	// coalescers send the scripts of concurrent operations to a node in
+	// one pipeline, as lease/redislease does for its one server.
+	coalescers []*redisscript.Coalescer
 	// calls owns the per-node requests: an operation stops waiting for a
 	// node after NodeTimeout (go-redis honours context deadlines only with
 	// ContextTimeoutEnabled), and Close waits for those left running.
@@ -193,6 +198,9 @@ func New(nodes []redis.UniversalClient, cfg *Config) (*Locker, error) {
 		quorum:      len(nodes)/2 + 1,
 		prefix:      c.Prefix,
 		nodeTimeout: c.NodeTimeout,
+	}
+	for _, n := range l.nodes {
+		l.coalescers = append(l.coalescers, redisscript.NewCoalescer(n))
 	}
 	if !c.NoWakeups {
 		for _, n := range l.nodes {

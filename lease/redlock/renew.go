@@ -31,9 +31,8 @@ func (l *Locker) Renew(ctx context.Context, lease *aegis.Lease, ttl time.Duratio
 	}
 	lock := redisscript.LockFor(l.prefix, lease.Key)
 	start := time.Now()
-	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		out, err := redisscript.Renew(ctx, c, lock, value, int64(lease.Token), ttl)
-		return int64(out), err
+	rs := l.each(ctx, l.timeout(ttl), func(ctx context.Context, i int) (int64, error) {
+		return result(l.script(ctx, i, redisscript.RenewCall(lock, value, int64(lease.Token), ttl), redisscript.Grant{}))
 	})
 	if err := l.settle(ctx, "renew", lock, lease.Key, rs); err != nil {
 		return err
@@ -63,11 +62,19 @@ func (l *Locker) Release(ctx context.Context, lease *aegis.Lease) error {
 		return fmt.Errorf("redlock: release %q: %w", lease.Key, err)
 	}
 	lock := redisscript.LockFor(l.prefix, lease.Key)
-	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, c redis.UniversalClient) (int64, error) {
-		out, err := redisscript.Release(ctx, c, lock, value, int64(lease.Token))
-		return int64(out), err
+	rs := l.each(ctx, l.timeout(lease.TTL), func(ctx context.Context, i int) (int64, error) {
+		return result(l.script(ctx, i, redisscript.ReleaseCall(lock, value, int64(lease.Token)), redisscript.Grant{}))
 	})
 	return l.settle(ctx, "release", lock, lease.Key, rs)
+}
+
+// result reads the reply of a renew or release call.
+func result(cmd *redis.Cmd, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	out, err := redisscript.Result(cmd)
+	return int64(out), err
 }
 
 // forged is the ErrLost of a lease whose Owner does not carry its token:
