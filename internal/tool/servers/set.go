@@ -89,12 +89,18 @@ var (
 
 // SharedConfig returns the configuration of the shared test servers that
 // scripts/services starts: detached, on fixed loopback ports (PostgreSQL
-// 15432; Redis 16379–16384; etcd clients 12379/12381/12383, peers
+// 15432, with pg_stat_statements loaded; Redis 16379–16384; etcd clients 12379/12381/12383, peers
 // 12380/12382/12384; ZooKeeper clients 12181–12183, quorum 12881–12883,
 // election 12891–12893; NATS clients 14222–14224, routes 14248–14250).
 func SharedConfig() *SetConfig {
 	c := &SetConfig{
-		Postgres:  PostgresConfig{Port: sharedPostgresPort},
+		// pg_stat_statements: the queue bench counts statements per job
+		// (internal/tool/queuebench); loaded at the server's next fresh
+		// start, a running server is adopted as it is.
+		Postgres: PostgresConfig{Port: sharedPostgresPort, Settings: map[string]string{
+			"shared_preload_libraries": "pg_stat_statements",
+			"pg_stat_statements.max":   "10000",
+		}},
 		Etcd:      EtcdConfig{ClientPorts: sharedEtcdClient, PeerPorts: sharedEtcdPeer},
 		ZooKeeper: ZooKeeperConfig{ClientPorts: sharedZKClient, QuorumPorts: sharedZKQuorum, ElectionPorts: sharedZKElection},
 		NATS:      NATSConfig{ClientPorts: sharedNATSClient, ClusterPorts: sharedNATSCluster},
