@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -181,8 +182,8 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 					return err
 				}
 			} else {
-				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; load %s\n",
-					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), loadavg())
+				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; per job: %s; load %s\n",
+					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), costText(res.Cost), loadavg())
 			}
 			if res.JobsPerSec > best[s.name].JobsPerSec {
 				best[s.name] = res
@@ -341,6 +342,19 @@ func runSoak(ctx context.Context, url string, workers int, duration, window time
 }
 
 func round1(v float64) float64 { return math.Round(v*10) / 10 }
+
+// costText is a run's cost per job on one line.
+func costText(c queuebench.PerJob) string {
+	return fmt.Sprintf("%s statements, %s commits, %s WAL bytes", perJob(c.Statements, 3), perJob(c.Commits, 3), perJob(c.WALBytes, 0))
+}
+
+// perJob formats a figure per job with prec decimals, "?" when unknown.
+func perJob(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "?"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
 
 // medianDev returns the median of v and the largest distance of an
 // element from it, in % of it.

@@ -97,17 +97,27 @@ func burnRiver(ctx context.Context, url string, jobs, workers int, cooldown, lim
 	}
 	insert := time.Since(start)
 	cpu := queuebench.StartCPU(ctx, pool)
+	cost := queuebench.StartCost(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return queuebench.Result{}, err
 	}
-	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	rate, perSecond, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft, limit)
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }() // a second Stop is a no-op
+	rate, perSecond, polls, err := queuebench.Drain(ctx, pool, start, &handled, int64(jobs), riverLeft, limit)
+	if err != nil {
+		return queuebench.Result{}, err
+	}
+	// Stopped before the cost is read: Cost flushes idle connections.
+	if err := c.Stop(ctx); err != nil {
+		return queuebench.Result{}, err
+	}
+	perJob, err := cost.Stop(ctx, int(handled.Load()), polls)
 	if err != nil {
 		return queuebench.Result{}, err
 	}
 	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return queuebench.Result{
+		Cost:         perJob,
 		ClientCPU:    clientCPU,
 		ServerCPU:    serverCPU,
 		Jobs:         jobs,

@@ -80,6 +80,7 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 
 	var handled atomic.Int64
 	cpu := StartCPU(ctx, pool)
+	cost := StartCost(ctx, pool)
 	start = time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
 	errs := make(chan error, o.Claimers)
@@ -92,7 +93,7 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 			}
 		})
 	}
-	rate, perSecond, err := Drain(runCtx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM bare_job)`, o.For)
+	rate, perSecond, polls, err := Drain(runCtx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM bare_job)`, o.For)
 	cancel()
 	wg.Wait()
 	close(errs)
@@ -102,8 +103,13 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 	if err != nil {
 		return Result{}, err
 	}
+	perJob, err := cost.Stop(ctx, int(handled.Load()), polls)
+	if err != nil {
+		return Result{}, err
+	}
 	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return Result{
+		Cost:         perJob,
 		ClientCPU:    clientCPU,
 		ServerCPU:    serverCPU,
 		Jobs:         jobs,

@@ -87,6 +87,9 @@ type Result struct {
 	// inserted): a measure the machine's other load changes less than
 	// jobs/s. Zero when unknown.
 	ClientCPU, ServerCPU time.Duration `json:"-"`
+	// Cost is what the jobs cost the server while they were worked (not
+	// inserted); UnknownCost when not measured.
+	Cost PerJob `json:"cost"`
 }
 
 // CPU measures the CPU time of this process and of the PostgreSQL
@@ -167,14 +170,13 @@ func BackendTicks(ctx context.Context, q Querier, app string) map[int32]uint64 {
 // Drain waits until handled reaches jobs (counted in-process, cheaply),
 // then polls the database with left (a query that tells whether jobs are
 // left uncompleted) every millisecond until it says none. It returns the
-// jobs per second since start (jobs over the time to drain) and the jobs
-// handled in each second. When limit is positive and passes first, it
+// jobs per second since start (jobs over the time to drain), the jobs
+// handled in each second and how many polls it ran (for Cost.Stop). When limit is positive and passes first, it
 // stops there and the rate is the jobs handled over limit (a backlog too
 // deep to drain in the time). Peers are measured the same way.
-func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string, limit time.Duration) (float64, []float64, error) {
+func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *atomic.Int64, jobs int64, left string, limit time.Duration) (rate float64, perSecond []float64, polls int64, err error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	var perSecond []float64
 	var last int64
 	next := start.Add(time.Second)
 	sample := func(now time.Time) {
@@ -190,27 +192,28 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, start time.Time, handled *at
 		case now := <-tick.C:
 			sample(now)
 			if limit > 0 && now.Sub(start) >= limit {
-				return float64(handled.Load()) / now.Sub(start).Seconds(), perSecond, nil
+				return float64(handled.Load()) / now.Sub(start).Seconds(), perSecond, 0, nil
 			}
 		case <-ctx.Done():
-			return 0, nil, ctx.Err()
+			return 0, nil, 0, ctx.Err()
 		}
 	}
 	for {
 		var more bool
+		polls++
 		if err := pool.QueryRow(ctx, left).Scan(&more); err != nil {
-			return 0, nil, err
+			return 0, nil, polls, err
 		}
 		if !more {
 			d := time.Since(start)
 			perSecond = append(perSecond, float64(handled.Load()-last))
-			return float64(jobs) / d.Seconds(), perSecond, nil
+			return float64(jobs) / d.Seconds(), perSecond, polls, nil
 		}
 		select {
 		case now := <-tick.C:
 			sample(now)
 		case <-ctx.Done():
-			return 0, nil, ctx.Err()
+			return 0, nil, polls, ctx.Err()
 		}
 	}
 }
@@ -262,17 +265,27 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 	insert := time.Since(start)
 
 	cpu := StartCPU(ctx, pool)
+	cost := StartCost(ctx, pool)
 	start = time.Now()
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
-	rate, perSecond, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`, o.For)
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }() // a second Stop is a no-op
+	rate, perSecond, polls, err := Drain(ctx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM aegis_job)`, o.For)
+	if err != nil {
+		return Result{}, err
+	}
+	// Stopped before the cost is read: Cost flushes idle connections.
+	if err := c.Stop(ctx); err != nil {
+		return Result{}, err
+	}
+	perJob, err := cost.Stop(ctx, int(handled.Load()), polls)
 	if err != nil {
 		return Result{}, err
 	}
 	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
 	return Result{
+		Cost:         perJob,
 		ClientCPU:    clientCPU,
 		ServerCPU:    serverCPU,
 		Jobs:         jobs,
