@@ -155,9 +155,10 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		{"aegis (sync, fenced)", func() (queuebench.Result, error) {
 			return queuebench.BurnDown(ctx, url, jobs, workers, queuebench.Options{SyncComplete: true, For: compareFor})
 		}},
-		{"bare protocol (2 claimers × 500)", func() (queuebench.Result, error) {
-			return queuebench.BareBurnDown(ctx, url, jobs, queuebench.BareOptions{Claimers: 2, Batch: 500, For: compareFor})
-		}},
+		bareCompare(ctx, url, jobs, 1, 500),
+		bareCompare(ctx, url, jobs, 2, 500),
+		bareCompare(ctx, url, jobs, 4, 100),
+		bareCompare(ctx, url, jobs, 2, 1000),
 		{"river (cooldown 100ms, default)", func() (queuebench.Result, error) { return burnRiver(ctx, url, jobs, workers, 0, compareFor) }},
 		{"river (cooldown 1ms)", func() (queuebench.Result, error) {
 			return burnRiver(ctx, url, jobs, workers, time.Millisecond, compareFor)
@@ -190,13 +191,33 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 			}
 		}
 	}
-	if !asJSON && len(systems) == 7 {
-		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best[systems[5].name], best[systems[6].name]
-		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/river(1ms) = %.2f× (ClaimAhead %.2f×), aegis/graphile-worker = %.2f× (ClaimAhead %.2f×), aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
-			jobs, workers, queuebench.PoolSize, runs, a.JobsPerSec/r1.JobsPerSec, ca.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/g.JobsPerSec, ca.JobsPerSec/g.JobsPerSec,
-			a.JobsPerSec/best[systems[4].name].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
+	if !asJSON && systemFilter == "" {
+		a, ca, r1, g := best[systems[0].name], best[systems[1].name], best["river (cooldown 1ms)"], best["graphile-worker (local queue)"]
+		bare := best[bareName(queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch)]
+		fmt.Printf("\n%d jobs, %d workers, pool %d, best of %d: aegis/bare protocol (%d × %d) = %.2f× (ClaimAhead %.2f×), aegis/river(1ms) = %.2f× (ClaimAhead %.2f×), aegis/graphile-worker = %.2f× (ClaimAhead %.2f×), aegis/river(default) = %.2f×, aegis sync/river(1ms) = %.2f×\n",
+			jobs, workers, queuebench.PoolSize, runs, queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch, a.JobsPerSec/bare.JobsPerSec, ca.JobsPerSec/bare.JobsPerSec,
+			a.JobsPerSec/r1.JobsPerSec, ca.JobsPerSec/r1.JobsPerSec, a.JobsPerSec/g.JobsPerSec, ca.JobsPerSec/g.JobsPerSec,
+			a.JobsPerSec/best["river (cooldown 100ms, default)"].JobsPerSec, best[systems[2].name].JobsPerSec/r1.JobsPerSec)
 	}
 	return nil
+}
+
+// bareName is the bare protocol's name with claimers × batch.
+func bareName(claimers, batch int) string {
+	return fmt.Sprintf("bare protocol (%d × %d)", claimers, batch)
+}
+
+// bareCompare is the bare protocol with claimers × batch, for compare.
+func bareCompare(ctx context.Context, url string, jobs, claimers, batch int) struct {
+	name string
+	run  func() (queuebench.Result, error)
+} {
+	return struct {
+		name string
+		run  func() (queuebench.Result, error)
+	}{bareName(claimers, batch), func() (queuebench.Result, error) {
+		return queuebench.BareBurnDown(ctx, url, jobs, queuebench.BareOptions{Claimers: claimers, Batch: batch, For: compareFor})
+	}}
 }
 
 type latencyResult struct {

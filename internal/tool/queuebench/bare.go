@@ -40,10 +40,15 @@ RETURNING id, args`
 	bareDeleteSQL = `DELETE FROM bare_job WHERE id = ANY ($1::bigint[])`
 )
 
+// BareDefaults are the bare protocol's claimers and batch: the best of
+// 1 × 500, 2 × 500, 4 × 100 and 2 × 1000 on a 2-core machine (bench/queue
+// -mode compare -systems bare).
+var BareDefaults = BareOptions{Claimers: 2, Batch: 500}
+
 // BareOptions tune the bare protocol.
 type BareOptions struct {
-	Claimers int // claim loops (default 2)
-	Batch    int // jobs per claim (default 500)
+	Claimers int // claim loops (default BareDefaults.Claimers)
+	Batch    int // jobs per claim (default BareDefaults.Batch)
 	// Work, when set, runs each job; a batch's jobs run at once, each on
 	// a goroutine of its own, and the batch is deleted when all returned.
 	// Unset, a job is decoded and counted in the claimer's loop.
@@ -54,10 +59,10 @@ type BareOptions struct {
 
 func (o BareOptions) withDefaults() BareOptions {
 	if o.Claimers <= 0 {
-		o.Claimers = 2
+		o.Claimers = BareDefaults.Claimers
 	}
 	if o.Batch <= 0 {
-		o.Batch = 500
+		o.Batch = BareDefaults.Batch
 	}
 	return o
 }
