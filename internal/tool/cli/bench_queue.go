@@ -6,30 +6,54 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"strconv"
 
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/internal/tool/queuebench"
 )
 
 const benchQueueUsage = `
-usage: aegis bench queue [--jobs 50000] [--workers 100] [--sync] [--json] [--postgres-url URL]
+usage: aegis bench queue [--jobs 50000] [--workers 100] [--rounds 3] [--sync] [--json] [--postgres-url URL]
 
-Bench queue inserts N no-op jobs with one COPY, then starts a queue client
-with W workers and times until every job is completed (its fenced
-completion written), against the PostgreSQL in AEGIS_POSTGRES_URL (or
---postgres-url), in a schema of its own that it drops at the end. With
---sync each completion is its own statement instead of a batch. With
---json it prints one object:
+Bench queue burns down N no-op jobs on the aegis queue and on the bare
+protocol, in --rounds interleaved rounds, against the PostgreSQL in
+AEGIS_POSTGRES_URL (or --postgres-url), each run in a schema of its own
+that it drops at the end. A run inserts the jobs with one COPY, then times
+until every one is completed: for aegis a client with W workers, every
+completion fenced (with --sync each in its own statement instead of a
+batch); for the bare protocol 2 claimers that claim 500 jobs at a time with
+one UPDATE … FOR UPDATE SKIP LOCKED and delete the batch when its jobs ran.
+The bare protocol is the least an at-least-once queue does, not a queue:
+no fencing token, no heartbeat, no reaper (a claimer that dies leaves its
+jobs claimed for ever), no retry. It prints each run's jobs/s and what
+the jobs cost the server while they were worked: statements per job
+(pg_stat_statements, unknown when the server does not load it), commits
+per job and WAL bytes per job (counted over the whole database, WAL over
+the whole server: run it on a server nothing else uses), then the median
+of aegis's jobs/s over the bare protocol's. With --json it prints one
+object per subject and round (workers is the bare protocol's claimers ×
+batch; a figure per job is null when unknown):
 
-	{"jobs": 50000, "workers": 100, "jobs_per_sec": 25000.5, "insert_per_sec": 160000.2}
+	{"system": "aegis", "round": 1, "jobs": 50000, "workers": 100, "jobs_per_sec": 25000.5, "insert_per_sec": 160000.2,
+	 "cost": {"statements_per_job": 0.05, "commits_per_job": 0.05, "wal_bytes_per_job": 530}}
 `
+
+// benchQueueRun is one subject's run in one round, as --json prints it.
+type benchQueueRun struct {
+	System string `json:"system"`
+	Round  int    `json:"round"`
+	queuebench.Result
+}
 
 func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench queue", stderr, benchQueueUsage)
-	jobs := fs.Int("jobs", 50000, "how many no-op `jobs` to insert and work")
-	workers := fs.Int("workers", 100, "concurrent `workers` of the queue client")
-	sync := fs.Bool("sync", false, "complete each job in its own statement")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	jobs := fs.Int("jobs", 50000, "how many no-op `jobs` to insert and work in each run")
+	workers := fs.Int("workers", 100, "concurrent `workers` of the aegis queue client")
+	rounds := fs.Int("rounds", 3, "interleaved `rounds` of aegis and the bare protocol")
+	sync := fs.Bool("sync", false, "aegis completes each job in its own statement")
+	asJSON := fs.Bool("json", false, "print one JSON object per subject and round")
 	// No default shown: the variable's URL may hold a password.
 	url := fs.String("postgres-url", "", "PostgreSQL `URL` (default: AEGIS_POSTGRES_URL, else the shared test server)")
 	if err := fs.parse(args); err != nil {
@@ -41,17 +65,61 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usagef("--jobs %d: must be between 1 and 10000000", *jobs)
 	case *workers < 1 || *workers > 10000:
 		return usagef("--workers %d: must be between 1 and 10000", *workers)
+	case *rounds < 1 || *rounds > 100:
+		return usagef("--rounds %d: must be between 1 and 100", *rounds)
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	res, err := queuebench.BurnDown(ctx, *url, *jobs, *workers, queuebench.Options{SyncComplete: *sync})
-	if err != nil {
-		return err
+	subjects := []struct {
+		name string
+		run  func() (queuebench.Result, error)
+	}{
+		{"aegis", func() (queuebench.Result, error) {
+			return queuebench.BurnDown(ctx, *url, *jobs, *workers, queuebench.Options{SyncComplete: *sync})
+		}},
+		{"bare", func() (queuebench.Result, error) {
+			return queuebench.BareBurnDown(ctx, *url, *jobs, queuebench.BareOptions{})
+		}},
+	}
+	var ratios []float64
+	for r := 1; r <= *rounds; r++ {
+		var rates []float64
+		for _, s := range subjects {
+			res, err := s.run()
+			if err != nil {
+				return fmt.Errorf("%s, round %d: %w", s.name, r, err)
+			}
+			rates = append(rates, res.JobsPerSec)
+			if *asJSON {
+				if err := json.NewEncoder(stdout).Encode(benchQueueRun{s.name, r, res}); err != nil {
+					return err
+				}
+				continue
+			}
+			what := fmt.Sprintf("aegis, %d workers, every completion fenced", res.Workers)
+			if s.name == "bare" {
+				what = fmt.Sprintf("bare protocol, %d claimers × %d", queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch)
+			}
+			c := res.Cost
+			if _, err := fmt.Fprintf(stdout, "round %d  %-45s %8.0f jobs/s worked, %8.0f inserted; per job: %s statements, %s commits, %s WAL bytes\n",
+				r, what, res.JobsPerSec, res.InsertPerSec, perJob(c.Statements, 3), perJob(c.Commits, 3), perJob(c.WALBytes, 0)); err != nil {
+				return err
+			}
+		}
+		ratios = append(ratios, rates[0]/rates[1])
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(res)
+		return nil
 	}
-	_, err = fmt.Fprintf(stdout, "%d no-op jobs, %d workers: %.0f jobs/s worked (every completion fenced), %.0f jobs/s inserted\n",
-		res.Jobs, res.Workers, res.JobsPerSec, res.InsertPerSec)
+	slices.Sort(ratios)
+	_, err := fmt.Fprintf(stdout, "%d no-op jobs, %d rounds: aegis / bare protocol = %.2f× (median of the rounds' ratios)\n", *jobs, *rounds, ratios[len(ratios)/2])
 	return err
+}
+
+// perJob formats a figure per job with prec decimals, "?" when unknown.
+func perJob(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "?"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
 }
