@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,10 +94,11 @@ func statementsSchema(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	return schema, nil // regnamespace::text quotes it when it must be
 }
 
-// snapshot makes the pool's idle connections flush their counts, then
-// reads the counters; it returns how many flushes it ran before the read
-// (each a statement and a commit counted before it; the read's own are
-// counted after it).
+// snapshot waits for the backends of the pool's closed connections to be
+// gone (a backend flushes its counts when it exits), makes the pool's idle
+// connections flush theirs, then reads the counters; it returns how many
+// statements it ran before the read (each a statement and a commit counted
+// before it; the read's own are counted after it).
 func (c *Cost) snapshot(ctx context.Context) (costCounters, int64, error) {
 	conns := c.pool.AcquireAllIdle(ctx)
 	defer func() {
@@ -110,6 +112,28 @@ func (c *Cost) snapshot(ctx context.Context) (costCounters, int64, error) {
 			return costCounters{}, 0, fmt.Errorf("cost: %w", err)
 		}
 		conns = append(conns, conn)
+	}
+	var ran int64
+	// A connection closed on a cancelled query (a claimer stopped
+	// mid-claim) leaves a backend that flushes as it exits, a moment
+	// later: wait until the run's backends are the pool's.
+	if app := c.pool.Config().ConnConfig.RuntimeParams["application_name"]; app != "" {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n int
+			ran++
+			err := conns[0].QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+			if err != nil {
+				return costCounters{}, 0, fmt.Errorf("cost: %w", err)
+			}
+			if n <= int(c.pool.Stat().TotalConns()) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return costCounters{}, 0, fmt.Errorf("cost: %d backends of %s still run 10s after its pool kept %d", n, app, c.pool.Stat().TotalConns())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	for _, conn := range conns {
 		// A backend that touched no table since its last flush skips
@@ -132,7 +156,7 @@ func (c *Cost) snapshot(ctx context.Context) (costCounters, int64, error) {
 	if err != nil {
 		return costCounters{}, 0, fmt.Errorf("cost: %w", err)
 	}
-	return s, int64(len(conns)), nil
+	return s, ran + int64(len(conns)), nil
 }
 
 // Stop returns the cost per job of the jobs worked since StartCost. polls

@@ -46,6 +46,7 @@ func ownDatabase(t *testing.T) *pgxpool.Pool {
 	cfg, err := pgxpool.ParseConfig(u.String())
 	require.NoError(t, err)
 	cfg.MaxConns = 8
+	cfg.ConnConfig.RuntimeParams["application_name"] = name // Cost waits for the run's exited backends by it
 	// Preparing a statement (Parse, Sync) commits a transaction of its
 	// own: the simple protocol keeps the counts to the statements run.
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
@@ -57,7 +58,8 @@ func ownDatabase(t *testing.T) *pgxpool.Pool {
 
 // TestCostCountsExactly runs a known number of statements and commits on
 // several connections (some pending in their backends' unflushed counts
-// when Stop reads) and polls to subtract: the cost per job is exact.
+// when Stop reads, one closed just before Stop: its backend flushes as it
+// exits) and polls to subtract: the cost per job is exact.
 func TestCostCountsExactly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -80,7 +82,8 @@ func TestCostCountsExactly(t *testing.T) {
 	const jobs = 200
 	for i := range jobs {
 		// One statement and one commit per job, and the job's
-		// transaction block: BEGIN, INSERT, COMMIT, three statements.
+		// transaction block: BEGIN, INSERT, COMMIT, three statements
+		// (and one more insert below).
 		_, err := pool.Exec(ctx, `INSERT INTO t VALUES ($1)`, i)
 		require.NoError(t, err)
 		tx, err := pool.Begin(ctx)
@@ -89,6 +92,16 @@ func TestCostCountsExactly(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 	}
+	// A connection taken from the pool and closed: what its backend did
+	// is counted when it exits, a moment after the close.
+	gone, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	conn := gone.Hijack()
+	for i := range jobs {
+		_, err := conn.Exec(ctx, `INSERT INTO t VALUES ($1)`, i)
+		require.NoError(t, err)
+	}
+	require.NoError(t, conn.Close(ctx))
 	const polls = 7
 	for range polls {
 		_, err := pool.Exec(ctx, `SELECT EXISTS (SELECT 1 FROM t)`)
@@ -97,7 +110,7 @@ func TestCostCountsExactly(t *testing.T) {
 	got, err := cost.Stop(ctx, jobs, polls)
 	require.NoError(t, err)
 
-	require.Equal(t, 2.0, got.Commits, "commits per job")
+	require.Equal(t, 3.0, got.Commits, "commits per job")
 	require.Greater(t, got.WALBytes, 50.0, "WAL bytes per job: two inserted rows")
 	var libs string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&libs))
@@ -105,7 +118,7 @@ func TestCostCountsExactly(t *testing.T) {
 		require.True(t, math.IsNaN(got.Statements), "pg_stat_statements is not loaded: statements must be unknown, got %v", got.Statements)
 	} else {
 		require.Contains(t, libs, "pg_stat_statements")
-		require.Equal(t, 4.0, got.Statements, "statements per job")
+		require.Equal(t, 5.0, got.Statements, "statements per job")
 	}
 
 	b, err := json.Marshal(UnknownCost)
