@@ -105,6 +105,9 @@ func burnGraphile(ctx context.Context, url string, jobs, workers int, limit time
 	graphileVersion = r.Version
 	return queuebench.Result{
 		Jobs: jobs, Workers: workers,
+		// Its runner inserts and works in one process: the work phase
+		// alone is not measured.
+		Cost:         queuebench.UnknownCost,
 		JobsPerSec:   float64(int64(r.JobsPerSec*10+0.5)) / 10,
 		InsertPerSec: float64(int64(r.InsertPerSec*10+0.5)) / 10,
 		PerSecond:    r.PerSecond,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,8 +59,11 @@ var (
 	sysRiverSlow = system{"River, default cooldown", func(ctx context.Context, url string, jobs, workers int, limit time.Duration) (queuebench.Result, error) {
 		return burnRiver(ctx, url, jobs, workers, 0, limit)
 	}}
-	sysGraphile   = system{"graphile-worker", burnGraphile}
-	reportSystems = []system{sysAegis, sysAegisAhead, sysRiverSlow, sysRiver, sysGraphile}
+	sysGraphile = system{"graphile-worker", burnGraphile}
+	sysBare     = system{"bare protocol", func(ctx context.Context, url string, jobs, _ int, limit time.Duration) (queuebench.Result, error) {
+		return queuebench.BareBurnDown(ctx, url, jobs, queuebench.BareOptions{For: limit})
+	}}
+	reportSystems = []system{sysAegis, sysAegisAhead, sysBare, sysRiverSlow, sysRiver, sysGraphile}
 )
 
 // report runs the burn-down rounds, the worker-count curve, the deep
@@ -85,6 +89,7 @@ func report(ctx context.Context, url string, o reportOptions) error {
 
 	// 1. Burn-down rounds, interleaved.
 	burn := map[string][]float64{}
+	costs := map[string][]queuebench.PerJob{}
 	for r := range o.rounds {
 		for _, s := range reportSystems {
 			jobs := o.jobs
@@ -95,8 +100,9 @@ func report(ctx context.Context, url string, o reportOptions) error {
 			if err != nil {
 				return fmt.Errorf("burn-down, %s: %w", s.name, err)
 			}
-			logf("round %d  %-24s %9.0f jobs/s", r+1, s.name, res.JobsPerSec)
+			logf("round %d  %-24s %9.0f jobs/s; per job: %s", r+1, s.name, res.JobsPerSec, costText(res.Cost))
 			burn[s.name] = append(burn[s.name], res.JobsPerSec)
+			costs[s.name] = append(costs[s.name], res.Cost)
 		}
 	}
 
@@ -141,8 +147,8 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	for r := range o.rounds {
 		fmt.Fprintf(&b, "round %d | ", r+1)
 	}
-	b.WriteString("median |\n|---|")
-	b.WriteString(strings.Repeat("---:|", o.rounds+1))
+	b.WriteString("median | statements/job | commits/job | WAL bytes/job |\n|---|")
+	b.WriteString(strings.Repeat("---:|", o.rounds+4))
 	b.WriteString("\n")
 	for _, s := range reportSystems {
 		name := s.name
@@ -155,11 +161,15 @@ func report(ctx context.Context, url string, o reportOptions) error {
 		if s.name == sysRiverSlow.name {
 			name = fmt.Sprintf("River, default 100 ms cooldown (%s jobs)", thousands(max(o.jobs/o.riverSlowBy, 1)))
 		}
+		if s.name == sysBare.name {
+			name = fmt.Sprintf("bare protocol, %d claimers × %d (no fence, heartbeat or reaper)", queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch)
+		}
 		fmt.Fprintf(&b, "| %s | ", name)
 		for _, v := range burn[s.name] {
 			fmt.Fprintf(&b, "%s | ", thousands(int(v+0.5)))
 		}
-		fmt.Fprintf(&b, "%s |\n", thousands(int(median(burn[s.name])+0.5)))
+		st, co, wal := medianCost(costs[s.name])
+		fmt.Fprintf(&b, "%s | %s | %s | %s |\n", thousands(int(median(burn[s.name])+0.5)), perJob(st, 3), perJob(co, 3), perJob(wal, 0))
 	}
 	ratioRow := func(a, peer string) ([]float64, float64) {
 		var rs []float64
@@ -169,15 +179,22 @@ func report(ctx context.Context, url string, o reportOptions) error {
 		return rs, median(rs)
 	}
 	for _, a := range []string{sysAegis.name, sysAegisAhead.name} {
-		for _, peer := range []string{sysRiver.name, sysGraphile.name, sysRiverSlow.name} {
+		for _, peer := range []string{sysBare.name, sysRiver.name, sysGraphile.name, sysRiverSlow.name} {
 			rs, m := ratioRow(a, peer)
 			fmt.Fprintf(&b, "| %s / %s | ", a, peer)
 			for _, r := range rs {
 				fmt.Fprintf(&b, "%.2f× | ", r)
 			}
-			fmt.Fprintf(&b, "%.2f× |\n", m)
+			fmt.Fprintf(&b, "%.2f× | | | |\n", m)
 		}
 	}
+
+	_, hb := ratioRow(sysAegis.name, sysBare.name)
+	_, hr := ratioRow(sysAegis.name, sysRiver.name)
+	_, hg := ratioRow(sysAegis.name, sysGraphile.name)
+	fmt.Fprintf(&b, "\n**aegis (defaults) / the bare protocol: %.2f×** (target ≥ 0.7×: %s); aegis / River (1 ms): %.2f×; aegis / graphile-worker: %.2f× (medians of the rounds' ratios).\n",
+		hb, metOrMissed(hb, 0.7), hr, hg)
+	b.WriteString("Per job, over the work phase only (not the insert): statements are pg_stat_statements' calls in the database (BEGIN and COMMIT count; ? when the server does not load it), commits pg_stat_database.xact_commit of the database, WAL bytes the distance pg_current_wal_lsn() moved (pg_stat_wal lags: a backend flushes its counts at most once a second); every backend of the run is made to flush its counts (pg_stat_force_next_flush) before each reading, and the bench's own statements (its polls for the end, its readings) are subtracted. The counters are the database's and the server's: the figures are the run's when nothing else uses the server. graphile-worker's runner inserts and works in one Node process: its work phase is not measured (?).\n")
 
 	fmt.Fprintf(&b, "\n| burn-down of %s jobs by workers | ", thousands(o.scaleJobs))
 	for _, s := range curve {
@@ -261,6 +278,27 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	return plot.Save(plot.Chart{Title: "aegis soak: jobs/s per window, enqueueing and working at once", X: "seconds", Y: "jobs/s",
 		Series: []plot.Series{{Name: "aegis", X: sx, Y: soaked.Windows}}},
 		filepath.Join(o.png, "queue-soak.png"), 7*vg.Inch, 4.5*vg.Inch)
+}
+
+// medianCost is the median of each figure per job over runs, NaN when any
+// run did not know it.
+func medianCost(runs []queuebench.PerJob) (statements, commits, wal float64) {
+	pick := func(f func(queuebench.PerJob) float64) float64 {
+		var v []float64
+		for _, r := range runs {
+			if math.IsNaN(f(r)) {
+				return math.NaN()
+			}
+			v = append(v, f(r))
+		}
+		if len(v) == 0 {
+			return math.NaN()
+		}
+		return median(v)
+	}
+	return pick(func(p queuebench.PerJob) float64 { return p.Statements }),
+		pick(func(p queuebench.PerJob) float64 { return p.Commits }),
+		pick(func(p queuebench.PerJob) float64 { return p.WALBytes })
 }
 
 func metOrMissed(got, want float64) string {
