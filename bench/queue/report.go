@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -31,6 +32,7 @@ type reportOptions struct {
 	soak        time.Duration
 	soakWindow  time.Duration
 	riverSlowBy int // River's default cooldown runs jobs/riverSlowBy jobs
+	realistic   queuebench.RealisticOptions
 }
 
 // system is one queue of the comparison.
@@ -137,6 +139,12 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
+
+	// 5. The realistic workload.
+	realRuns, err := realistic(ctx, url, o.workers, o.realistic, false)
+	if err != nil {
+		return err
+	}
 	endLoad := loadavgFull()
 
 	var b strings.Builder
@@ -224,6 +232,14 @@ func report(ctx context.Context, url string, o reportOptions) error {
 		o.workers, o.soak, o.soakWindow, thousands(int(soaked.Median+0.5)), thousands(int(sorted[0]+0.5)), thousands(int(sorted[len(sorted)-1]+0.5)), soaked.MaxDevPct)
 	fmt.Fprintf(&b, "The machine's own memory speed (a probe beside the soak: dependent loads through 128 MB per second of its thread's CPU) moved %.1f%% from its median over the same windows; jobs/s follow it (r = %.2f), and jobs/s over the probe's speed stay within %.1f%% of their median.\n",
 		soaked.ProbeDev, soaked.ProbeR, soaked.PerProbeDev)
+
+	ro := o.realistic
+	fmt.Fprintf(&b, "\nRealistic workload (the shape of hardbyte's queue benchmark): each job's handler sleeps 1 ms, %d goroutines enqueue batches of %d keeping about %s jobs available, measured for %s after a %s warm-up, one system after the other. Latency is enqueue-to-start: from before the job's insert is sent (its args carry that time) to its handler's first read of the clock; with a standing depth it is about the depth over the throughput (Little's law), so it ranks the systems as jobs/s does.\n\n",
+		cmp.Or(ro.Enqueuers, 2), cmp.Or(ro.Batch, 100), thousands(cmp.Or(ro.Depth, 4000)), ro.Duration, ro.Warmup)
+	b.WriteString("| 1 ms of work per job | jobs in flight | jobs/s | enqueue-to-start p50 | p99 |\n|---|---:|---:|---:|---:|\n")
+	for _, r := range realRuns {
+		fmt.Fprintf(&b, "| %s | %d | %s | %.2f ms | %.2f ms |\n", r.System, r.Workers, thousands(int(r.JobsPerSec+0.5)), r.P50ms, r.P99ms)
+	}
 
 	_, mr := ratioRow(sysAegisAhead.name, sysRiver.name)
 	_, mg := ratioRow(sysAegisAhead.name, sysGraphile.name)

@@ -17,18 +17,24 @@ import (
 
 // riverNoop is River's no-op job.
 type riverNoop struct {
-	N int `json:"n"`
+	N  int   `json:"n"`
+	At int64 `json:"at,omitempty"` // queuebench.Noop.At
 }
 
 func (riverNoop) Kind() string { return "noop" }
 
 type riverWorker struct {
 	river.WorkerDefaults[riverNoop]
-	handled *atomic.Int64
-	started chan time.Time
+	handled   *atomic.Int64
+	started   chan time.Time
+	realistic *queuebench.Realistic
 }
 
 func (w *riverWorker) Work(ctx context.Context, job *river.Job[riverNoop]) error {
+	if w.realistic != nil {
+		w.realistic.Job(job.Args.At)
+		return nil
+	}
 	if w.started != nil {
 		w.started <- time.Now()
 	}
@@ -143,6 +149,30 @@ func latencyRiver(ctx context.Context, url string, samples int, gap, cooldown ti
 	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
 	return queuebench.Sample(ctx, samples, gap, started, func(i int) error {
 		_, err := c.Insert(ctx, riverNoop{N: i}, nil)
+		return err
+	})
+}
+
+// realisticRiver is queuebench.RealisticAegis for River with workers
+// workers and a 1 ms fetch cooldown.
+func realisticRiver(ctx context.Context, url string, workers int, o queuebench.RealisticOptions) (queuebench.RealisticResult, error) {
+	r := queuebench.NewRealistic(o)
+	_, c, closeFn, err := openRiver(ctx, url, workers, time.Millisecond, &riverWorker{handled: &atomic.Int64{}, realistic: r})
+	if err != nil {
+		return queuebench.RealisticResult{}, err
+	}
+	defer closeFn()
+	if err := c.Start(ctx); err != nil {
+		return queuebench.RealisticResult{}, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	return r.Run(ctx, func(ctx context.Context) error {
+		jobs := r.Jobs(r.Options().Batch)
+		params := make([]river.InsertManyParams, len(jobs))
+		for i, j := range jobs {
+			params[i] = river.InsertManyParams{Args: riverNoop{N: j.N, At: j.At}}
+		}
+		_, err := c.InsertManyFast(ctx, params)
 		return err
 	})
 }

@@ -52,7 +52,7 @@ type BareOptions struct {
 	// Work, when set, runs each job; a batch's jobs run at once, each on
 	// a goroutine of its own, and the batch is deleted when all returned.
 	// Unset, a job is decoded and counted in the claimer's loop.
-	Work func(n int)
+	Work func(Noop)
 	// For, when positive, ends the run after this long (see Drain).
 	For time.Duration
 }
@@ -78,7 +78,11 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 	}
 	defer closeFn()
 	start := time.Now()
-	if err := bareInsert(ctx, pool, 0, jobs); err != nil {
+	noops := make([]Noop, jobs)
+	for i := range noops {
+		noops[i].N = i
+	}
+	if err := bareInsert(ctx, pool, noops); err != nil {
 		return Result{}, err
 	}
 	insert := time.Since(start)
@@ -144,11 +148,11 @@ func openBare(ctx context.Context, url string) (*pgxpool.Pool, func(), error) {
 	return pool, closeFn, nil
 }
 
-// bareInsert inserts the no-op jobs first..first+n-1 with one COPY.
-func bareInsert(ctx context.Context, pool *pgxpool.Pool, first, n int) error {
-	rows := make([][]any, n)
-	for i := range rows {
-		b, _ := json.Marshal(Noop{N: first + i})
+// bareInsert inserts jobs with one COPY.
+func bareInsert(ctx context.Context, pool *pgxpool.Pool, jobs []Noop) error {
+	rows := make([][]any, len(jobs))
+	for i, j := range jobs {
+		b, _ := json.Marshal(j)
 		rows[i] = []any{b}
 	}
 	_, err := pool.CopyFrom(ctx, pgx.Identifier{"bare_job"}, []string{"args"}, pgx.CopyFromRows(rows))
@@ -199,7 +203,7 @@ func bareClaimer(ctx context.Context, pool *pgxpool.Pool, o BareOptions, handled
 
 // bareRun decodes each job's args and runs it: in the caller's loop, or
 // with work on a goroutine per job, waiting for all.
-func bareRun(args [][]byte, work func(int), handled *atomic.Int64) error {
+func bareRun(args [][]byte, work func(Noop), handled *atomic.Int64) error {
 	if work == nil {
 		for _, a := range args {
 			var n Noop
@@ -219,7 +223,7 @@ func bareRun(args [][]byte, work func(int), handled *atomic.Int64) error {
 				errs <- fmt.Errorf("bare protocol: job args: %w", err)
 				return
 			}
-			work(n.N)
+			work(n)
 			handled.Add(1)
 		})
 	}

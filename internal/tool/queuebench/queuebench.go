@@ -68,6 +68,9 @@ func Schema(ctx context.Context, url, prefix string) (*pgxpool.Config, func(), e
 // Noop is the benchmark's job.
 type Noop struct {
 	N int `json:"n"`
+	// At is when the job was enqueued (Unix nanoseconds, taken before
+	// its insert was sent), for the realistic workload; 0 otherwise.
+	At int64 `json:"at,omitempty"`
 }
 
 // Kind is "noop".
@@ -416,6 +419,15 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 	if err != nil {
 		return SteadyResult{}, err
 	}
+	params := make([]queue.EnqueueParams, o.Batch)
+	for i := range params {
+		params[i] = queue.EnqueueParams{Args: Noop{N: i}}
+	}
+	s.insert = func(ctx context.Context) error {
+		_, err := c.EnqueueMany(ctx, params)
+		return err
+	}
+	s.backlog = func() int64 { return s.inserted.Load() - s.handled.Load() }
 	app := pool.Config().ConnConfig.RuntimeParams["application_name"]
 	if err := c.Start(ctx); err != nil {
 		return SteadyResult{}, err
@@ -429,7 +441,7 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 	var wg sync.WaitGroup
 	for range o.Enqueuers {
 		wg.Go(func() {
-			if err := s.enqueue(runCtx, c); err != nil {
+			if err := s.enqueue(runCtx); err != nil {
 				errs <- err
 				cancel()
 			}
@@ -445,11 +457,15 @@ func Steady(ctx context.Context, url string, o SteadyOptions) (SteadyResult, err
 	return res, nil
 }
 
-// steady is a Steady run: its options, its counts and its start.
+// steady is a Steady run (or a Realistic one's enqueuers): its options,
+// its counts, its start, how it inserts a batch of o.Batch jobs and how it
+// counts the backlog.
 type steady struct {
 	o                 SteadyOptions
 	handled, inserted atomic.Int64
 	start             time.Time // when the enqueuers started
+	insert            func(ctx context.Context) error
+	backlog           func() int64
 }
 
 // client returns a client on pool with o.Workers workers of no-op jobs
@@ -467,17 +483,13 @@ func (s *steady) client(pool *pgxpool.Pool) (*queue.Client, error) {
 	})
 }
 
-// enqueue is one enqueuer: it inserts batches of o.Batch no-op jobs until
-// ctx ends, waiting while the backlog is above o.Backlog or, with o.Rate,
+// enqueue is one enqueuer: it inserts batches of o.Batch jobs until ctx
+// ends, waiting while the backlog is above o.Backlog or, with o.Rate,
 // while it is ahead of the offered load. It returns an insert's error
 // unless ctx had ended.
-func (s *steady) enqueue(ctx context.Context, c *queue.Client) error {
-	params := make([]queue.EnqueueParams, s.o.Batch)
-	for i := range params {
-		params[i] = queue.EnqueueParams{Args: Noop{N: i}}
-	}
+func (s *steady) enqueue(ctx context.Context) error {
 	for ctx.Err() == nil {
-		if s.inserted.Load()-s.handled.Load() > int64(s.o.Backlog) {
+		if s.backlog() > int64(s.o.Backlog) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
@@ -488,7 +500,7 @@ func (s *steady) enqueue(ctx context.Context, c *queue.Client) error {
 				continue
 			}
 		}
-		if _, err := c.EnqueueMany(ctx, params); err != nil {
+		if err := s.insert(ctx); err != nil {
 			if ctx.Err() == nil {
 				return err
 			}
