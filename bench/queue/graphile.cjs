@@ -9,7 +9,9 @@
 // recommend, batched completions (completeJobBatchDelay 0), the same pool
 // size. The connection string comes from the environment (never argv).
 //
-// Prints one JSON object on stdout; errors go to stderr with exit 1.
+// Prints {"ready": true} on stdout once the jobs are inserted, waits for a
+// line on stdin, works them, then prints one JSON object on stdout; errors
+// go to stderr with exit 1.
 "use strict";
 
 const { run, runMigrations, makeWorkerUtils, Logger } = require("graphile-worker");
@@ -62,6 +64,14 @@ async function main() {
   }
   const insertS = Number(process.hrtime.bigint() - t0) / 1e9;
   await utils.release();
+  // The Go side reads the server's counters between the insert and the
+  // work (queuebench.Cost): it says go on stdin once it has.
+  process.stdout.write(JSON.stringify({ ready: true }) + "\n");
+  await new Promise((resolve, reject) => {
+    process.stdin.once("data", resolve);
+    process.stdin.once("end", () => reject(new Error("stdin closed before go")));
+  });
+  process.stdin.pause();
 
   const probe = new Client({ connectionString });
   await probe.connect();
@@ -97,11 +107,13 @@ async function main() {
     }, 1);
   });
   let rate;
+  let polls = 0;
   if (limited) {
     rate = handled / elapsed();
   } else {
     const left = `SELECT EXISTS (SELECT 1 FROM ${JSON.stringify(schema)}._private_jobs)`;
     for (;;) {
+      polls++;
       const r = await probe.query(left);
       if (!r.rows[0].exists) break;
       await new Promise((resolve) => setTimeout(resolve, 1));
@@ -121,6 +133,8 @@ async function main() {
       jobs,
       workers: concurrency,
       jobs_per_sec: rate,
+      handled,
+      polls,
       insert_per_sec: jobs / insertS,
       per_second: perSecond,
     }) + "\n",

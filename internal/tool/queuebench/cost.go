@@ -113,27 +113,12 @@ func (c *Cost) snapshot(ctx context.Context) (costCounters, int64, error) {
 		}
 		conns = append(conns, conn)
 	}
-	var ran int64
 	// A connection closed on a cancelled query (a claimer stopped
 	// mid-claim) leaves a backend that flushes as it exits, a moment
 	// later: wait until the run's backends are the pool's.
-	if app := c.pool.Config().ConnConfig.RuntimeParams["application_name"]; app != "" {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var n int
-			ran++
-			err := conns[0].QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
-			if err != nil {
-				return costCounters{}, 0, fmt.Errorf("cost: %w", err)
-			}
-			if n <= int(c.pool.Stat().TotalConns()) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return costCounters{}, 0, fmt.Errorf("cost: %d backends of %s still run 10s after its pool kept %d", n, app, c.pool.Stat().TotalConns())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	ran, err := waitBackends(ctx, conns[0], c.pool.Config().ConnConfig.RuntimeParams["application_name"], int(c.pool.Stat().TotalConns()))
+	if err != nil {
+		return costCounters{}, 0, err
 	}
 	for _, conn := range conns {
 		// A backend that touched no table since its last flush skips
@@ -150,7 +135,7 @@ func (c *Cost) snapshot(ctx context.Context) (costCounters, int64, error) {
 	(SELECT dealloc FROM %[1]s.pg_stat_statements_info)`, c.statements)
 	}
 	var s costCounters
-	err := conns[0].QueryRow(ctx, `SELECT `+calls+`,
+	err = conns[0].QueryRow(ctx, `SELECT `+calls+`,
 	(SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
 	pg_current_wal_lsn()::text, pg_stat_force_next_flush()`).Scan(&s.calls, &s.dealloc, &s.commits, &s.lsn, nil)
 	if err != nil {
@@ -207,4 +192,46 @@ func (p PerJob) MarshalJSON() ([]byte, error) {
 		"commits_per_job":    f(p.Commits),
 		"wal_bytes_per_job":  f(p.WALBytes),
 	})
+}
+
+// WaitBackendsGone waits (up to 10 s) until no backend of the server has
+// the application_name app: a backend flushes its counts as it exits, so
+// a run of another process (graphile-worker's) is counted once its
+// backends are gone. It returns how many statements it ran on pool, to
+// subtract when they ran in a Cost's window.
+func WaitBackendsGone(ctx context.Context, pool *pgxpool.Pool, app string) (int64, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cost: %w", err)
+	}
+	defer conn.Release()
+	return waitBackends(ctx, conn, app, 0)
+}
+
+// waitBackends polls until at most n backends have the application_name
+// app (none to wait for when app is empty), up to 10 s; it returns how
+// many polls it ran.
+func waitBackends(ctx context.Context, conn *pgxpool.Conn, app string, n int) (int64, error) {
+	if app == "" {
+		return 0, nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for polls := int64(1); ; polls++ {
+		var got int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&got)
+		if err != nil {
+			return polls, fmt.Errorf("cost: %w", err)
+		}
+		if got <= n {
+			return polls, nil
+		}
+		if time.Now().After(deadline) {
+			return polls, fmt.Errorf("cost: %d backends of %s still run after 10s, want at most %d", got, app, n)
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return polls, ctx.Err()
+		}
+	}
 }
