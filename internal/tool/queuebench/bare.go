@@ -91,22 +91,9 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 	cpu := StartCPU(ctx, pool)
 	cost := StartCost(ctx, pool)
 	start = time.Now()
-	runCtx, cancel := context.WithCancel(ctx)
-	errs := make(chan error, o.Claimers)
-	var wg sync.WaitGroup
-	for range o.Claimers {
-		wg.Go(func() {
-			if err := bareClaimer(runCtx, pool, o, &handled); err != nil && runCtx.Err() == nil {
-				errs <- err
-				cancel()
-			}
-		})
-	}
+	runCtx, stop := startClaimers(ctx, pool, o, &handled)
 	rate, perSecond, polls, err := Drain(runCtx, pool, start, &handled, int64(jobs), `SELECT EXISTS (SELECT 1 FROM bare_job)`, o.For)
-	cancel()
-	wg.Wait()
-	close(errs)
-	if cerr := <-errs; cerr != nil {
+	if cerr := stop(); cerr != nil {
 		return Result{}, cerr
 	}
 	if err != nil {
@@ -127,6 +114,28 @@ func BareBurnDown(ctx context.Context, url string, jobs int, o BareOptions) (Res
 		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
 		PerSecond:    perSecond,
 	}, nil
+}
+
+// startClaimers starts o.Claimers claimers on pool. The context it returns
+// ends when one fails; stop stops them and returns the first one's error.
+func startClaimers(ctx context.Context, pool *pgxpool.Pool, o BareOptions, handled *atomic.Int64) (context.Context, func() error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	errs := make(chan error, o.Claimers)
+	var wg sync.WaitGroup
+	for range o.Claimers {
+		wg.Go(func() {
+			if err := bareClaimer(runCtx, pool, o, handled); err != nil && runCtx.Err() == nil {
+				errs <- err
+				cancel()
+			}
+		})
+	}
+	return runCtx, func() error {
+		cancel()
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
 }
 
 // openBare creates a schema, a pool on it and the bare table.

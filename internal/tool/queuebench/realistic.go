@@ -196,24 +196,11 @@ func RealisticBare(ctx context.Context, url string, bo BareOptions, o RealisticO
 	defer closeFn()
 	r := NewRealistic(o)
 	bo.Work = func(j Noop) { r.Job(j.At) }
-	runCtx, cancel := context.WithCancel(ctx)
-	errs := make(chan error, bo.Claimers)
-	var wg sync.WaitGroup
-	for range bo.Claimers {
-		wg.Go(func() {
-			if err := bareClaimer(runCtx, pool, bo, &atomic.Int64{}); err != nil && runCtx.Err() == nil {
-				errs <- err
-				cancel()
-			}
-		})
-	}
+	runCtx, stop := startClaimers(ctx, pool, bo, &atomic.Int64{})
 	res, err := r.Run(runCtx, func(ctx context.Context) error {
 		return bareInsert(ctx, pool, r.Jobs(r.o.Batch))
 	})
-	cancel()
-	wg.Wait()
-	close(errs)
-	if cerr := <-errs; cerr != nil {
+	if cerr := stop(); cerr != nil {
 		return RealisticResult{}, cerr
 	}
 	return res, err
