@@ -112,7 +112,8 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return nil
 	}
 	slices.Sort(ratios)
-	_, err := fmt.Fprintf(stdout, "%d no-op jobs, %d rounds: aegis / bare protocol = %.2f× (median of the rounds' ratios)\n", *jobs, *rounds, ratios[len(ratios)/2])
+	median := (ratios[(len(ratios)-1)/2] + ratios[len(ratios)/2]) / 2
+	_, err := fmt.Fprintf(stdout, "%d no-op jobs, %d rounds: aegis / bare protocol = %.2f× (median of the rounds' ratios)\n", *jobs, *rounds, median)
 	return err
 }
 
