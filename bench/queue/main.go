@@ -197,8 +197,8 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 					return err
 				}
 			} else {
-				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; per job: %s; load %s\n",
-					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), costText(res.Cost), loadavg())
+				fmt.Printf("round %d  %-38s %9.0f jobs/s  (insert %8.0f jobs/s)  CPU per job: bench process %5.1f µs, its PostgreSQL backends %5.1f µs; per job: %s%s; load %s\n",
+					r+1, s.name, res.JobsPerSec, res.InsertPerSec, us(res.ClientCPU), us(res.ServerCPU), costText(res.Cost), claimText(res), loadavg())
 			}
 			if res.JobsPerSec > best[s.name].JobsPerSec {
 				best[s.name] = res
@@ -232,6 +232,16 @@ func bareCompare(ctx context.Context, url string, jobs, claimers, batch int) str
 	}{bareName(claimers, batch), func() (queuebench.Result, error) {
 		return queuebench.BareBurnDown(ctx, url, jobs, queuebench.BareOptions{Claimers: claimers, Batch: batch, For: compareFor})
 	}}
+}
+
+// claimText says how an aegis burn-down's claims went: their count, jobs
+// per claim, and the share of the run its claim statements took (near
+// 100% per claim loop: the claims are the bound).
+func claimText(res queuebench.Result) string {
+	if res.Claims == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d claims of %.0f jobs, claim statements %.0f%% of the run", res.Claims, float64(res.Jobs)/float64(res.Claims), res.ClaimBusy*100)
 }
 
 type latencyResult struct {

@@ -230,8 +230,13 @@ func report(ctx context.Context, url string, o reportOptions) error {
 	sorted := slices.Sorted(slices.Values(soaked.Windows))
 	fmt.Fprintf(&b, "\nSoak (aegis; 2 goroutines enqueue batches of 100 while %d workers work them, backlog capped at 20,000), %s in %s windows: median %s jobs/s, min %s, max %s, worst window %.1f%% from the median.\n",
 		o.workers, o.soak, o.soakWindow, thousands(int(soaked.Median+0.5)), thousands(int(sorted[0]+0.5)), thousands(int(sorted[len(sorted)-1]+0.5)), soaked.MaxDevPct)
-	fmt.Fprintf(&b, "The machine's own memory speed (a probe beside the soak: dependent loads through 128 MB per second of its thread's CPU) moved %.1f%% from its median over the same windows; jobs/s follow it (r = %.2f), and jobs/s over the probe's speed stay within %.1f%% of their median.\n",
-		soaked.ProbeDev, soaked.ProbeR, soaked.PerProbeDev)
+	// A correlation of a few windows says nothing (with three it is ±1).
+	follow := "too few windows to correlate jobs/s with it"
+	if len(soaked.Windows) >= 10 {
+		follow = fmt.Sprintf("jobs/s follow it (r = %.2f)", soaked.ProbeR)
+	}
+	fmt.Fprintf(&b, "The machine's own memory speed (a probe beside the soak: dependent loads through 128 MB per second of its thread's CPU) moved %.1f%% from its median over the same windows; %s, and jobs/s over the probe's speed stay within %.1f%% of their median.\n",
+		soaked.ProbeDev, follow, soaked.PerProbeDev)
 
 	ro := o.realistic
 	fmt.Fprintf(&b, "\nRealistic workload (the shape of hardbyte's queue benchmark): each job's handler sleeps 1 ms, %d goroutines enqueue batches of %d keeping about %s jobs available, measured for %s after a %s warm-up, one system after the other. Latency is enqueue-to-start: from before the job's insert is sent (its args carry that time) to its handler's first read of the clock; with a standing depth it is about the depth over the throughput (Little's law), so it ranks the systems as jobs/s does.\n\n",

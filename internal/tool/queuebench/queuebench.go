@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aegislab/aegis/internal/tool/backend"
 	"github.com/aegislab/aegis/queue"
@@ -93,6 +94,12 @@ type Result struct {
 	// Cost is what the jobs cost the server while they were worked (not
 	// inserted); UnknownCost when not measured.
 	Cost PerJob `json:"cost"`
+	// Claims is how many claim statements the aegis client ran while it
+	// worked the jobs, and ClaimBusy the time they took, summed, over the
+	// run's time (above 1 when two claims were in flight at once): how
+	// close its claim loops were to the run's bound. Zero for the others.
+	Claims    int     `json:"-"`
+	ClaimBusy float64 `json:"-"`
 }
 
 // CPU measures the CPU time of this process and of the PostgreSQL
@@ -247,11 +254,13 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		handled.Add(1)
 		return nil
 	}))
+	metrics := prometheus.NewRegistry()
 	c, err := queue.New(pool, &queue.Config{
 		Queues:       map[string]queue.QueueConfig{queue.DefaultQueue: {MaxWorkers: workers, ClaimAhead: o.ClaimAhead}},
 		Workers:      ws,
 		SyncComplete: o.SyncComplete,
 		Logger:       slog.New(slog.DiscardHandler),
+		Registerer:   metrics,
 	})
 	if err != nil {
 		return Result{}, err
@@ -287,7 +296,10 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		return Result{}, err
 	}
 	clientCPU, serverCPU := cpu.Stop(ctx, int(handled.Load()))
+	claims, claimTime := claimStats(metrics)
 	return Result{
+		Claims:       claims,
+		ClaimBusy:    claimTime.Seconds() / (float64(handled.Load()) / rate),
 		Cost:         perJob,
 		ClientCPU:    clientCPU,
 		ServerCPU:    serverCPU,
@@ -297,6 +309,25 @@ func BurnDown(ctx context.Context, url string, jobs, workers int, o Options) (Re
 		InsertPerSec: round1(float64(jobs) / insert.Seconds()),
 		PerSecond:    perSecond,
 	}, nil
+}
+
+// claimStats reads the claim statements' count and summed time from the
+// client's aegis_queue_claim_seconds.
+func claimStats(g prometheus.Gatherer) (int, time.Duration) {
+	families, _ := g.Gather()
+	for _, f := range families {
+		if f.GetName() != "aegis_queue_claim_seconds" {
+			continue
+		}
+		var n uint64
+		var sum float64
+		for _, m := range f.GetMetric() {
+			n += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+		return int(n), time.Duration(sum * float64(time.Second))
+	}
+	return 0, 0
 }
 
 // open creates a schema, a pool on it and the queue's tables; close drops
