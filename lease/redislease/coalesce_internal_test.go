@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/redisscript"
+	"github.com/aegislab/aegis/internal/tool/losstest"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 )
@@ -35,60 +35,8 @@ func newTestLocker(t *testing.T) (*Locker, *redis.Client, string) {
 // any overlap would lose an increment.
 func TestCoalescedCallsKeepExclusion(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	l, _, _ := newTestLocker(t)
-	const goroutines, rounds = 24, 15
-	var (
-		counter int64 // not atomic on purpose: the lease guards it
-		last    aegis.Token
-		mu      sync.Mutex // guards last only, to check token order
-		wg      sync.WaitGroup
-		errs    = make(chan error, goroutines)
-	)
-	for g := range goroutines {
-		wg.Go(func() {
-			own := fmt.Sprint("own-", g)
-			for range rounds {
-				// Calls on keys of its own, in the same pipelines.
-				lo, err := l.TryAcquire(ctx, own, time.Minute)
-				if err == nil {
-					err = l.Renew(ctx, lo, time.Minute)
-				}
-				if err == nil {
-					err = l.Release(ctx, lo)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				lease, err := aegis.Acquire(ctx, l, "shared", time.Minute)
-				if err != nil {
-					errs <- err
-					return
-				}
-				v := counter
-				mu.Lock()
-				if lease.Token <= last {
-					mu.Unlock()
-					errs <- fmt.Errorf("token %d after %d", lease.Token, last)
-					return
-				}
-				last = lease.Token
-				mu.Unlock()
-				counter = v + 1
-				if err := l.Release(ctx, lease); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	testenv.Wait(t, &wg, time.Minute, "the contending goroutines")
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.EqualValues(t, goroutines*rounds, counter)
+	losstest.Contend(t, l, 24, 15, time.Minute)
 }
 
 // TestAbandonedGrantsAreReleased: callers that give up (their context

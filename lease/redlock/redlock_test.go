@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
+	"github.com/aegislab/aegis/internal/tool/losstest"
 	"github.com/aegislab/aegis/internal/tool/servers"
 	"github.com/aegislab/aegis/internal/tool/testenv"
 	"github.com/aegislab/aegis/lease/redlock"
@@ -412,57 +412,6 @@ func TestNotify(t *testing.T) {
 // keys of their own succeeds.
 func TestConcurrentCallsKeepExclusion(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	l := locker(t, clients(t, nodes(t)), &redlock.Config{Prefix: prefix(t), NodeTimeout: time.Second})
-	const goroutines, rounds = 16, 10
-	var (
-		counter int64 // not atomic on purpose: the lease guards it (-race)
-		last    aegis.Token
-		mu      sync.Mutex // guards last only, to check token order
-		wg      sync.WaitGroup
-		errs    = make(chan error, goroutines)
-	)
-	for g := range goroutines {
-		wg.Go(func() {
-			own := fmt.Sprint("own-", g)
-			for range rounds {
-				lo, err := l.TryAcquire(ctx, own, time.Minute)
-				if err == nil {
-					err = l.Renew(ctx, lo, time.Minute)
-				}
-				if err == nil {
-					err = l.Release(ctx, lo)
-				}
-				if err != nil {
-					errs <- fmt.Errorf("key %s: %w", own, err)
-					return
-				}
-				lease, err := aegis.Acquire(ctx, l, "shared", time.Minute)
-				if err != nil {
-					errs <- err
-					return
-				}
-				v := counter
-				mu.Lock()
-				if lease.Token <= last {
-					mu.Unlock()
-					errs <- fmt.Errorf("token %d after %d", lease.Token, last)
-					return
-				}
-				last = lease.Token
-				mu.Unlock()
-				counter = v + 1
-				if err := l.Release(ctx, lease); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	testenv.Wait(t, &wg, 2*time.Minute, "the contending goroutines")
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.EqualValues(t, goroutines*rounds, counter)
+	losstest.Contend(t, l, 16, 10, 2*time.Minute)
 }

@@ -1,4 +1,5 @@
-// Package losstest holds the cluster scenarios that the consensus backends
+// Package losstest holds scenarios that backends' tests run: Contend, many
+// goroutines of one Locker on one key; and the cluster scenarios that the consensus backends
 // (etcdlease, zklease) run against private clusters: a holder cut off from
 // its cluster, and a waiter whose place in the queue expires while it is
 // cut off. The backend test supplies the Lockers and the means to cut one
