@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -32,19 +33,21 @@ the jobs cost the server while they were worked: statements per job
 (pg_stat_statements, unknown when the server does not load it), commits
 per job and WAL bytes per job (counted over the whole database, WAL over
 the whole server: run it on a server nothing else uses), then the median
-of aegis's jobs/s over the bare protocol's. With --json it prints one
-object per subject and round (workers is the bare protocol's claimers ×
-batch; a figure per job is null when unknown):
+of aegis's jobs/s over the bare protocol's. With --json it runs aegis
+once (no rounds, no bare protocol) and prints one object, as scripts
+outside the project read it:
 
-	{"system": "aegis", "round": 1, "jobs": 50000, "workers": 100, "jobs_per_sec": 25000.5, "insert_per_sec": 160000.2,
-	 "cost": {"statements_per_job": 0.05, "commits_per_job": 0.05, "wal_bytes_per_job": 530}}
+	{"jobs": 50000, "workers": 100, "jobs_per_sec": 25000.5, "insert_per_sec": 160000.2}
+
+The bare protocol's figures as JSON: cd bench && go run ./queue -mode compare -json.
 `
 
-// benchQueueRun is one subject's run in one round, as --json prints it.
-type benchQueueRun struct {
-	System string `json:"system"`
-	Round  int    `json:"round"`
-	queuebench.Result
+// benchQueueJSON is what --json prints: one aegis run (a contract).
+type benchQueueJSON struct {
+	Jobs         int     `json:"jobs"`
+	Workers      int     `json:"workers"`
+	JobsPerSec   float64 `json:"jobs_per_sec"`
+	InsertPerSec float64 `json:"insert_per_sec"`
 }
 
 func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -53,7 +56,7 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 	workers := fs.Int("workers", 100, "concurrent `workers` of the aegis queue client")
 	rounds := fs.Int("rounds", 3, "interleaved `rounds` of aegis and the bare protocol")
 	sync := fs.Bool("sync", false, "aegis completes each job in its own statement")
-	asJSON := fs.Bool("json", false, "print one JSON object per subject and round")
+	asJSON := fs.Bool("json", false, "run aegis once and print one JSON object")
 	// No default shown: the variable's URL may hold a password.
 	url := fs.String("postgres-url", "", "PostgreSQL `URL` (default: AEGIS_POSTGRES_URL, else the shared test server)")
 	if err := fs.parse(args); err != nil {
@@ -69,6 +72,18 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usagef("--rounds %d: must be between 1 and 100", *rounds)
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *asJSON {
+		var rounded bool
+		fs.Visit(func(f *flag.Flag) { rounded = rounded || f.Name == "rounds" })
+		if rounded {
+			return usagef("--rounds with --json: the JSON is one aegis run; leave --json out for the rounds beside the bare protocol")
+		}
+		res, err := queuebench.BurnDown(ctx, *url, *jobs, *workers, queuebench.Options{SyncComplete: *sync})
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(benchQueueJSON{res.Jobs, res.Workers, res.JobsPerSec, res.InsertPerSec})
 	}
 	subjects := []struct {
 		name string
@@ -90,12 +105,6 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 				return fmt.Errorf("%s, round %d: %w", s.name, r, err)
 			}
 			rates = append(rates, res.JobsPerSec)
-			if *asJSON {
-				if err := json.NewEncoder(stdout).Encode(benchQueueRun{s.name, r, res}); err != nil {
-					return err
-				}
-				continue
-			}
 			what := fmt.Sprintf("aegis, %d workers, every completion fenced", res.Workers)
 			if s.name == "bare" {
 				what = fmt.Sprintf("bare protocol, %d claimers × %d", queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch)
@@ -107,9 +116,6 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 		}
 		ratios = append(ratios, rates[0]/rates[1])
-	}
-	if *asJSON {
-		return nil
 	}
 	slices.Sort(ratios)
 	median := (ratios[(len(ratios)-1)/2] + ratios[len(ratios)/2]) / 2
