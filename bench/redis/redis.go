@@ -27,7 +27,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -133,13 +132,6 @@ func (e *Env) ServerCPU(ctx context.Context, nodes int) (time.Duration, error) {
 		}
 	}
 	return total, nil
-}
-
-// ProcessCPU is the CPU time (user and system) this process has used.
-func ProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Key returns a key of this run.

@@ -21,7 +21,6 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/aegislab/aegis/bench/etcdzk"
@@ -47,13 +46,9 @@ func compare() error {
 	if *round <= 0 {
 		return fmt.Errorf("-round %s: must be positive", *round)
 	}
-	var counts []int
-	for _, gs := range strings.Split(*goroutines, ",") {
-		var n int
-		if _, err := fmt.Sscan(strings.TrimSpace(gs), &n); err != nil || n < 1 {
-			return fmt.Errorf("-goroutines: %q is not a positive count", gs)
-		}
-		counts = append(counts, n)
+	counts, err := measure.ParseCounts(*goroutines)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -68,15 +63,6 @@ func compare() error {
 	return nil
 }
 
-type tally struct {
-	rec     measure.Recorder
-	ops     int
-	elapsed time.Duration
-	cpu     time.Duration // this process's CPU (user + system) while it ran
-}
-
-func (t *tally) opsPerSec() float64 { return float64(t.ops) / t.elapsed.Seconds() }
-
 // peers names, for each Aegis subject, the peers its ratios are taken
 // against.
 var peers = map[string][]string{
@@ -86,21 +72,21 @@ var peers = map[string][]string{
 }
 
 func run(ctx context.Context, w io.Writer, rounds int, round time.Duration, counts []int) error {
-	startLoad := loadavg()
+	startLoad := measure.Loadavg()
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "`cd bench && go run ./etcdzk/compare -rounds %d -round %s -goroutines %s`: one acquire+release of a free key per operation, each goroutine on a key of its own, TTL %s, every subject on a client of its own against the shared etcd cluster (%s) and 3-server ZooKeeper ensemble (%s); subjects in %d rotating interleaved rounds of %s each; %d CPUs (%s), %s.\n\n",
 		rounds, round, joinInts(counts), etcdzk.TTL, strings.Join(etcdzk.EtcdEndpoints(), ","), strings.Join(etcdzk.ZKServers(), ","),
 		rounds, round, runtime.NumCPU(), host, runtime.Version())
-	fmt.Fprintf(w, "Load average (/proc/loadavg) at the start: %s.\n\n", startLoad)
+	fmt.Fprintf(w, "Load average (/proc/loadavg) at the start: `%s`.\n\n", startLoad)
 
 	subjects := etcdzk.Subjects()
-	results := map[int]map[string]*tally{}
+	results := map[int]map[string]*measure.Tally{}
 	for _, n := range counts {
 		tallies, err := measureAll(ctx, subjects, n, rounds, round)
 		if err != nil {
 			return err
 		}
-		results[n] = map[string]*tally{}
+		results[n] = map[string]*measure.Tally{}
 		for i, s := range subjects {
 			results[n][s.ID] = &tallies[i]
 		}
@@ -117,17 +103,17 @@ func run(ctx context.Context, w io.Writer, rounds int, round time.Duration, coun
 			t := results[n][s.ID]
 			var ratios []string
 			for _, p := range peers[s.ID] {
-				ratios = append(ratios, fmt.Sprintf("%.2f× %s", t.opsPerSec()/results[n][p].opsPerSec(), name[p]))
+				ratios = append(ratios, fmt.Sprintf("%.2f× %s", t.OpsPerSec()/results[n][p].OpsPerSec(), name[p]))
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %s |\n", s.Name, n, t.opsPerSec(),
-				us(t.rec.Percentile(50)), us(t.rec.Percentile(99)), us(t.cpu)/float64(max(t.ops, 1)), strings.Join(ratios, ", "))
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %s |\n", s.Name, n, t.OpsPerSec(),
+				us(t.Rec.Percentile(50)), us(t.Rec.Percentile(99)), us(t.CPU)/float64(max(t.Ops, 1)), strings.Join(ratios, ", "))
 		}
 	}
-	fmt.Fprintf(w, "\nLoad average at the end: %s.\n\n", loadavg())
+	fmt.Fprintf(w, "\nLoad average at the end: `%s`.\n\n", measure.Loadavg())
 	target := func(id, peer string) string {
 		var parts []string
 		for _, n := range counts {
-			r := results[n][id].opsPerSec() / results[n][peer].opsPerSec()
+			r := results[n][id].OpsPerSec() / results[n][peer].OpsPerSec()
 			verdict := "met"
 			if r < 1 {
 				verdict = fmt.Sprintf("missed by %.0f%%", (1-r)*100)
@@ -143,58 +129,17 @@ func run(ctx context.Context, w io.Writer, rounds int, round time.Duration, coun
 }
 
 // measureAll runs every subject at n goroutines in rotating rounds.
-func measureAll(ctx context.Context, subjects []etcdzk.Subject, n, rounds int, round time.Duration) ([]tally, error) {
-	ops := make([]etcdzk.Op, len(subjects))
+func measureAll(ctx context.Context, subjects []etcdzk.Subject, n, rounds int, round time.Duration) ([]measure.Tally, error) {
+	ms := make([]measure.Subject, len(subjects))
 	for i, s := range subjects {
 		op, closeFn, err := s.New(n)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
 		defer closeFn()
-		ops[i] = op
+		ms[i] = measure.Subject{Name: s.Name, Op: op}
 	}
-	tallies := make([]tally, len(subjects))
-	for r := range rounds {
-		for j := range subjects {
-			i := (j + r) % len(subjects)
-			c0 := processCPU()
-			k, d, err := measureRound(ctx, ops[i], n, round, &tallies[i].rec)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %d goroutines: %w", subjects[i].Name, n, err)
-			}
-			tallies[i].cpu += processCPU() - c0
-			tallies[i].ops += k
-			tallies[i].elapsed += d
-		}
-	}
-	return tallies, nil
-}
-
-// measureRound runs op from the given number of goroutines for d and
-// returns the operations done and the time taken; latencies go into rec.
-// A round cut short by ctx (an interrupt) is an error.
-func measureRound(ctx context.Context, op etcdzk.Op, goroutines int, d time.Duration, rec *measure.Recorder) (int, time.Duration, error) {
-	n, took, err := measure.For(ctx, goroutines, d, op, rec)
-	if err == nil {
-		err = ctx.Err()
-	}
-	return n, took, err
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return "`" + strings.TrimSpace(string(b)) + "`"
+	return measure.Rounds(ctx, ms, n, rounds, round)
 }
 
 func joinInts(ns []int) string {

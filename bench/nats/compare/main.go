@@ -67,12 +67,9 @@ func compare() error {
 	case o.handoffMax <= 0:
 		return fmt.Errorf("-handoff-max %s: must be positive", o.handoffMax)
 	}
-	for _, gs := range strings.Split(*goroutines, ",") {
-		var n int
-		if _, err := fmt.Sscan(strings.TrimSpace(gs), &n); err != nil || n < 1 {
-			return fmt.Errorf("-goroutines: %q is not a positive count", gs)
-		}
-		o.goroutines = append(o.goroutines, n)
+	var err error
+	if o.goroutines, err = measure.ParseCounts(*goroutines); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -86,21 +83,12 @@ func compare() error {
 	return nil
 }
 
-type tally struct {
-	rec     measure.Recorder
-	ops     int
-	elapsed time.Duration
-	cpu     time.Duration // this process's CPU (user + system) while it ran
-}
-
-func (t *tally) opsPerSec() float64 { return float64(t.ops) / t.elapsed.Seconds() }
-
 func run(ctx context.Context, w io.Writer, o options, goroutines string) error {
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "`cd bench && go run ./nats/compare -rounds %d -round %s -goroutines %s -contend %d -handoffs %d`: natslease against the raw recipe (`kv.Create` to take a key, `kv.Delete` to release it, on a bucket whose MaxAge is the TTL: ShedLock's JetStream provider expires a lock by its bucket's TTL, with no per-key TTL), both on buckets of %d replicas (file storage) of the shared NATS cluster (%s), each subject on a connection of its own; TTL %s; subjects in %d rotating interleaved rounds of %s each; %d CPUs (%s), %s.\n\n",
 		o.rounds, o.round, goroutines, o.contend, o.handoffs, natsbench.Replicas, strings.Join(natsbench.URLs(), ","), natsbench.TTL,
 		o.rounds, o.round, runtime.NumCPU(), host, runtime.Version())
-	fmt.Fprintf(w, "Load average (/proc/loadavg) at the start: %s.\n\n", loadavg())
+	fmt.Fprintf(w, "Load average (/proc/loadavg) at the start: `%s`.\n\n", measure.Loadavg())
 	subjects := natsbench.Subjects()
 	fmt.Fprintln(w, "| lock | goroutines | acquire+release/s | p50 µs | p99 µs | client CPU µs/op | ratio natslease/raw (acquire+release/s) |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
@@ -111,15 +99,15 @@ func run(ctx context.Context, w io.Writer, o options, goroutines string) error {
 		if err != nil {
 			return err
 		}
-		refusals = append(refusals, fmt.Sprintf("%d of %d operations with %d goroutine(s)", natsbench.RawRefusals.Load()-before, tallies[len(tallies)-1].ops, n))
+		refusals = append(refusals, fmt.Sprintf("%d of %d operations with %d goroutine(s)", natsbench.RawRefusals.Load()-before, tallies[len(tallies)-1].Ops, n))
 		for i, s := range subjects {
 			t := &tallies[i]
 			ratio := ""
 			if s.ID == "natslease" {
-				ratio = fmt.Sprintf("%.2f×", t.opsPerSec()/tallies[len(tallies)-1].opsPerSec())
+				ratio = fmt.Sprintf("%.2f×", t.OpsPerSec()/tallies[len(tallies)-1].OpsPerSec())
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %s |\n", s.Name, n, t.opsPerSec(),
-				us(t.rec.Percentile(50)), us(t.rec.Percentile(99)), us(t.cpu)/float64(max(t.ops, 1)), ratio)
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %s |\n", s.Name, n, t.OpsPerSec(),
+				us(t.Rec.Percentile(50)), us(t.Rec.Percentile(99)), us(t.CPU)/float64(max(t.Ops, 1)), ratio)
 		}
 	}
 
@@ -156,47 +144,22 @@ func run(ctx context.Context, w io.Writer, o options, goroutines string) error {
 		}
 		fmt.Fprintf(w, "%s %s |\n", lines[i], ratio)
 	}
-	fmt.Fprintf(w, "\nLoad average at the end: %s.\n\n", loadavg())
+	fmt.Fprintf(w, "\nLoad average at the end: `%s`.\n\n", measure.Loadavg())
 	return ctx.Err()
 }
 
 // measureAll runs every subject at n goroutines in rotating rounds.
-func measureAll(ctx context.Context, subjects []natsbench.Subject, n, rounds int, round time.Duration) ([]tally, error) {
-	ops := make([]natsbench.Op, len(subjects))
+func measureAll(ctx context.Context, subjects []natsbench.Subject, n, rounds int, round time.Duration) ([]measure.Tally, error) {
+	ms := make([]measure.Subject, len(subjects))
 	for i, s := range subjects {
 		op, closeFn, err := s.New()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
 		defer closeFn()
-		ops[i] = op
+		ms[i] = measure.Subject{Name: s.Name, Op: op}
 	}
-	tallies := make([]tally, len(subjects))
-	for r := range rounds {
-		for j := range subjects {
-			i := (j + r) % len(subjects)
-			c0 := redisbench.ProcessCPU()
-			k, d, err := measure.For(ctx, n, round, ops[i], &tallies[i].rec)
-			if err == nil {
-				err = ctx.Err()
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s, %d goroutines: %w", subjects[i].Name, n, err)
-			}
-			tallies[i].cpu += redisbench.ProcessCPU() - c0
-			tallies[i].ops += k
-			tallies[i].elapsed += d
-		}
-	}
-	return tallies, nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return "`" + strings.TrimSpace(string(b)) + "`"
+	return measure.Rounds(ctx, ms, n, rounds, round)
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }

@@ -38,6 +38,7 @@ import (
 	"github.com/aegislab/aegis/bench/plot"
 	redisbench "github.com/aegislab/aegis/bench/redis"
 	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/tool/latency/measure"
 	"github.com/aegislab/aegis/internal/tool/servers"
 )
 
@@ -79,12 +80,9 @@ func compare() error {
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	for _, gs := range strings.FieldsFunc(*goroutines, func(r rune) bool { return r == ',' }) {
-		var n int
-		if _, err := fmt.Sscan(gs, &n); err != nil || n < 1 {
-			return fmt.Errorf("-goroutines: %q is not a positive count", gs)
-		}
-		o.goroutines = append(o.goroutines, n)
+	var err error
+	if o.goroutines, err = measure.ParseCounts(*goroutines); err != nil {
+		return err
 	}
 	switch {
 	case o.rounds < 1:
@@ -128,15 +126,6 @@ type tally struct {
 
 func (t *tally) opsPerSec() float64 { return float64(t.ops) / t.elapsed.Seconds() }
 
-// loadavg is /proc/loadavg without its newline.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func run(ctx context.Context, o options) error {
 	srv, err := redisbench.ServersFromEnv()
 	if err != nil {
@@ -145,7 +134,7 @@ func run(ctx context.Context, o options) error {
 	env := redisbench.NewEnv(srv)
 	defer env.Close()
 	var head, out strings.Builder // the sentence and load averages; the tables
-	start := loadavg()
+	start := measure.Loadavg()
 	host, _ := os.Hostname()
 	where := "the shared servers of AEGIS_REDIS_ADDRS"
 	if o.private {
@@ -191,12 +180,12 @@ func run(ctx context.Context, o options) error {
 				if err != nil {
 					return err
 				}
-				c0 := redisbench.ProcessCPU()
+				c0 := measure.ProcessCPU()
 				k, d, err := redisbench.Measure(ctx, ops[i], n, o.round, &tallies[i].rec)
 				if err != nil {
 					return fmt.Errorf("%s, %d goroutines: %w", subjects[i].Name, n, err)
 				}
-				c1 := redisbench.ProcessCPU()
+				c1 := measure.ProcessCPU()
 				s1, err := env.ServerCPU(ctx, subjects[i].Nodes)
 				if err != nil {
 					return err
@@ -317,7 +306,7 @@ func run(ctx context.Context, o options) error {
 		}
 		targets = append(targets, line+".")
 	}
-	end := loadavg()
+	end := measure.Loadavg()
 	fmt.Printf("\nLoad average (/proc/loadavg) at end: `%s`.\n", end)
 	if len(targets) > 0 {
 		emit("\n%s\n", strings.Join(targets, "\n"))
