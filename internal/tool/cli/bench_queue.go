@@ -19,13 +19,14 @@ const benchQueueUsage = `
 usage: aegis bench queue [--jobs 50000] [--workers 100] [--rounds 3] [--sync] [--json] [--postgres-url URL]
 
 Bench queue burns down N no-op jobs on the aegis queue and on the bare
-protocol, in --rounds interleaved rounds, against the PostgreSQL in
-AEGIS_POSTGRES_URL (or --postgres-url), each run in a schema of its own
-that it drops at the end. A run inserts the jobs with one COPY, then times
-until every one is completed: for aegis a client with W workers, every
-completion fenced (with --sync each in its own statement instead of a
-batch); for the bare protocol 2 claimers that claim 500 jobs at a time with
-one UPDATE … FOR UPDATE SKIP LOCKED and delete the batch when its jobs ran.
+protocol, in --rounds interleaved rounds (the two take turns going
+first), against the PostgreSQL in AEGIS_POSTGRES_URL (or --postgres-url),
+each run in a schema of its own that it drops at the end. A run inserts
+the jobs with one COPY, then times until every one is completed: for
+aegis a client with W workers, every completion fenced (with --sync each
+in its own statement instead of a batch); for the bare protocol 2
+claimers that claim 500 jobs at a time with one UPDATE … FOR UPDATE SKIP
+LOCKED and delete the batch when its jobs ran.
 The bare protocol is the least an at-least-once queue does, not a queue:
 no fencing token, no heartbeat, no reaper (a claimer that dies leaves its
 jobs claimed for ever), no retry. It prints each run's jobs/s and what
@@ -98,13 +99,17 @@ func runBenchQueue(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var ratios []float64
 	for r := 1; r <= *rounds; r++ {
-		var rates []float64
-		for _, s := range subjects {
+		// The subjects take turns going first: neither always runs on the
+		// machine the other one left.
+		rates := make([]float64, len(subjects))
+		for j := range subjects {
+			i := (j + r - 1) % len(subjects)
+			s := subjects[i]
 			res, err := s.run()
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", s.name, r, err)
 			}
-			rates = append(rates, res.JobsPerSec)
+			rates[i] = res.JobsPerSec
 			what := fmt.Sprintf("aegis, %d workers, every completion fenced", res.Workers)
 			if s.name == "bare" {
 				what = fmt.Sprintf("bare protocol, %d claimers × %d", queuebench.BareDefaults.Claimers, queuebench.BareDefaults.Batch)
