@@ -38,7 +38,9 @@ func (c *Client) work(p *producer, r *run) {
 	if c.tracer != nil {
 		ctx = c.startWork(r)
 	}
+	start := time.Now()
 	err := c.invoke(ctx, r)
+	p.observe(time.Since(start))
 	if r.span != nil {
 		endWork(r.span, err)
 	}

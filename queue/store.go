@@ -73,34 +73,58 @@ func (s statements) claim(ctx context.Context, q querier, queue string, n int, i
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", translate(err))
 	}
-	return s.claimed(rows, "claim")
+	return s.claimed(rows, queue, "claim")
 }
 
 // adopt returns the jobs that the claim id of this client holds (its
 // reply was lost).
-func (s statements) adopt(ctx context.Context, q querier, id string) ([]*JobRow, error) {
+func (s statements) adopt(ctx context.Context, q querier, queue, id string) ([]*JobRow, error) {
 	rows, err := q.Query(ctx, s.t.sql(adoptSQL), s.by, id)
 	if err != nil {
 		return nil, fmt.Errorf("find the jobs of a claim whose reply was lost: %w", translate(err))
 	}
-	return s.claimed(rows, "find the jobs of a claim whose reply was lost")
+	return s.claimed(rows, queue, "find the jobs of a claim whose reply was lost")
 }
 
-// claimed scans the jobs of a claim (jobColumns and the traceparent), in
-// the claim's order.
-func (s statements) claimed(rows pgx.Rows, op string) ([]*JobRow, error) {
+// claimed scans the jobs of a claim of queue (claimColumns), in the
+// claim's order. The destinations are set up once for every row.
+func (s statements) claimed(rows pgx.Rows, queue, op string) ([]*JobRow, error) {
 	defer rows.Close()
-	var jobs []*JobRow
+	var (
+		jobs              []*JobRow
+		j                 JobRow
+		priority          int16
+		token             int64
+		errs              []byte
+		uniqueKey, parent *string
+		attemptedAt       *time.Time
+	)
+	dest := []any{&j.ID, &j.Kind, &j.EncodedArgs, &priority, &j.RunAt, &j.Attempt, &j.MaxAttempts, &token,
+		&errs, &uniqueKey, &j.CreatedAt, &attemptedAt, &parent}
 	for rows.Next() {
-		var parent *string
-		j, err := scanJob(scannerFunc(func(dest ...any) error { return rows.Scan(append(dest, &parent)...) }), false)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+		j = JobRow{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, translate(err))
+		}
+		row := j
+		row.Queue, row.State, row.LockedBy = queue, StateRunning, s.by
+		row.Priority = int(priority)
+		row.Token = aegis.Token(token)
+		if uniqueKey != nil {
+			row.UniqueKey = *uniqueKey
+		}
+		if attemptedAt != nil {
+			row.AttemptedAt = *attemptedAt
 		}
 		if parent != nil {
-			j.traceparent = *parent
+			row.traceparent = *parent
 		}
-		jobs = append(jobs, j)
+		if len(errs) > 2 { // not "[]"
+			if err := json.Unmarshal(errs, &row.Errors); err != nil {
+				return nil, fmt.Errorf("%s: decode the errors of job %d: %w", op, row.ID, err)
+			}
+		}
+		jobs = append(jobs, &row)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, translate(err))
