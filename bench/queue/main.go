@@ -179,6 +179,11 @@ func compare(ctx context.Context, url string, jobs, workers, runs int, asJSON bo
 		}},
 		{"graphile-worker (local queue)", func() (queuebench.Result, error) { return burnGraphile(ctx, url, jobs, workers, compareFor) }},
 	}
+	if workers != 500 { // 1 × 500 is there already
+		// As many jobs in flight as aegis's workers: the bound at the same
+		// concurrency, not the best one.
+		systems = append(systems, bareCompare(ctx, url, jobs, 1, workers))
+	}
 	systems = slices.DeleteFunc(systems, func(s struct {
 		name string
 		run  func() (queuebench.Result, error)
