@@ -91,16 +91,13 @@ func (s statements) adopt(ctx context.Context, q querier, queue, id string) ([]*
 func (s statements) claimed(rows pgx.Rows, queue, op string) ([]*JobRow, error) {
 	defer rows.Close()
 	var (
-		jobs              []*JobRow
-		j                 JobRow
-		priority          int16
-		token             int64
-		errs              []byte
-		uniqueKey, parent *string
-		attemptedAt       *time.Time
+		jobs   []*JobRow
+		j      JobRow
+		x      scanned
+		parent *string
 	)
-	dest := []any{&j.ID, &j.Kind, &j.EncodedArgs, &priority, &j.RunAt, &j.Attempt, &j.MaxAttempts, &token,
-		&errs, &uniqueKey, &j.CreatedAt, &attemptedAt, &parent}
+	dest := []any{&j.ID, &j.Kind, &j.EncodedArgs, &x.priority, &j.RunAt, &j.Attempt, &j.MaxAttempts, &x.token,
+		&x.errs, &x.uniqueKey, &j.CreatedAt, &x.attemptedAt, &parent}
 	for rows.Next() {
 		j = JobRow{}
 		if err := rows.Scan(dest...); err != nil {
@@ -108,21 +105,11 @@ func (s statements) claimed(rows pgx.Rows, queue, op string) ([]*JobRow, error) 
 		}
 		row := j
 		row.Queue, row.State, row.LockedBy = queue, StateRunning, s.by
-		row.Priority = int(priority)
-		row.Token = aegis.Token(token)
-		if uniqueKey != nil {
-			row.UniqueKey = *uniqueKey
-		}
-		if attemptedAt != nil {
-			row.AttemptedAt = *attemptedAt
-		}
 		if parent != nil {
 			row.traceparent = *parent
 		}
-		if len(errs) > 2 { // not "[]"
-			if err := json.Unmarshal(errs, &row.Errors); err != nil {
-				return nil, fmt.Errorf("%s: decode the errors of job %d: %w", op, row.ID, err)
-			}
+		if err := x.fill(&row); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 		jobs = append(jobs, &row)
 	}
@@ -360,44 +347,60 @@ func (e *staleError) Unwrap() error { return aegis.ErrStale }
 // scanner is pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
+// scanned holds the columns of a job's row that are scanned into other
+// types than JobRow's, or may be NULL.
+type scanned struct {
+	priority    int16
+	token       int64
+	uniqueKey   *string
+	attemptedAt *time.Time
+	errs        []byte
+}
+
+// fill sets j's fields from x.
+func (x *scanned) fill(j *JobRow) error {
+	j.Priority = int(x.priority)
+	j.Token = aegis.Token(x.token)
+	if x.uniqueKey != nil {
+		j.UniqueKey = *x.uniqueKey
+	}
+	if x.attemptedAt != nil {
+		j.AttemptedAt = *x.attemptedAt
+	}
+	if len(x.errs) > 2 { // not "[]"
+		if err := json.Unmarshal(x.errs, &j.Errors); err != nil {
+			return fmt.Errorf("decode the errors of job %d: %w", j.ID, err)
+		}
+	}
+	return nil
+}
+
 // scanJob scans jobColumns, and finalized_at when finished is true.
 func scanJob(row scanner, finished bool) (*JobRow, error) {
 	var (
-		j                   JobRow
-		state               string
-		priority            int16
-		token               int64
-		lockedBy, uniqueKey *string
-		errs                []byte
-		attemptedAt, final  *time.Time
+		j        JobRow
+		x        scanned
+		state    string
+		lockedBy *string
+		final    *time.Time
 	)
-	dest := []any{&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &priority, &j.RunAt, &state, &j.Attempt, &j.MaxAttempts,
-		&token, &lockedBy, &errs, &uniqueKey, &j.CreatedAt, &attemptedAt}
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &j.EncodedArgs, &x.priority, &j.RunAt, &state, &j.Attempt, &j.MaxAttempts,
+		&x.token, &lockedBy, &x.errs, &x.uniqueKey, &j.CreatedAt, &x.attemptedAt}
 	if finished {
 		dest = append(dest, &final)
 	}
 	if err := row.Scan(dest...); err != nil {
 		return nil, translate(err)
 	}
-	j.Priority = int(priority)
 	j.State = State(state)
-	j.Token = aegis.Token(token)
 	if lockedBy != nil {
 		j.LockedBy = *lockedBy
-	}
-	if uniqueKey != nil {
-		j.UniqueKey = *uniqueKey
-	}
-	if attemptedAt != nil {
-		j.AttemptedAt = *attemptedAt
 	}
 	if final != nil {
 		j.FinalizedAt = *final
 	}
-	if len(errs) > 2 { // not "[]"
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
-			return nil, fmt.Errorf("decode the errors of job %d: %w", j.ID, err)
-		}
+	if err := x.fill(&j); err != nil {
+		return nil, err
 	}
 	return &j, nil
 }
