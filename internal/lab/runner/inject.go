@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +11,15 @@ import (
 	"syscall"
 	"time"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
 // Inject applies a fault now, whatever its At: a pause or partition lasts
@@ -147,6 +152,9 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 	if err != nil {
 		return err
 	}
+	if err := r.stopOutsideSQLiteWrite(ctx, np); err != nil {
+		return err
+	}
 	stopped := time.Now()
 	r.mu.Lock()
 	np.paused = true
@@ -178,6 +186,64 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 	r.labEvent(lab.Event{Kind: lab.EventHealed, Node: np.n, Job: held.job, Tick: held.tick, Token: held.token,
 		Detail: fmt.Sprintf("node%d resumed with SIGCONT after %.2fs%s", np.n, time.Since(stopped).Seconds(), why)})
 	return nil
+}
+
+// stopOutsideSQLiteWrite makes sure that np, just stopped, holds no
+// write lock of a SQLite store: SQLite has one for the whole file, and a
+// node stopped inside a write transaction (a renewal, another job's
+// acquire, a run record) would stop every node for the whole pause, a
+// different fault than a paused holder's late write. The lab takes the
+// lock itself to tell: when it cannot within 100 ms, np holds it (the
+// running nodes hold it for milliseconds), so np is resumed for 20 ms to
+// finish that transaction and stopped again, up to 10 times.
+func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) error {
+	path, ok := strings.CutPrefix(r.store, "sqlite:")
+	if !ok {
+		return nil
+	}
+	for try := 0; try < 10; try++ {
+		free, err := sqliteWriteLockFree(ctx, path, 100*time.Millisecond)
+		if err != nil || free {
+			return err
+		}
+		if _, err := r.signal(np, syscall.SIGCONT); err != nil {
+			return err
+		}
+		backoff.Sleep(ctx, 20*time.Millisecond)
+		if _, err := r.signal(np, syscall.SIGSTOP); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sqliteWriteLockFree reports whether the write lock of the SQLite
+// database at path can be taken within wait (and gives it back at once).
+func sqliteWriteLockFree(ctx context.Context, path string, wait time.Duration) (bool, error) {
+	db, err := sql.Open("sqlite", sqlitelease.DSN(path))
+	if err != nil {
+		return false, fmt.Errorf("lab: open the store to probe its lock: %w", err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("lab: open the store to probe its lock: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", wait.Milliseconds())); err != nil {
+		return false, fmt.Errorf("lab: probe the store's lock: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_BUSY {
+			return false, nil
+		}
+		return false, fmt.Errorf("lab: probe the store's lock: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		return false, fmt.Errorf("lab: probe the store's lock: %w", err)
+	}
+	return true, nil
 }
 
 // heldSection is the critical section a paused holder was inside: its
