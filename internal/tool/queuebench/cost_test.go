@@ -110,7 +110,13 @@ func TestCostCountsExactly(t *testing.T) {
 	got, err := cost.Stop(ctx, jobs, polls)
 	require.NoError(t, err)
 
-	require.Equal(t, 3.0, got.Commits, "commits per job")
+	// The database's commits are every backend's: an autovacuum worker
+	// visiting the new database commits in it too, outside this test's
+	// hands (3.07 per job once, beside a second suite at load 13). The
+	// errors this test is for are whole commits per job: a backend's
+	// counts not flushed (fewer), a prepare's transaction per statement
+	// (4), the closed connection's backend not waited for (2).
+	require.InDelta(t, 3.0, got.Commits, 0.1, "commits per job")
 	require.Greater(t, got.WALBytes, 50.0, "WAL bytes per job: two inserted rows")
 	var libs string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&libs))
