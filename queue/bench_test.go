@@ -61,10 +61,9 @@ func burnDown(b *testing.B, p *pgxpool.Pool, c *Client, handled *atomic.Int64) {
 	b.ResetTimer()
 	start := time.Now()
 	require.NoError(b, c.Start(ctx))
-	for handled.Load() < int64(b.N) {
-		time.Sleep(time.Millisecond)
-	}
-	for count(b, p, `SELECT count(*) FROM (SELECT 1 FROM aegis_job LIMIT 1) j`) > 0 {
+	deadline := start.Add(10 * time.Minute)
+	for handled.Load() < int64(b.N) || count(b, p, `SELECT count(*) FROM (SELECT 1 FROM aegis_job LIMIT 1) j`) > 0 {
+		require.True(b, time.Now().Before(deadline), "%d of %d jobs handled, or their completions unwritten, after 10 minutes", handled.Load(), b.N)
 		time.Sleep(time.Millisecond)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")

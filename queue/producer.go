@@ -202,8 +202,8 @@ func (p *producer) observe(d time.Duration) {
 // mostly per row on the server, but its round trip and commit are per
 // claim, so waiting a fraction of a claim for every slot makes claims of
 // all the slots and halves the claims per job (50,000 no-op jobs, 100
-// workers: claims of 99 jobs instead of 49, 13.6 instead of 17.0 µs of
-// the server's CPU per job). Jobs about as long as a claim would leave
+// workers: claims of 96–98 jobs instead of 49, 14–19 instead of 17–21 µs
+// of the server's CPU per job; docs/queue.md, Claim). Jobs about as long as a claim would leave
 // their slots idle meanwhile (1 ms jobs: 8% fewer jobs/s), so it waits
 // only for jobs shorter than a quarter of a claim. A queue that claims
 // ahead keeps two claims in flight instead, and does not wait.

@@ -213,7 +213,7 @@ SET state = 'running',
 WHERE j.id = ANY (ARRAY(SELECT id FROM next))
 RETURNING ` + claimColumns
 
-// claimColumns are the columns a claim returns, in scanClaimed's order:
+// claimColumns are the columns a claim returns, in claimed's order:
 // a JobRow's but the queue, the state and the holder, which the claimer
 // knows (fewer bytes to send and scan per job).
 const claimColumns = `id, kind, args, priority, run_at, attempt, max_attempts, token, errors, unique_key,

@@ -152,8 +152,12 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 	if err != nil {
 		return err
 	}
-	if err := r.stopOutsideSQLiteWrite(ctx, np); err != nil {
+	inside, err := r.stopOutsideSQLiteWrite(ctx, np)
+	if err != nil {
 		return err
+	}
+	if inside {
+		detail += ", inside a SQLite write transaction after 10 tries to stop it outside one: every node waits on the store's lock until it resumes"
 	}
 	stopped := time.Now()
 	r.mu.Lock()
@@ -195,26 +199,28 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 // different fault than a paused holder's late write. The lab takes the
 // lock itself to tell: when it cannot within 100 ms, np holds it (the
 // running nodes hold it for milliseconds), so np is resumed for 20 ms to
-// finish that transaction and stopped again, up to 10 times.
-func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) error {
+// finish that transaction and stopped again, up to 10 times. It reports
+// whether np is still stopped inside one (the chaos event says so).
+func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) (bool, error) {
 	path, ok := strings.CutPrefix(r.store, "sqlite:")
 	if !ok {
-		return nil
+		return false, nil
 	}
 	for try := 0; try < 10; try++ {
 		free, err := sqliteWriteLockFree(ctx, path, 100*time.Millisecond)
 		if err != nil || free {
-			return err
+			return false, err
 		}
 		if _, err := r.signal(np, syscall.SIGCONT); err != nil {
-			return err
+			return false, err
 		}
 		backoff.Sleep(ctx, 20*time.Millisecond)
 		if _, err := r.signal(np, syscall.SIGSTOP); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	free, err := sqliteWriteLockFree(ctx, path, 100*time.Millisecond)
+	return !free && err == nil, err
 }
 
 // sqliteWriteLockFree reports whether the write lock of the SQLite

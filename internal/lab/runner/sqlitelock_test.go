@@ -67,7 +67,11 @@ func TestStopOutsideSQLiteWrite(t *testing.T) {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Error("the writer did not exit within 10s of SIGKILL")
+		}
 	})
 	// The child writes once before it is counted as started.
 	deadline := time.Now().Add(30 * time.Second)
@@ -86,7 +90,9 @@ func TestStopOutsideSQLiteWrite(t *testing.T) {
 	for try := range 10 {
 		_, err := r.signal(np, syscall.SIGSTOP)
 		require.NoError(t, err)
-		require.NoError(t, r.stopOutsideSQLiteWrite(ctx, np))
+		inside, err := r.stopOutsideSQLiteWrite(ctx, np)
+		require.NoError(t, err)
+		require.False(t, inside, "try %d: it reports the writer stopped inside a transaction", try)
 		free, err := sqliteWriteLockFree(ctx, path, 500*time.Millisecond)
 		require.NoError(t, err)
 		require.True(t, free, "try %d: the stopped writer holds the store's write lock", try)
