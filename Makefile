@@ -43,10 +43,10 @@ test-jaeger:
 	$(WITH_ENV) cd examples/jaeger && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 # Rewrite api/, the library's exported API on record, from the code
-# (internal/tool/apicheck; its test, run by make test, fails when they
+# (internal/testing/apicheck; its test, run by make test, fails when they
 # differ). Say the change in CHANGELOG.md.
 api:
-	$(GO) run ./internal/tool/apicheck -write
+	$(GO) run ./internal/testing/apicheck -write
 
 # Every fuzz target of the module (func FuzzXxx, found by go test -list,
 # so that a new one is not forgotten) for FUZZTIME each, one after the

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/console"
-	"github.com/aegislab/aegis/internal/tool/chromium"
+	"github.com/aegislab/aegis/internal/testing/chromium"
 	"github.com/aegislab/aegis/queue"
 )
 

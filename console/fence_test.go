@@ -19,7 +19,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/console"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"

@@ -18,8 +18,8 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/console"
-	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/chromium"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/console"
-	"github.com/aegislab/aegis/internal/tool/historytest"
+	"github.com/aegislab/aegis/internal/testing/historytest"
 	"github.com/aegislab/aegis/queue"
 )
 

@@ -26,7 +26,7 @@ import (
 	"github.com/aegislab/aegis/elect/etcdboard"
 	"github.com/aegislab/aegis/elect/redisboard"
 	"github.com/aegislab/aegis/elect/zkboard"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/memlease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 

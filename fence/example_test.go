@@ -13,7 +13,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 

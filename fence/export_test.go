@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/aegislab/aegis/internal/tool/failpoint"
+	"github.com/aegislab/aegis/internal/testing/failpoint"
 )
 
 // RecordPgxThrough makes the connections of the records of pgx refusals

@@ -15,13 +15,13 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/failpoint"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/failpoint"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
 // The fence's failpoint table: its statements made to fail in turn, three
-// ways (internal/tool/failpoint), through pgx and database/sql on
+// ways (internal/testing/failpoint), through pgx and database/sql on
 // PostgreSQL and through database/sql on SQLite, in the caller's
 // transaction with a business write. Each row asserts that the business
 // write is applied exactly once by a caller that does what the row says,

@@ -5,7 +5,7 @@
 // backends' scripts (redisscript) and wake-ups (redisnotify), node names
 // (node) and the diagnosis of an unreachable server (reach).
 //
-// The tool's parts — the command line, the lab's and the tests' servers,
-// test and benchmark helpers — are under internal/tool, so that a reader
-// of the library does not meet them beside its lowest layer.
+// The rig of the tests, the benchmarks and the lab (real servers, the
+// tests' connections, failpoints, harnesses) is under internal/testing, so
+// that a reader of the library does not meet it beside its lowest layer.
 package internal

@@ -13,8 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aegislab/aegis/internal/tool/latency"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/latency"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // benchPool is a pool of queuebench's size on a schema of its own.

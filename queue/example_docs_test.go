@@ -12,7 +12,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
 	"github.com/aegislab/aegis/queue"
 )
 

@@ -17,11 +17,11 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/errtext"
-	"github.com/aegislab/aegis/internal/tool/failpoint"
+	"github.com/aegislab/aegis/internal/testing/failpoint"
 )
 
 // The queue's failpoint table: every statement of the protocol made to
-// fail in turn, three ways (internal/tool/failpoint), on a real
+// fail in turn, three ways (internal/testing/failpoint), on a real
 // PostgreSQL, with a real client working real jobs. Each row asserts that
 // every job's effect (a fenced write of its handler) is applied exactly
 // once, that no job is lost, that a cancelled job never runs again, and

@@ -23,7 +23,7 @@ type querier interface {
 }
 
 // db is what the client sends its statements through: its pool, or in
-// tests a pool whose statements fail on purpose (internal/tool/failpoint).
+// tests a pool whose statements fail on purpose (internal/testing/failpoint).
 type db interface {
 	querier
 	Begin(ctx context.Context) (pgx.Tx, error)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/tcpproxy"
+	"github.com/aegislab/aegis/internal/testing/tcpproxy"
 	"github.com/aegislab/aegis/schedule"
 )
 

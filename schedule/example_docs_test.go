@@ -11,7 +11,7 @@ import (
 
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"

@@ -17,13 +17,13 @@ import (
 
 	"github.com/aegislab/aegis/fence"
 	"github.com/aegislab/aegis/internal/errtext"
-	"github.com/aegislab/aegis/internal/tool/failpoint"
+	"github.com/aegislab/aegis/internal/testing/failpoint"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/schedule"
 )
 
 // The scheduler's failpoint table (run-key mode): every statement of the
-// protocol made to fail in turn, three ways (internal/tool/failpoint), on
+// protocol made to fail in turn, three ways (internal/testing/failpoint), on
 // real PostgreSQL and SQLite, with real schedulers. Each row asserts that
 // every tick's effect (a fenced write of its job) is applied exactly once,
 // that no tick is lost, and that the run, its attempts and the missed

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/alerts"
+	"github.com/aegislab/aegis/internal/testing/alerts"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
@@ -240,7 +240,7 @@ func TestMetricsRegistration(t *testing.T) {
 // The missed-tick alerts for every cause, and the ran-twice alert, run on
 // scrapes of a real run-key scheduler on SQLite whose emit, the path of
 // every event to the metrics, is fed those events: causes a test cannot
-// produce at will (misfire, store, down) beside those internal/tool/alerts
+// produce at will (misfire, store, down) beside those internal/testing/alerts
 // produces for real (held, unbound, twice). Each fires on its schedule and
 // cause; a paused schedule's misses fire nothing.
 func TestMetricsAlertsOnMissedAndTwice(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/historytest"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/historytest"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/schedule"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"

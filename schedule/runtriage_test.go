@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/historytest"
+	"github.com/aegislab/aegis/internal/testing/historytest"
 	"github.com/aegislab/aegis/schedule"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/fence"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 	"github.com/aegislab/aegis/tracing"

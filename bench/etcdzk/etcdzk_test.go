@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/aegislab/aegis/bench/etcdzk"
-	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/testing/latency"
 )
 
 // BenchmarkEtcd: etcdlease in both modes against concurrency.Mutex, a

@@ -10,7 +10,7 @@ import (
 
 	natsbench "github.com/aegislab/aegis/bench/nats"
 	redisbench "github.com/aegislab/aegis/bench/redis"
-	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/testing/latency"
 )
 
 // Every subject against the shared cluster, once: two goroutines' keys

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/backend"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 // BenchmarkBurnDown works b.N no-op jobs with 100 workers: aegis (every

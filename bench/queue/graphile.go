@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 // graphileRunner is the Node side of graphile-worker's burn-down.

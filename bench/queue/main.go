@@ -36,8 +36,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/backend"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 func main() {

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/aegislab/aegis/bench/plot"
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 // reportOptions are the flags of -mode report.

@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 // riverNoop is River's no-op job.

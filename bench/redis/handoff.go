@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/testing/latency"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"

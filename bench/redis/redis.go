@@ -36,8 +36,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/latency"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/latency"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/lease/redlock"
 )

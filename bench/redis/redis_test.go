@@ -7,7 +7,7 @@ import (
 	"time"
 
 	redisbench "github.com/aegislab/aegis/bench/redis"
-	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/testing/latency"
 )
 
 func env(b *testing.B) *redisbench.Env {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/bench/plot"
-	"github.com/aegislab/aegis/internal/tool/backend"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/backend"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 )
 
 // point is one backend at one goroutine count, summed over rounds.

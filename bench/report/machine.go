@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/testing/backend"
 )
 
 // machine writes what the figures were measured on: the CPU, the memory,

@@ -9,7 +9,7 @@
 //	go run ./report quiet [-idle 0.9] [-max 3m]
 //
 // Curves measure TryAcquire then Release of a free key (a key per
-// goroutine) on each backend of internal/tool/backend, the same operation
+// goroutine) on each backend of internal/testing/backend, the same operation
 // as `aegis bench lease`, at each goroutine count; rounds rotate the
 // backends' order so that load from elsewhere falls on all alike. Hog
 // keeps every core busy (the "loaded" pass of `make bench-report-loaded`).

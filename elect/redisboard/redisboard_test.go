@@ -11,7 +11,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/elect/redisboard"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // The Board's contract and Observe on it are tested with every other Board

@@ -16,9 +16,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/tool/chromium"
+	"github.com/aegislab/aegis/internal/testing/chromium"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/internal/tool/cli"
-	"github.com/aegislab/aegis/internal/tool/testenv"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the console's screenshots over the demo into docs/ (docs/console-nightly-*.png)")

@@ -26,8 +26,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/console"
-	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/chromium"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/queue"
 	"github.com/aegislab/aegis/schedule"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 )
 
 // ChaosKind names a kind of fault.

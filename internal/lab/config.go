@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/internal/badinput"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

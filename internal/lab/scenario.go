@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 )
 
 // Scenario is a preset that tells one story: one run, or several side by side.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

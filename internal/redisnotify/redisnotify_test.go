@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis/internal/redisnotify"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

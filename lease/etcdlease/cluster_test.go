@@ -10,10 +10,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/losstest"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/tcpproxy"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/losstest"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/tcpproxy"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/etcdlease"
 )
 

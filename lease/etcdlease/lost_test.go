@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/etcdlease"
 )
 

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/etcdlease"
 	"github.com/aegislab/aegis/lease/leasemetrics"
 	"github.com/aegislab/aegis/lease/pglease"

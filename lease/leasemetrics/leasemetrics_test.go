@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/leasemetrics"
 	"github.com/aegislab/aegis/lease/memlease"
 	"github.com/aegislab/aegis/lease/pglease"
@@ -159,7 +159,7 @@ func TestInvalid(t *testing.T) {
 
 // The Grafana dashboard in docs/ asks only for metrics that exist: the
 // lease metrics Wrap registers, and the queue's and the scheduler's (named
-// in their metrics.go; internal/tool/alerts checks those against real
+// in their metrics.go; internal/testing/alerts checks those against real
 // scrapes).
 func TestGrafanaDashboardNamesRealMetrics(t *testing.T) {
 	t.Parallel()

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/losstest"
-	"github.com/aegislab/aegis/internal/tool/tcpproxy"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/losstest"
+	"github.com/aegislab/aegis/internal/testing/tcpproxy"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/natslease"
 )
 

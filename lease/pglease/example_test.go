@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
 	"github.com/aegislab/aegis/lease/pglease"
 )
 

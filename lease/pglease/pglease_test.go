@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/locktest"
 )

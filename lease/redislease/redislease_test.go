@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/redislease"
 	"github.com/aegislab/aegis/locktest"
 )

@@ -14,9 +14,9 @@ import (
 
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
-	"github.com/aegislab/aegis/internal/tool/losstest"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/losstest"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/redlock"
 	"github.com/aegislab/aegis/locktest"
 )

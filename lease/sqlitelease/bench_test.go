@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/latency"
+	"github.com/aegislab/aegis/internal/testing/latency"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 

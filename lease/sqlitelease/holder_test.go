@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/rowlease/rowleasetest"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/rowleasetest"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 

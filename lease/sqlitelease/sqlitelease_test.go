@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/rowlease/rowleasetest"
+	"github.com/aegislab/aegis/internal/testing/rowleasetest"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/locktest"
 )

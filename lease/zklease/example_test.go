@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/docsnippets"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/docsnippets"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/lease/zklease"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/tool/tcpproxy"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/tcpproxy"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 type quiet struct{}

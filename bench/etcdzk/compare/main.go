@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/aegislab/aegis/bench/etcdzk"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 )
 
 func main() {

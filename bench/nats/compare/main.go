@@ -28,8 +28,8 @@ import (
 
 	natsbench "github.com/aegislab/aegis/bench/nats"
 	redisbench "github.com/aegislab/aegis/bench/redis"
-	"github.com/aegislab/aegis/internal/tool/latency"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/latency"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 )
 
 type options struct {

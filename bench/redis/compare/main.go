@@ -37,9 +37,9 @@ import (
 
 	"github.com/aegislab/aegis/bench/plot"
 	redisbench "github.com/aegislab/aegis/bench/redis"
-	"github.com/aegislab/aegis/internal/tool/latency"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/latency"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/servers"
 )
 
 func main() {

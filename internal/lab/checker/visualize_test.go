@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab/checker"
-	"github.com/aegislab/aegis/internal/tool/chromium"
+	"github.com/aegislab/aegis/internal/testing/chromium"
 )
 
 // The checker's visualisation of a violation names its lanes for the

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis/internal/lab"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 var lessonRuns = flag.Int("lesson-runs", 1, "TestEndToEndLesson's rounds: each runs every fenced lease strategy once (make lab-lesson: 5)")

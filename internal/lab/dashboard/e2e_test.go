@@ -16,8 +16,8 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/dashboard"
-	"github.com/aegislab/aegis/internal/tool/chromium"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/chromium"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the end-to-end tests' screenshots into docs/ (docs/dashboard-*.png)")

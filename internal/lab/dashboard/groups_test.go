@@ -12,7 +12,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/dashboard"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // A preset runs as the engine defines it (seat-assignment: three runs side

@@ -17,7 +17,7 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/internal/owner"
-	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/testing/backend"
 	"github.com/aegislab/aegis/lease/redislease"
 )
 

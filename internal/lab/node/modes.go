@@ -21,7 +21,7 @@ import (
 	"github.com/aegislab/aegis/driver"
 	"github.com/aegislab/aegis/elect"
 	"github.com/aegislab/aegis/internal/owner"
-	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/testing/backend"
 	"github.com/aegislab/aegis/lease/pglease"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 	"github.com/aegislab/aegis/queue"

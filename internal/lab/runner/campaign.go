@@ -16,7 +16,7 @@ import (
 	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/badinput"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

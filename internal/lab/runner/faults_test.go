@@ -14,8 +14,8 @@ import (
 	"github.com/aegislab/aegis"
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/runner"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // The servers' faults of lab v2, each in a real run: crash:postgres,

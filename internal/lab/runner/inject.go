@@ -18,7 +18,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/badinput"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 

@@ -28,8 +28,8 @@ import (
 	"github.com/aegislab/aegis/internal/lab"
 
 	"github.com/aegislab/aegis/internal/backoff"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/tcpproxy"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/tcpproxy"
 )
 
 // nodeProc is one node: its current process and its proxies.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/runner"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // A Redis lock, and Redlock: the holder paused past its TTL

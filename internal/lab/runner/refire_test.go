@@ -11,7 +11,7 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/checker"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/aegislab/aegis/internal/lab"
 	"github.com/aegislab/aegis/internal/lab/runner"
-	"github.com/aegislab/aegis/internal/tool/servers"
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/servers"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // The dashboard's API: a run streams its events live, reports its status,

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/backend"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 )
 
 var benchCommand = command{

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
-	"github.com/aegislab/aegis/internal/tool/queuebench"
+	"github.com/aegislab/aegis/internal/testing/backend"
+	"github.com/aegislab/aegis/internal/testing/queuebench"
 )
 
 const benchQueueUsage = `

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/aegislab/aegis"
-	"github.com/aegislab/aegis/internal/tool/latency/measure"
+	"github.com/aegislab/aegis/internal/testing/latency/measure"
 	"github.com/aegislab/aegis/tracing"
 )
 

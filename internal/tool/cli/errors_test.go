@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/aegislab/aegis/internal/tool/testenv"
+	"github.com/aegislab/aegis/internal/testing/testenv"
 )
 
 // closedPort returns a loopback address nothing listens on: port 1 (a

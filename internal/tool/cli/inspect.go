@@ -18,7 +18,7 @@ import (
 	"github.com/aegislab/aegis/queue"
 
 	"github.com/aegislab/aegis/internal/migrate"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 	"github.com/aegislab/aegis/schedule"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/aegislab/aegis/internal/lab/runner"
 
 	"github.com/aegislab/aegis/internal/lab"
-	"github.com/aegislab/aegis/internal/tool/servers"
+	"github.com/aegislab/aegis/internal/testing/servers"
 )
 
 var labCommand = command{

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/aegislab/aegis/internal/tool/backend"
+	"github.com/aegislab/aegis/internal/testing/backend"
 )
 
 // serverFlags adds the server address flags, named after the AEGIS_*
