@@ -107,14 +107,14 @@ lab-campaign: services
 # About four minutes on 2 cores, more beside another suite.
 LESSON_RUNS ?= 5
 lab-lesson: services
-	$(WITH_ENV) $(GO) test -count=1 -v -timeout 30m -run '^TestEndToEndLesson$$' ./internal/lab/dashboard -lesson-runs $(LESSON_RUNS)
+	$(WITH_ENV) $(GO) test -count=1 -v -timeout 30m -run '^TestEndToEndLesson$$' ./cmd/aegis/internal/lab/dashboard -lesson-runs $(LESSON_RUNS)
 
 # The mark test on every preset (make test runs it on nightly-reconciliation
 # only): each preset run for real, as many at once as the dashboard admits,
 # shown in Chromium, every mark the page drew checked against the run's
 # events, its report's harm and the store's grant history. About 3 minutes.
 lab-marks: services
-	$(WITH_ENV) $(GO) test -race -count=1 -run 'TestMarksOfPresets' ./internal/lab/dashboard -mark-presets all -timeout 15m -v
+	$(WITH_ENV) $(GO) test -race -count=1 -run 'TestMarksOfPresets' ./cmd/aegis/internal/lab/dashboard -mark-presets all -timeout 15m -v
 
 # The longer campaign: 20 runs of each strategy that keeps the ledger
 # fenced (those labelled safe, and redis and redlock), on the lab's own

@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/aegislab/aegis/internal/tool/cli"
+	"github.com/aegislab/aegis/cmd/aegis/internal/cli"
 )
 
 func main() {

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +21,6 @@ import (
 
 	"github.com/aegislab/aegis/internal/testing/chromium"
 	"github.com/aegislab/aegis/internal/testing/testenv"
-	"github.com/aegislab/aegis/internal/tool/cli"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the console's screenshots over the demo into docs/ (docs/console-nightly-*.png)")
@@ -104,43 +106,45 @@ func TestConsoleShowsTheReclaimedRunAndTheRefusedWrite(t *testing.T) {
 	require.Empty(t, exceptions())
 }
 
-// startConsole runs `aegis console --store storeURL` on a free loopback
-// port until the test ends, and returns the address it prints.
+// startConsole builds the aegis command and runs `aegis console --store
+// storeURL` on a free loopback port until the test ends (SIGTERM, then it
+// must exit 0 within 20s), and returns the address it prints.
 func startConsole(t *testing.T, storeURL string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
+	bin := filepath.Join(t.TempDir(), "aegis")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/aegislab/aegis/cmd/aegis").CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/aegis:\n%s", out)
+	cmd := exec.Command(bin, "console", "--addr", "127.0.0.1:0", "--store", storeURL)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
 	var stderr testenv.Buffer
-	exited := make(chan int, 1)
-	go func() {
-		code := cli.Main(ctx, []string{"console", "--addr", "127.0.0.1:0", "--store", storeURL}, pw, &stderr)
-		_ = pw.Close()
-		exited <- code
-	}()
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
 	addr := make(chan string, 1)
-	drained := make(chan struct{})
 	go func() {
-		defer close(drained)
-		sc := bufio.NewScanner(pr)
+		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if m := regexp.MustCompile(`^aegis console: at (http://\S+/)$`).FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
 		}
-		_, _ = io.Copy(io.Discard, pr)
+		_, _ = io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait() // after the output is read, as Wait asks
 	}()
 	t.Cleanup(func() {
-		cancel()
-		code := testenv.Recv(t, exited, 20*time.Second, "aegis console to stop")
-		testenv.Recv(t, drained, 5*time.Second, "its output to end")
-		require.Zero(t, code, "aegis console's exit code; stderr:\n%s", stderr.String())
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err := testenv.Recv(t, exited, 20*time.Second, "aegis console to stop")
+		require.NoError(t, err, "aegis console's exit; stderr:\n%s", stderr.String())
 	})
 	select {
 	case a := <-addr:
 		return a
-	case code := <-exited:
-		exited <- code // for the cleanup
-		t.Fatalf("aegis console exited (%d) before serving; stderr:\n%s", code, stderr.String())
+	case err := <-exited:
+		exited <- err // for the cleanup
+		t.Fatalf("aegis console exited (%v) before serving; stderr:\n%s", err, stderr.String())
 	case <-time.After(20 * time.Second):
 		t.Fatalf("aegis console printed no address within 20s; stderr:\n%s", stderr.String())
 	}

@@ -29,7 +29,7 @@ var (
 // the library ships, internal mechanics included: not the tool, the lab,
 // the examples or the command (docs/architecture.md's library).
 func shipped(rel string) bool {
-	for _, p := range []string{"internal/testing", "internal/tool", "internal/lab", "examples", "cmd"} {
+	for _, p := range []string{"internal/testing", "examples", "cmd"} {
 		if rel == p || strings.HasPrefix(rel, p+"/") {
 			return false
 		}

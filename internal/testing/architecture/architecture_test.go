@@ -111,7 +111,7 @@ func TestLayers(t *testing.T) {
 // library reports whether the package (relative to the module) is part of
 // the library: not the tool, the lab, the examples or the command.
 func library(name string) bool {
-	for _, p := range []string{"internal/testing", "internal/tool", "internal/lab", "examples", "cmd"} {
+	for _, p := range []string{"internal/testing", "examples", "cmd"} {
 		if name == p || strings.HasPrefix(name, p+"/") {
 			return false
 		}
