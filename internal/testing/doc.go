@@ -15,4 +15,7 @@
 // The library never imports it; the program imports the parts the lab and
 // `aegis bench` run on (servers, tcpproxy, backend, queuebench,
 // latency/measure). The library's own mechanics are in internal.
+//
+// The package's name is its folder's; it holds this text alone and nothing
+// imports it, so it never meets the standard library's testing.
 package testing

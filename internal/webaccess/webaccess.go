@@ -1,4 +1,4 @@
-// Package webaccess holds the access rules the tool's two web servers (the
+// Package webaccess holds the access rules the two web servers (the
 // lab's dashboard and the operator's console) share: which addresses are
 // loopback, the Host check that keeps DNS rebinding out of a loopback
 // server, the cross-origin check of a change, and random tokens.

@@ -26,8 +26,8 @@ var (
 )
 
 // shipped reports whether a directory (relative to the module) holds code
-// the library ships, internal mechanics included: not the tool, the lab,
-// the examples or the command (docs/architecture.md's library).
+// the library ships, internal mechanics included: not the rig, the
+// examples or the program (docs/architecture.md's parts).
 func shipped(rel string) bool {
 	for _, p := range []string{"internal/testing", "examples", "cmd"} {
 		if rel == p || strings.HasPrefix(rel, p+"/") {

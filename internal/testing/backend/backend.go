@@ -32,7 +32,7 @@ type Servers struct {
 	// goes to another client). Default (0) one minute, so that aegis bench
 	// can take one-minute leases; the ensemble clamps it to its
 	// [minSessionTimeout, maxSessionTimeout] (400 ms to 60 s on the
-	// servers of internal/servers). The lab asks for its --ttl.
+	// servers of internal/testing/servers). The lab asks for its --ttl.
 	ZKSessionTimeout time.Duration
 
 	// LeaseHistory is Config.History of the postgres and sqlite backends:

@@ -15,7 +15,7 @@ import (
 // zkSessionTimeout is the session timeout asked for when
 // Servers.ZKSessionTimeout is zero: a lease's TTL may not exceed it, and
 // aegis bench takes one-minute leases. Servers grant at most their
-// maxSessionTimeout (60 s on the servers of internal/servers).
+// maxSessionTimeout (60 s on the servers of internal/testing/servers).
 const zkSessionTimeout = time.Minute
 
 func openZooKeeper(ctx context.Context, s Servers) (aegis.Locker, func(), error) {

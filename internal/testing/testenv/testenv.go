@@ -15,7 +15,7 @@
 // advisory locks are per database, not per schema, so a test names them with
 // [Key]. Destructive tests (killing, pausing or restarting a server) must
 // not use the shared servers: they start private ones with
-// internal/servers.
+// internal/testing/servers.
 package testenv
 
 import (

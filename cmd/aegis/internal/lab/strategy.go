@@ -72,7 +72,7 @@ func (g Guarantee) String() string {
 type Strategy struct {
 	Name string
 	Mode schedule.Mode
-	// Backend is the internal/backend name of a lease strategy's Locker,
+	// Backend is the internal/testing/backend name of a lease strategy's Locker,
 	// or, prefixed "lab-", one of the lab's own Lockers (the node's
 	// labLockers) for none, pg-advisory, optimistic and the strategies
 	// wrong on purpose.

@@ -450,7 +450,7 @@ func (s *Session) Availability(ctx context.Context, strategy string) error {
 		return badinput.Errorf("unknown strategy %q (known: %s)", strategy, strings.Join(lab.StrategyNames(), ", "))
 	}
 	if st.Mode == schedule.ModeLease && !st.LabLocked() && !slices.Contains(backend.Names(), st.Backend) {
-		return fmt.Errorf("the %s backend is not in this build of aegis (internal/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
+		return fmt.Errorf("the %s backend is not in this build of aegis (internal/testing/backend has %s)", st.Backend, strings.Join(backend.Names(), ", "))
 	}
 	for _, k := range st.Needs {
 		if err := s.ensure(ctx, k); err != nil {
