@@ -37,11 +37,12 @@ var scheduleFaults = map[string][]labels{
 // a pause would), a run that its own replica's reaper reclaims while it
 // goes on to its end (the tick runs twice), a replica whose clock lags two
 // minutes (its ticks start late by the real clock), and a catalog schedule
-// whose handler no replica has (missed, unbound). The other jobs' starting
-// deadline is 10s, so that a loaded machine does not make them miss. The
-// registry is scraped before the faults (every series there, at zero) and
-// after: each alert fires on its schedule and no other alert fires. A
-// healthy replica's two scrapes fire nothing.
+// whose handler no replica has (missed, unbound). Every job's starting
+// deadline but the orphan's is 10s, so that a loaded machine does not make
+// them miss. The registry is scraped before the faults (every series
+// there; the jobs' faults start after it) and after: each alert fires on
+// its schedule and no other alert fires. A healthy replica's two scrapes
+// fire nothing.
 func TestScheduleAlerts(t *testing.T) {
 	t.Parallel()
 	faulty := faultySchedules(t)
@@ -66,25 +67,37 @@ func faultySchedules(t *testing.T) [][]alerts.Sample {
 	failing, releaseFail, releaseTwice := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	lossy := make(chan schedule.Run, 1)
 	var failOnce, lossOnce, twiceOnce atomic.Bool
+	// The faults start once the test has scraped the registry before them
+	// (armed): a fault that came earlier, on a slow machine, would be in
+	// both scrapes and fire nothing.
+	armed := make(chan struct{})
+	isArmed := func() bool {
+		select {
+		case <-armed:
+			return true
+		default:
+			return false
+		}
+	}
 	const deadline = 10 * time.Second
 	n1 := startScheduler(t, &schedule.Config{Node: "n1", Store: newStore(t, path), Catalog: catalog, Registerer: reg, OnEvent: events.add},
 		schedule.Job{Name: "ok", Every: time.Second, StartingDeadline: deadline, Run: func(context.Context) error { return nil }},
 		schedule.Job{Name: "twice", Every: time.Second, StartingDeadline: deadline, Overlap: schedule.OverlapAllow, LockAtMostFor: 300 * time.Millisecond, DisableKeepAlive: true,
 			Run: func(context.Context) error {
-				if !twiceOnce.Swap(true) {
+				if isArmed() && !twiceOnce.Swap(true) {
 					wait(releaseTwice) // stopped: it renews nothing, and its run row expires
 				}
 				return nil
 			}},
-		schedule.Job{Name: "fails", Every: time.Second, Overlap: schedule.OverlapForbid, Run: func(context.Context) error {
-			if !failOnce.Swap(true) {
+		schedule.Job{Name: "fails", Every: time.Second, StartingDeadline: deadline, Overlap: schedule.OverlapForbid, Run: func(context.Context) error {
+			if isArmed() && !failOnce.Swap(true) {
 				close(failing)
 				wait(releaseFail)
 			}
 			return errors.New("the export failed")
 		}},
 		schedule.Job{Name: "lossy", Every: time.Second, StartingDeadline: deadline, Overlap: schedule.OverlapAllow, LockAtMostFor: 900 * time.Millisecond, Run: func(ctx context.Context) error {
-			if !lossOnce.Swap(true) {
+			if isArmed() && !lossOnce.Swap(true) {
 				r, _ := schedule.RunFrom(ctx)
 				lossy <- r
 				<-ctx.Done() // cancelled once the keep-alive finds the run row lost
@@ -99,15 +112,20 @@ func faultySchedules(t *testing.T) [][]alerts.Sample {
 	)
 	testenv.Recv(t, n1.Ready(), 30*time.Second, "n1 to bind the catalog")
 	testenv.Recv(t, n2.Ready(), 30*time.Second, "n2 to bind the catalog")
-	testenv.Recv(t, failing, 30*time.Second, "the failing job's first run")
-	run := testenv.Recv(t, lossy, 30*time.Second, "the lossy job's first run")
-	events.wait(t, "a run of ok to end, one of late and of twice to start", func(count func(schedule.EventKind, string, func(schedule.Event) bool) int) bool {
+	failed := func(e schedule.Event) bool { return e.Err != nil }
+	events.wait(t, "a run of ok, twice, fails and lossy to end, one of late to start", func(count func(schedule.EventKind, string, func(schedule.Event) bool) int) bool {
 		return count(schedule.EventDone, "ok", nil) >= 1 && count(schedule.EventRun, "late", nil) >= 1 &&
-			count(schedule.EventRun, "twice", nil) >= 1 // its series are there, at zero, before the fault
+			count(schedule.EventDone, "twice", nil) >= 1 && count(schedule.EventDone, "fails", failed) >= 1 &&
+			count(schedule.EventDone, "lossy", nil) >= 1 // their series are there before the faults
 	})
 	before, err := alerts.Scrape(reg)
 	require.NoError(t, err)
 	lateRuns := events.count(schedule.EventRun, "late", nil)
+	failures := events.count(schedule.EventDone, "fails", failed)
+	lossyDone := events.count(schedule.EventDone, "lossy", nil)
+	close(armed)
+	testenv.Recv(t, failing, 30*time.Second, "the failing job's first run after the scrape")
+	run := testenv.Recv(t, lossy, 30*time.Second, "the lossy job's first run after the scrape")
 
 	// The failing job's first run holds its key while the next ticks'
 	// deadline passes; the "twice" job's first run is reclaimed by its
@@ -120,10 +138,9 @@ func faultySchedules(t *testing.T) [][]alerts.Sample {
 	close(releaseTwice)
 	_, err = openSQLite(t, path).ExecContext(ctx, `UPDATE aegis_schedule_run SET token = token + 1 WHERE job = 'lossy' AND token = ?`, int64(run.Token))
 	require.NoError(t, err)
-	failed := func(e schedule.Event) bool { return e.Err != nil }
 	events.wait(t, "the failure, the loss, and another late start", func(count func(schedule.EventKind, string, func(schedule.Event) bool) int) bool {
-		return count(schedule.EventDone, "fails", failed) >= 1 && count(schedule.EventLost, "lossy", nil) >= 1 &&
-			count(schedule.EventDone, "lossy", nil) >= 1 && count(schedule.EventRun, "late", nil) > lateRuns &&
+		return count(schedule.EventDone, "fails", failed) > failures && count(schedule.EventLost, "lossy", nil) >= 1 &&
+			count(schedule.EventDone, "lossy", nil) > lossyDone && count(schedule.EventRun, "late", nil) > lateRuns &&
 			count(schedule.EventTwice, "twice", nil) >= 1 && count(schedule.EventMissed, "orphan", nil) >= 1
 	})
 	after, err := alerts.Scrape(reg)
