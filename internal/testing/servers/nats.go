@@ -103,6 +103,12 @@ func StartNATS(ctx context.Context, dir string, cfg *NATSConfig) (*NATS, error) 
 		n := newNATS(dir, ports[0], ports[1], c)
 		err = startMembers(ctx, n.members)
 		if err == nil {
+			if err := n.waitPlacement(ctx, c.StartTimeout); err != nil {
+				if !c.Detach {
+					err = errors.Join(err, n.Stop())
+				}
+				return nil, err
+			}
 			return n, nil
 		}
 		if !picked || attempt == 3 || !isPortConflict(err) {
@@ -243,6 +249,46 @@ func natsStreamLeader(ctx context.Context, addr, stream string) (string, error) 
 		return "", errors.New("no leader")
 	}
 	return info.Cluster.Leader, nil
+}
+
+// waitPlacement waits, within timeout, until the cluster places a stream
+// with a replica on every server: a meta leader (what the start waits
+// for) may not yet count every peer current, and a bucket of as many
+// replicas created then fails ("no suitable peers for placement"). It
+// creates a small stream in memory and deletes it.
+func (n *NATS) waitPlacement(ctx context.Context, timeout time.Duration) error {
+	if len(n.members) < 2 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nc, err := nats.Connect(strings.Join(n.URLs(), ","), nats.Name("aegis-probe"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("servers: nats: connect to place a probe stream: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.StreamConfig{Name: "aegis_placement_probe", Subjects: []string{"aegis.placement.probe"},
+		Replicas: len(n.members), Storage: jetstream.MemoryStorage}
+	for {
+		attempt, stop := context.WithTimeout(ctx, 2*time.Second)
+		_, err = js.CreateOrUpdateStream(attempt, cfg)
+		if err == nil {
+			err = js.DeleteStream(attempt, cfg.Name)
+		}
+		stop()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("servers: nats: no stream of %d replicas could be placed within %s (the cluster's peers not all current): %w", len(n.members), timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Stop stops every server (gracefully, at once) and waits.
