@@ -1,11 +1,16 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,7 +24,6 @@ import (
 	"github.com/aegislab/aegis/internal/backoff"
 	"github.com/aegislab/aegis/internal/badinput"
 	"github.com/aegislab/aegis/internal/testing/servers"
-	"github.com/aegislab/aegis/lease/sqlitelease"
 )
 
 // Inject applies a fault now, whatever its At: a pause or partition lasts
@@ -148,7 +152,7 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 	if err != nil {
 		return err
 	}
-	pid, err := r.signal(np, syscall.SIGSTOP)
+	pid, err := r.stopSignal(ctx, np)
 	if err != nil {
 		return err
 	}
@@ -198,9 +202,11 @@ func (r *Run) pause(ctx context.Context, ch lab.Chaos, begin func(error)) error 
 // acquire, a run record) would stop every node for the whole pause, a
 // different fault than a paused holder's late write. The lab takes the
 // lock itself to tell: when it cannot within 100 ms, np holds it (the
-// running nodes hold it for milliseconds), so np is resumed for 20 ms to
-// finish that transaction and stopped again, up to 10 times. It reports
-// whether np is still stopped inside one (the chaos event says so).
+// running nodes hold it for milliseconds), so np is resumed to finish
+// that transaction and stopped again, up to 10 times, for 20 ms the first
+// time and twice as long each next (at most 640 ms: a loaded machine may
+// not run np at once). It reports whether np is still stopped inside one
+// (the chaos event says so).
 func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) (bool, error) {
 	path, ok := strings.CutPrefix(r.store, "sqlite:")
 	if !ok {
@@ -214,8 +220,8 @@ func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) (bool, e
 		if _, err := r.signal(np, syscall.SIGCONT); err != nil {
 			return false, err
 		}
-		backoff.Sleep(ctx, 20*time.Millisecond)
-		if _, err := r.signal(np, syscall.SIGSTOP); err != nil {
+		backoff.Sleep(ctx, min(20*time.Millisecond<<try, 640*time.Millisecond))
+		if _, err := r.stopSignal(ctx, np); err != nil {
 			return false, err
 		}
 	}
@@ -225,23 +231,40 @@ func (r *Run) stopOutsideSQLiteWrite(ctx context.Context, np *nodeProc) (bool, e
 
 // sqliteWriteLockFree reports whether the write lock of the SQLite
 // database at path can be taken within wait (and gives it back at once).
+// A lock of the file's that a stopped process holds otherwise, one that
+// keeps a new connection from reading the WAL (SQLITE_PROTOCOL, after
+// SQLite's own retries of some seconds), counts as taken too: it stops
+// every node as the write lock would.
 func sqliteWriteLockFree(ctx context.Context, path string, wait time.Duration) (bool, error) {
-	db, err := sql.Open("sqlite", sqlitelease.DSN(path))
+	// The database is in WAL mode already: no pragma but the wait, so
+	// that opening reads nothing.
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + fmt.Sprintf("?_pragma=busy_timeout(%d)", wait.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return false, fmt.Errorf("lab: open the store to probe its lock: %w", err)
 	}
 	defer db.Close()
+	held := func(err error) bool {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return false
+		}
+		switch se.Code() & 0xff { // the primary code of an extended one
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+		return false
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
+		if held(err) {
+			return false, nil
+		}
 		return false, fmt.Errorf("lab: open the store to probe its lock: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", wait.Milliseconds())); err != nil {
-		return false, fmt.Errorf("lab: probe the store's lock: %w", err)
-	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		var se *sqlite.Error
-		if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_BUSY {
+		if held(err) {
 			return false, nil
 		}
 		return false, fmt.Errorf("lab: probe the store's lock: %w", err)
@@ -462,6 +485,65 @@ func (r *Run) signal(np *nodeProc, sig syscall.Signal) (int, error) {
 		return pid, fmt.Errorf("signal node%d: %w", np.n, err)
 	}
 	return pid, nil
+}
+
+// stopSignal sends np SIGSTOP and returns once every thread of it is
+// stopped: kill(2) returns before the stop takes effect, and on a loaded
+// machine the process may run on (and begin a write) for a while. It
+// waits 5 s at most, then says so.
+func (r *Run) stopSignal(ctx context.Context, np *nodeProc) (int, error) {
+	pid, err := r.signal(np, syscall.SIGSTOP)
+	if err != nil {
+		return pid, err
+	}
+	const bound = 5 * time.Second
+	deadline := time.Now().Add(bound)
+	for {
+		stopped, err := threadsStopped(pid)
+		if err != nil || stopped {
+			return pid, err
+		}
+		if time.Now().After(deadline) {
+			return pid, fmt.Errorf("node%d (pid %d) was not stopped within %s of SIGSTOP", np.n, pid, bound)
+		}
+		if !backoff.Sleep(ctx, time.Millisecond) {
+			return pid, ctx.Err()
+		}
+	}
+}
+
+// threadsStopped reports whether every thread of pid is stopped (state T
+// or t in /proc, or gone); a process that is gone counts as stopped: the
+// caller finds it exited.
+func threadsStopped(pid int) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lab: read %s: %w", dir, err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread ended
+		}
+		if err != nil {
+			return false, fmt.Errorf("lab: read %s's stat: %w", task.Name(), err)
+		}
+		// "tid (comm) S …": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, fmt.Errorf("lab: thread %s of pid %d: bad stat %q", task.Name(), pid, b)
+		}
+		switch b[i+2] {
+		case 'T', 't', 'Z', 'X':
+		default:
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // proxy is what faults need of a proxy.

@@ -88,7 +88,7 @@ func TestStopOutsideSQLiteWrite(t *testing.T) {
 	np := &nodeProc{n: 1, cmd: cmd, exited: exited}
 	ctx := t.Context()
 	for try := range 10 {
-		_, err := r.signal(np, syscall.SIGSTOP)
+		_, err := r.stopSignal(ctx, np)
 		require.NoError(t, err)
 		inside, err := r.stopOutsideSQLiteWrite(ctx, np)
 		require.NoError(t, err)
@@ -121,4 +121,41 @@ func sqliteWriter(path string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStopSignal: stopSignal returns once every thread of the process is
+// stopped (kill(2) returns before), and a resumed process reads as
+// running again.
+func TestStopSignal(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "60")
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Error("sleep did not exit within 10s of SIGKILL")
+		}
+	})
+	stopped, err := threadsStopped(cmd.Process.Pid)
+	require.NoError(t, err)
+	require.False(t, stopped, "a sleeping process is not stopped")
+
+	r := &Run{}
+	np := &nodeProc{n: 1, cmd: cmd, exited: exited}
+	_, err = r.stopSignal(t.Context(), np)
+	require.NoError(t, err)
+	stopped, err = threadsStopped(cmd.Process.Pid)
+	require.NoError(t, err)
+	require.True(t, stopped, "stopSignal returned before the stop")
+
+	_, err = r.signal(np, syscall.SIGCONT)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		stopped, err := threadsStopped(cmd.Process.Pid)
+		return err == nil && !stopped
+	}, 10*time.Second, time.Millisecond, "the resumed process still reads as stopped after 10s")
 }
