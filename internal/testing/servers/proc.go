@@ -228,17 +228,10 @@ func (p *Proc) waitState(stopped bool) error {
 	p.mu.Lock()
 	pid := p.pid
 	p.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		state, _, err := processStat(pid)
-		if err != nil || (state == 'T') == stopped {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("servers: %s on %s (pid %d): still in state %c after SIGSTOP/SIGCONT", p.name, p.addr, pid, state)
-		}
-		time.Sleep(time.Millisecond)
+	if err := WaitStopped(context.Background(), pid, stopped, 5*time.Second); err != nil {
+		return fmt.Errorf("servers: %s on %s: %w", p.name, p.addr, err)
 	}
+	return nil
 }
 
 // Restart stops the server (gracefully, as Stop) and starts it again on

@@ -39,7 +39,7 @@ func silentServer(t *testing.T) string {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		<-done
+		testenv.Recv(t, done, 10*time.Second, "the listener's accept loop to end")
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {

@@ -1,16 +1,12 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -488,62 +484,17 @@ func (r *Run) signal(np *nodeProc, sig syscall.Signal) (int, error) {
 }
 
 // stopSignal sends np SIGSTOP and returns once every thread of it is
-// stopped: kill(2) returns before the stop takes effect, and on a loaded
-// machine the process may run on (and begin a write) for a while. It
-// waits 5 s at most, then says so.
+// stopped (servers.WaitStopped, 5 s at most): on a loaded machine the
+// process may run on (and begin a write) for a while after kill(2).
 func (r *Run) stopSignal(ctx context.Context, np *nodeProc) (int, error) {
 	pid, err := r.signal(np, syscall.SIGSTOP)
 	if err != nil {
 		return pid, err
 	}
-	const bound = 5 * time.Second
-	deadline := time.Now().Add(bound)
-	for {
-		stopped, err := threadsStopped(pid)
-		if err != nil || stopped {
-			return pid, err
-		}
-		if time.Now().After(deadline) {
-			return pid, fmt.Errorf("node%d (pid %d) was not stopped within %s of SIGSTOP", np.n, pid, bound)
-		}
-		if !backoff.Sleep(ctx, time.Millisecond) {
-			return pid, ctx.Err()
-		}
+	if err := servers.WaitStopped(ctx, pid, true, 5*time.Second); err != nil {
+		return pid, fmt.Errorf("stop node%d: %w", np.n, err)
 	}
-}
-
-// threadsStopped reports whether every thread of pid is stopped (state T
-// or t in /proc, or gone); a process that is gone counts as stopped: the
-// caller finds it exited.
-func threadsStopped(pid int) (bool, error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("lab: read %s: %w", dir, err)
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // the thread ended
-		}
-		if err != nil {
-			return false, fmt.Errorf("lab: read %s's stat: %w", task.Name(), err)
-		}
-		// "tid (comm) S …": comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return false, fmt.Errorf("lab: thread %s of pid %d: bad stat %q", task.Name(), pid, b)
-		}
-		switch b[i+2] {
-		case 'T', 't', 'Z', 'X':
-		default:
-			return false, nil
-		}
-	}
-	return true, nil
+	return pid, nil
 }
 
 // proxy is what faults need of a proxy.

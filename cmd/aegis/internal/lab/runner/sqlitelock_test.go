@@ -62,7 +62,17 @@ func TestStopOutsideSQLiteWrite(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStopOutsideSQLiteWrite$")
 	cmd.Env = append(os.Environ(), "AEGIS_TEST_SQLITE_WRITER="+path)
-	exited := startChild(t, cmd, "the writer")
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Error("the writer did not exit within 10s of SIGKILL")
+		}
+	})
 	// The child writes once before it is counted as started.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -111,49 +121,4 @@ func sqliteWriter(path string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// TestStopSignal: stopSignal returns once every thread of the process is
-// stopped (kill(2) returns before), and a resumed process reads as
-// running again.
-func TestStopSignal(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command("sleep", "60")
-	exited := startChild(t, cmd, "sleep")
-	stopped, err := threadsStopped(cmd.Process.Pid)
-	require.NoError(t, err)
-	require.False(t, stopped, "a sleeping process is not stopped")
-
-	r := &Run{}
-	np := &nodeProc{n: 1, cmd: cmd, exited: exited}
-	_, err = r.stopSignal(t.Context(), np)
-	require.NoError(t, err)
-	stopped, err = threadsStopped(cmd.Process.Pid)
-	require.NoError(t, err)
-	require.True(t, stopped, "stopSignal returned before the stop")
-
-	_, err = r.signal(np, syscall.SIGCONT)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		stopped, err := threadsStopped(cmd.Process.Pid)
-		return err == nil && !stopped
-	}, 10*time.Second, time.Millisecond, "the resumed process still reads as stopped after 10s")
-}
-
-// startChild starts cmd, killed when the test ends (it must exit within
-// 10s of SIGKILL), and returns a channel closed when it has exited.
-func startChild(t *testing.T, cmd *exec.Cmd, what string) chan struct{} {
-	t.Helper()
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Errorf("%s did not exit within 10s of SIGKILL", what)
-		}
-	})
-	return exited
 }
