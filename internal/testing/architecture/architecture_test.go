@@ -103,8 +103,8 @@ func TestLayers(t *testing.T) {
 	root := moduleRoot(t)
 	want := layers(t, root)
 	seen := map[string]bool{}
-	usedBy := map[string][]string{}
-	imports := map[string][]string{} // a package to the packages that import it // a mechanic of internal/ to the library's packages outside internal/ that import it
+	usedBy := map[string][]string{}  // a mechanic of internal/ to the library's packages outside internal/ that import it
+	imports := map[string][]string{} // a package to the packages that import it
 	for _, p := range packages(t, root) {
 		name, _ := rel(p.ImportPath)
 		seen[name] = true
